@@ -1,0 +1,201 @@
+"""The control channel: stop, pause/resume and checkpoint-now requests for a running Learner.
+
+The `Interrupter` holds flags that any thread (a signal handler, the dashboard, the file watcher)
+may set; the loop reads them at step boundaries and never waits on the UI. `FileControl` is the
+same channel across processes: `tuitrain stop RUN_DIR` drops a command file into
+`RUN_DIR/control/`, and the `ControlWatcher` thread of the live run picks it up.
+Must not import torch or textual.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Protocol
+
+COMMANDS = ("stop", "pause", "resume", "toggle_pause", "checkpoint")
+
+
+class Controller(Protocol):
+    """What a UI needs to steer a run, in-process or through its run directory."""
+
+    def request_stop(self, source: str = "api", detail: str = "") -> None: ...
+    def toggle_pause(self, source: str = "api") -> None: ...
+    def request_checkpoint(self, source: str = "api") -> None: ...
+
+
+class Interrupter:
+    """Thread-safe flags polled by the loop. `pending` is one attribute read per step."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._resume = threading.Event()
+        self._resume.set()
+        self.stop_requested = False
+        self.stop_source = ""
+        self.checkpoint_requested = False
+        self.paused = False
+        self.pending = False  # any of the above set: the loop's one cheap check
+        # (command, source, detail) waiting to be reported as ControlReceived events by the loop
+        self._log: list[tuple[str, str, str]] = []
+        self.on_change: Callable[[], None] | None = None
+
+    def _note(self, command: str, source: str, detail: str = "") -> None:
+        self._log.append((command, source, detail))
+        self.pending = True
+        if self.on_change is not None:
+            self.on_change()
+
+    def request_stop(self, source: str = "api", detail: str = "") -> None:
+        with self._lock:
+            if not self.stop_requested:
+                self.stop_requested = True
+                self.stop_source = source
+            self._resume.set()  # a paused loop must wake up to stop
+            self._note("stop", source, detail)
+
+    def request_checkpoint(self, source: str = "api") -> None:
+        with self._lock:
+            self.checkpoint_requested = True
+            self._resume.set()
+            self._note("checkpoint", source)
+
+    def pause(self, source: str = "api") -> None:
+        with self._lock:
+            if not self.paused:
+                self.paused = True
+                self._resume.clear()
+                self._note("pause", source)
+
+    def resume(self, source: str = "api") -> None:
+        with self._lock:
+            if self.paused:
+                self.paused = False
+                self._resume.set()
+                self._note("resume", source)
+
+    def toggle_pause(self, source: str = "api") -> None:
+        if self.paused:
+            self.resume(source)
+        else:
+            self.pause(source)
+
+    # --- the loop's side -------------------------------------------------------------------
+
+    def take_log(self) -> list[tuple[str, str, str]]:
+        with self._lock:
+            log, self._log = self._log, []
+            return log
+
+    def take_checkpoint(self) -> bool:
+        with self._lock:
+            wanted, self.checkpoint_requested = self.checkpoint_requested, False
+            self._refresh()
+            return wanted
+
+    def _refresh(self) -> None:
+        self.pending = bool(self.stop_requested or self.checkpoint_requested or self.paused or self._log)
+
+    def settle(self) -> None:
+        with self._lock:
+            self._refresh()
+
+    def wait_while_paused(self, timeout: float) -> bool:
+        """Block the loop up to `timeout` s while paused; True when no longer paused."""
+        return self._resume.wait(timeout)
+
+
+# --- across processes: command files in RUN_DIR/control/ ------------------------------------
+
+
+def control_dir(run_dir: str | os.PathLike) -> Path:
+    return Path(run_dir) / "control"
+
+
+class FileControl:
+    """A `Controller` for a run in another process, through its run directory."""
+
+    def __init__(self, run_dir: str | os.PathLike) -> None:
+        self.run_dir = Path(run_dir)
+
+    def send(self, command: str, source: str = "file") -> Path:
+        if command not in COMMANDS:
+            raise ValueError(f"unknown control command {command!r}")
+        d = control_dir(self.run_dir)
+        d.mkdir(exist_ok=True)
+        # unique name, written then renamed so the watcher never reads half a file
+        name = f"{time.time_ns()}-{os.getpid()}-{command}"
+        tmp = d / f".{name}.tmp"
+        tmp.write_text(source)
+        final = d / f"{name}.cmd"
+        os.replace(tmp, final)
+        return final
+
+    def request_stop(self, source: str = "file", detail: str = "") -> None:
+        self.send("stop", source)
+
+    def toggle_pause(self, source: str = "file") -> None:
+        self.send("toggle_pause", source)
+
+    def request_checkpoint(self, source: str = "file") -> None:
+        self.send("checkpoint", source)
+
+
+def apply_command(interrupter: Interrupter, command: str, source: str) -> None:
+    if command == "stop":
+        interrupter.request_stop(source)
+    elif command == "checkpoint":
+        interrupter.request_checkpoint(source)
+    elif command == "pause":
+        interrupter.pause(source)
+    elif command == "resume":
+        interrupter.resume(source)
+    elif command == "toggle_pause":
+        interrupter.toggle_pause(source)
+
+
+class ControlWatcher:
+    """Polls RUN_DIR/control/ on a daemon thread and applies the commands it finds."""
+
+    def __init__(self, run_dir: str | os.PathLike, interrupter: Interrupter, interval: float = 0.2) -> None:
+        self.dir = control_dir(run_dir)
+        self.interrupter = interrupter
+        self.interval = interval
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> "ControlWatcher":
+        self.dir.mkdir(parents=True, exist_ok=True)
+        for stale in self.dir.iterdir():  # commands meant for an earlier, dead process
+            stale.unlink(missing_ok=True)
+        self._thread = threading.Thread(target=self._run, name="tuitrain-control", daemon=True)
+        self._thread.start()
+        return self
+
+    def poll_once(self) -> int:
+        n = 0
+        try:
+            files = sorted(p for p in self.dir.iterdir() if p.suffix == ".cmd")
+        except FileNotFoundError:
+            return 0
+        for p in files:
+            command = p.stem.split("-", 2)[-1]
+            try:
+                source = p.read_text().strip() or "file"
+            except OSError:
+                source = "file"
+            p.unlink(missing_ok=True)
+            apply_command(self.interrupter, command, source)
+            n += 1
+        return n
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.poll_once()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2)

@@ -1,0 +1,286 @@
+"""The event stream: every fact that leaves the training core is one of these frozen dataclasses.
+
+Events carry plain numbers, strings, lists and dicts only (never tensors), so that any sink can
+write them and `tuitrain watch` can read them back from `events.jsonl`. Must not import torch or
+textual.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+
+def _now() -> float:
+    return time.time()
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """Base of every event; `name` is the class name written as `event` in events.jsonl."""
+
+    #: per-step events are not written to events.jsonl (too many); everything else is
+    persistent: ClassVar[bool] = True
+
+    @property
+    def name(self) -> str:
+        return type(self).__name__
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {"event": self.name}
+        for f in dataclasses.fields(self):
+            d[f.name] = getattr(self, f.name)
+        return d
+
+    def to_json(self) -> str:
+        return dumps(self.to_dict())
+
+
+@dataclass(frozen=True, slots=True)
+class RunStarted(Event):
+    run_dir: str
+    experiment: str
+    epochs: int
+    max_steps: int
+    steps_per_epoch: int  # optimizer steps per training epoch, 0 when unknown
+    batch_size: int
+    start_epoch: int = 1
+    start_step: int = 0
+    resumed_from: str = ""
+    pid: int = 0
+    env: dict = field(default_factory=dict)
+    config: dict = field(default_factory=dict)
+    time: float = field(default_factory=_now)
+
+
+@dataclass(frozen=True, slots=True)
+class EpochStarted(Event):
+    epoch: int
+    epochs: int
+    step: int
+    time: float = field(default_factory=_now)
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseStarted(Event):
+    phase: str  # "train", "valid" or a user phase's name
+    split: str  # the metric split it reports under: "train" or "valid"
+    epoch: int
+    step: int
+    batches: int  # batches this phase will run, 0 when unknown
+    time: float = field(default_factory=_now)
+
+
+@dataclass(frozen=True, slots=True)
+class StepStarted(Event):
+    persistent: ClassVar[bool] = False
+    phase: str
+    epoch: int
+    step: int  # global optimizer step about to run (training) or the current one (validation)
+    batch: int  # index of the batch within the phase, from 0
+    time: float = field(default_factory=_now)
+
+
+@dataclass(frozen=True, slots=True)
+class StepCompleted(Event):
+    persistent: ClassVar[bool] = False
+    phase: str
+    epoch: int
+    step: int
+    batch: int
+    items: int
+    time: float = field(default_factory=_now)
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsLogged(Event):
+    split: str  # "train" or "valid"
+    epoch: int
+    step: int  # global optimizer step, from 1
+    metrics: dict  # {name: float}
+    scope: str = "step"  # "step": a value at a step; "epoch": the phase's aggregate
+    batch: int = 0  # batches done in this phase when logged
+    batches: int = 0  # batches in this phase, 0 when unknown
+    time: float = field(default_factory=_now)
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseCompleted(Event):
+    phase: str
+    split: str
+    epoch: int
+    step: int
+    metrics: dict
+    duration: float
+    items: int
+    time: float = field(default_factory=_now)
+
+
+@dataclass(frozen=True, slots=True)
+class EpochCompleted(Event):
+    epoch: int
+    epochs: int
+    step: int
+    metrics: dict  # {"train/loss": ..., "valid/accuracy": ...}
+    duration: float
+    time: float = field(default_factory=_now)
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointStarted(Event):
+    epoch: int
+    step: int
+    reason: str  # "epoch", "step", "request", "stop", "end"
+    time: float = field(default_factory=_now)
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointSaved(Event):
+    file: str  # path relative to the run directory
+    epoch: int
+    step: int
+    metrics: dict
+    bytes: int
+    best: bool
+    reason: str
+    stall: float  # seconds the loop waited (copying state to CPU)
+    write: float  # seconds the background write took
+    time: float = field(default_factory=_now)
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointDeleted(Event):
+    file: str
+    time: float = field(default_factory=_now)
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointFailed(Event):
+    epoch: int
+    step: int
+    error: str
+    reason: str
+    time: float = field(default_factory=_now)
+
+
+@dataclass(frozen=True, slots=True)
+class ControlReceived(Event):
+    command: str  # "stop", "pause", "resume", "checkpoint"
+    source: str  # "signal", "dashboard", "file", "api", "early_stopping"
+    detail: str = ""
+    time: float = field(default_factory=_now)
+
+
+@dataclass(frozen=True, slots=True)
+class RunPaused(Event):
+    epoch: int
+    step: int
+    time: float = field(default_factory=_now)
+
+
+@dataclass(frozen=True, slots=True)
+class RunResumed(Event):
+    epoch: int
+    step: int
+    paused_for: float
+    time: float = field(default_factory=_now)
+
+
+@dataclass(frozen=True, slots=True)
+class OutputPrinted(Event):
+    text: str  # one or more whole lines, without the final newline
+    stream: str = "stdout"  # "stdout", "stderr", "log", "tuitrain"
+    time: float = field(default_factory=_now)
+
+
+@dataclass(frozen=True, slots=True)
+class DevicesSampled(Event):
+    cpu: float  # percent, whole machine
+    cpu_per_core: list
+    memory: float  # percent used, whole machine
+    memory_used: int  # bytes
+    memory_total: int
+    rss: int  # bytes, this process (and its data-loader workers)
+    gpus: list = field(default_factory=list)  # [{"index", "name", "util", "mem_used", "mem_total", "temp", "power", "torch_allocated"}]
+    rank: int = 0
+    time: float = field(default_factory=_now)
+
+
+@dataclass(frozen=True, slots=True)
+class RunFinished(Event):
+    status: str  # "completed" or "interrupted"
+    exit_code: int
+    epoch: int
+    step: int
+    reason: str  # why it ended: "epochs", "max_steps", "early_stopping", "stopped"
+    duration: float
+    summary: dict  # {"train/loss": {"min", "min_epoch", "max", "max_epoch", "last"}, ...}
+    best: dict  # {"file", "monitor", "value"} or {}
+    time: float = field(default_factory=_now)
+
+
+@dataclass(frozen=True, slots=True)
+class RunFailed(Event):
+    error: str  # "ValueError: bad shape"
+    traceback: str
+    epoch: int
+    step: int
+    exit_code: int = 1
+    duration: float = 0.0
+    summary: dict = field(default_factory=dict)
+    time: float = field(default_factory=_now)
+
+
+EVENT_TYPES: dict[str, type[Event]] = {
+    cls.__name__: cls
+    for cls in (
+        RunStarted, EpochStarted, PhaseStarted, StepStarted, StepCompleted, MetricsLogged,
+        PhaseCompleted, EpochCompleted, CheckpointStarted, CheckpointSaved, CheckpointDeleted,
+        CheckpointFailed, ControlReceived, RunPaused, RunResumed, OutputPrinted, DevicesSampled,
+        RunFinished, RunFailed,
+    )
+}
+
+
+def dumps(d: dict) -> str:
+    """One JSON line. Python's float repr is the shortest string that reads back exactly;
+    NaN and Infinity are written bare, as Python's json reads them."""
+    return json.dumps(d, separators=(",", ":"), ensure_ascii=False, default=_default)
+
+
+def _default(obj: Any) -> Any:
+    if hasattr(obj, "item"):  # a stray 0-d tensor or numpy scalar
+        return obj.item()
+    if isinstance(obj, (set, tuple)):
+        return list(obj)
+    return str(obj)
+
+
+def from_dict(d: dict) -> Event | None:
+    """An event read back from events.jsonl; None for an unknown name (a newer writer)."""
+    cls = EVENT_TYPES.get(d.get("event", ""))
+    if cls is None:
+        return None
+    names = {f.name for f in dataclasses.fields(cls)}
+    try:
+        return cls(**{k: v for k, v in d.items() if k in names})
+    except TypeError:
+        return None
+
+
+def parse_line(line: str) -> Event | None:
+    line = line.strip()
+    if not line:
+        return None
+    try:
+        return from_dict(json.loads(line))
+    except (ValueError, AttributeError):
+        return None
+
+
+def is_finite(x: float) -> bool:
+    return not (math.isnan(x) or math.isinf(x))

@@ -1,0 +1,77 @@
+"""Atomic, durable file writes: temporary file in the same folder, fsync, os.replace, fsync folder.
+
+A reader (or a process restarted after `kill -9`) sees the old file or the new one, never half of
+one. Must not import torch or textual.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, IO
+
+TMP_PREFIX = ".tmp-"
+
+
+def fsync_dir(folder: str | os.PathLike) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], None]) -> int:
+    """Write `path` through `write(fileobj)`; returns the size in bytes. Nothing is left on failure."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX + path.name + ".", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+            size = f.tell()
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    fsync_dir(path.parent)
+    return size
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> int:
+    return atomic_write(path, lambda f: f.write(data))
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> int:
+    return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: str | os.PathLike, obj: Any) -> int:
+    return atomic_write_text(path, json.dumps(obj, indent=2, default=str) + "\n")
+
+
+def remove_leftovers(folder: str | os.PathLike) -> list[Path]:
+    """Delete temporary files a killed writer left behind; returns what was removed."""
+    removed = []
+    folder = Path(folder)
+    if not folder.is_dir():
+        return removed
+    for p in folder.iterdir():
+        if p.name.startswith(TMP_PREFIX):
+            try:
+                p.unlink()
+                removed.append(p)
+            except OSError:
+                pass
+    return removed
