@@ -1,0 +1,171 @@
+"""Device utilization sampling: a daemon thread that emits `DevicesSampled` about once a second.
+
+CPU, memory and resident memory come from psutil; GPUs from NVML (the nvidia-ml-py package,
+imported as `pynvml`) when it imports and finds devices, plus PyTorch's allocator figure when
+torch is already imported and CUDA is initialized. A missing NVML means no GPUs, never an error.
+Must not import textual, and never imports torch itself.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from typing import Any, Callable
+
+import psutil
+
+from tuitrain.core.events import DevicesSampled, Event
+
+
+class _Nvml:
+    """Per-GPU readings through NVML; `handles` is empty when NVML is missing or finds nothing."""
+
+    def __init__(self) -> None:
+        self.handles: list[Any] = []
+        self.names: list[str] = []
+        self._nv: Any = None
+        try:
+            import pynvml  # type: ignore[import-not-found]
+
+            pynvml.nvmlInit()
+            self._nv = pynvml
+            for i in range(pynvml.nvmlDeviceGetCount()):
+                h = pynvml.nvmlDeviceGetHandleByIndex(i)
+                name = pynvml.nvmlDeviceGetName(h)
+                self.handles.append(h)
+                self.names.append(name.decode() if isinstance(name, bytes) else str(name))
+        except Exception:  # no driver, no library, no devices: simply no GPUs
+            self.handles = []
+
+    def sample(self) -> list[dict]:
+        nv = self._nv
+        gpus = []
+        for i, h in enumerate(self.handles):
+            gpu: dict[str, Any] = {"index": i, "name": self.names[i], "util": None, "mem_used": None,
+                                   "mem_total": None, "temp": None, "power": None, "torch_allocated": None}
+            # each reading may be unsupported on some boards; one missing value must not hide the rest
+            try:
+                gpu["util"] = float(nv.nvmlDeviceGetUtilizationRates(h).gpu)
+            except Exception:
+                pass
+            try:
+                mem = nv.nvmlDeviceGetMemoryInfo(h)
+                gpu["mem_used"], gpu["mem_total"] = int(mem.used), int(mem.total)
+            except Exception:
+                pass
+            try:
+                gpu["temp"] = float(nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU))
+            except Exception:
+                pass
+            try:
+                gpu["power"] = nv.nvmlDeviceGetPowerUsage(h) / 1000.0  # milliwatts -> watts
+            except Exception:
+                pass
+            gpus.append(gpu)
+        return gpus
+
+    def close(self) -> None:
+        if self._nv is not None:
+            try:
+                self._nv.nvmlShutdown()
+            except Exception:
+                pass
+            self._nv = None
+
+
+def _torch_allocated() -> dict[int, int]:
+    """Bytes held by PyTorch's CUDA allocator per device, only if this process already uses CUDA."""
+    torch = sys.modules.get("torch")  # never import torch just to sample
+    if torch is None:
+        return {}
+    try:
+        if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+            return {}
+        return {i: int(torch.cuda.memory_allocated(i)) for i in range(torch.cuda.device_count())}
+    except Exception:
+        return {}
+
+
+def _rss(proc: psutil.Process) -> int:
+    total = 0
+    try:
+        total = proc.memory_info().rss
+        for child in proc.children(recursive=True):  # data-loader workers count as ours
+            try:
+                total += child.memory_info().rss
+            except (psutil.Error, OSError):
+                pass
+    except (psutil.Error, OSError):
+        pass
+    return total
+
+
+class DeviceMonitor:
+    """Samples devices on a daemon thread and calls `emit(DevicesSampled(...))` every `interval` s."""
+
+    def __init__(self, emit: Callable[[Event], None], interval: float = 1.0, rank: int = 0) -> None:
+        self.emit = emit
+        self.interval = interval
+        self.rank = rank
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._nvml: _Nvml | None = None
+        self._proc = psutil.Process(os.getpid())
+
+    def start(self) -> "DeviceMonitor":
+        if self._thread is not None:
+            return self
+        self._thread = threading.Thread(target=self._run, name="tuitrain-devices", daemon=True)
+        self._thread.start()
+        return self
+
+    def sample(self) -> DevicesSampled:
+        """One reading now (also usable without the thread)."""
+        if self._nvml is None:
+            self._nvml = _Nvml()
+        vm = psutil.virtual_memory()
+        gpus = self._nvml.sample()
+        allocated = _torch_allocated()
+        for gpu in gpus:
+            gpu["torch_allocated"] = allocated.get(gpu["index"])
+        return DevicesSampled(
+            cpu=float(psutil.cpu_percent(interval=None)),
+            cpu_per_core=[float(x) for x in psutil.cpu_percent(interval=None, percpu=True)],
+            memory=float(vm.percent),
+            memory_used=int(vm.total - vm.available),
+            memory_total=int(vm.total),
+            rss=_rss(self._proc),
+            gpus=gpus,
+            rank=self.rank,
+            time=time.time(),
+        )
+
+    def _run(self) -> None:
+        try:
+            # cpu_percent measures since the previous call: prime it so the first sample is real
+            psutil.cpu_percent(interval=None)
+            psutil.cpu_percent(interval=None, percpu=True)
+        except Exception:
+            pass
+        while not self._stop.wait(self.interval):
+            try:
+                self.emit(self.sample())
+            except Exception:  # a failed sample or a failing sink must never end training
+                pass
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=max(2.0, 2 * self.interval))
+            self._thread = None
+        if self._nvml is not None:
+            self._nvml.close()
+            self._nvml = None
+
+    def __enter__(self) -> "DeviceMonitor":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
