@@ -1,0 +1,206 @@
+"""Checkpoints: capture the training state to CPU, write it atomically in the background, keep an index.
+
+The loop only waits while the state is copied to CPU memory (`snapshot`); a single writer thread does
+the disk work (never two writes at once), then applies the retention policy and rewrites
+`checkpoint/index.json`, which lists complete files only. Loading is always `weights_only=True`.
+Must not import textual.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import threading
+import time
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from . import fsutil
+from .events import CheckpointDeleted, CheckpointFailed, CheckpointSaved, Event
+from .retention import Entry, KeepAny, KeepBest, KeepLast, best_entry, decide
+
+FORMAT = "tuitrain-checkpoint"
+VERSION = 1
+INDEX = "index.json"
+
+
+class CheckpointError(Exception):
+    """A checkpoint that cannot be used: missing, not a tuitrain checkpoint, or not weights-only."""
+
+
+def snapshot(obj: Any) -> Any:
+    """A deep copy with every tensor detached and copied to CPU memory (the loop's only stall)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().to("cpu", copy=True)
+    if isinstance(obj, dict):  # keeps OrderedDict (state_dict) as it is: weights_only allows it
+        out = type(obj)() if type(obj) in (dict, OrderedDict) else {}
+        for k, v in obj.items():
+            out[k] = snapshot(v)
+        return out
+    if isinstance(obj, list):
+        return [snapshot(v) for v in obj]
+    if isinstance(obj, tuple):
+        return tuple(snapshot(v) for v in obj)
+    return obj
+
+
+def load_checkpoint(path: str | os.PathLike) -> dict:
+    """Load a tuitrain checkpoint with weights_only=True; CheckpointError on anything else."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: no such checkpoint file")
+    try:
+        data = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else "unsupported content"
+        raise CheckpointError(
+            f"{path}: refused: not loadable with weights_only=True (it would run code): {first}") from None
+    except Exception as e:  # torn or foreign file
+        raise CheckpointError(f"{path}: cannot read checkpoint: {type(e).__name__}: {e}") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise CheckpointError(f"{path}: not a tuitrain checkpoint (use [checkpoint] init_from for bare weights)")
+    return data
+
+
+def read_index(folder: str | os.PathLike) -> list[Entry]:
+    p = Path(folder) / INDEX
+    try:
+        rows = json.loads(p.read_text())
+    except (OSError, ValueError):
+        return []
+    out = []
+    for r in rows if isinstance(rows, list) else []:
+        try:
+            out.append(Entry(file=r["file"], epoch=int(r["epoch"]), step=int(r["step"]),
+                             metrics=dict(r.get("metrics") or {}), time=float(r.get("time", 0.0)),
+                             bytes=int(r.get("bytes", 0)), best=bool(r.get("best", False)),
+                             reason=str(r.get("reason", ""))))
+        except (KeyError, TypeError, ValueError):
+            continue
+    return out
+
+
+def latest_checkpoint(folder: str | os.PathLike) -> Path | None:
+    """The newest complete checkpoint listed in the index whose file is present."""
+    folder = Path(folder)
+    for e in sorted(read_index(folder), key=lambda e: (e.step, e.epoch, e.time), reverse=True):
+        p = folder / e.file
+        if p.is_file():
+            return p
+    return None
+
+
+class Checkpointer:
+    """Writes checkpoints for one run into `folder` (RUN_DIR/checkpoint), one at a time, in the background."""
+
+    def __init__(self, folder: str | os.PathLike, *, keep_last: int = 2, keep_best: int = 1,
+                 monitor: str = "valid/loss", mode: str = "min", every_n_epochs: int = 1,
+                 every_n_steps: int = 0, background: bool = True) -> None:
+        self.folder = Path(folder)
+        self.monitor, self.mode = monitor, mode
+        self.every_n_epochs, self.every_n_steps = every_n_epochs, every_n_steps
+        self.policy = KeepAny((KeepLast(keep_last), KeepBest(keep_best, monitor, mode)))
+        self.background = background
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._done: list[Event] = []  # events of finished writes, emitted by the loop
+        self._entries: list[Entry] | None = None
+        self.last_error: str = ""
+        #: hook for tests: replaces torch.save(obj, fileobj)
+        self.save_fn: Callable[[Any, Any], None] = torch.save
+
+    # --- setup ---------------------------------------------------------------------------------
+
+    def prepare(self) -> list[Path]:
+        """Create the folder, delete leftovers of a killed writer and files missing from the index."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        removed = fsutil.remove_leftovers(self.folder)
+        listed = {e.file for e in self.entries()}
+        for p in self.folder.glob("*.pt"):
+            if p.name not in listed:  # written but never indexed: the process died in between
+                p.unlink(missing_ok=True)
+                removed.append(p)
+        # drop index rows whose file vanished
+        present = [e for e in self.entries() if (self.folder / e.file).is_file()]
+        if len(present) != len(self.entries()):
+            self._write_index(present)
+        return removed
+
+    def entries(self) -> list[Entry]:
+        if self._entries is None:
+            self._entries = read_index(self.folder)
+        return list(self._entries)
+
+    # --- saving --------------------------------------------------------------------------------
+
+    def save(self, state: dict, *, epoch: int, step: int, metrics: dict, reason: str,
+             stall: float = 0.0) -> None:
+        """Queue a write of `state` (already a CPU snapshot). Waits for a write still running."""
+        self.wait()
+        name = f"epoch-{epoch:04d}-step-{step:08d}.pt"
+        args = (state, name, epoch, step, dict(metrics), reason, stall)
+        if self.background:
+            self._thread = threading.Thread(target=self._write, args=args, name="tuitrain-checkpoint",
+                                            daemon=True)
+            self._thread.start()
+        else:
+            self._write(*args)
+
+    def wait(self) -> None:
+        t = self._thread
+        if t is not None:
+            t.join()
+            self._thread = None
+
+    @property
+    def busy(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def take_events(self) -> list[Event]:
+        with self._lock:
+            out, self._done = self._done, []
+            return out
+
+    def _write(self, state, name, epoch, step, metrics, reason, stall) -> None:
+        t0 = time.perf_counter()
+        try:
+            size = fsutil.atomic_write(self.folder / name, lambda f: self.save_fn(state, f))
+            entry = Entry(file=name, epoch=epoch, step=step, metrics=metrics, time=time.time(),
+                          bytes=size, reason=reason)
+            entries = [e for e in self.entries() if e.file != name] + [entry]
+            keep, delete = decide(self.policy, entries)
+            best = best_entry(keep, self.monitor, self.mode)
+            keep = [Entry(**{**e.to_dict(), "best": best is not None and e.file == best.file}) for e in keep]
+            self._write_index(keep)  # the index first: a deleted file is never listed
+            events: list[Event] = []
+            for e in delete:
+                try:
+                    (self.folder / e.file).unlink(missing_ok=True)
+                    events.append(CheckpointDeleted(file=f"checkpoint/{e.file}"))
+                except OSError:
+                    pass
+            is_best = best is not None and best.file == name
+            saved = CheckpointSaved(file=f"checkpoint/{name}", epoch=epoch, step=step, metrics=metrics,
+                                    bytes=size, best=is_best, reason=reason, stall=stall,
+                                    write=time.perf_counter() - t0)
+            with self._lock:
+                self._done.append(saved)
+                self._done.extend(events)
+            self.last_error = ""
+        except Exception as e:  # disk full, permissions: reported, training goes on
+            self.last_error = f"{type(e).__name__}: {e}"
+            with self._lock:
+                self._done.append(CheckpointFailed(epoch=epoch, step=step, error=self.last_error,
+                                                   reason=reason))
+
+    def _write_index(self, entries: list[Entry]) -> None:
+        entries = sorted(entries, key=lambda e: (e.step, e.epoch, e.time))
+        fsutil.atomic_write_json(self.folder / INDEX, [e.to_dict() for e in entries])
+        self._entries = entries
+
+    def best(self) -> Entry | None:
+        return best_entry(self.entries(), self.monitor, self.mode)

@@ -1,0 +1,191 @@
+"""Data order and seeding: a resumable sampler, DataLoader building, and RNG state capture.
+
+`EpochSampler` draws each epoch's order from (seed, epoch) alone, so a resumed run can start an epoch
+at any batch by index, without loading and discarding the batches already seen. Must not import textual.
+"""
+
+from __future__ import annotations
+
+import random
+import warnings
+from typing import Any, Iterator
+
+import torch
+from torch.utils.data import (BatchSampler, DataLoader, Dataset, IterableDataset, RandomSampler,
+                              Sampler, SequentialSampler)
+
+
+def _mix(seed: int, epoch: int, salt: int = 0) -> int:
+    # a distinct 63-bit seed per (seed, epoch, salt); plain arithmetic keeps it stable across versions
+    return (seed * 1_000_003 + epoch * 7919 + salt * 104_729) & 0x7FFF_FFFF_FFFF_FFFF
+
+
+class EpochSampler(Sampler[int]):
+    """Shuffled (or sequential) indices of one epoch, starting at `start`; the order depends only on
+    (seed, epoch). Call `set_epoch(e, start)` before iterating."""
+
+    def __init__(self, length: int, shuffle: bool = True, seed: int = 0) -> None:
+        self.length = length
+        self.shuffle = shuffle
+        self.seed = seed
+        self.epoch = 1
+        self.start = 0
+
+    def set_epoch(self, epoch: int, start: int = 0) -> None:
+        self.epoch = epoch
+        self.start = max(0, min(start, self.length))
+
+    def order(self) -> list[int]:
+        if not self.shuffle:
+            return list(range(self.length))
+        g = torch.Generator()
+        g.manual_seed(_mix(self.seed, self.epoch))
+        return torch.randperm(self.length, generator=g).tolist()
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.order()[self.start:])
+
+    def __len__(self) -> int:
+        return self.length - self.start
+
+
+class _WorkerSeeder:
+    """worker_init_fn: seeds NumPy in each worker from the seed torch gave it (picklable)."""
+
+    def __init__(self, user_fn=None) -> None:
+        self.user_fn = user_fn
+
+    def __call__(self, worker_id: int) -> None:
+        seed = torch.initial_seed() % 2**32
+        random.seed(seed)
+        try:
+            import numpy as np
+
+            np.random.seed(seed)
+        except ImportError:
+            pass
+        if self.user_fn is not None:
+            self.user_fn(worker_id)
+
+
+class ResumableLoader:
+    """Wraps a DataLoader built on an EpochSampler: `epoch_iter(epoch, skip_batches)`."""
+
+    def __init__(self, loader: DataLoader, sampler: EpochSampler | None, seed: int) -> None:
+        self.loader = loader
+        self.sampler = sampler
+        self.seed = seed
+        self.batch_size = loader.batch_size or 1
+
+    def batches_per_epoch(self) -> int:
+        if self.sampler is None:
+            try:
+                return len(self.loader)
+            except TypeError:
+                return 0
+        n = self.sampler.length
+        bs = self.batch_size
+        return n // bs if self.loader.drop_last else -(-n // bs)
+
+    def epoch_iter(self, epoch: int, skip_batches: int = 0):
+        if self.sampler is not None:
+            self.sampler.set_epoch(epoch, skip_batches * self.batch_size)
+        elif skip_batches:
+            warnings.warn("this DataLoader's sampler cannot start mid-epoch; the epoch restarts from its "
+                          "first batch", stacklevel=2)
+        gen = self.loader.generator
+        if gen is not None:  # worker seeds follow (seed, epoch), not how many epochs ran before
+            gen.manual_seed(_mix(self.seed, epoch, 1))
+        return iter(self.loader)
+
+
+def build_loader(data: Any, *, batch_size: int, shuffle: bool, num_workers: int = 0, seed: int = 0,
+                 drop_last: bool = False, pin_memory: bool = False) -> ResumableLoader | None:
+    """A ResumableLoader from a Dataset or a DataLoader (rebuilt on an EpochSampler when its sampler is
+    a plain Random/SequentialSampler); None passes through."""
+    if data is None:
+        return None
+    if isinstance(data, ResumableLoader):
+        return data
+    if isinstance(data, DataLoader):
+        return _adopt(data, seed)
+    if isinstance(data, IterableDataset):
+        loader = DataLoader(data, batch_size=batch_size, num_workers=num_workers, pin_memory=pin_memory,
+                            drop_last=drop_last, worker_init_fn=_WorkerSeeder(),
+                            generator=torch.Generator())
+        return ResumableLoader(loader, None, seed)
+    if not isinstance(data, Dataset) and not hasattr(data, "__getitem__"):
+        raise TypeError(f"expected a Dataset or a DataLoader, got {type(data).__name__}")
+    sampler = EpochSampler(len(data), shuffle=shuffle, seed=seed)
+    loader = DataLoader(data, batch_size=batch_size, sampler=sampler, num_workers=num_workers,
+                        drop_last=drop_last, pin_memory=pin_memory, worker_init_fn=_WorkerSeeder(),
+                        generator=torch.Generator(), persistent_workers=False)
+    return ResumableLoader(loader, sampler, seed)
+
+
+def _adopt(loader: DataLoader, seed: int) -> ResumableLoader:
+    plain = (type(loader.batch_sampler) is BatchSampler
+             and type(loader.sampler) in (RandomSampler, SequentialSampler)
+             and not isinstance(loader.dataset, IterableDataset))
+    if not plain:
+        return ResumableLoader(loader, None, seed)
+    if isinstance(loader.sampler, RandomSampler) and (loader.sampler.replacement
+                                                      or loader.sampler._num_samples is not None):
+        return ResumableLoader(loader, None, seed)
+    sampler = EpochSampler(len(loader.dataset), shuffle=isinstance(loader.sampler, RandomSampler), seed=seed)
+    kwargs = dict(batch_size=loader.batch_size, sampler=sampler, num_workers=loader.num_workers,
+                  collate_fn=loader.collate_fn, pin_memory=loader.pin_memory, drop_last=loader.drop_last,
+                  timeout=loader.timeout, worker_init_fn=_WorkerSeeder(loader.worker_init_fn),
+                  generator=torch.Generator(), persistent_workers=loader.persistent_workers)
+    if loader.num_workers > 0:
+        kwargs["prefetch_factor"] = loader.prefetch_factor
+        kwargs["multiprocessing_context"] = loader.multiprocessing_context
+    return ResumableLoader(DataLoader(loader.dataset, **kwargs), sampler, seed)
+
+
+# --- global RNG state ----------------------------------------------------------------------------
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    torch.manual_seed(seed)  # also seeds every CUDA device
+    try:
+        import numpy as np
+
+        np.random.seed(seed % 2**32)
+    except ImportError:
+        pass
+
+
+def rng_state() -> dict:
+    """Every global RNG state, in types that torch.load(weights_only=True) accepts."""
+    version, internal, gauss = random.getstate()
+    state: dict[str, Any] = {"python": [version, list(internal), gauss], "torch": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    try:
+        import numpy as np
+
+        name, keys, pos, has_gauss, cached = np.random.get_state()
+        state["numpy"] = [name, torch.from_numpy(keys.astype("int64")), int(pos), int(has_gauss), float(cached)]
+    except ImportError:
+        pass
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        cuda = state["cuda"]
+        if len(cuda) == torch.cuda.device_count():
+            torch.cuda.set_rng_state_all(cuda)
+    if "numpy" in state:
+        try:
+            import numpy as np
+
+            name, keys, pos, has_gauss, cached = state["numpy"]
+            np.random.set_state((name, keys.numpy().astype("uint32"), pos, has_gauss, cached))
+        except ImportError:
+            pass

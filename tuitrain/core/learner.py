@@ -1,0 +1,478 @@
+"""The Learner: runs phases over epochs, applies control at step boundaries, checkpoints, emits events.
+
+Everything that leaves the loop is an event on `learner.bus`; the loop reads the `Interrupter` flags at
+step boundaries and never waits on a UI. Must not import textual.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import platform
+import sys
+import time
+import traceback
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import torch
+
+from . import checkpoint as ckpt
+from .callbacks import EventBus
+from .control import Interrupter
+from .data import ResumableLoader, build_loader, rng_state, seed_everything, set_rng_state
+from .early_stopping import EarlyStopping
+from .fsutil import atomic_write
+from .events import (CheckpointStarted, ControlReceived, EpochCompleted, EpochStarted, MetricsLogged,
+                     OutputPrinted, RunFailed, RunFinished, RunPaused, RunResumed, RunStarted)
+from .metrics import MetricSet, StepOutput
+from .output import capture_output
+from .phases import CancelFitting, NonFiniteLoss, Phase, TrainPhase, ValidPhase
+
+EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
+
+
+@dataclass
+class TrainState:
+    """Where training is; callbacks receive it as their second argument."""
+
+    epoch: int = 1
+    epochs: int = 1
+    step: int = 0  # optimizer steps done (global)
+    batch: int = 0  # training batches consumed in this epoch
+    stage: str = "train"  # where the epoch is: "train", "valid" or "done"
+    phase: str = ""
+    last: StepOutput | None = None
+    history: dict = field(default_factory=dict)  # "train/loss" -> [[epoch, value], ...]
+    epoch_metrics: dict = field(default_factory=dict)  # this epoch's "split/name" -> value
+    last_logged: dict = field(default_factory=dict)
+    stop_reason: str = ""
+
+
+@dataclass
+class FitResult:
+    model: torch.nn.Module
+    status: str  # "completed", "interrupted", "failed"
+    exit_code: int
+    reason: str
+    summary: dict
+    best: dict
+    error: str = ""
+
+
+def resolve_device(spec: str | torch.device = "auto") -> torch.device:
+    if isinstance(spec, torch.device):
+        return spec
+    if spec == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    dev = torch.device(spec)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError(f"device {spec!r} requested but CUDA is not available")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise RuntimeError(f"device {spec!r} requested but only {torch.cuda.device_count()} CUDA device(s)")
+    if dev.type == "mps" and not torch.backends.mps.is_available():
+        raise RuntimeError("device 'mps' requested but MPS is not available")
+    return dev
+
+
+def env_info(device: torch.device) -> dict:
+    info = {"python": platform.python_version(), "torch": torch.__version__, "platform": platform.platform(),
+            "host": platform.node(), "cpus": os.cpu_count(), "device": str(device),
+            "cuda": torch.version.cuda if torch.cuda.is_available() else None}
+    if torch.cuda.is_available():
+        info["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    return info
+
+
+def summarize(history: dict) -> dict:
+    out = {}
+    for key, rows in history.items():
+        vals = [(v, e) for e, v in rows if isinstance(v, (int, float)) and not math.isnan(v)]
+        if not vals:
+            continue
+        lo = min(vals, key=lambda t: t[0])
+        hi = max(vals, key=lambda t: t[0])
+        out[key] = {"min": lo[0], "min_epoch": lo[1], "max": hi[0], "max_epoch": hi[1], "last": rows[-1][1]}
+    return out
+
+
+class Learner:
+    """Trains `model` with `optimizer`; `fit(train, valid)` returns a FitResult.
+
+    `train`/`valid` may be Datasets (loaders are built with `batch_size`, `shuffle`, `num_workers`) or
+    DataLoaders. Metrics are names ("loss", "accuracy", "top5_accuracy", "lr", "throughput",
+    "step_time"), `Metric` objects or torchmetrics metrics.
+    """
+
+    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, *, loss_fn=None,
+                 scheduler=None, scheduler_interval: str = "step",
+                 train_metrics: Sequence = ("loss",), valid_metrics: Sequence = ("loss",),
+                 callbacks: Iterable = (), epochs: int = 1, max_steps: int = 0, grad_accumulation: int = 1,
+                 clip_grad_norm: float = 0.0, precision: str = "32", device: str | torch.device = "auto",
+                 validate_every: int = 1, log_every_n_steps: int = 10, seed: int | None = None,
+                 batch_size: int = 32, shuffle: bool = True, num_workers: int = 0,
+                 interrupter: Interrupter | None = None, checkpointer: ckpt.Checkpointer | None = None,
+                 early_stopping: EarlyStopping | None = None, run_dir: str | os.PathLike | None = None,
+                 train_phase: Phase | None = None, valid_phase: Phase | None = None,
+                 capture_output: bool = False, config: dict | None = None, experiment: str = "") -> None:
+        if grad_accumulation < 1 or epochs < 0 or max_steps < 0 or log_every_n_steps < 1 or validate_every < 1:
+            raise ValueError("grad_accumulation, log_every_n_steps, validate_every must be >= 1; epochs, "
+                             "max_steps >= 0")
+        self.device = resolve_device(device)
+        self.raw_model = model.to(self.device)
+        self.model = self.raw_model
+        self.optimizer = optimizer
+        self.loss_fn = loss_fn
+        self.scheduler = scheduler
+        self.scheduler_interval = scheduler_interval
+        self.epochs, self.max_steps = epochs, max_steps
+        self.grad_accumulation = grad_accumulation
+        self.clip_grad_norm = clip_grad_norm
+        self.validate_every = validate_every
+        self.log_every_n_steps = log_every_n_steps
+        self.seed = seed
+        self.batch_size, self.shuffle, self.num_workers = batch_size, shuffle, num_workers
+        self.interrupter = interrupter or Interrupter()
+        self.early_stopping = early_stopping
+        self.train_phase = train_phase or TrainPhase()
+        self.valid_phase = valid_phase or ValidPhase()
+        self.capture_output = capture_output
+        self.config = config or {}
+        self.experiment = experiment
+        self.run_dir = Path(run_dir) if run_dir is not None else None
+        self.bus = EventBus()
+        if self.run_dir is not None:
+            from ..sinks import standard_sinks  # files only; no screen
+
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            for sink in standard_sinks(self.run_dir):
+                self.bus.subscribe(sink)
+            if checkpointer is None:
+                checkpointer = ckpt.Checkpointer(self.run_dir / "checkpoint")
+        for cb in callbacks:
+            self.bus.subscribe(cb)
+        self.checkpointer = checkpointer
+        self.metric_sets = {"train": MetricSet(train_metrics, optimizer),
+                            "valid": MetricSet(valid_metrics, optimizer)}
+        self._setup_precision(precision)
+        self.move_batches = self.device.type != "cpu"
+        self.non_blocking = self.device.type == "cuda"
+        # a CPU loss reads back for free, so every step is checked; elsewhere only logged steps
+        self.check_every_step = self.device.type == "cpu"
+        self.state = TrainState(epochs=epochs)
+        self.bus.state = self.state
+        self._ckpt_step_due = False
+        self._valid_rng: dict | None = None
+        self._last_ckpt_step = -1
+
+    # --- precision -----------------------------------------------------------------------------
+
+    def _setup_precision(self, precision: str) -> None:
+        self.precision = precision
+        self.scaler = None
+        self._autocast_dtype = None
+        if precision in ("32", "32-true", "fp32"):
+            return
+        if precision in ("16-mixed", "16"):
+            if self.device.type == "cuda":
+                self._autocast_dtype = torch.float16
+                self.scaler = torch.amp.GradScaler("cuda")
+                return
+            warnings.warn(f"precision '16-mixed' needs CUDA; using bf16-mixed on {self.device.type}",
+                          stacklevel=3)
+            self.precision = "bf16-mixed"
+        if self.precision in ("bf16-mixed", "bf16"):
+            self._autocast_dtype = torch.bfloat16
+            return
+        raise ValueError(f"unknown precision {precision!r}: use '32', 'bf16-mixed' or '16-mixed'")
+
+    def autocast(self):
+        if self._autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=self._autocast_dtype)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        if self.scaler is not None:
+            self.scaler.scale(loss).backward()
+        else:
+            loss.backward()
+
+    def optimizer_step(self) -> None:
+        opt = self.optimizer
+        if self.clip_grad_norm > 0:
+            if self.scaler is not None:
+                self.scaler.unscale_(opt)
+            torch.nn.utils.clip_grad_norm_(self.raw_model.parameters(), self.clip_grad_norm)
+        if self.scaler is not None:
+            self.scaler.step(opt)
+            self.scaler.update()
+        else:
+            opt.step()
+        opt.zero_grad(set_to_none=True)
+        if self.scheduler is not None and self.scheduler_interval == "step":
+            self.scheduler.step()
+
+    # --- per-step hooks called by phases -------------------------------------------------------
+
+    def log_step(self, metrics: MetricSet, split: str, state: TrainState, batch: int, total: int) -> None:
+        values = metrics.read_window()
+        loss = values.get("loss")
+        if loss is not None and not math.isfinite(loss):
+            raise NonFiniteLoss(loss, state.epoch, state.step)
+        state.last_logged = values
+        self.bus.emit(MetricsLogged(split=split, epoch=state.epoch, step=state.step, metrics=values,
+                                    scope="step", batch=batch, batches=total))
+
+    def after_train_step(self, state: TrainState) -> None:
+        every = self.checkpointer.every_n_steps if self.checkpointer is not None else 0
+        if every and state.step % every == 0:
+            self._ckpt_step_due = True
+
+    def checkpointer_due(self, state: TrainState) -> bool:
+        return self._ckpt_step_due
+
+    def at_boundary(self, state: TrainState) -> None:
+        """Apply control requests and due checkpoints; raises CancelFitting on a stop."""
+        it = self.interrupter
+        self._flush_checkpoint_events()
+        for command, source, detail in it.take_log():
+            self.bus.emit(ControlReceived(command=command, source=source, detail=detail))
+        if self._ckpt_step_due:
+            self._ckpt_step_due = False
+            self.save_checkpoint("step")
+        if it.take_checkpoint():
+            self.save_checkpoint("request")
+        if it.paused and not it.stop_requested:
+            t0 = time.monotonic()
+            self.bus.emit(RunPaused(epoch=state.epoch, step=state.step))
+            while it.paused and not it.stop_requested:
+                it.wait_while_paused(0.1)
+                for command, source, detail in it.take_log():
+                    self.bus.emit(ControlReceived(command=command, source=source, detail=detail))
+                if it.take_checkpoint():
+                    self.save_checkpoint("request")
+                self._flush_checkpoint_events()
+            paused_for = time.monotonic() - t0
+            for ms in self.metric_sets.values():
+                ms.pause_clock(paused_for)
+            self.bus.emit(RunResumed(epoch=state.epoch, step=state.step, paused_for=paused_for))
+        for command, source, detail in it.take_log():
+            self.bus.emit(ControlReceived(command=command, source=source, detail=detail))
+        it.settle()
+        if it.stop_requested:
+            raise CancelFitting("stopped")
+
+    # --- checkpoints ---------------------------------------------------------------------------
+
+    def state_dict(self) -> dict:
+        """Everything an exact resume needs (live references; `snapshot` copies it)."""
+        s = self.state
+        in_valid = s.stage == "valid"
+        return {
+            "format": ckpt.FORMAT, "version": ckpt.VERSION,
+            "model": self.raw_model.state_dict(),
+            "optimizers": [self.optimizer.state_dict()],
+            "schedulers": [self.scheduler.state_dict()] if self.scheduler is not None else [],
+            "scaler": self.scaler.state_dict() if self.scaler is not None else None,
+            # mid-validation, the RNG as it was when validation began: a resume re-runs validation
+            "rng": self._valid_rng if in_valid and self._valid_rng is not None else rng_state(),
+            "epoch": s.epoch, "step": s.step, "batch": s.batch, "stage": s.stage,
+            "metrics": {k: v.state_dict() for k, v in self.metric_sets.items()},
+            "history": s.history, "epoch_metrics": s.epoch_metrics,
+            "early_stopping": self.early_stopping.state_dict() if self.early_stopping else None,
+            "config": self.config,
+        }
+
+    def save_checkpoint(self, reason: str) -> None:
+        if self.checkpointer is None:
+            return
+        s = self.state
+        if self._last_ckpt_step == (s.epoch, s.step, s.stage):
+            return  # this exact state is already on disk (or being written)
+        self.bus.emit(CheckpointStarted(epoch=s.epoch, step=s.step, reason=reason))
+        t0 = time.perf_counter()
+        snap = ckpt.snapshot(self.state_dict())
+        stall = time.perf_counter() - t0
+        if s.stage == "done":
+            metrics = dict(s.epoch_metrics)
+        else:
+            metrics = {f"train/{k}": v for k, v in s.last_logged.items()}
+        self.checkpointer.save(snap, epoch=s.epoch, step=s.step, metrics=metrics, reason=reason, stall=stall)
+        self._last_ckpt_step = (s.epoch, s.step, s.stage)
+        if not self.checkpointer.background:
+            self._flush_checkpoint_events()
+
+    def _flush_checkpoint_events(self) -> None:
+        if self.checkpointer is not None:
+            for e in self.checkpointer.take_events():
+                self.bus.emit(e)
+
+    def load_state_dict(self, data: dict) -> None:
+        self.raw_model.load_state_dict(data["model"])
+        self.optimizer.load_state_dict(data["optimizers"][0])
+        if self.scheduler is not None and data["schedulers"]:
+            self.scheduler.load_state_dict(data["schedulers"][0])
+        if self.scaler is not None and data.get("scaler"):
+            self.scaler.load_state_dict(data["scaler"])
+        for k, ms in self.metric_sets.items():
+            if k in data["metrics"]:
+                ms.load_state_dict(data["metrics"][k])
+        if self.early_stopping is not None and data.get("early_stopping"):
+            self.early_stopping.load_state_dict(data["early_stopping"])
+        s = self.state
+        s.epoch, s.step, s.batch, s.stage = data["epoch"], data["step"], data["batch"], data["stage"]
+        s.history = {k: [list(r) for r in v] for k, v in data["history"].items()}
+        s.epoch_metrics = dict(data["epoch_metrics"])
+        set_rng_state(data["rng"])
+        self._last_ckpt_step = (s.epoch, s.step, s.stage)
+
+    # --- the run -------------------------------------------------------------------------------
+
+    def _loader(self, data, shuffle: bool) -> ResumableLoader | None:
+        return build_loader(data, batch_size=self.batch_size, shuffle=shuffle, num_workers=self.num_workers,
+                            seed=self.seed if self.seed is not None else 0)
+
+    def fit(self, train_data, valid_data=None, resume: str | os.PathLike | dict | None = None) -> FitResult:
+        """Train; returns a FitResult (never raises for errors in user code: status "failed")."""
+        ctx = capture_output(self.bus.emit) if self.capture_output else contextlib.nullcontext()
+        with ctx:
+            return self._fit(train_data, valid_data, resume)
+
+    def _fit(self, train_data, valid_data, resume) -> FitResult:
+        t_start = time.monotonic()
+        s = self.state
+        resumed_from = ""
+        try:
+            if self.seed is not None:
+                seed_everything(self.seed)
+            train = self._loader(train_data, self.shuffle)
+            valid = self._loader(valid_data, False)
+            if self.checkpointer is not None:
+                self.checkpointer.prepare()
+            if resume is not None:
+                data = resume if isinstance(resume, dict) else ckpt.load_checkpoint(resume)
+                resumed_from = "" if isinstance(resume, dict) else str(resume)
+                self.load_state_dict(data)
+            batches = train.batches_per_epoch()
+            steps_per_epoch = -(-batches // self.grad_accumulation) if batches else 0
+            if s.stage == "done":
+                s.epoch, s.batch, s.stage = s.epoch + 1, 0, "train"
+            self.bus.emit(RunStarted(
+                run_dir=str(self.run_dir or ""), experiment=self.experiment, epochs=self.epochs,
+                max_steps=self.max_steps, steps_per_epoch=steps_per_epoch, batch_size=train.batch_size,
+                start_epoch=s.epoch, start_step=s.step, resumed_from=resumed_from, pid=os.getpid(),
+                env=env_info(self.device), config=self.config))
+            try:
+                reason = self._epochs(train, valid)
+                status, code = "completed", EXIT_OK
+            except CancelFitting as stop:
+                reason = stop.reason
+                status, code = ("interrupted", EXIT_INTERRUPTED) if reason == "stopped" else ("completed", EXIT_OK)
+            self._final_checkpoint("end" if status == "completed" else "stop")
+            if self.run_dir is not None:
+                atomic_write(self.run_dir / "model.pt", lambda f: torch.save(self.raw_model.state_dict(), f))
+        except KeyboardInterrupt:  # a second Ctrl+C: leave now, earlier checkpoints stay valid
+            reason, status, code = "killed", "interrupted", EXIT_INTERRUPTED
+            self._finish_checkpoints()
+        except BaseException as e:  # user code failed: report, keep earlier checkpoints, exit 1
+            return self._failed(e, t_start)
+        best = self._best()
+        summary = summarize(s.history)
+        self.bus.emit(RunFinished(status=status, exit_code=code, epoch=s.epoch, step=s.step, reason=reason,
+                                  duration=time.monotonic() - t_start, summary=summary, best=best))
+        self.bus.close()
+        return FitResult(self.raw_model, status, code, reason, summary, best)
+
+    def _epochs(self, train: ResumableLoader, valid: ResumableLoader | None) -> str:
+        s = self.state
+        while s.epoch <= self.epochs:
+            if self.max_steps and s.step >= self.max_steps:
+                return "max_steps"
+            e = s.epoch
+            t0 = time.monotonic()
+            if s.stage == "train":
+                self.bus.emit(EpochStarted(epoch=e, epochs=self.epochs, step=s.step))
+                if s.batch == 0:
+                    s.epoch_metrics = {}
+                res = self.train_phase.run(self, train, s, start_batch=s.batch)
+                self._record(self.train_phase.split, res)
+                s.stage = "valid"
+                self._valid_rng = rng_state()
+            if s.stage == "valid":
+                if valid is not None and e % self.validate_every == 0:
+                    res = self.valid_phase.run(self, valid, s)
+                    self._record(self.valid_phase.split, res)
+                s.stage = "done"
+                self._valid_rng = None
+            if self.scheduler is not None and self.scheduler_interval == "epoch":
+                self.scheduler.step()
+            stop_early = False
+            if self.early_stopping is not None:
+                stop_early = self.early_stopping.update(s.epoch_metrics, e)
+            self.bus.emit(EpochCompleted(epoch=e, epochs=self.epochs, step=s.step,
+                                         metrics=dict(s.epoch_metrics), duration=time.monotonic() - t0))
+            every = self.checkpointer.every_n_epochs if self.checkpointer is not None else 0
+            if every and e % every == 0 and e < self.epochs and not stop_early and s.stop_reason != "max_steps":
+                self.save_checkpoint("epoch")
+            if stop_early:
+                self.bus.emit(OutputPrinted(text=self.early_stopping.message, stream="tuitrain"))
+                return "early_stopping"
+            if s.stop_reason == "max_steps":
+                return "max_steps"
+            self.at_boundary(s)
+            s.epoch, s.batch, s.stage = e + 1, 0, "train"
+        s.epoch = min(s.epoch, max(self.epochs, 1))
+        s.stage = "done"
+        return "epochs"
+
+    def _record(self, split: str, values: dict) -> None:
+        s = self.state
+        for k, v in values.items():
+            key = f"{split}/{k}"
+            s.epoch_metrics[key] = v
+            s.history.setdefault(key, []).append([s.epoch, v])
+
+    def _final_checkpoint(self, reason: str) -> None:
+        try:
+            self.save_checkpoint(reason)
+            if self.checkpointer is not None:
+                self.checkpointer.wait()
+                if self.checkpointer.last_error and reason == "end":
+                    raise RuntimeError(f"the final checkpoint could not be written: {self.checkpointer.last_error}")
+        finally:
+            self._flush_checkpoint_events()
+
+    def _finish_checkpoints(self) -> None:
+        if self.checkpointer is not None:
+            self.checkpointer.wait()
+            self._flush_checkpoint_events()
+
+    def _best(self) -> dict:
+        if self.checkpointer is None:
+            return {}
+        b = self.checkpointer.best()
+        if b is None:
+            return {}
+        return {"file": f"checkpoint/{b.file}", "monitor": self.checkpointer.monitor,
+                "value": b.metrics.get(self.checkpointer.monitor), "epoch": b.epoch, "step": b.step}
+
+    def _failed(self, e: BaseException, t_start: float) -> FitResult:
+        s = self.state
+        try:
+            self._finish_checkpoints()
+        except Exception:
+            pass
+        tb = "".join(traceback.format_exception(e))
+        msg = str(e) if isinstance(e, NonFiniteLoss) else f"{type(e).__name__}: {e}"
+        summary = summarize(s.history)
+        self.bus.emit(RunFailed(error=msg, traceback=tb, epoch=s.epoch, step=s.step,
+                                duration=time.monotonic() - t_start, summary=summary))
+        self.bus.close()
+        return FitResult(self.raw_model, "failed", EXIT_FAILED, "failed", summary, self._best(), error=msg)

@@ -1,0 +1,337 @@
+"""Metrics: accumulated on the device per batch, turned into floats only when a value is due.
+
+Each metric keeps a running "window" (since the last logged step) and folds it into the phase total
+when the window is read, so a step costs one in-place tensor op per metric and no device sync.
+Must not import textual.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+
+@dataclass
+class StepOutput:
+    """What a step returns: the loss and, for metrics such as accuracy, the output and the target."""
+
+    loss: Any = None
+    output: Any = None
+    target: Any = None
+    items: int = 0  # batch size used to weight averages; found from target/output when 0
+
+    @classmethod
+    def of(cls, value: Any) -> "StepOutput":
+        if isinstance(value, StepOutput):
+            return value
+        if isinstance(value, torch.Tensor):
+            return cls(loss=value)
+        if isinstance(value, dict):
+            if "loss" not in value:
+                raise ValueError("a train_step/valid_step dict must have a 'loss' entry")
+            return cls(loss=value["loss"], output=value.get("output"), target=value.get("target"),
+                       items=int(value.get("items", 0) or 0))
+        if hasattr(value, "loss"):
+            return cls(loss=value.loss, output=getattr(value, "output", None),
+                       target=getattr(value, "target", None), items=int(getattr(value, "items", 0) or 0))
+        raise TypeError(f"a step must return a loss tensor, a dict with 'loss' or an object with .loss, "
+                        f"got {type(value).__name__}")
+
+
+class Context:
+    """What a metric may read when asked for a value: the optimizer and the window/phase counters."""
+
+    def __init__(self) -> None:
+        self.optimizer = None
+        self.window_items = 0
+        self.window_steps = 0
+        self.window_time = 0.0
+        self.phase_items = 0
+        self.phase_steps = 0
+        self.phase_time = 0.0
+
+
+class Metric:
+    name = "metric"
+
+    def update(self, out: StepOutput, n: int) -> None:
+        """Called per batch with tensors; must not sync the device."""
+
+    def window(self, ctx: Context) -> float | None:
+        """The value since the last call (then folded into the phase total)."""
+        return None
+
+    def phase(self, ctx: Context) -> float | None:
+        return None
+
+    def reset(self) -> None:
+        pass
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
+
+
+class _Ratio(Metric):
+    """sum(numerator)/sum(denominator), the numerator accumulated as a device tensor."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self._acc: torch.Tensor | None = None
+        self._count = 0
+        self.total = 0.0
+        self.count = 0
+
+    def _add(self, value: torch.Tensor, n: int, weight: float = 1.0) -> None:
+        if self._acc is None:
+            dtype = torch.float32 if value.device.type == "mps" else torch.float64
+            self._acc = torch.zeros((), dtype=dtype, device=value.device)
+        self._acc.add_(value.detach(), alpha=weight)
+        self._count += n
+
+    def _fold(self) -> tuple[float, int]:
+        if self._acc is None or self._count == 0:
+            return 0.0, 0
+        s, c = float(self._acc), self._count
+        self._acc.zero_()
+        self._count = 0
+        self.total += s
+        self.count += c
+        return s, c
+
+    def window(self, ctx: Context) -> float | None:
+        s, c = self._fold()
+        return s / c if c else None
+
+    def phase(self, ctx: Context) -> float | None:
+        self._fold()
+        return self.total / self.count if self.count else None
+
+    def state_dict(self) -> dict:
+        s, c = (float(self._acc), self._count) if self._acc is not None else (0.0, 0)
+        return {"window": s, "window_count": c, "total": self.total, "count": self.count}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.reset()
+        self.total, self.count = float(state["total"]), int(state["count"])
+        if state["window_count"]:
+            self._acc = torch.tensor(state["window"], dtype=torch.float64)
+            self._count = int(state["window_count"])
+
+
+class Loss(_Ratio):
+    name = "loss"
+
+    def update(self, out: StepOutput, n: int) -> None:
+        self._add(out.loss, n, float(n))
+
+
+def _predictions(output: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    if target.dim() == output.dim() and target.is_floating_point() and output.shape[-1] > 1:
+        target = target.argmax(-1)  # one-hot or soft targets
+    if output.dim() == target.dim() + 1 and output.shape[-1] > 1:
+        return output.argmax(-1), target
+    return (output.reshape(target.shape) > 0).to(target.dtype), target  # binary logits
+
+
+class Accuracy(_Ratio):
+    name = "accuracy"
+
+    def update(self, out: StepOutput, n: int) -> None:
+        if out.output is None or out.target is None:
+            raise ValueError("metric 'accuracy' needs the step to return 'output' and 'target'")
+        pred, target = _predictions(out.output.detach(), out.target)
+        self._add((pred == target).sum(), target.numel())
+
+
+class TopKAccuracy(_Ratio):
+    def __init__(self, k: int) -> None:
+        super().__init__()
+        self.k = k
+        self.name = f"top{k}_accuracy"
+
+    def update(self, out: StepOutput, n: int) -> None:
+        if out.output is None or out.target is None:
+            raise ValueError(f"metric '{self.name}' needs the step to return 'output' and 'target'")
+        output, target = out.output.detach(), out.target
+        k = min(self.k, output.shape[-1])
+        hit = output.topk(k, dim=-1).indices.eq(target.unsqueeze(-1)).any(-1)
+        self._add(hit.sum(), target.numel())
+
+
+class LearningRate(Metric):
+    name = "lr"
+
+    def window(self, ctx: Context) -> float | None:
+        return float(ctx.optimizer.param_groups[0]["lr"]) if ctx.optimizer is not None else None
+
+    phase = window
+
+
+class Throughput(Metric):
+    """Items per second."""
+
+    name = "throughput"
+
+    def window(self, ctx: Context) -> float | None:
+        return ctx.window_items / ctx.window_time if ctx.window_time > 0 else None
+
+    def phase(self, ctx: Context) -> float | None:
+        return ctx.phase_items / ctx.phase_time if ctx.phase_time > 0 else None
+
+
+class StepTime(Metric):
+    """Seconds per optimizer step (per batch in validation)."""
+
+    name = "step_time"
+
+    def window(self, ctx: Context) -> float | None:
+        return ctx.window_time / ctx.window_steps if ctx.window_steps else None
+
+    def phase(self, ctx: Context) -> float | None:
+        return ctx.phase_time / ctx.phase_steps if ctx.phase_steps else None
+
+
+class TorchMetric(Metric):
+    """Any torchmetrics `Metric`: updated with (output, target); a logged step shows the running value."""
+
+    def __init__(self, metric: Any, name: str) -> None:
+        self.metric = metric
+        self.name = name
+
+    def update(self, out: StepOutput, n: int) -> None:
+        if out.output is None or out.target is None:
+            raise ValueError(f"metric '{self.name}' needs the step to return 'output' and 'target'")
+        if getattr(self.metric, "device", None) != out.output.device:
+            self.metric.to(out.output.device)
+        self.metric.update(out.output.detach(), out.target)
+
+    def window(self, ctx: Context) -> float | None:
+        return self.phase(ctx)
+
+    def phase(self, ctx: Context) -> float | None:
+        if getattr(self.metric, "update_count", 1) == 0:
+            return None
+        value = self.metric.compute()
+        return float(value) if isinstance(value, torch.Tensor) and value.numel() == 1 else None
+
+    def reset(self) -> None:
+        self.metric.reset()
+
+    def state_dict(self) -> dict:
+        return {k: (v.detach().cpu().clone() if isinstance(v, torch.Tensor) else v)
+                for k, v in getattr(self.metric, "metric_state", {}).items()
+                if isinstance(v, torch.Tensor)}
+
+    def load_state_dict(self, state: dict) -> None:
+        for k, v in state.items():
+            setattr(self.metric, k, v)
+        if state and hasattr(self.metric, "_update_count"):
+            self.metric._update_count = max(1, self.metric._update_count)
+
+
+BUILTIN = {"loss": Loss, "accuracy": Accuracy, "lr": LearningRate, "throughput": Throughput,
+           "step_time": StepTime}
+_TOPK = re.compile(r"^top(\d+)_accuracy$")
+
+
+def make_metric(spec: Any) -> Metric:
+    """A metric from a name ("loss", "top5_accuracy"), a Metric, or a torchmetrics object."""
+    if isinstance(spec, Metric):
+        return spec
+    if isinstance(spec, str):
+        if spec in BUILTIN:
+            return BUILTIN[spec]()
+        m = _TOPK.match(spec)
+        if m and int(m.group(1)) >= 1:
+            return TopKAccuracy(int(m.group(1)))
+        raise ValueError(f"unknown metric {spec!r}; known: {', '.join(BUILTIN)}, topK_accuracy")
+    if hasattr(spec, "update") and hasattr(spec, "compute"):
+        return TorchMetric(spec, getattr(spec, "name", None) or type(spec).__name__)
+    raise TypeError(f"cannot make a metric from {spec!r}")
+
+
+class MetricSet:
+    """The metrics of one split, with the counters that timing metrics read."""
+
+    def __init__(self, specs=(), optimizer=None) -> None:
+        self.metrics: list[Metric] = [make_metric(s) for s in specs]
+        self.batch_metrics = [m for m in self.metrics if type(m).update is not Metric.update]
+        self.ctx = Context()
+        self.ctx.optimizer = optimizer
+        self._window_t0 = self._phase_t0 = time.perf_counter()
+
+    @property
+    def names(self) -> list[str]:
+        return [m.name for m in self.metrics]
+
+    def start_phase(self) -> None:
+        for m in self.metrics:
+            m.reset()
+        c = self.ctx
+        c.window_items = c.window_steps = c.phase_items = c.phase_steps = 0
+        c.phase_time = 0.0
+        self._window_t0 = self._phase_t0 = time.perf_counter()
+
+    def update(self, out: StepOutput, n: int) -> None:
+        for m in self.batch_metrics:
+            m.update(out, n)
+        self.ctx.window_items += n
+
+    def step_done(self) -> None:
+        self.ctx.window_steps += 1
+
+    def _close_window(self) -> None:
+        now = time.perf_counter()
+        c = self.ctx
+        c.window_time = now - self._window_t0
+        c.phase_time += c.window_time
+        c.phase_items += c.window_items
+        c.phase_steps += c.window_steps
+        self._window_t0 = now
+
+    def read_window(self) -> dict[str, float]:
+        """Values since the last read (syncs the device once per metric)."""
+        self._close_window()
+        out = {}
+        for m in self.metrics:
+            v = m.window(self.ctx)
+            if v is not None:
+                out[m.name] = v
+        self.ctx.window_items = self.ctx.window_steps = 0
+        return out
+
+    def read_phase(self) -> dict[str, float]:
+        self._close_window()
+        self.ctx.window_items = self.ctx.window_steps = 0
+        out = {}
+        for m in self.metrics:
+            v = m.phase(self.ctx)
+            if v is not None:
+                out[m.name] = v
+        return out
+
+    def pause_clock(self, seconds: float) -> None:
+        """Leave time spent paused or checkpointing out of throughput."""
+        self._window_t0 += seconds
+
+    def state_dict(self) -> dict:
+        c = self.ctx
+        return {"metrics": {m.name: m.state_dict() for m in self.metrics},
+                "counters": [c.window_items, c.window_steps, c.phase_items, c.phase_steps, c.phase_time]}
+
+    def load_state_dict(self, state: dict) -> None:
+        for m in self.metrics:
+            if m.name in state["metrics"]:
+                m.load_state_dict(state["metrics"][m.name])
+        c = self.ctx
+        c.window_items, c.window_steps, c.phase_items, c.phase_steps, c.phase_time = state["counters"]
+        self._window_t0 = time.perf_counter()

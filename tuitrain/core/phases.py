@@ -1,0 +1,215 @@
+"""Phases: the training and validation loops over one epoch's batches, as first-class objects.
+
+A phase has a `name`, the metric `split` it reports under, `training` (whether schedulers, clipping and
+accumulation apply) and `step(learner, batch) -> StepOutput`. A user's own phase subclasses
+`TrainPhase` or `ValidPhase` and overrides `step`. Cancelling is done with the typed exceptions below.
+Must not import textual.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from .events import PhaseCompleted, PhaseStarted, StepCompleted, StepStarted
+from .metrics import StepOutput
+
+if TYPE_CHECKING:
+    from .learner import Learner, TrainState
+
+
+class CancelStep(Exception):
+    """Skip the rest of this step (no optimizer step, no metrics)."""
+
+
+class CancelEpoch(Exception):
+    """End this phase's epoch now."""
+
+
+class CancelFitting(Exception):
+    """End training now; `reason` says why ("stopped", "max_steps", ...)."""
+
+    def __init__(self, reason: str = "stopped") -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class NonFiniteLoss(Exception):
+    def __init__(self, value: float, epoch: int, step: int) -> None:
+        super().__init__(f"loss is {value} at step {step} (epoch {epoch}); training stopped")
+        self.value, self.epoch, self.step = value, epoch, step
+
+
+def batch_size_of(batch: Any) -> int:
+    if isinstance(batch, torch.Tensor):
+        return batch.shape[0] if batch.dim() else 1
+    if isinstance(batch, (list, tuple)) and batch:
+        return batch_size_of(batch[0])
+    if isinstance(batch, dict) and batch:
+        return batch_size_of(next(iter(batch.values())))
+    return 1
+
+
+def move_to(batch: Any, device: torch.device, non_blocking: bool = False) -> Any:
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=non_blocking)
+    if isinstance(batch, (list, tuple)):
+        moved = [move_to(b, device, non_blocking) for b in batch]
+        return type(batch)(*moved) if hasattr(batch, "_fields") else type(batch)(moved)
+    if isinstance(batch, dict):
+        return {k: move_to(v, device, non_blocking) for k, v in batch.items()}
+    return batch
+
+
+class Phase:
+    name = "phase"
+    split = "train"
+    training = True
+
+    def step(self, learner: "Learner", batch: Any) -> StepOutput:
+        """One batch: the model's own train_step/valid_step, or (inputs, targets) with the loss target."""
+        model = learner.model
+        own = getattr(learner.raw_model, "train_step" if self.training else "valid_step", None)
+        if own is not None:
+            return StepOutput.of(own(batch))
+        if not isinstance(batch, (list, tuple)) or len(batch) != 2:
+            raise TypeError("the default step expects batches of (inputs, targets); give the model "
+                            "train_step/valid_step methods for other batch shapes")
+        inputs, target = batch
+        output = model(inputs)
+        if learner.loss_fn is None:
+            raise ValueError("no loss function: set [loss] target or give the model a train_step")
+        return StepOutput(loss=learner.loss_fn(output, target), output=output, target=target)
+
+    def items_of(self, out: StepOutput, batch: Any) -> int:
+        if out.items:
+            return out.items
+        if isinstance(out.target, torch.Tensor) and out.target.dim():
+            return out.target.shape[0]
+        return batch_size_of(batch)
+
+    def run(self, learner: "Learner", loader, state: "TrainState", start_batch: int = 0) -> dict:
+        raise NotImplementedError
+
+
+class TrainPhase(Phase):
+    name = "train"
+    split = "train"
+    training = True
+
+    def run(self, learner: "Learner", loader, state: "TrainState", start_batch: int = 0) -> dict:
+        lr = learner
+        metrics = lr.metric_sets[self.split]
+        bus, interrupter = lr.bus, lr.interrupter
+        wants_steps = bus.wants_steps
+        total = loader.batches_per_epoch()
+        accum = lr.grad_accumulation
+        log_every = lr.log_every_n_steps
+        check_finite = lr.check_every_step
+        if start_batch == 0:
+            metrics.start_phase()
+        bus.emit(PhaseStarted(phase=self.name, split=self.split, epoch=state.epoch, step=state.step,
+                              batches=total))
+        state.phase = self.name
+        lr.model.train()
+        i = start_batch
+        in_group = 0
+        group_div = float(min(accum, total - i)) if total else float(accum)
+        try:
+            for batch in loader.epoch_iter(state.epoch, start_batch):
+                if wants_steps:
+                    bus.emit_step(StepStarted(phase=self.name, epoch=state.epoch, step=state.step + 1, batch=i))
+                if lr.move_batches:
+                    batch = move_to(batch, lr.device, lr.non_blocking)
+                try:
+                    with lr.autocast():
+                        out = self.step(lr, batch)
+                    n = self.items_of(out, batch)
+                    lr.backward(out.loss / group_div if group_div != 1.0 else out.loss)
+                    if check_finite:
+                        v = out.loss.item()
+                        if not math.isfinite(v):
+                            raise NonFiniteLoss(v, state.epoch, state.step + 1)
+                    metrics.update(out, n)
+                    state.last = out
+                except CancelStep:
+                    pass
+                i += 1
+                in_group += 1
+                state.batch = i
+                if in_group == accum or (total and i == total):
+                    lr.optimizer_step()
+                    state.step += 1
+                    metrics.step_done()
+                    in_group = 0
+                    group_div = float(min(accum, total - i)) if total else float(accum)
+                    if wants_steps:
+                        bus.emit_step(StepCompleted(phase=self.name, epoch=state.epoch, step=state.step,
+                                                    batch=i, items=n))
+                    if state.step % log_every == 0:
+                        lr.log_step(metrics, self.split, state, i, total)
+                    lr.after_train_step(state)
+                    if interrupter.pending or lr.checkpointer_due(state):
+                        lr.at_boundary(state)
+                    if lr.max_steps and state.step >= lr.max_steps:
+                        state.stop_reason = "max_steps"
+                        break
+        except CancelEpoch:
+            pass
+        if in_group:  # an iterable of unknown length ended inside a group: still step
+            lr.optimizer_step()
+            state.step += 1
+            metrics.step_done()
+        result = metrics.read_phase()
+        bus.emit(PhaseCompleted(phase=self.name, split=self.split, epoch=state.epoch, step=state.step,
+                                metrics=result, duration=metrics.ctx.phase_time, items=metrics.ctx.phase_items))
+        return result
+
+
+class ValidPhase(Phase):
+    name = "valid"
+    split = "valid"
+    training = False
+
+    def run(self, learner: "Learner", loader, state: "TrainState", start_batch: int = 0) -> dict:
+        lr = learner
+        metrics = lr.metric_sets[self.split]
+        bus, interrupter = lr.bus, lr.interrupter
+        wants_steps = bus.wants_steps
+        total = loader.batches_per_epoch()
+        metrics.start_phase()
+        bus.emit(PhaseStarted(phase=self.name, split=self.split, epoch=state.epoch, step=state.step,
+                              batches=total))
+        state.phase = self.name
+        lr.model.eval()
+        try:
+            with torch.no_grad():
+                for i, batch in enumerate(loader.epoch_iter(state.epoch, 0)):
+                    if wants_steps:
+                        bus.emit_step(StepStarted(phase=self.name, epoch=state.epoch, step=state.step, batch=i))
+                    if lr.move_batches:
+                        batch = move_to(batch, lr.device, lr.non_blocking)
+                    try:
+                        with lr.autocast():
+                            out = self.step(lr, batch)
+                        n = self.items_of(out, batch)
+                        metrics.update(out, n)
+                        metrics.step_done()
+                        state.last = out
+                    except CancelStep:
+                        n = 0
+                    if wants_steps:
+                        bus.emit_step(StepCompleted(phase=self.name, epoch=state.epoch, step=state.step,
+                                                    batch=i + 1, items=n))
+                    if interrupter.pending:
+                        lr.at_boundary(state)
+        except CancelEpoch:
+            pass
+        finally:
+            lr.model.train()
+        result = metrics.read_phase()
+        bus.emit(PhaseCompleted(phase=self.name, split=self.split, epoch=state.epoch, step=state.step,
+                                metrics=result, duration=metrics.ctx.phase_time, items=metrics.ctx.phase_items))
+        return result

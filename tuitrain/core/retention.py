@@ -1,0 +1,99 @@
+"""Checkpoint retention policies: small pure classes that decide which checkpoints to keep.
+
+They never touch files; `Checkpointer` applies their decision. Compose them with `KeepAny`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Protocol, Sequence
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One complete checkpoint as listed in checkpoint/index.json."""
+
+    file: str
+    epoch: int
+    step: int
+    metrics: dict = field(default_factory=dict)
+    time: float = 0.0
+    bytes: int = 0
+    best: bool = False
+    reason: str = ""
+
+    def to_dict(self) -> dict:
+        return {"file": self.file, "epoch": self.epoch, "step": self.step, "metrics": self.metrics,
+                "time": self.time, "bytes": self.bytes, "best": self.best, "reason": self.reason}
+
+
+class Policy(Protocol):
+    def keep(self, entries: Sequence[Entry]) -> set[str]: ...
+
+
+def _order(e: Entry) -> tuple:
+    return (e.step, e.epoch, e.time)
+
+
+@dataclass(frozen=True)
+class KeepLast:
+    n: int
+
+    def keep(self, entries: Sequence[Entry]) -> set[str]:
+        if self.n <= 0:
+            return set()
+        return {e.file for e in sorted(entries, key=_order)[-self.n:]}
+
+
+def monitored(e: Entry, monitor: str) -> float | None:
+    v = e.metrics.get(monitor)
+    if v is None or not isinstance(v, (int, float)) or math.isnan(v):
+        return None
+    return float(v)
+
+
+@dataclass(frozen=True)
+class KeepBest:
+    k: int
+    monitor: str
+    mode: str = "min"
+
+    def ranked(self, entries: Sequence[Entry]) -> list[Entry]:
+        scored = [e for e in entries if monitored(e, self.monitor) is not None]
+        sign = 1.0 if self.mode == "min" else -1.0
+        # ties go to the earlier checkpoint: the first to reach a value is the best
+        return sorted(scored, key=lambda e: (sign * monitored(e, self.monitor), _order(e)))
+
+    def keep(self, entries: Sequence[Entry]) -> set[str]:
+        if self.k <= 0:
+            return set()
+        return {e.file for e in self.ranked(entries)[: self.k]}
+
+
+@dataclass(frozen=True)
+class KeepAny:
+    """Keeps what any of its policies keeps."""
+
+    policies: tuple
+
+    def keep(self, entries: Sequence[Entry]) -> set[str]:
+        kept: set[str] = set()
+        for p in self.policies:
+            kept |= p.keep(entries)
+        return kept
+
+
+def decide(policy: Policy, entries: Sequence[Entry]) -> tuple[list[Entry], list[Entry]]:
+    """(keep, delete). The newest checkpoint is always kept: a resume needs it."""
+    kept = policy.keep(entries)
+    if entries:
+        kept.add(max(entries, key=_order).file)
+    keep = [e for e in entries if e.file in kept]
+    delete = [e for e in entries if e.file not in kept]
+    return keep, delete
+
+
+def best_entry(entries: Sequence[Entry], monitor: str, mode: str) -> Entry | None:
+    ranked = KeepBest(1, monitor, mode).ranked(entries)
+    return ranked[0] if ranked else None
