@@ -1,0 +1,34 @@
+from sink_run import SUMMARY
+from tuitrain.sinks.summary import format_duration, format_summary_table, format_value
+
+
+def test_table_matches_burn_layout_with_train_rows_first():
+    summary = {"valid/loss": SUMMARY["valid/loss"], **SUMMARY}
+    assert format_summary_table(summary) == "\n".join([
+        "| Split | Metric   | Min.      | Epoch | Max.   | Epoch |",
+        "|-------|----------|-----------|-------|--------|-------|",
+        "| train | loss     | 1.000e-07 |     1 | 2.5000 |     1 |",
+        "| train | accuracy |    0.2500 |     1 | 1.0000 |     2 |",
+        "| valid | loss     |    0.3000 |     2 | 0.7000 |     1 |",
+        "| valid | accuracy |    0.6000 |     1 | 0.8000 |     2 |",
+    ])
+
+
+def test_table_edge_cases():
+    assert format_summary_table({}) == ""
+    table = format_summary_table({"lr": {"min": None, "max": 0.1}, "test/f1": {"min": 1, "min_epoch": 3}})
+    rows = table.splitlines()[2:]
+    assert rows[0].split("|")[1:3] == [" -     ", " lr     "]  # a key without a split
+    assert rows[1] == "| test  | f1     |    1 |     3 |      - |     - |"  # other splits after train and valid
+
+
+def test_value_and_duration_formats():
+    assert format_value(0.41234) == "0.4123"
+    assert format_value(3e-4) == "3.000e-04"
+    assert format_value(123456.0) == "1.235e+05"
+    assert format_value(0.0) == "0.0000"
+    assert format_value(float("nan")) == "nan"
+    assert format_value(7) == "7"
+    assert format_duration(62.4) == "0:01:02"
+    assert format_duration(90061) == "25:01:01"
+    assert format_duration(None) == "-"

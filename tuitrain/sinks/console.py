@@ -1,0 +1,230 @@
+"""`HeadlessConsole`: the plain progress output of `tuitrain run --headless` (CI logs, nohup, tee).
+
+Plain lines only: no ANSI escapes, no carriage returns, at most one progress line per `interval`
+seconds, one summary line per epoch, a line per checkpoint, control command and pause, what the
+user's code printed (verbatim, but with terminal escapes removed and `\\r` overwrites collapsed to
+the text a terminal would end up showing), and the summary table at the end.
+Must not import torch or textual.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from typing import Callable, TextIO
+
+from tuitrain.core.events import (
+    CheckpointFailed, CheckpointSaved, ControlReceived, EpochCompleted, EpochStarted, Event,
+    MetricsLogged, OutputPrinted, PhaseStarted, RunFailed, RunFinished, RunPaused, RunResumed,
+    RunStarted, StepCompleted, StepStarted,
+)
+from tuitrain.sinks.summary import format_duration, format_summary_table, format_value
+
+SEP = " · "
+# CSI sequences, OSC sequences (ended by BEL or ESC \), and other two-byte escapes
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-_]")
+
+
+def plain(text: str) -> str:
+    """Text as a log file should hold it: escapes removed, each line what a terminal would show."""
+    text = _ANSI.sub("", text).replace("\r\n", "\n")
+    lines = []
+    for line in text.split("\n"):
+        parts = [p for p in line.split("\r") if p]
+        lines.append(parts[-1] if parts else "")
+    return "\n".join(lines)
+
+
+def format_rate(rate: float) -> str:
+    if rate >= 100:
+        return f"{rate:.0f} it/s"
+    if rate >= 10:
+        return f"{rate:.1f} it/s"
+    return f"{rate:.2f} it/s"
+
+
+def reason_text(reason: str, epochs: int = 0, max_steps: int = 0) -> str:
+    return {
+        "epochs": f"all {epochs} epochs done" if epochs else "all epochs done",
+        "max_steps": f"max_steps {max_steps} reached" if max_steps else "max_steps reached",
+        "early_stopping": "early stopping",
+        "stopped": "stopped",
+    }.get(reason, reason or "done")
+
+
+class HeadlessConsole:
+    """Writes a run's progress as plain lines to `stream` (the user's stderr output to `err`)."""
+
+    step_events = True  # StepStarted/StepCompleted drive the progress line between logged steps
+
+    def __init__(self, stream: TextIO | None = None, err: TextIO | None = None, interval: float = 1.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        # resolved now rather than at import, so a redirected sys.stdout is honoured
+        self.stream = stream if stream is not None else sys.stdout
+        self.err = err if err is not None else sys.stderr
+        self.interval = interval
+        self.clock = clock
+        self._last_progress: float | None = None
+        self._progressed = False  # a step finished since the last progress line
+        self.run_dir = ""
+        self.epochs = self.max_steps = self.steps_per_epoch = 0
+        self.epoch = 0
+        self.epoch_start_step = 0
+        self.step = 0
+        self.phase, self.split = "", ""
+        self.batch = self.batches = 0
+        self.metrics: dict = {}
+        self._rate_origin: tuple[float, int] | None = None  # (time, step or batch) at phase start
+        self.rate: float | None = None  # train steps/s, or batches/s in another phase
+        self._train_rate: float | None = None  # kept across epochs for the ETA
+
+    # --- output ---------------------------------------------------------------------------
+
+    def _emit(self, text: str, to: TextIO | None = None) -> None:
+        stream = to or self.stream
+        try:
+            stream.write(text + "\n")
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe (`| head`) must not stop training
+            pass
+
+    # --- events ---------------------------------------------------------------------------
+
+    def __call__(self, event: Event, state: object = None) -> None:
+        match event:
+            case RunStarted():
+                self.run_dir = event.run_dir
+                self.epochs, self.max_steps = event.epochs, event.max_steps
+                self.steps_per_epoch = event.steps_per_epoch
+                self.step = event.start_step
+                text = f"run {event.run_dir}{SEP}experiment {event.experiment}{SEP}{event.epochs} epochs"
+                if event.steps_per_epoch:
+                    text += f" × {event.steps_per_epoch} steps"
+                if event.max_steps:
+                    text += f"{SEP}max_steps {event.max_steps}"
+                self._emit(text)
+                if event.resumed_from:
+                    self._emit(f"resumed from {event.resumed_from} at epoch {event.start_epoch}, "
+                               f"step {event.start_step}")
+            case EpochStarted(epoch=epoch, epochs=epochs, step=step):
+                self.epoch, self.epochs, self.epoch_start_step, self.step = epoch, epochs or self.epochs, step, step
+            case PhaseStarted():
+                self.phase, self.split, self.epoch = event.phase, event.split, event.epoch
+                self.batch, self.batches, self.metrics, self._progressed = 0, event.batches, {}, False
+                self.step = event.step
+                self.rate = self._train_rate if event.phase == "train" else None
+                origin = event.step if event.phase == "train" else 0
+                self._rate_origin = (event.time, origin)
+            case StepStarted():
+                # checked here rather than at StepCompleted, which comes before that step's metrics
+                self._maybe_progress()
+            case StepCompleted():
+                self._advance(event.step, event.batch + 1, event.time)
+            case MetricsLogged(scope="step"):
+                if event.split == self.split or not self.split:
+                    self.metrics = dict(event.metrics)
+                self.batches = event.batches or self.batches
+                self._advance(event.step, event.batch, event.time)
+                self._maybe_progress()
+            case EpochCompleted():
+                parts = [f"epoch {event.epoch}/{event.epochs} done in {format_duration(event.duration)}"]
+                parts += [f"{k} {format_value(v)}" for k, v in event.metrics.items()]
+                self._emit(SEP.join(parts))
+            case CheckpointSaved():
+                best = f"{SEP}best" if event.best else ""
+                self._emit(f"checkpoint saved: {event.file} (epoch {event.epoch}, step {event.step}){best}")
+            case CheckpointFailed():
+                self._emit(f"warning: checkpoint failed at epoch {event.epoch}, step {event.step}: "
+                           f"{event.error}", self.err)
+            case ControlReceived(command=command, source=source, detail=detail):
+                self._emit(f"{command} requested ({source}{': ' + detail if detail else ''})")
+            case RunPaused(epoch=epoch, step=step):
+                self._emit(f"paused at epoch {epoch}, step {step}")
+            case RunResumed(paused_for=paused_for):
+                self._emit(f"resumed after {format_duration(paused_for)}")
+            case OutputPrinted(text=text, stream=stream):
+                self._emit(plain(text), self.err if stream == "stderr" else self.stream)
+            case RunFinished():
+                self._finished(event)
+            case RunFailed():
+                table = format_summary_table(event.summary)
+                if table:
+                    self._emit(table)
+                where = f"; traceback in {self.run_dir}/experiment.log" if self.run_dir else ""
+                self._emit(f"error: {event.error} (epoch {event.epoch}, step {event.step}){where}", self.err)
+
+    def _advance(self, step: int, batch: int, t: float) -> None:
+        self.step, self.batch, self._progressed = step, max(batch, 0), True
+        if self._rate_origin is None:
+            return
+        t0, origin = self._rate_origin
+        done = (step if self.phase == "train" else self.batch) - origin
+        if t > t0 and done > 0:
+            self.rate = done / (t - t0)
+            if self.phase == "train":
+                self._train_rate = self.rate
+
+    def _maybe_progress(self) -> None:
+        if not self._progressed:
+            return
+        now = self.clock()
+        if self._last_progress is not None and now - self._last_progress < self.interval:
+            return
+        self._last_progress, self._progressed = now, False
+        self._emit(self.progress_line())
+
+    def total_steps(self) -> int:
+        """The global step training ends at, 0 when unknown."""
+        by_epochs = self.epochs * self.steps_per_epoch
+        if self.max_steps and (not by_epochs or self.max_steps < by_epochs):
+            return self.max_steps
+        return by_epochs
+
+    def eta(self) -> float | None:
+        """Seconds of training left at the observed step rate; validation time left out."""
+        total, rate = self.total_steps(), self._train_rate
+        if not total or not rate:
+            return None
+        return max(total - self.step, 0) / rate
+
+    def progress_line(self) -> str:
+        parts = [f"epoch {self.epoch}/{self.epochs}" if self.epochs else f"epoch {self.epoch}"]
+        if self.phase == "train" or not self.phase:
+            total = self.total_steps()
+            if self.max_steps and total == self.max_steps:
+                parts.append(f"step {self.step}/{total}")
+            elif self.steps_per_epoch:
+                parts.append(f"step {self.step - self.epoch_start_step}/{self.steps_per_epoch}")
+            else:
+                parts.append(f"step {self.step - self.epoch_start_step}")
+        else:
+            parts.append(f"{self.phase} {self.batch}/{self.batches}" if self.batches else f"{self.phase} {self.batch}")
+        parts += [f"{k} {format_value(v)}" for k, v in self.metrics.items()]
+        if self.rate:
+            parts.append(format_rate(self.rate))
+        if self.phase == "train" or not self.phase:
+            eta = self.eta()
+            if eta is not None:
+                parts.append(f"ETA {format_duration(eta)}")
+        return SEP.join(parts)
+
+    def _finished(self, event: RunFinished) -> None:
+        self._emit(f"training {event.status}: {reason_text(event.reason, self.epochs, self.max_steps)}")
+        table = format_summary_table(event.summary)
+        if table:
+            self._emit(table)
+        self._emit(f"status {event.status}{SEP}exit code {event.exit_code}{SEP}epoch {event.epoch}{SEP}"
+                   f"step {event.step}{SEP}duration {format_duration(event.duration)}")
+        if event.best:
+            best = f"best checkpoint: {event.best.get('file', '?')}"
+            if event.best.get("monitor"):
+                best += f" ({event.best['monitor']} {format_value(event.best.get('value'))})"
+            self._emit(best)
+
+    def close(self) -> None:
+        for stream in (self.stream, self.err):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass

@@ -1,0 +1,127 @@
+"""`JsonlWriter`: the run's event stream, `events.jsonl`, one `Event.to_json()` line per persistent
+event, which `tuitrain watch` follows live.
+
+Lines are written whole (one write call carries only complete lines), at most ~0.2 s after the
+event, at once for the events a watcher must see without delay, and fsynced when the run ends.
+Must not import torch or textual.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+from tuitrain.core.events import (
+    CheckpointDeleted, CheckpointFailed, CheckpointSaved, CheckpointStarted, ControlReceived,
+    EpochCompleted, Event, RunFailed, RunFinished, RunPaused, RunResumed, RunStarted,
+)
+
+FILENAME = "events.jsonl"
+
+# a watcher shows these at once; everything else may wait up to flush_interval
+_FLUSH_NOW = (RunStarted, EpochCompleted, CheckpointStarted, CheckpointSaved, CheckpointDeleted,
+              CheckpointFailed, ControlReceived, RunPaused, RunResumed, RunFinished, RunFailed)
+
+
+class JsonlWriter:
+    """Appends every persistent event to `run_dir/events.jsonl` (a resumed run appends)."""
+
+    step_events = False  # the EventBus spares it StepStarted/StepCompleted: it ignores them
+
+    def __init__(self, run_dir: str | os.PathLike, flush_interval: float = 0.2) -> None:
+        self.path = Path(run_dir) / FILENAME
+        self.flush_interval = flush_interval
+        self._file = open(self.path, "ab", buffering=0)
+        self._cond = threading.Condition()
+        self._pending: list[bytes] = []
+        self._last_flush = time.monotonic()
+        self._flusher: threading.Thread | None = None
+        self._closed = False
+        self._error: OSError | None = None  # a failed background flush, raised on the next call
+        self._mend_torn_tail()
+
+    def _mend_torn_tail(self) -> None:
+        # a writer killed mid-line left no newline: end that line so ours parse on their own
+        try:
+            size = self.path.stat().st_size
+            if size:
+                with open(self.path, "rb") as f:
+                    f.seek(size - 1)
+                    if f.read(1) != b"\n":
+                        self._write_all(b"\n")
+        except OSError:
+            pass
+
+    def __call__(self, event: Event, state: object = None) -> None:
+        if not event.persistent:
+            return
+        line = (event.to_json() + "\n").encode("utf-8")
+        with self._cond:
+            if self._closed:
+                return
+            if self._error is not None:
+                error, self._error = self._error, None
+                raise error
+            self._pending.append(line)
+            now = time.monotonic()
+            if isinstance(event, _FLUSH_NOW) or now - self._last_flush >= self.flush_interval:
+                self._flush_locked(now)
+                if isinstance(event, (RunFinished, RunFailed)):
+                    os.fsync(self._file.fileno())
+            else:
+                self._start_flusher()
+                self._cond.notify()
+
+    def flush(self) -> None:
+        with self._cond:
+            if not self._closed:
+                self._flush_locked(time.monotonic())
+
+    def _flush_locked(self, now: float) -> None:
+        if self._pending:
+            data, self._pending = b"".join(self._pending), []
+            self._write_all(data)
+        self._last_flush = now
+
+    def _write_all(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            n = self._file.write(view)
+            view = view[n:]
+
+    def _start_flusher(self) -> None:
+        if self._flusher is None:
+            self._flusher = threading.Thread(target=self._flush_loop, name="tuitrain-jsonl", daemon=True)
+            self._flusher.start()
+
+    def _flush_loop(self) -> None:
+        # writes lines left pending when no later event came to flush them
+        with self._cond:
+            while not self._closed:
+                if not self._pending:
+                    self._cond.wait()
+                    continue
+                due = self._last_flush + self.flush_interval - time.monotonic()
+                if due > 0:
+                    self._cond.wait(due)
+                    continue
+                try:
+                    self._flush_locked(time.monotonic())
+                except OSError as e:
+                    self._error, self._pending = e, []
+
+    def close(self) -> None:
+        with self._cond:
+            if self._closed:
+                return
+            try:
+                self._flush_locked(time.monotonic())
+                os.fsync(self._file.fileno())
+            finally:
+                self._closed = True
+                self._cond.notify_all()
+                self._file.close()
+        if self._flusher is not None and self._flusher is not threading.current_thread():
+            self._flusher.join(timeout=2)

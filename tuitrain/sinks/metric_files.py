@@ -1,0 +1,119 @@
+"""`MetricFileLogger`: burn-train's per-epoch metric files under the run directory.
+
+Layout and line format (the run directory's contract):
+
+    train/epoch-N/<metric>.log         one line per MetricsLogged(scope="step"): "<step> <value>"
+    valid/epoch-N/<metric>.log
+    <split>/epoch-N/<metric>.epoch.log one line per MetricsLogged(scope="epoch"): the phase's aggregate
+
+`<step>` is the global optimizer step; `<value>` is Python's repr of the float (reads back exactly
+with `float()`, including `nan` and `inf`), an int as written, anything else as JSON. A resumed run
+appends, so an epoch cut short by a kill may list a step twice: the later line is the resumed one.
+Must not import torch or textual.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from pathlib import Path
+from typing import IO, Any, Callable
+
+from tuitrain.core.events import EpochCompleted, Event, MetricsLogged, PhaseCompleted, RunFailed, RunFinished
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._+=@-]")
+
+
+def metric_filename(metric: str, scope: str = "step") -> str:
+    """A metric name made safe as one file name: 'top-1 acc' -> 'top-1_acc.log'."""
+    name = _UNSAFE.sub("_", str(metric)).strip(".") or "_"
+    return f"{name}.epoch.log" if scope == "epoch" else f"{name}.log"
+
+
+def format_line(step: int, value: Any) -> str:
+    if isinstance(value, bool):
+        text = str(int(value))
+    elif isinstance(value, (int, float)):
+        text = repr(value)
+    else:
+        text = json.dumps(value, default=str)
+    return f"{step} {text}\n"
+
+
+def parse_line(line: str) -> tuple[int, float] | None:
+    """A numeric line read back: (step, value); None for anything else."""
+    step, _, value = line.strip().partition(" ")
+    try:
+        return int(step), float(value)
+    except ValueError:
+        return None
+
+
+class MetricFileLogger:
+    """Appends logged metric values to `<split>/epoch-N/<metric>.log` files of `run_dir`.
+
+    Handles stay open for the current epoch of each split; a split moving to a new epoch closes
+    the old epoch's files. Buffered, flushed at least every `flush_interval` seconds and at the
+    end of each phase and epoch.
+    """
+
+    step_events = False  # the EventBus spares it StepStarted/StepCompleted: it ignores them
+
+    def __init__(self, run_dir: str | os.PathLike, flush_interval: float = 1.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.run_dir = Path(run_dir)
+        self.flush_interval = flush_interval
+        self._clock = clock
+        self._files: dict[tuple[str, int, str], IO[str]] = {}
+        self._epoch_of: dict[str, int] = {}  # split -> the epoch whose files are open
+        self._last_flush = clock()
+
+    def path(self, split: str, epoch: int, metric: str, scope: str = "step") -> Path:
+        return self.run_dir / _UNSAFE.sub("_", split) / f"epoch-{epoch}" / metric_filename(metric, scope)
+
+    def __call__(self, event: Event, state: object = None) -> None:
+        match event:
+            case MetricsLogged(split=split, epoch=epoch, step=step, metrics=metrics, scope=scope):
+                if self._epoch_of.get(split) != epoch:
+                    self._close_split(split)
+                    self._epoch_of[split] = epoch
+                for metric, value in metrics.items():
+                    self._file(split, epoch, metric, scope).write(format_line(step, value))
+                now = self._clock()
+                if now - self._last_flush >= self.flush_interval:
+                    self.flush()
+            case PhaseCompleted():
+                self.flush()
+            case EpochCompleted(epoch=epoch):
+                for split, open_epoch in list(self._epoch_of.items()):
+                    if open_epoch <= epoch:
+                        self._close_split(split)
+            case RunFinished() | RunFailed():
+                self.close()
+
+    def _file(self, split: str, epoch: int, metric: str, scope: str) -> IO[str]:
+        key = (split, epoch, metric_filename(metric, scope))
+        f = self._files.get(key)
+        if f is None:
+            path = self.path(split, epoch, metric, scope)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            f = self._files[key] = open(path, "a", encoding="utf-8", newline="\n")
+        return f
+
+    def _close_split(self, split: str) -> None:
+        for key in [k for k in self._files if k[0] == split]:
+            self._files.pop(key).close()
+        self._epoch_of.pop(split, None)
+
+    def flush(self) -> None:
+        for f in self._files.values():
+            f.flush()
+        self._last_flush = self._clock()
+
+    def close(self) -> None:
+        for f in self._files.values():
+            f.close()
+        self._files.clear()
+        self._epoch_of.clear()

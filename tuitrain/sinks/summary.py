@@ -1,0 +1,98 @@
+"""Number, duration and summary-table formatting shared by the console, the experiment log and
+the dashboard, so that all three show a run's values the same way.
+
+Pure string functions: must not import torch or textual.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+HEADERS = ("Split", "Metric", "Min.", "Epoch", "Max.", "Epoch")
+_SPLIT_ORDER = {"train": 0, "valid": 1}
+
+
+def format_value(value: Any) -> str:
+    """A metric value for people: 4 decimals in the usual range, scientific outside it."""
+    if isinstance(value, bool) or value is None:
+        return str(value)
+    if isinstance(value, int):
+        return str(value)
+    if not isinstance(value, float):
+        try:
+            value = float(value)
+        except (TypeError, ValueError):
+            return str(value)
+    if math.isnan(value) or math.isinf(value):
+        return str(value)
+    if value != 0 and not (1e-3 <= abs(value) < 1e5):
+        return f"{value:.3e}"
+    return f"{value:.4f}"
+
+
+def format_duration(seconds: float | None) -> str:
+    """H:MM:SS, hours unbounded; '-' when unknown."""
+    if seconds is None or not isinstance(seconds, (int, float)) or not math.isfinite(seconds):
+        return "-"
+    total = int(round(max(seconds, 0.0)))
+    h, rest = divmod(total, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}:{m:02d}:{s:02d}"
+
+
+def format_bytes(n: int | float) -> str:
+    size = float(n)
+    for unit in ("B", "KB", "MB", "GB"):
+        if abs(size) < 1024 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} GB"  # unreachable; keeps type checkers calm
+
+
+def split_key(key: str) -> tuple[str, str]:
+    """'train/loss' -> ('train', 'loss'); a key without a split has split ''."""
+    split, sep, metric = key.partition("/")
+    return (split, metric) if sep else ("", key)
+
+
+def summary_rows(summary: dict) -> list[tuple[str, str, str, str, str, str]]:
+    """Table rows, train first then valid then other splits; metric order as logged."""
+    keyed = []
+    for i, (key, entry) in enumerate(summary.items()):
+        split, metric = split_key(str(key))
+        entry = entry if isinstance(entry, dict) else {}
+        keyed.append(((_SPLIT_ORDER.get(split, 2), split if split not in _SPLIT_ORDER else "", i),
+                      (split or "-", metric,
+                       _cell(entry.get("min")), _cell(entry.get("min_epoch")),
+                       _cell(entry.get("max")), _cell(entry.get("max_epoch")))))
+    keyed.sort(key=lambda kv: kv[0])
+    return [row for _, row in keyed]
+
+
+def _cell(value: Any) -> str:
+    return "-" if value is None else format_value(value)
+
+
+def format_summary_table(summary: dict) -> str:
+    """burn-train's end-of-run table from RunFinished.summary; '' when there is no metric.
+
+    | Split | Metric | Min.   | Epoch | Max.   | Epoch |
+    |-------|--------|--------|-------|--------|-------|
+    | train | loss   | 0.1234 |    10 | 2.3026 |     1 |
+    """
+    rows = summary_rows(summary or {})
+    if not rows:
+        return ""
+    widths = [max(len(HEADERS[c]), *(len(r[c]) for r in rows)) for c in range(len(HEADERS))]
+
+    def line(cells: tuple[str, ...], header: bool = False) -> str:
+        out = []
+        for c, (cell, w) in enumerate(zip(cells, widths)):
+            # numbers right-aligned so that decimals line up; text and headers left-aligned
+            out.append(cell.ljust(w) if header or c < 2 else cell.rjust(w))
+        return "| " + " | ".join(out) + " |"
+
+    lines = [line(HEADERS, header=True), "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
+    lines += [line(r) for r in rows]
+    return "\n".join(lines)
