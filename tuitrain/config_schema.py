@@ -1,0 +1,350 @@
+"""The config schema: one dataclass per TOML table, `ConfigError`, and the checks of types and values.
+
+`parse_config(dict)` turns a TOML document (a plain dict) into a `Config`; `Config.to_dict()` turns
+it back. Nothing here imports user code, torch or textual: target resolution lives in
+config_targets.py, and the loading front (files, --set, validate) in config.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import re
+import typing
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+
+class ConfigError(Exception):
+    """A problem in a config: `str(err)` is "file: key: message", printed to the user as is."""
+
+    def __init__(self, message: str, file: str | None = None, key: str | None = None):
+        self.message = message
+        self.file = file
+        self.key = key
+        super().__init__(message)
+
+    def __str__(self) -> str:
+        return ": ".join(p for p in (self.file, self.key, self.message) if p)
+
+
+def suggest(word: str, choices: typing.Iterable[str]) -> str:
+    """' (did you mean 'x'?)' for the closest choice, or '' when none is close."""
+    choices = list(choices)
+    # a case slip ("adamw") is the commonest typo, and difflib ranks it below near names ("Adam")
+    match = [c for c in choices if c.lower() == word.lower()]
+    match = match or difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
+    return f" (did you mean '{match[0]}'?)" if match else ""
+
+
+@dataclass
+class ExperimentConfig:
+    name: str = "experiment"
+    dir: str = "runs"
+    seed: int = 42
+
+
+@dataclass
+class ModelConfig:
+    target: str = ""
+    kwargs: dict = field(default_factory=dict)
+
+
+@dataclass
+class DataConfig:
+    target: str = ""
+    batch_size: int = 32
+    num_workers: int = 0
+    shuffle: bool = True
+    drop_last: bool = False
+    pin_memory: bool = False
+    kwargs: dict = field(default_factory=dict)
+
+
+@dataclass
+class LossConfig:
+    target: str = "torch.nn:CrossEntropyLoss"
+    kwargs: dict = field(default_factory=dict)
+
+
+@dataclass
+class OptimizerConfig:
+    name: str = "AdamW"
+    target: str = ""
+    kwargs: dict = field(default_factory=dict)
+
+
+@dataclass
+class SchedulerConfig:
+    name: str = ""
+    target: str = ""
+    interval: str = "step"
+    kwargs: dict = field(default_factory=dict)
+
+
+@dataclass
+class TrainConfig:
+    epochs: int = 10
+    max_steps: int = 0
+    grad_accumulation: int = 1
+    clip_grad_norm: float = 0.0
+    precision: str = "32"
+    device: str = "auto"
+    strategy: str = "single"
+    devices: int = 1
+    validate_every: int = 1
+
+
+@dataclass
+class MetricsConfig:
+    train: list = field(default_factory=lambda: ["loss", "accuracy", "lr", "throughput"])
+    valid: list = field(default_factory=lambda: ["loss", "accuracy"])
+
+
+@dataclass
+class LogConfig:
+    every_n_steps: int = 10
+    tensorboard: bool = False
+
+
+@dataclass
+class CheckpointConfig:
+    every_n_epochs: int = 1
+    every_n_steps: int = 0
+    keep_last: int = 2
+    keep_best: int = 1
+    monitor: str = "valid/loss"
+    mode: str = "min"
+    init_from: str = ""
+    strict: bool = True
+    revise_keys: list = field(default_factory=list)
+
+
+@dataclass
+class EarlyStoppingConfig:
+    monitor: str = "valid/loss"
+    mode: str = "min"
+    patience: int = 5
+    min_delta: float = 0.0
+
+
+@dataclass
+class DashboardConfig:
+    theme: str = "dark"
+
+
+# table name -> dataclass, in the order of the SPEC (and of Config.to_dict)
+SECTIONS: dict[str, type] = {
+    "experiment": ExperimentConfig,
+    "model": ModelConfig,
+    "data": DataConfig,
+    "loss": LossConfig,
+    "optimizer": OptimizerConfig,
+    "scheduler": SchedulerConfig,
+    "train": TrainConfig,
+    "metrics": MetricsConfig,
+    "log": LogConfig,
+    "checkpoint": CheckpointConfig,
+    "early_stopping": EarlyStoppingConfig,
+    "dashboard": DashboardConfig,
+}
+OPTIONAL_SECTIONS = ("scheduler", "early_stopping")
+PRECISIONS = ("32", "bf16-mixed", "16-mixed")
+PRECISION_ALIASES = {"16": "16-mixed", "bf16": "bf16-mixed", "32-true": "32", "fp32": "32"}
+STRATEGIES = ("single", "ddp", "fsdp")
+DEVICE_RE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
+TARGET_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+
+
+@dataclass
+class Config:
+    """The whole run config; optional tables are None when absent."""
+
+    experiment: ExperimentConfig = field(default_factory=ExperimentConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    loss: LossConfig = field(default_factory=LossConfig)
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    scheduler: SchedulerConfig | None = None
+    train: TrainConfig = field(default_factory=TrainConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    early_stopping: EarlyStoppingConfig | None = None
+    dashboard: DashboardConfig = field(default_factory=DashboardConfig)
+    path: Path | None = None
+    base_dir: Path = field(default_factory=Path.cwd)
+    #: how errors name this config ("spirals.toml", "<config>")
+    source: str = field(default="<config>", repr=False, compare=False)
+    #: dotted keys set by --set -> the name errors give them ("--set")
+    set_keys: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain nested dict as in the TOML: kwargs back inside their tables, None tables left out."""
+        out: dict[str, Any] = {}
+        for name in SECTIONS:
+            section = getattr(self, name)
+            if section is None:
+                continue
+            table: dict[str, Any] = {}
+            for f in dataclasses.fields(section):
+                value = getattr(section, f.name)
+                if f.name == "kwargs":
+                    table.update(_plain(value))
+                else:
+                    table[f.name] = _plain(value)
+            out[name] = table
+        return out
+
+    def to_toml(self) -> str:
+        from tuitrain.config_toml import dumps
+
+        return dumps(self.to_dict())
+
+
+def _plain(value: Any) -> Any:
+    """A deep copy made of dicts and lists, so to_dict never shares state with the config."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def origin(key: str | None, set_keys: dict[str, str], source: str) -> str:
+    """The file an error at `key` belongs to: the --set source when an override set it."""
+    if key:
+        for set_key, set_source in set_keys.items():
+            if (set_key == key or key.startswith(set_key + ".") or key.startswith(set_key + "[")
+                    or set_key.startswith(key + ".")):
+                return set_source
+    return source
+
+
+@contextmanager
+def errors_in(source: str, set_keys: dict[str, str]) -> Iterator[None]:
+    """Name the file (or --set) in every ConfigError raised inside that does not name one yet."""
+    try:
+        yield
+    except ConfigError as e:
+        if e.file is None:
+            e.file = origin(e.key, set_keys, source)
+        raise
+
+
+# -- types -----------------------------------------------------------------------------------
+
+_TYPE_WORDS = {int: "an integer", float: "a number", bool: "true or false", str: "a string",
+               list: "an array", dict: "a table"}
+
+
+def describe(value: Any) -> str:
+    """How an error message shows a value the user wrote."""
+    if isinstance(value, bool):
+        return f"{str(value).lower()} (a boolean)"
+    if isinstance(value, str):
+        return repr(value)
+    if isinstance(value, dict):
+        return "a table"
+    if isinstance(value, list):
+        return "an array"
+    kind = {int: "an integer", float: "a float"}.get(type(value), f"a {type(value).__name__}")
+    return f"{value!r} ({kind})"
+
+
+def check_type(value: Any, kind: type, key: str) -> Any:
+    """`value` as `kind` (int widens to float); ConfigError(key) when it is another type."""
+    ok = {
+        int: isinstance(value, int) and not isinstance(value, bool),
+        float: isinstance(value, (int, float)) and not isinstance(value, bool),
+        bool: isinstance(value, bool),
+        str: isinstance(value, str),
+        list: isinstance(value, list),
+        dict: isinstance(value, dict),
+    }[kind]
+    if not ok:
+        raise ConfigError(f"expected {_TYPE_WORDS[kind]}, got {describe(value)}", key=key)
+    return float(value) if kind is float else value
+
+
+# -- values ----------------------------------------------------------------------------------
+
+def _at_least(low: int | float) -> Callable[[Any], str | None]:
+    return lambda v: None if v >= low else f"must be >= {low}, got {v}"
+
+
+def _one_of(*choices: str) -> Callable[[Any], str | None]:
+    def check(v: str) -> str | None:
+        if v in choices:
+            return None
+        return f"expected one of {', '.join(map(repr, choices))}, got {v!r}" + suggest(v, choices)
+    return check
+
+
+def _finite_non_negative(v: float) -> str | None:
+    return None if math.isfinite(v) and v >= 0 else f"must be a finite number >= 0, got {v}"
+
+
+def _run_name(v: str) -> str | None:
+    if not v or v in (".", "..") or "/" in v or "\\" in v:
+        return f"must be a folder name (no '/'), got {v!r}"
+    return None
+
+
+def _device(v: str) -> str | None:
+    return None if DEVICE_RE.match(v) else (
+        f"expected 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps', got {v!r}")
+
+
+def _target_format(v: str) -> str | None:
+    if not v or TARGET_RE.match(v):
+        return None
+    hint = ""
+    if ":" not in v and "." in v:
+        hint = " (did you mean '{}:{}'?)".format(*v.rsplit(".", 1))
+    return f'expected "module:callable", got {v!r}{hint}'
+
+
+def _monitor_format(v: str) -> str | None:
+    split, _, metric = v.partition("/")
+    if split in ("train", "valid") and metric:
+        return None
+    return f'expected "train/<metric>" or "valid/<metric>", got {v!r}'
+
+
+# dotted key -> check of the (type-checked) value; returns an error message or None
+RULES: dict[str, Callable[[Any], str | None]] = {
+    "experiment.name": _run_name,
+    "experiment.seed": _at_least(0),
+    "model.target": _target_format,
+    "data.target": _target_format,
+    "data.batch_size": _at_least(1),
+    "data.num_workers": _at_least(0),
+    "loss.target": _target_format,
+    "optimizer.target": _target_format,
+    "scheduler.target": _target_format,
+    "scheduler.interval": _one_of("step", "epoch"),
+    "train.epochs": _at_least(0),
+    "train.max_steps": _at_least(0),
+    "train.grad_accumulation": _at_least(1),
+    "train.clip_grad_norm": _finite_non_negative,
+    "train.precision": _one_of(*PRECISIONS),
+    "train.device": _device,
+    "train.strategy": _one_of(*STRATEGIES),
+    "train.devices": _at_least(1),
+    "train.validate_every": _at_least(1),
+    "log.every_n_steps": _at_least(1),
+    "checkpoint.every_n_epochs": _at_least(0),
+    "checkpoint.every_n_steps": _at_least(0),
+    "checkpoint.keep_last": _at_least(0),
+    "checkpoint.keep_best": _at_least(0),
+    "checkpoint.monitor": _monitor_format,
+    "checkpoint.mode": _one_of("min", "max"),
+    "early_stopping.monitor": _monitor_format,
+    "early_stopping.mode": _one_of("min", "max"),
+    "early_stopping.patience": _at_least(0),
+    "early_stopping.min_delta": _finite_non_negative,
+}

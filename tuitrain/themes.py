@@ -1,0 +1,57 @@
+"""Where dashboard themes (.tcss files) live, and how a theme name or path becomes a file.
+
+A theme is `themes/<name>.tcss` (shipped) or any `.tcss` path. Must not import textual or torch:
+the config validation and `tuitrain --help` use this module.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+SUFFIX = ".tcss"
+
+
+def theme_dirs() -> list[Path]:
+    """Folders holding the shipped themes, existing ones only, first match wins."""
+    here = Path(__file__).resolve().parent
+    candidates = [
+        here.parent / "themes",  # source checkout or editable install: top-level themes/
+        here / "themes",  # installed wheel: package tuitrain.themes lands next to this module
+    ]
+    dirs: list[Path] = []
+    for folder in candidates:
+        if folder.is_dir() and folder not in dirs:
+            dirs.append(folder)
+    return dirs
+
+
+def available_themes() -> list[str]:
+    """Names of the shipped themes, sorted, without duplicates."""
+    names = {p.stem for folder in theme_dirs() for p in folder.glob("*" + SUFFIX) if p.is_file()}
+    return sorted(names)
+
+
+def find_theme(name: str, base_dir: Path | None = None) -> Path | None:
+    """The .tcss file for `name`: a shipped theme's name, or a path ending in .tcss.
+
+    A relative path is looked up in `base_dir` (the config file's folder) first, then the current
+    directory. Returns None when nothing matches.
+    """
+    if not name:
+        return None
+    if name.endswith(SUFFIX):
+        path = Path(name).expanduser()
+        if path.is_absolute():
+            return path if path.is_file() else None
+        for folder in ([Path(base_dir)] if base_dir is not None else []) + [Path.cwd()]:
+            candidate = folder / path
+            if candidate.is_file():
+                return candidate.resolve()
+        return None
+    if "/" in name or "\\" in name:
+        return None  # a name never holds a path separator; a path must end in .tcss
+    for folder in theme_dirs():
+        candidate = folder / (name + SUFFIX)
+        if candidate.is_file():
+            return candidate
+    return None
