@@ -160,6 +160,10 @@ class Checkpointer:
     def busy(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
+    @property
+    def has_events(self) -> bool:
+        return bool(self._done)
+
     def take_events(self) -> list[Event]:
         with self._lock:
             out, self._done = self._done, []
@@ -204,3 +208,30 @@ class Checkpointer:
 
     def best(self) -> Entry | None:
         return best_entry(self.entries(), self.monitor, self.mode)
+
+
+def load_weights(model: torch.nn.Module, path: str | os.PathLike, *, strict: bool = True,
+                 revise_keys: list | tuple = ()) -> tuple[list[str], list[str]]:
+    """`[checkpoint] init_from`: load only model weights (a tuitrain checkpoint, a model.pt or any
+    weights-only state_dict), renaming keys by (regex, replacement) pairs; returns (missing, unexpected)."""
+    import re
+
+    path = Path(path)
+    try:
+        data = torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: no such file") from None
+    except pickle.UnpicklingError as e:
+        raise CheckpointError(f"{path}: refused: not loadable with weights_only=True: {str(e).splitlines()[0]}") from None
+    if isinstance(data, dict) and data.get("format") == FORMAT:
+        data = data["model"]
+    elif isinstance(data, dict) and isinstance(data.get("state_dict"), dict):
+        data = data["state_dict"]
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path}: holds no state_dict")
+    for pattern, repl in revise_keys:
+        data = {re.sub(pattern, repl, k): v for k, v in data.items()}
+    device = next((p.device for p in model.parameters()), torch.device("cpu"))
+    data = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in data.items()}
+    result = model.load_state_dict(data, strict=strict)
+    return list(result.missing_keys), list(result.unexpected_keys)

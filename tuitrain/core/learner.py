@@ -121,7 +121,8 @@ class Learner:
                  interrupter: Interrupter | None = None, checkpointer: ckpt.Checkpointer | None = None,
                  early_stopping: EarlyStopping | None = None, run_dir: str | os.PathLike | None = None,
                  train_phase: Phase | None = None, valid_phase: Phase | None = None,
-                 capture_output: bool = False, config: dict | None = None, experiment: str = "") -> None:
+                 capture_output: bool = False, config: dict | None = None, experiment: str = "",
+                 bus: EventBus | None = None, model_path: str | os.PathLike | None = None) -> None:
         if grad_accumulation < 1 or epochs < 0 or max_steps < 0 or log_every_n_steps < 1 or validate_every < 1:
             raise ValueError("grad_accumulation, log_every_n_steps, validate_every must be >= 1; epochs, "
                              "max_steps >= 0")
@@ -147,13 +148,15 @@ class Learner:
         self.config = config or {}
         self.experiment = experiment
         self.run_dir = Path(run_dir) if run_dir is not None else None
-        self.bus = EventBus()
+        self.model_path = Path(model_path) if model_path is not None else None
+        self.bus = bus if bus is not None else EventBus()
         if self.run_dir is not None:
-            from ..sinks import standard_sinks  # files only; no screen
+            self.model_path = self.model_path or self.run_dir / "model.pt"
+            from ..sinks.standard import standard_sinks  # files only; no screen
 
             self.run_dir.mkdir(parents=True, exist_ok=True)
             for sink in standard_sinks(self.run_dir):
-                self.bus.subscribe(sink)
+                self.bus.subscribe(sink, steps=False)
             if checkpointer is None:
                 checkpointer = ckpt.Checkpointer(self.run_dir / "checkpoint")
         for cb in callbacks:
@@ -236,7 +239,8 @@ class Learner:
             self._ckpt_step_due = True
 
     def checkpointer_due(self, state: TrainState) -> bool:
-        return self._ckpt_step_due
+        """A step checkpoint is due, or a finished background write has events to deliver."""
+        return self._ckpt_step_due or (self.checkpointer is not None and self.checkpointer.has_events)
 
     def at_boundary(self, state: TrainState) -> None:
         """Apply control requests and due checkpoints; raises CancelFitting on a stop."""
@@ -339,16 +343,18 @@ class Learner:
         return build_loader(data, batch_size=self.batch_size, shuffle=shuffle, num_workers=self.num_workers,
                             seed=self.seed if self.seed is not None else 0)
 
-    def fit(self, train_data, valid_data=None, resume: str | os.PathLike | dict | None = None) -> FitResult:
-        """Train; returns a FitResult (never raises for errors in user code: status "failed")."""
+    def fit(self, train_data, valid_data=None, resume: str | os.PathLike | dict | None = None,
+            resumed_from: str | os.PathLike | None = None) -> FitResult:
+        """Train; returns a FitResult (never raises for errors in user code: status "failed").
+
+        `resume` is a checkpoint path or an already loaded checkpoint dict."""
         ctx = capture_output(self.bus.emit) if self.capture_output else contextlib.nullcontext()
         with ctx:
-            return self._fit(train_data, valid_data, resume)
+            return self._fit(train_data, valid_data, resume, resumed_from)
 
-    def _fit(self, train_data, valid_data, resume) -> FitResult:
+    def _fit(self, train_data, valid_data, resume, resumed_from) -> FitResult:
         t_start = time.monotonic()
         s = self.state
-        resumed_from = ""
         try:
             if self.seed is not None:
                 seed_everything(self.seed)
@@ -358,7 +364,7 @@ class Learner:
                 self.checkpointer.prepare()
             if resume is not None:
                 data = resume if isinstance(resume, dict) else ckpt.load_checkpoint(resume)
-                resumed_from = "" if isinstance(resume, dict) else str(resume)
+                resumed_from = str(resumed_from or ("" if isinstance(resume, dict) else resume))
                 self.load_state_dict(data)
             batches = train.batches_per_epoch()
             steps_per_epoch = -(-batches // self.grad_accumulation) if batches else 0
@@ -376,8 +382,8 @@ class Learner:
                 reason = stop.reason
                 status, code = ("interrupted", EXIT_INTERRUPTED) if reason == "stopped" else ("completed", EXIT_OK)
             self._final_checkpoint("end" if status == "completed" else "stop")
-            if self.run_dir is not None:
-                atomic_write(self.run_dir / "model.pt", lambda f: torch.save(self.raw_model.state_dict(), f))
+            if self.model_path is not None:
+                atomic_write(self.model_path, lambda f: torch.save(self.raw_model.state_dict(), f))
         except KeyboardInterrupt:  # a second Ctrl+C: leave now, earlier checkpoints stay valid
             reason, status, code = "killed", "interrupted", EXIT_INTERRUPTED
             self._finish_checkpoints()

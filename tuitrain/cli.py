@@ -1,0 +1,142 @@
+"""The `tuitrain` command: argparse front for run, watch, stop, checkpoint and ls.
+
+Heavy imports (torch, textual) happen inside the command that needs them, so `tuitrain --help`
+answers fast. The dashboard is imported only when one opens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+EXIT_USAGE = 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="tuitrain",
+        description="Train a PyTorch model from a TOML config and watch it live in the terminal.")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    r = sub.add_parser("run", help="train from CONFIG.toml (dashboard on a terminal, else headless)")
+    r.add_argument("config", metavar="CONFIG.toml")
+    r.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config key with a TOML value, e.g. --set train.epochs=3 (repeatable)")
+    r.add_argument("--headless", action="store_true", help="plain progress lines, no dashboard")
+    r.add_argument("--resume", metavar="latest|PATH",
+                   help="continue the newest run of this experiment, or a checkpoint file / run directory")
+    r.add_argument("--run-dir", metavar="DIR", help="write the run here instead of <dir>/<name>/<timestamp>")
+    r.add_argument("--theme", metavar="NAME|FILE.tcss", help="dashboard theme (dark, light, high-contrast or a file)")
+    w = sub.add_parser("watch", help="the dashboard of a live or finished run, from its files")
+    w.add_argument("run_dir", metavar="RUN_DIR")
+    w.add_argument("--theme", metavar="NAME|FILE.tcss")
+    s = sub.add_parser("stop", help="ask a live run to stop gracefully (it saves a checkpoint)")
+    s.add_argument("run_dir", metavar="RUN_DIR")
+    c = sub.add_parser("checkpoint", help="ask a live run to write a checkpoint now")
+    c.add_argument("run_dir", metavar="RUN_DIR")
+    ls = sub.add_parser("ls", help="one line per run: name, started, status, epoch/step, best value")
+    ls.add_argument("dir", metavar="DIR", nargs="?", default="runs")
+    return p
+
+
+def _error(msg: str, code: int = EXIT_USAGE) -> int:
+    print(f"tuitrain: error: {msg}", file=sys.stderr)
+    return code
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from .config import ConfigError
+    from .runner import UsageError, prepare_run
+
+    headless = args.headless or not sys.stdout.isatty()
+    try:
+        run = prepare_run(args.config, args.overrides, run_dir=args.run_dir, resume=args.resume,
+                          headless=headless, theme=args.theme)
+    except (ConfigError, UsageError) as e:
+        return _error(str(e))
+    if headless:
+        run.install_signal_handlers()
+        return run.execute()
+    from .themes import find_theme
+
+    theme = find_theme(run.cfg.dashboard.theme, run.cfg.base_dir)
+    run.install_signal_handlers(sigint=False)  # the dashboard reads Ctrl+C as a key
+    from .dashboard.app import run_live
+
+    return run_live(run, theme)
+
+
+def _live_run_dir(path: str) -> Path | int:
+    from .sinks.run_status import live_status, read_run
+
+    d = Path(path)
+    info = read_run(d)
+    if info is None:
+        return _error(f"{path}: not a run directory (no run.json)")
+    status = live_status(d)
+    if status != "running":
+        return _error(f"{path}: the run is not live (status: {status})")
+    return d
+
+
+def cmd_control(args: argparse.Namespace, command: str) -> int:
+    d = _live_run_dir(args.run_dir)
+    if isinstance(d, int):
+        return d
+    from .core.control import FileControl
+
+    FileControl(d).send(command, source="cli")
+    what = "stop gracefully" if command == "stop" else "write a checkpoint"
+    print(f"asked {d} to {what}")
+    return 0
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    d = Path(args.run_dir)
+    if not (d / "events.jsonl").exists() and not (d / "run.json").exists():
+        return _error(f"{args.run_dir}: not a run directory (no events.jsonl)")
+    from .themes import find_theme
+
+    theme = None
+    if args.theme:
+        theme = find_theme(args.theme, Path.cwd())
+        if theme is None:
+            return _error(f"--theme {args.theme}: no such theme")
+    from .dashboard.app import run_watch
+
+    return run_watch(d, theme)
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    from .runs import format_runs, list_runs
+
+    root = Path(args.dir)
+    if not root.is_dir():
+        return _error(f"{args.dir}: no such folder")
+    rows = list_runs(root)
+    if not rows:
+        print(f"no runs under {root}")
+        return 0
+    print(format_runs(rows))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "run":
+            return cmd_run(args)
+        if args.command in ("stop", "checkpoint"):
+            return cmd_control(args, args.command)
+        if args.command == "watch":
+            return cmd_watch(args)
+        if args.command == "ls":
+            return cmd_ls(args)
+    except KeyboardInterrupt:
+        return 130
+    return _error(f"unknown command {args.command}")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
