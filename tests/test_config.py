@@ -556,7 +556,7 @@ def test_validate_rechecks_values_set_in_code(tmp_path):
 
 def test_metric_names():
     assert metric_name("loss") == "loss"
-    assert metric_name({"target": "tm:MulticlassF1Score"}) == "multiclass_f1_score"
+    assert metric_name({"target": "tm:MulticlassF1Score"}) == "MulticlassF1Score"
     assert metric_name({"target": "tm:AUROC", "name": "auc"}) == "auc"
 
 

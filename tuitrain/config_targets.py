@@ -132,20 +132,11 @@ def check_kwargs(fn: Callable, kwargs: dict, key: str, file: str | None = None,
 
 
 def metric_name(item: Any) -> str:
-    """The name a metric item logs under: the string itself, a dict's "name", or its target's
-    callable name in snake_case ("torchmetrics.classification:MulticlassF1Score" -> "multiclass_f1_score")."""
+    """The name a metric item logs under: the string itself, a dict's "name", or else the
+    callable part of its target ("torchmetrics.classification:MulticlassF1Score" -> "MulticlassF1Score")."""
     if isinstance(item, str):
         return item
-    if item.get("name"):
-        return item["name"]
-    attr = str(item.get("target", "")).rpartition(":")[2].rpartition(".")[2]
-    out = []
-    for i, ch in enumerate(attr):
-        # a new word starts at an upper-case letter that follows a lower-case letter or a digit
-        if ch.isupper() and i and (attr[i - 1].islower() or attr[i - 1].isdigit()):
-            out.append("_")
-        out.append(ch.lower())
-    return "".join(out)
+    return item.get("name") or str(item.get("target", "")).rpartition(":")[2]
 
 
 __all__ = ["split_target", "import_module", "resolve_target", "check_kwargs", "metric_name",
