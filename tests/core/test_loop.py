@@ -1,0 +1,225 @@
+"""The training loop against hand computation: accumulation, clipping, schedulers, metrics."""
+
+import math
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from tuitrain.core.events import MetricsLogged, PhaseCompleted, RunFinished
+from tuitrain.core.learner import Learner
+from tuitrain.runner import fill_scheduler_kwargs
+
+
+def data(n=10, d=3, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, d, generator=g)
+    y = torch.randn(n, 1, generator=g)
+    return TensorDataset(x, y)
+
+
+def linear(seed=0):
+    torch.manual_seed(seed)
+    return nn.Linear(3, 1)
+
+
+def fit(model, ds, events=None, **kw):
+    opt = kw.pop("optimizer", None) or torch.optim.SGD(model.parameters(), lr=0.1)
+    cb = [lambda e, s: events.append(e)] if events is not None else []
+    kw.setdefault("shuffle", False)
+    learner = Learner(model, opt, loss_fn=nn.MSELoss(), callbacks=cb, device="cpu", **kw)
+    result = learner.fit(ds)
+    assert result.exit_code == 0, result.error
+    return learner, result
+
+
+def test_accumulation_equals_large_batch_including_partial_last_group():
+    ds = data(n=10)
+    # 10 samples, batches of 2, groups of 4 batches: 8 samples then a partial group of 2
+    small, _ = fit(linear(), ds, batch_size=2, grad_accumulation=4, epochs=1)
+    big, _ = fit(linear(), ds, batch_size=8, grad_accumulation=1, epochs=1)
+    for a, b in zip(small.model.parameters(), big.model.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
+
+
+def test_accumulation_step_count():
+    events = []
+    learner, _ = fit(linear(), data(n=10), events, batch_size=2, grad_accumulation=4, epochs=2,
+                     log_every_n_steps=1)
+    assert learner.state.step == 4  # ceil(5 / 4) = 2 steps per epoch
+    steps = [e.step for e in events if isinstance(e, MetricsLogged) and e.scope == "step"]
+    assert steps == [1, 2, 3, 4]
+
+
+def test_clip_grad_norm_bounds_the_update():
+    model = linear()
+    before = [p.detach().clone() for p in model.parameters()]
+    opt = torch.optim.SGD(model.parameters(), lr=1.0)
+    fit(model, data(n=8), batch_size=8, epochs=1, clip_grad_norm=0.01, optimizer=opt)
+    delta = torch.sqrt(sum(((p.detach() - b) ** 2).sum() for p, b in zip(model.parameters(), before)))
+    assert delta.item() == pytest.approx(0.01, rel=1e-4)
+
+
+@pytest.mark.parametrize("interval,expected_steps", [("step", 6), ("epoch", 3)])
+def test_scheduler_interval(interval, expected_steps):
+    model = linear()
+    opt = torch.optim.SGD(model.parameters(), lr=1.0)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+    fit(model, data(n=4), batch_size=2, epochs=3, optimizer=opt, scheduler=sched, scheduler_interval=interval)
+    assert opt.param_groups[0]["lr"] == pytest.approx(0.5 ** expected_steps)
+
+
+def test_scheduler_fill_ins():
+    from torch.optim.lr_scheduler import CosineAnnealingLR, OneCycleLR, StepLR
+
+    assert fill_scheduler_kwargs(OneCycleLR, {"max_lr": 1.0}, "step", 3, 7, 0)["total_steps"] == 21
+    assert fill_scheduler_kwargs(OneCycleLR, {"max_lr": 1.0}, "step", 3, 7, 10)["total_steps"] == 10
+    assert fill_scheduler_kwargs(CosineAnnealingLR, {}, "epoch", 5, 7, 0)["T_max"] == 5
+    assert fill_scheduler_kwargs(CosineAnnealingLR, {"T_max": 2}, "step", 5, 7, 0)["T_max"] == 2
+    assert "total_steps" not in fill_scheduler_kwargs(StepLR, {"step_size": 1}, "step", 5, 7, 0)
+
+
+def test_epoch_metrics_weighted_by_batch_size():
+    torch.manual_seed(0)
+    x = torch.randn(7, 4)
+    y = torch.tensor([0, 1, 2, 1, 0, 2, 2])
+    model = nn.Linear(4, 3)
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)  # frozen: metrics are computable by hand
+    events = []
+    learner = Learner(model, opt, loss_fn=nn.CrossEntropyLoss(), device="cpu", shuffle=False, batch_size=3,
+                      train_metrics=["loss", "accuracy", "top2_accuracy"], callbacks=[lambda e, s: events.append(e)])
+    assert learner.fit(TensorDataset(x, y)).exit_code == 0
+    with torch.no_grad():
+        logits = model(x)
+    want_loss = nn.functional.cross_entropy(logits, y, reduction="sum").item() / 7
+    want_acc = (logits.argmax(1) == y).float().mean().item()
+    want_top2 = (logits.topk(2, 1).indices == y[:, None]).any(1).float().mean().item()
+    got = next(e for e in events if isinstance(e, PhaseCompleted) and e.split == "train").metrics
+    assert got["loss"] == pytest.approx(want_loss, rel=1e-6)
+    assert got["accuracy"] == pytest.approx(want_acc)
+    assert got["top2_accuracy"] == pytest.approx(want_top2)
+
+
+def test_step_metric_is_the_window_mean():
+    ds = data(n=8)
+    events = []
+    fit(linear(), ds, events, batch_size=2, epochs=1, log_every_n_steps=2, train_metrics=["loss", "lr"],
+        optimizer=None)
+    logged = [e for e in events if isinstance(e, MetricsLogged)]
+    assert [e.step for e in logged] == [2, 4]
+    assert all(e.metrics["lr"] == 0.1 for e in logged)
+    assert all(math.isfinite(e.metrics["loss"]) for e in logged)
+
+
+def test_validation_runs_without_gradients():
+    seen = []
+
+    class Probe(nn.Linear):
+        def forward(self, x):
+            seen.append((self.training, torch.is_grad_enabled()))
+            return super().forward(x)
+
+    torch.manual_seed(0)
+    model = Probe(3, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    learner = Learner(model, opt, loss_fn=nn.MSELoss(), device="cpu", batch_size=4, shuffle=False)
+    ds = data(n=4)
+    assert learner.fit(ds, ds).exit_code == 0
+    assert seen == [(True, True), (False, False)]
+
+
+def test_model_train_step_dict_and_user_dataloader():
+    class Own(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(3, 2)
+
+        def forward(self, x):
+            return self.lin(x)
+
+        def train_step(self, batch):
+            x, y = batch
+            out = self(x)
+            return {"loss": nn.functional.cross_entropy(out, y), "output": out, "target": y}
+
+        valid_step = train_step
+
+    torch.manual_seed(0)
+    x, y = torch.randn(12, 3), torch.randint(0, 2, (12,))
+    loader = DataLoader(TensorDataset(x, y), batch_size=4, shuffle=True)
+    model = Own()
+    events = []
+    learner = Learner(model, torch.optim.AdamW(model.parameters()), device="cpu", seed=3,
+                      train_metrics=["loss", "accuracy"], valid_metrics=["accuracy"],
+                      callbacks=[lambda e, s: events.append(e)])
+    result = learner.fit(loader, loader)
+    assert result.exit_code == 0
+    fin = [e for e in events if isinstance(e, RunFinished)][0]
+    assert set(fin.summary) == {"train/loss", "train/accuracy", "valid/accuracy"}
+
+
+def test_max_steps_ends_run_midepoch():
+    learner, result = fit(linear(), data(n=20), batch_size=2, epochs=5, max_steps=3)
+    assert learner.state.step == 3 and result.reason == "max_steps" and result.status == "completed"
+
+
+def test_nonfinite_loss_fails_and_names_step():
+    class Bad(nn.Linear):
+        calls = 0
+
+        def forward(self, x):
+            Bad.calls += 1
+            out = super().forward(x)
+            return out * float("nan") if Bad.calls == 3 else out
+
+    torch.manual_seed(0)
+    model = Bad(3, 1)
+    learner = Learner(model, torch.optim.SGD(model.parameters(), lr=0.1), loss_fn=nn.MSELoss(), device="cpu",
+                      batch_size=2, shuffle=False)
+    result = learner.fit(data(n=10))
+    assert result.exit_code == 1 and result.status == "failed"
+    assert "step 3" in result.error and "nan" in result.error
+
+
+def test_user_exception_is_a_failed_result_not_a_raise():
+    class Boom(nn.Linear):
+        def forward(self, x):
+            raise ValueError("bad shape")
+
+    model = Boom(3, 1)
+    learner = Learner(model, torch.optim.SGD(model.parameters(), lr=0.1), loss_fn=nn.MSELoss(), device="cpu")
+    result = learner.fit(data(n=4))
+    assert (result.status, result.exit_code) == ("failed", 1)
+    assert result.error == "ValueError: bad shape"
+
+
+def test_print_in_user_code_becomes_output_events():
+    from tuitrain.core.events import OutputPrinted
+
+    class Talk(nn.Linear):
+        def forward(self, x):
+            print("hello from forward")
+            return super().forward(x)
+
+    model = Talk(3, 1)
+    events = []
+    learner = Learner(model, torch.optim.SGD(model.parameters(), lr=0.1), loss_fn=nn.MSELoss(), device="cpu",
+                      batch_size=4, callbacks=[lambda e, s: events.append(e)], capture_output=True)
+    learner.fit(data(n=8))
+    texts = [e.text for e in events if isinstance(e, OutputPrinted) and e.stream == "stdout"]
+    assert texts == ["hello from forward"] * 2
+
+
+def test_bf16_mixed_on_cpu_trains():
+    model = linear()
+    learner, result = fit(model, data(n=8), batch_size=4, epochs=1, precision="bf16-mixed")
+    assert learner.precision == "bf16-mixed" and result.exit_code == 0
+
+
+def test_16_mixed_on_cpu_falls_back_with_warning():
+    model = linear()
+    with pytest.warns(UserWarning, match="bf16-mixed"):
+        learner = Learner(model, torch.optim.SGD(model.parameters(), lr=0.1), loss_fn=nn.MSELoss(),
+                          device="cpu", precision="16-mixed")
+    assert learner.precision == "bf16-mixed" and learner.scaler is None
