@@ -1,0 +1,47 @@
+"""tuitrain: a PyTorch training loop you can watch.
+
+The public API. Attributes load lazily so that `tuitrain --help` does not import torch; this package
+never imports textual (the dashboard lives in tuitrain.dashboard and is imported only to open one).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "Learner": "tuitrain.core.learner",
+    "FitResult": "tuitrain.core.learner",
+    "TrainState": "tuitrain.core.learner",
+    "TrainPhase": "tuitrain.core.phases",
+    "ValidPhase": "tuitrain.core.phases",
+    "Phase": "tuitrain.core.phases",
+    "CancelStep": "tuitrain.core.phases",
+    "CancelEpoch": "tuitrain.core.phases",
+    "CancelFitting": "tuitrain.core.phases",
+    "StepOutput": "tuitrain.core.metrics",
+    "Metric": "tuitrain.core.metrics",
+    "Interrupter": "tuitrain.core.control",
+    "Checkpointer": "tuitrain.core.checkpoint",
+    "load_checkpoint": "tuitrain.core.checkpoint",
+    "EarlyStopping": "tuitrain.core.early_stopping",
+    "CallbackBase": "tuitrain.core.callbacks",
+    "load_config": "tuitrain.config",
+    "ConfigError": "tuitrain.config",
+    "prepare_run": "tuitrain.runner",
+    "events": "tuitrain.core.events",
+}
+
+__all__ = sorted(_EXPORTS) + ["__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tuitrain' has no attribute {name!r}")
+    mod = importlib.import_module(module)
+    value = mod if name == "events" else getattr(mod, name)
+    globals()[name] = value
+    return value
