@@ -1,0 +1,171 @@
+"""Retention policies decide which checkpoints stay; they are pure and never touch files."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from tuitrain.core.retention import Entry, KeepAny, KeepBest, KeepLast, best_entry, decide
+
+
+def entry(step: int, loss: float | None = None, acc: float | None = None, epoch: int | None = None,
+          t: float = 0.0) -> Entry:
+    metrics = {}
+    if loss is not None:
+        metrics["valid/loss"] = loss
+    if acc is not None:
+        metrics["valid/accuracy"] = acc
+    return Entry(file=f"s{step}.pt", epoch=epoch if epoch is not None else step, step=step, metrics=metrics,
+                 time=t)
+
+
+def files(entries) -> list[str]:
+    return sorted(e.file for e in entries)
+
+
+# --- KeepLast ---------------------------------------------------------------------------------
+
+
+def test_keep_last_keeps_the_newest_n_by_step_whatever_the_list_order():
+    entries = [entry(30), entry(10), entry(50), entry(20), entry(40)]
+    assert KeepLast(2).keep(entries) == {"s50.pt", "s40.pt"}
+    assert KeepLast(1).keep(entries) == {"s50.pt"}
+
+
+def test_keep_last_more_than_there_are_keeps_all():
+    entries = [entry(1), entry(2)]
+    assert KeepLast(5).keep(entries) == {"s1.pt", "s2.pt"}
+
+
+@pytest.mark.parametrize("n", [0, -1])
+def test_keep_last_zero_or_negative_keeps_nothing(n):
+    assert KeepLast(n).keep([entry(1), entry(2)]) == set()
+
+
+def test_keep_last_on_no_entries():
+    assert KeepLast(3).keep([]) == set()
+
+
+def test_keep_last_same_step_is_ordered_by_time():
+    # a request checkpoint and an epoch checkpoint at the same step: the later write is the newer
+    a = Entry(file="a.pt", epoch=1, step=7, time=100.0)
+    b = Entry(file="b.pt", epoch=1, step=7, time=200.0)
+    assert KeepLast(1).keep([b, a]) == {"b.pt"}
+
+
+# --- KeepBest ---------------------------------------------------------------------------------
+
+
+def test_keep_best_min_keeps_the_lowest():
+    entries = [entry(1, 0.9), entry(2, 0.3), entry(3, 0.5), entry(4, 0.1)]
+    assert KeepBest(1, "valid/loss", "min").keep(entries) == {"s4.pt"}
+    assert KeepBest(2, "valid/loss", "min").keep(entries) == {"s4.pt", "s2.pt"}
+
+
+def test_keep_best_max_keeps_the_highest():
+    entries = [entry(1, acc=0.5), entry(2, acc=0.9), entry(3, acc=0.7), entry(4, acc=0.2)]
+    assert KeepBest(1, "valid/accuracy", "max").keep(entries) == {"s2.pt"}
+    assert KeepBest(2, "valid/accuracy", "max").keep(entries) == {"s2.pt", "s3.pt"}
+
+
+def test_keep_best_tie_goes_to_the_earlier_checkpoint():
+    entries = [entry(3, 0.5), entry(1, 0.5), entry(2, 0.5)]
+    assert KeepBest(1, "valid/loss", "min").keep(entries) == {"s1.pt"}
+    assert KeepBest(1, "valid/loss", "max").keep(entries) == {"s1.pt"}
+    assert KeepBest(2, "valid/loss", "min").keep(entries) == {"s1.pt", "s2.pt"}
+
+
+def test_keep_best_ignores_entries_without_the_metric_or_with_nan():
+    entries = [entry(1), entry(2, math.nan), entry(3, 0.7), entry(4, acc=0.1)]
+    assert KeepBest(3, "valid/loss", "min").keep(entries) == {"s3.pt"}
+
+
+def test_keep_best_ignores_non_numeric_values():
+    e = Entry(file="str.pt", epoch=1, step=1, metrics={"valid/loss": "0.1"})
+    assert KeepBest(1, "valid/loss", "min").keep([e, entry(2, 0.9)]) == {"s2.pt"}
+
+
+def test_keep_best_with_no_measured_entry_keeps_nothing():
+    assert KeepBest(1, "valid/loss", "min").keep([entry(1), entry(2)]) == set()
+
+
+def test_keep_best_zero_keeps_nothing():
+    assert KeepBest(0, "valid/loss", "min").keep([entry(1, 0.1)]) == set()
+
+
+def test_keep_best_negative_infinity_is_a_value():
+    entries = [entry(1, 0.1), entry(2, -math.inf)]
+    assert KeepBest(1, "valid/loss", "min").keep(entries) == {"s2.pt"}
+
+
+# --- KeepAny and decide -----------------------------------------------------------------------
+
+
+def test_keep_any_is_the_union():
+    entries = [entry(1, 0.1), entry(2, 0.9), entry(3, 0.8), entry(4, 0.7)]
+    policy = KeepAny((KeepLast(2), KeepBest(1, "valid/loss", "min")))
+    assert policy.keep(entries) == {"s1.pt", "s3.pt", "s4.pt"}
+
+
+def test_keep_any_of_nothing_keeps_nothing():
+    assert KeepAny(()).keep([entry(1)]) == set()
+
+
+def test_decide_splits_keep_and_delete_preserving_order():
+    entries = [entry(1, 0.1), entry(2, 0.9), entry(3, 0.8), entry(4, 0.7)]
+    policy = KeepAny((KeepLast(2), KeepBest(1, "valid/loss", "min")))
+    keep, delete = decide(policy, entries)
+    assert [e.file for e in keep] == ["s1.pt", "s3.pt", "s4.pt"]
+    assert [e.file for e in delete] == ["s2.pt"]
+
+
+def test_decide_always_keeps_the_newest_even_when_the_policy_keeps_nothing():
+    entries = [entry(5, 0.1), entry(9, 0.9), entry(2, 0.5)]
+    keep, delete = decide(KeepLast(0), entries)
+    assert files(keep) == ["s9.pt"]
+    assert files(delete) == ["s2.pt", "s5.pt"]
+
+
+def test_decide_keeps_newest_alongside_best_only_policy():
+    entries = [entry(1, 0.1), entry(2, 0.9), entry(3, None)]
+    keep, delete = decide(KeepBest(1, "valid/loss", "min"), entries)
+    assert files(keep) == ["s1.pt", "s3.pt"]
+    assert files(delete) == ["s2.pt"]
+
+
+def test_decide_on_nothing():
+    assert decide(KeepLast(2), []) == ([], [])
+
+
+def test_decide_every_entry_lands_in_exactly_one_list():
+    entries = [entry(i, loss=(i * 37 % 11) / 10) for i in range(1, 20)]
+    keep, delete = decide(KeepAny((KeepLast(3), KeepBest(2, "valid/loss", "min"))), entries)
+    assert files(keep + delete) == files(entries)
+    assert not set(files(keep)) & set(files(delete))
+    assert len(keep) <= 5
+
+
+# --- best_entry -------------------------------------------------------------------------------
+
+
+def test_best_entry_min_and_max():
+    entries = [entry(1, 0.5, acc=0.2), entry(2, 0.2, acc=0.9), entry(3, 0.3, acc=0.95)]
+    assert best_entry(entries, "valid/loss", "min").file == "s2.pt"
+    assert best_entry(entries, "valid/accuracy", "max").file == "s3.pt"
+    assert best_entry(entries, "valid/loss", "max").file == "s1.pt"
+
+
+def test_best_entry_none_when_unmeasured():
+    assert best_entry([entry(1), entry(2)], "valid/loss", "min") is None
+    assert best_entry([], "valid/loss", "min") is None
+
+
+def test_best_entry_tie_is_the_first_to_reach_it():
+    assert best_entry([entry(4, 0.2), entry(2, 0.2)], "valid/loss", "min").file == "s2.pt"
+
+
+def test_entry_to_dict_has_the_index_keys():
+    d = entry(3, 0.5).to_dict()
+    assert {"file", "epoch", "step", "metrics", "time", "bytes", "best"} <= set(d)
+    assert d["file"] == "s3.pt" and d["step"] == 3 and d["metrics"] == {"valid/loss": 0.5}

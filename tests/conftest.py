@@ -1,0 +1,217 @@
+"""Shared fixtures: a tiny user project (model + data module, config TOML) written into tmp_path,
+and helpers to run the `tuitrain` CLI in a subprocess as a user would.
+
+The project is small enough that one CLI run takes about two seconds, most of it importing torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+TINY_MODULE = '''
+"""A tiny user project for tuitrain's tests: an MLP with dropout on random data."""
+import time
+
+import torch
+from torch import nn
+from torch.utils.data import TensorDataset
+
+
+class Net(nn.Module):
+    def __init__(self, inputs=4, hidden=16, classes=3, dropout=0.3, sleep=0.0, fail_at_step=0,
+                 nan_at_step=0):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(inputs, hidden), nn.ReLU(), nn.Dropout(dropout),
+                                 nn.Linear(hidden, classes))
+        self.sleep, self.fail_at_step, self.nan_at_step = sleep, fail_at_step, nan_at_step
+        self.train_calls = 0
+
+    def forward(self, x):
+        if self.training:
+            self.train_calls += 1
+            if self.fail_at_step and self.train_calls == self.fail_at_step:
+                raise RuntimeError(f"tinyproj exploded on purpose at call {self.train_calls}")
+        if self.sleep:
+            time.sleep(self.sleep)
+        out = self.net(x)
+        if self.training and self.nan_at_step and self.train_calls == self.nan_at_step:
+            out = out * float("nan")
+        return out
+
+
+def datasets(n=100, seed=0, inputs=4, classes=3, valid_n=40):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n + valid_n, inputs, generator=g)
+    y = torch.randint(0, classes, (n + valid_n,), generator=g)
+    return TensorDataset(x[:n], y[:n]), TensorDataset(x[n:], y[n:])
+'''
+
+# 100 items / batch 16 = 7 batches per epoch (the last one has 4 items); 3 epochs = 21 steps
+TINY_CONFIG = '''
+[experiment]
+name = "tiny"
+dir = "{runs}"
+seed = 7
+
+[model]
+target = "tinyproj:Net"
+hidden = 16
+dropout = 0.3
+
+[data]
+target = "tinyproj:datasets"
+batch_size = 16
+num_workers = 0
+shuffle = true
+n = 100
+seed = 0
+
+[loss]
+target = "torch.nn:CrossEntropyLoss"
+
+[optimizer]
+name = "AdamW"
+lr = 1e-2
+
+[train]
+epochs = 3
+device = "cpu"
+
+[metrics]
+train = ["loss", "accuracy"]
+valid = ["loss", "accuracy"]
+
+[log]
+every_n_steps = 1
+
+[checkpoint]
+every_n_epochs = 1
+keep_last = 2
+keep_best = 1
+monitor = "valid/loss"
+mode = "min"
+
+[dashboard]
+theme = "{theme}"
+'''
+
+STEPS_PER_EPOCH = 7
+EPOCHS = 3
+
+
+class TinyProject:
+    """A user's project folder: tinyproj.py, tiny.toml, an empty theme, and runs/ for the runs."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.runs = root / "runs"
+        self.theme = root / "empty.tcss"
+        self.theme.write_text("")
+        (root / "tinyproj.py").write_text(TINY_MODULE)
+        self.config = root / "tiny.toml"
+        self.config.write_text(self.config_text())
+
+    def config_text(self, extra: str = "") -> str:
+        return textwrap.dedent(TINY_CONFIG).format(runs=self.runs.as_posix(), theme=self.theme.as_posix()) + extra
+
+    def write_config(self, name: str, text: str) -> Path:
+        p = self.root / name
+        p.write_text(text)
+        return p
+
+    def run_dirs(self) -> list[Path]:
+        d = self.runs / "tiny"
+        return sorted(p for p in d.iterdir() if p.is_dir()) if d.is_dir() else []
+
+    # the helpers below, as methods, so that test files need no import of this conftest
+    def cli(self, *args, timeout: float = 60) -> subprocess.CompletedProcess:
+        return tuitrain(*args, cwd=self.root, timeout=timeout)
+
+    def cli_bg(self, *args) -> subprocess.Popen:
+        return tuitrain_bg(*args, cwd=self.root)
+
+    read_events = staticmethod(lambda run_dir: read_events(run_dir))
+    step_losses = staticmethod(lambda events: step_losses(events))
+    wait_for = staticmethod(lambda *a, **k: wait_for(*a, **k))
+    last_train_step = staticmethod(lambda run_dir: last_train_step(run_dir))
+
+
+@pytest.fixture
+def tiny(tmp_path) -> TinyProject:
+    return TinyProject(tmp_path)
+
+
+def cli_env() -> dict:
+    env = dict(os.environ)
+    env["OMP_NUM_THREADS"] = "1"
+    env["MKL_NUM_THREADS"] = "1"
+    env["PYTHONUNBUFFERED"] = "1"
+    env.pop("PYTHONHASHSEED", None)
+    return env
+
+
+def tuitrain(*args: str | os.PathLike, cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess:
+    """`python -m tuitrain ARGS` to completion; stdout is a pipe, so `run` is headless."""
+    return subprocess.run([sys.executable, "-m", "tuitrain", *map(str, args)], cwd=cwd, env=cli_env(),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def tuitrain_bg(*args: str | os.PathLike, cwd: Path) -> subprocess.Popen:
+    """`python -m tuitrain ARGS` in the background, output to files in cwd (no pipe to fill up)."""
+    out = open(cwd / f"bg-{time.time_ns()}.out", "w+")
+    return subprocess.Popen([sys.executable, "-m", "tuitrain", *map(str, args)], cwd=cwd, env=cli_env(),
+                            stdout=out, stderr=subprocess.STDOUT, text=True)
+
+
+def read_events(run_dir: Path) -> list[dict]:
+    lines = (Path(run_dir) / "events.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+def step_losses(events: list[dict]) -> dict[int, float]:
+    """{step: train loss} from step-scope MetricsLogged events; a later line for a step wins."""
+    out: dict[int, float] = {}
+    for e in events:
+        if e.get("event") == "MetricsLogged" and e["split"] == "train" and e.get("scope", "step") == "step":
+            if "loss" in e["metrics"]:
+                out[e["step"]] = e["metrics"]["loss"]
+    return out
+
+
+def wait_for(predicate, timeout: float = 30.0, interval: float = 0.05, what: str = "condition"):
+    """Poll `predicate` until it returns something truthy; fail the test after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def last_train_step(run_dir: Path) -> int:
+    """The highest train step logged so far in a live run's events.jsonl (0 when none)."""
+    p = Path(run_dir) / "events.jsonl"
+    try:
+        text = p.read_text()
+    except OSError:
+        return 0
+    step = 0
+    for line in text.splitlines():
+        if '"MetricsLogged"' not in line:
+            continue
+        try:
+            e = json.loads(line)
+        except ValueError:
+            continue  # a line being written
+        if e.get("split") == "train":
+            step = max(step, int(e.get("step", 0)))
+    return step
