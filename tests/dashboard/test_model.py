@@ -1,0 +1,198 @@
+"""The dashboard's data side, without a screen: series decimation, the state folded from events,
+the bridge between threads, and following events.jsonl."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from tuitrain.core.events import (
+    CheckpointStarted, ControlReceived, MetricsLogged, RunPaused, RunResumed, StepCompleted, StepStarted,
+)
+from tuitrain.dashboard.bridge import MAX_STEP_EVENTS, EventBridge
+from tuitrain.dashboard.model import DashboardState
+from tuitrain.dashboard.series import Series
+from tuitrain.dashboard.sources import FileSource
+
+from .fixtures import T0, recorded_run, write_jsonl
+
+
+# --- Series ----------------------------------------------------------------------------------
+
+
+def test_a_spike_survives_a_million_points_in_bounded_memory():
+    s = Series(capacity=512, recent=100)
+    for step in range(1, 1_000_001):
+        s.append(step, 1000.0 if step == 777_777 else 1.0 / step ** 0.5)
+    xs, ys = s.points()
+    assert s.stored() <= 2 * 512 + 100 + 2
+    assert len(xs) <= 2 * 512 + 1
+    assert max(ys) == 1000.0 and xs[ys.index(1000.0)] == 777_777
+    assert xs[0] == 1 and ys[0] == 1.0  # the first point is kept
+    assert (xs[-1], ys[-1]) == (1_000_000, 1.0 / 1_000_000 ** 0.5)  # the newest is exact
+    assert min(ys) == s.min and xs == sorted(xs)
+
+
+def test_recent_window_is_the_exact_tail_and_non_finite_values_are_skipped():
+    s = Series(capacity=16, recent=50)
+    for step in range(1, 201):
+        s.append(step, float("nan") if step == 150 else step * 2.0)
+    xs, ys = s.points(window=30)
+    assert xs == [float(x) for x in range(171, 201)] and ys == [x * 2.0 for x in xs]
+    assert s.skipped == 1 and s.count == 199
+    full_x, _ = s.points()
+    assert len(full_x) < 2 * 16 + 2 and full_x[-1] == 200
+
+
+# --- DashboardState ---------------------------------------------------------------------------
+
+
+def folded(**kw) -> DashboardState:
+    st = DashboardState(clock=lambda: T0 + 100)
+    st.apply(recorded_run(**kw))
+    return st
+
+
+def test_state_collects_metrics_epochs_and_checkpoints():
+    st = folded(epochs=3, steps_per_epoch=20, total_epochs=5, end="running")
+    assert st.metric_names == ["loss", "accuracy", "lr"]
+    assert st.metric_series("loss", "train").count == 60
+    assert st.metric_series("loss", "valid").count == 3  # epoch aggregates
+    assert st.epoch_steps == [20, 40, 60]
+    assert [c["file"] for c in st.checkpoints] == ["checkpoint/epoch-3.pt", "checkpoint/epoch-2.pt"]
+    assert st.best_file == "checkpoint/epoch-2.pt"
+    assert st.checkpoints[0]["value"] == 1.5  # valid/loss picked from the checkpoint's metrics
+    assert (st.epoch, st.step, st.total_steps) == (3, 60, 100)
+    assert st.devices[0].gpus[0]["name"] == "Fake A100"
+    assert st.status == "running" and not st.ended
+    assert [t for _, t in st.take_lines()] == [f"epoch {e}: training done" for e in (1, 2, 3)]
+    assert st.take_lines() == []
+
+
+def test_rates_and_eta_leave_validation_time_out():
+    st = folded(epochs=3, steps_per_epoch=20, total_epochs=5, end="running")
+    items, steps = st.rates()
+    assert steps == 2.0  # a step every 0.5 s in the fixture; validation gaps are not counted
+    assert items == 64.0  # batch size 32
+    # 40 steps at 2/s, plus validations of epochs 4 and 5 at 2 s each
+    assert st.eta() == 40 / 2.0 + 2 * 2.0
+
+
+def test_live_step_events_drive_progress_and_rates():
+    st = DashboardState(clock=lambda: T0)
+    st.apply(recorded_run(epochs=1, steps_per_epoch=10, step_events=True, end="running")[:3])
+    assert st.rates() == (None, None)  # warm-up
+    for i in range(10):
+        st.apply([StepStarted(phase="train", epoch=1, step=i + 1, batch=i, time=T0 + i),
+                  StepCompleted(phase="train", epoch=1, step=i + 1, batch=i, items=16, time=T0 + i + 0.25)])
+    assert (st.step, st.batch) == (10, 10)
+    assert st.rates() == (16.0, 1.0)
+
+
+def test_status_follows_pause_checkpoint_stop_and_end():
+    st = folded(epochs=1, end="running")
+    st.apply([CheckpointStarted(epoch=1, step=20, reason="request")])
+    assert st.status == "checkpointing"
+    st.apply([RunPaused(epoch=1, step=20)])
+    assert st.status == "paused" and st.paused
+    st.apply([RunResumed(epoch=1, step=20, paused_for=3.0)])
+    assert st.status == "checkpointing"
+    st.apply([ControlReceived(command="stop", source="dashboard", detail="quit")])
+    assert st.status == "stopping"
+    assert st.take_lines()[-1] == ("tuitrain", "[tuitrain] stop requested (dashboard: quit)")
+    assert folded(epochs=1, end="interrupted").status == "interrupted"
+    failed = folded(epochs=1, end="failed")
+    assert failed.status == "failed" and failed.failed.error.startswith("ValueError")
+    done = folded(epochs=2, end="completed")
+    assert done.status == "completed" and done.eta() == 0.0
+
+
+def test_non_numeric_metric_values_are_ignored():
+    st = DashboardState()
+    st.apply([MetricsLogged(split="train", epoch=1, step=1, metrics={"loss": 1.0, "note": "hi", "flag": True})])
+    assert st.metric_names == ["loss"]
+
+
+# --- EventBridge ------------------------------------------------------------------------------
+
+
+def test_bridge_keeps_order_and_bounds_step_events():
+    b = EventBridge()
+    for i in range(MAX_STEP_EVENTS * 3):
+        b(StepCompleted(phase="train", epoch=1, step=i + 1, batch=i, items=1), None)
+    b(MetricsLogged(split="train", epoch=1, step=10, metrics={"loss": 1.0}), None)
+    b(StepCompleted(phase="train", epoch=1, step=99999, batch=0, items=1), None)
+    out = b.drain()
+    assert len(out) == MAX_STEP_EVENTS + 2
+    assert isinstance(out[-2], MetricsLogged) and out[-1].step == 99999
+    assert out[0].step == MAX_STEP_EVENTS * 2 + 1  # the oldest step events were folded away
+    assert b.dropped_steps == MAX_STEP_EVENTS * 2 and b.received == MAX_STEP_EVENTS * 3 + 2
+    assert b.drain() == [] and not b.pending()
+
+
+def test_bridge_takes_events_from_many_threads():
+    b = EventBridge()
+
+    def produce(k):
+        for i in range(2000):
+            b(MetricsLogged(split="train", epoch=k, step=i, metrics={}), None)
+
+    threads = [threading.Thread(target=produce, args=(k,)) for k in range(4)]
+    got = []
+    for t in threads:
+        t.start()
+    while any(t.is_alive() for t in threads):
+        got += b.drain()
+    got += b.drain()
+    assert len(got) == 8000
+    for k in range(4):
+        assert [e.step for e in got if e.epoch == k] == list(range(2000))
+
+
+# --- FileSource -------------------------------------------------------------------------------
+
+
+def test_file_source_follows_a_growing_file_with_a_partial_last_line(tmp_path):
+    events = recorded_run(epochs=1, steps_per_epoch=5, end="completed")
+    persisted = [e for e in events if e.persistent]
+    head, tail = persisted[:6], persisted[6:]
+    half = tail[0].to_json()
+    path = write_jsonl(tmp_path / "events.jsonl", head, partial_tail=half[:20])
+    src = FileSource(tmp_path, poll=0.02)
+    got = []
+    src.open(lambda e, s: got.append(e))
+    worker = threading.Thread(target=src.work)
+    worker.start()
+    deadline = time.monotonic() + 5
+    while len(got) < 6 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(0.1)
+    assert got == head  # the half-written line is not read yet
+    with open(path, "a") as f:
+        f.write(half[20:] + "\n")
+        f.write("this is not json\n")
+        for e in tail[1:]:
+            f.write(e.to_json() + "\n")
+    while len(got) < len(persisted) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    src.close()
+    worker.join(2)
+    assert not worker.is_alive()
+    assert got == persisted
+    assert src.bad_lines == 1
+
+
+def test_file_source_waits_for_the_file_to_appear(tmp_path):
+    src = FileSource(tmp_path, poll=0.02)
+    got = []
+    src.open(lambda e, s: got.append(e))
+    worker = threading.Thread(target=src.work)
+    worker.start()
+    time.sleep(0.1)
+    write_jsonl(tmp_path / "events.jsonl", recorded_run(epochs=1, steps_per_epoch=2)[:2])
+    deadline = time.monotonic() + 5
+    while len(got) < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    src.close()
+    worker.join(2)
+    assert [e.name for e in got] == ["RunStarted", "EpochStarted"]

@@ -1,0 +1,313 @@
+"""`DashboardState`: the dashboard's view of a run, folded from the event stream.
+
+Pure Python so it can be tested without a screen: `apply(events)` updates the state and returns
+the names of the panels that changed ("plot", "progress", "devices", "checkpoints", "log",
+"result"). The widgets only read it. Must not import textual.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from typing import Callable, Iterable
+
+from tuitrain.core.events import (
+    CheckpointDeleted, CheckpointFailed, CheckpointSaved, CheckpointStarted, ControlReceived,
+    DevicesSampled, EpochCompleted, EpochStarted, Event, MetricsLogged, OutputPrinted, PhaseCompleted,
+    PhaseStarted, RunFailed, RunFinished, RunPaused, RunResumed, RunStarted, StepCompleted, StepStarted,
+)
+from tuitrain.dashboard.series import Series
+
+WARMUP_STEPS = 5  # steps ignored before items/s and ETA are shown (compilation, loader start-up)
+RATE_WINDOW = 50  # training steps the items/s average covers
+
+
+def _is_number(v: object) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+class DashboardState:
+    """Everything the panels show; fed in order by `apply`."""
+
+    def __init__(self, clock: Callable[[], float] = time.time, capacity: int = 1024, recent: int = 400) -> None:
+        self.clock = clock
+        self.capacity = capacity
+        self.recent = recent
+        # what the run is
+        self.experiment = ""
+        self.run_dir = ""
+        self.epochs = 0
+        self.max_steps = 0
+        self.steps_per_epoch = 0
+        self.batch_size = 0
+        self.validate_every = 1
+        self.monitor = ""
+        self.resumed_from = ""
+        self.started_at: float | None = None
+        self.start_step = 0
+        # where it is
+        self.activity = "starting"  # "running", "validating" or a user phase's name
+        self.paused = False
+        self.checkpointing = False
+        self.stopping = False
+        self.final = ""  # "completed", "interrupted" or "failed" once ended
+        self.phase = ""
+        self.split = ""
+        self.epoch = 0
+        self.step = 0
+        self.batch = 0
+        self.batches = 0
+        self.last_time: float | None = None
+        # metrics
+        self.series: dict[tuple[str, str, str], Series] = {}  # (split, scope, name)
+        self.metric_names: list[str] = []
+        self.latest: dict[str, float] = {}  # "train/loss" -> newest value
+        self.epoch_steps: list[int] = []  # global step at each completed epoch, for boundary lines
+        # throughput: (time, step, items) of recent training steps in the current stretch
+        self._ticks: deque[tuple[float, int, int]] = deque(maxlen=RATE_WINDOW + 1)
+        self._train_steps_seen = 0
+        self._step_events = False  # live runs send StepCompleted; files only MetricsLogged
+        self._valid_durations: list[float] = []
+        self._validated_epoch = 0  # the newest epoch whose validation started: later ones are still to come
+        # other panels
+        self.devices: dict[int, DevicesSampled] = {}
+        self.checkpoints: list[dict] = []  # newest first
+        self.best_file = ""
+        self.lines: deque[tuple[str, str]] = deque(maxlen=5000)  # (stream, text) not yet shown
+        self.finished: RunFinished | None = None
+        self.failed: RunFailed | None = None
+
+    # --- reading ---------------------------------------------------------------------------
+
+    @property
+    def status(self) -> str:
+        if self.final:
+            return self.final
+        if self.stopping:
+            return "stopping"
+        if self.paused:
+            return "paused"
+        if self.checkpointing:
+            return "checkpointing"
+        return self.activity
+
+    @property
+    def ended(self) -> bool:
+        return bool(self.final)
+
+    @property
+    def total_steps(self) -> int:
+        """Global steps the run will take, 0 when unknown."""
+        total = self.epochs * self.steps_per_epoch if self.steps_per_epoch else 0
+        if self.max_steps:
+            total = min(total, self.max_steps) if total else self.max_steps
+        return total
+
+    def rates(self) -> tuple[float | None, float | None]:
+        """(items/s, steps/s) over recent training steps; None during warm-up or when unknown."""
+        if self._train_steps_seen < WARMUP_STEPS or len(self._ticks) < 3:
+            return None, None
+        t0, s0, _ = self._ticks[0]
+        t1, s1, _ = self._ticks[-1]
+        dt = t1 - t0
+        if dt <= 0 or s1 <= s0:
+            return None, None
+        items = sum(i for _, _, i in list(self._ticks)[1:])
+        return items / dt, (s1 - s0) / dt
+
+    def eta(self) -> float | None:
+        """Seconds left: remaining training steps at the recent rate plus the remaining validations."""
+        if self.final:
+            return 0.0
+        _, steps_per_s = self.rates()
+        total = self.total_steps
+        if not steps_per_s or not total:
+            return None
+        left = max(total - self.step, 0) / steps_per_s
+        if self._valid_durations and self.steps_per_epoch:
+            last_epoch = math.ceil(total / self.steps_per_epoch)
+            every = max(self.validate_every, 1)
+            remaining = sum(1 for e in range(self._validated_epoch + 1, last_epoch + 1) if e % every == 0)
+            left += remaining * (sum(self._valid_durations) / len(self._valid_durations))
+        return left
+
+    def elapsed(self) -> float | None:
+        if self.started_at is None:
+            return None
+        end = (self.finished.time if self.finished else self.failed.time if self.failed else self.clock())
+        return max(end - self.started_at, 0.0)
+
+    def metric_series(self, name: str, split: str) -> Series | None:
+        """The series to plot for one split: step values first for train, epoch values first for valid."""
+        order = ("step", "epoch") if split == "train" else ("epoch", "step")
+        for scope in order:
+            s = self.series.get((split, scope, name))
+            if s is not None and s.count:
+                return s
+        return None
+
+    def monitored_value(self, metrics: dict) -> float | None:
+        if not self.monitor or not isinstance(metrics, dict):
+            return None
+        v = metrics.get(self.monitor)
+        if v is None:  # a writer that keys checkpoint metrics without the split
+            v = metrics.get(self.monitor.partition("/")[2])
+        return v if _is_number(v) else None
+
+    def take_lines(self) -> list[tuple[str, str]]:
+        out = list(self.lines)
+        self.lines.clear()
+        return out
+
+    # --- folding ---------------------------------------------------------------------------
+
+    def apply(self, events: Iterable[Event]) -> set[str]:
+        changed: set[str] = set()
+        for event in events:
+            changed |= self._apply(event)
+            t = getattr(event, "time", None)
+            if isinstance(t, (int, float)):
+                self.last_time = t
+        return changed
+
+    def _log(self, stream: str, text: str) -> None:
+        self.lines.append((stream, text))
+
+    def _apply(self, event: Event) -> set[str]:
+        match event:
+            case StepCompleted():
+                self._step_events = True
+                self.batch = event.batch + 1
+                if event.phase == "train" or (self.split == "train" and event.phase == self.phase):
+                    self.step = max(self.step, event.step)
+                    self._tick(event.time, event.step, event.items)
+                return {"progress"}
+            case StepStarted():
+                self.epoch = event.epoch
+                return set()
+            case MetricsLogged():
+                return self._metrics(event)
+            case RunStarted():
+                self.experiment, self.run_dir = event.experiment, event.run_dir
+                self.epochs, self.max_steps = event.epochs, event.max_steps
+                self.steps_per_epoch, self.batch_size = event.steps_per_epoch, event.batch_size
+                self.resumed_from = event.resumed_from
+                self.epoch, self.step, self.start_step = event.start_epoch, event.start_step, event.start_step
+                if self.started_at is None:
+                    self.started_at = event.time
+                cfg = event.config if isinstance(event.config, dict) else {}
+                self.monitor = str((cfg.get("checkpoint") or {}).get("monitor", "") or "")
+                self.validate_every = int((cfg.get("train") or {}).get("validate_every", 1) or 1)
+                self.final, self.stopping, self.paused = "", False, False
+                self.activity = "running"
+                if event.resumed_from:
+                    self._log("tuitrain", f"resumed from {event.resumed_from} at step {event.start_step}")
+                return {"progress", "log", "checkpoints"}
+            case EpochStarted():
+                self.epoch, self.epochs = event.epoch, event.epochs or self.epochs
+                return {"progress"}
+            case PhaseStarted():
+                self.phase, self.split, self.epoch = event.phase, event.split, event.epoch
+                self.batch, self.batches = 0, event.batches
+                self.activity = "validating" if event.split == "valid" else "running" if event.phase == "train" else event.phase
+                if event.split == "train":
+                    self._ticks.clear()  # the gap since the last training step was not training
+                elif event.split == "valid":
+                    self._validated_epoch = max(self._validated_epoch, event.epoch)
+                return {"progress"}
+            case PhaseCompleted():
+                if self.activity != "starting":
+                    self.activity = "running"  # between phases the run is still running
+                if event.split == "valid" and event.duration > 0:
+                    self._valid_durations = (self._valid_durations + [event.duration])[-5:]
+                return {"progress"}
+            case EpochCompleted():
+                if not self.epoch_steps or self.epoch_steps[-1] != event.step:
+                    self.epoch_steps.append(event.step)
+                self.epoch = event.epoch
+                self.latest.update({k: v for k, v in event.metrics.items() if _is_number(v)})
+                return {"progress", "plot"}
+            case CheckpointStarted():
+                self.checkpointing = True
+                return {"progress"}
+            case CheckpointSaved():
+                self.checkpointing = False
+                self.checkpoints = [c for c in self.checkpoints if c["file"] != event.file]
+                self.checkpoints.insert(0, {
+                    "file": event.file, "epoch": event.epoch, "step": event.step, "bytes": event.bytes,
+                    "value": self.monitored_value(event.metrics), "time": event.time, "reason": event.reason,
+                })
+                if event.best:
+                    self.best_file = event.file
+                return {"progress", "checkpoints"}
+            case CheckpointDeleted():
+                self.checkpoints = [c for c in self.checkpoints if c["file"] != event.file]
+                return {"checkpoints"}
+            case CheckpointFailed():
+                self.checkpointing = False
+                self._log("stderr", f"[tuitrain] checkpoint at step {event.step} failed: {event.error}")
+                return {"progress", "log"}
+            case ControlReceived():
+                if event.command == "stop":
+                    self.stopping = True
+                detail = f": {event.detail}" if event.detail else ""
+                self._log("tuitrain", f"[tuitrain] {event.command} requested ({event.source}{detail})")
+                return {"progress", "log"}
+            case RunPaused():
+                self.paused = True
+                return {"progress"}
+            case RunResumed():
+                self.paused = False
+                self._ticks.clear()  # paused time is not training time
+                return {"progress"}
+            case OutputPrinted():
+                self._log(event.stream, event.text)
+                return {"log"}
+            case DevicesSampled():
+                self.devices[event.rank] = event
+                return {"devices"}
+            case RunFinished():
+                self.finished, self.final = event, event.status or "completed"
+                self.epoch, self.step = event.epoch, event.step
+                self.paused = self.checkpointing = False
+                if event.best.get("file"):
+                    self.best_file = event.best["file"]
+                return {"progress", "result", "checkpoints", "plot"}
+            case RunFailed():
+                self.failed, self.final = event, "failed"
+                self.epoch, self.step = event.epoch, event.step
+                self.paused = self.checkpointing = False
+                return {"progress", "result"}
+        return set()
+
+    def _metrics(self, event: MetricsLogged) -> set[str]:
+        self.epoch = event.epoch
+        if event.scope == "step" or event.split == "train":
+            self.step = max(self.step, event.step)
+        for name, value in event.metrics.items():
+            if not _is_number(value):
+                continue
+            key = (event.split, event.scope, name)
+            series = self.series.get(key)
+            if series is None:
+                series = self.series[key] = Series(self.capacity, self.recent)
+                if name not in self.metric_names:
+                    # loss first: it is what people look at
+                    self.metric_names.insert(0 if name == "loss" else len(self.metric_names), name)
+            series.append(event.step, value)
+            self.latest[f"{event.split}/{name}"] = value
+        if event.split == self.split and event.batches:
+            self.batch, self.batches = event.batch, event.batches
+        if event.split == "train" and event.scope == "step" and not self._step_events:
+            # from a file there are no step events: logged steps are the ticks
+            prev = self._ticks[-1][1] if self._ticks else None
+            items = (event.step - prev) * self.batch_size if prev is not None else 0
+            self._tick(event.time, event.step, items, steps=event.step - prev if prev is not None else 1)
+        return {"plot", "progress"}
+
+    def _tick(self, t: float, step: int, items: int, steps: int = 1) -> None:
+        if self._ticks and step <= self._ticks[-1][1]:
+            return  # a repeated step (validation reports the current step)
+        self._ticks.append((t, step, items))
+        self._train_steps_seen += max(steps, 1)

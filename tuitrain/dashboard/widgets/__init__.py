@@ -1,0 +1,1 @@
+"""Dashboard widgets, one per file; imported by tuitrain.dashboard.app only."""

@@ -1,0 +1,64 @@
+"""`CheckpointList`: the run's checkpoints, newest first, with the best one marked and their ages."""
+
+from __future__ import annotations
+
+import time
+from pathlib import PurePath
+from typing import Callable
+
+from rich.table import Table
+from rich.text import Text
+from textual.widgets import Static
+
+from tuitrain.dashboard.fmt import format_age, format_bytes, format_value
+
+BEST = "★"
+
+
+class CheckpointList(Static):
+    """`show(checkpoints, best_file, monitor)`; `clock` is injectable so ages are testable."""
+
+    COMPONENT_CLASSES = {"checkpoint-list--header", "checkpoint-list--best"}
+
+    DEFAULT_CSS = """
+    CheckpointList { height: auto; }
+    CheckpointList > .checkpoint-list--header { text-style: dim; }
+    CheckpointList > .checkpoint-list--best { color: yellow; text-style: bold; }
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.time, *, id: str | None = None,
+                 classes: str | None = None) -> None:
+        super().__init__("no checkpoint yet", id=id, classes=classes)
+        self.clock = clock
+        self.rows: list[dict] = []
+        self.best_file = ""
+        self.monitor = ""
+
+    def show(self, checkpoints: list[dict], best_file: str, monitor: str) -> None:
+        self.rows, self.best_file, self.monitor = list(checkpoints), best_file, monitor
+        self.render_rows()
+
+    def render_rows(self) -> None:
+        """Also called every second so that ages stay true."""
+        if not self.rows:
+            self.update("no checkpoint yet")
+            return
+        header = self.get_component_rich_style("checkpoint-list--header")
+        best = self.get_component_rich_style("checkpoint-list--best")
+        value_name = self.monitor.partition("/")[2] or self.monitor or "value"
+        columns = ["", "ep", "step", value_name, "size", "age", "file"]
+        if 0 < self.content_size.width < 42:
+            columns.remove("file")  # a narrow panel keeps the numbers, the epoch says which file
+        table = Table.grid(padding=(0, 1))
+        for name in columns:
+            table.add_column(justify="left" if name in ("", "file") else "right", no_wrap=True, overflow="ellipsis")
+        table.add_row(*(Text(h, style=header) for h in columns))
+        now = self.clock()
+        for row in self.rows:
+            is_best = bool(self.best_file) and row["file"] == self.best_file
+            value = "-" if row.get("value") is None else format_value(row["value"])
+            cells = {"": BEST if is_best else " ", "ep": str(row["epoch"]), "step": str(row["step"]),
+                     value_name: value, "size": format_bytes(row["bytes"]),
+                     "age": format_age(now - row["time"]), "file": PurePath(row["file"]).name}
+            table.add_row(*(Text(cells[c], style=best if is_best else "") for c in columns))
+        self.update(table)

@@ -1,0 +1,98 @@
+"""`DevicesPanel`: CPU (total and per core), memory, the run's resident memory, and each GPU."""
+
+from __future__ import annotations
+
+from rich.table import Table
+from rich.text import Text
+from textual.widgets import Static
+
+from tuitrain.core.events import DevicesSampled
+from tuitrain.dashboard.fmt import format_bytes
+
+BLOCKS = " ▁▂▃▄▅▆▇█"
+BAR_WIDTH = 10
+
+
+def bar(percent: float | None, width: int = BAR_WIDTH) -> str:
+    """A fixed-width text bar: deterministic, readable in any theme."""
+    if percent is None:
+        return "·" * width
+    filled = round(max(0.0, min(percent, 100.0)) / 100 * width)
+    return "█" * filled + "░" * (width - filled)
+
+
+def cores(per_core: list) -> str:
+    """One block per core, its height the core's load."""
+    out = []
+    for p in per_core:
+        try:
+            level = round(max(0.0, min(float(p), 100.0)) / 100 * (len(BLOCKS) - 1))
+        except (TypeError, ValueError):
+            level = 0
+        out.append(BLOCKS[level])
+    return "".join(out)
+
+
+def _pct(v: object) -> str:
+    return f"{v:3.0f}%" if isinstance(v, (int, float)) else "  -%"
+
+
+class DevicesPanel(Static):
+    """Shows the newest `DevicesSampled` of each rank."""
+
+    COMPONENT_CLASSES = {"devices-panel--label", "devices-panel--bar", "devices-panel--hot"}
+
+    DEFAULT_CSS = """
+    DevicesPanel { height: auto; }
+    DevicesPanel > .devices-panel--label { text-style: dim; }
+    DevicesPanel > .devices-panel--bar { color: green; }
+    DevicesPanel > .devices-panel--hot { color: red; }
+    """
+
+    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__("no device samples yet", id=id, classes=classes)
+        self.sample: DevicesSampled | None = None
+        self.gpus: list[dict] = []
+
+    def _bar(self, percent: float | None) -> Text:
+        hot = isinstance(percent, (int, float)) and percent >= 90
+        style = self.get_component_rich_style("devices-panel--hot" if hot else "devices-panel--bar")
+        return Text(bar(percent), style=style)
+
+    def show(self, samples: dict[int, DevicesSampled]) -> None:
+        if not samples:
+            return
+        rank0 = samples.get(0) or samples[min(samples)]
+        self.sample = rank0
+        # each rank reports its own GPUs; show every device once
+        seen: dict[object, dict] = {}
+        for rank in sorted(samples):
+            for gpu in samples[rank].gpus:
+                seen.setdefault(gpu.get("index", len(seen)), gpu)
+        self.gpus = [seen[k] for k in sorted(seen, key=str)]
+        label = self.get_component_rich_style("devices-panel--label")
+        grid = Table.grid(padding=(0, 1))
+        grid.add_column(style=label, no_wrap=True, min_width=4)
+        grid.add_column(no_wrap=True, min_width=BAR_WIDTH)
+        grid.add_column(no_wrap=True, overflow="ellipsis", ratio=1)
+        grid.add_row("CPU", self._bar(rank0.cpu), Text(f"{_pct(rank0.cpu)} {cores(rank0.cpu_per_core)}"))
+        used = f"{format_bytes(rank0.memory_used)}/{format_bytes(rank0.memory_total)}"
+        grid.add_row("Mem", self._bar(rank0.memory), Text(f"{_pct(rank0.memory)} {used}"))
+        grid.add_row("RSS", Text(format_bytes(rank0.rss)), Text(""))
+        for gpu in self.gpus:
+            name = f"GPU{gpu.get('index', '?')}"
+            mem_used, mem_total = gpu.get("mem_used"), gpu.get("mem_total")
+            mem_pct = 100 * mem_used / mem_total if mem_used is not None and mem_total else None
+            extra = [_pct(gpu.get("util"))]
+            if mem_used is not None and mem_total:
+                extra.append(f"{format_bytes(mem_used)}/{format_bytes(mem_total)}")
+            if gpu.get("temp") is not None:
+                extra.append(f"{gpu['temp']:.0f}°C")
+            if gpu.get("power") is not None:
+                extra.append(f"{gpu['power']:.0f}W")
+            grid.add_row(name, self._bar(gpu.get("util")), Text(" ".join(extra)))
+            if mem_pct is not None:
+                torch_mem = gpu.get("torch_allocated")
+                note = f"torch {format_bytes(torch_mem)}" if torch_mem is not None else str(gpu.get("name", ""))
+                grid.add_row("", self._bar(mem_pct), Text(f"{_pct(mem_pct)} {note}"))
+        self.update(grid)

@@ -1,0 +1,54 @@
+"""`HelpScreen`: the key list (`?`); any key closes it."""
+
+from __future__ import annotations
+
+from rich.table import Table
+from textual import events
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+KEYS = [
+    ("c", "write a checkpoint now"),
+    ("p", "pause training; p again resumes"),
+    ("q", "stop training and leave (asks y / any other key cancels); once training has ended, leave"),
+    ("Ctrl+C", "stop gracefully at once, without asking; a second Ctrl+C ends the process"),
+    ("Tab / ← →", "switch the plotted metric"),
+    ("↑ ↓", "full history or recent window"),
+    ("s", "the summary or error again, once training has ended"),
+    ("?", "this list"),
+]
+
+
+class HelpScreen(ModalScreen[None]):
+    DEFAULT_CSS = """
+    HelpScreen { align: center middle; }
+    #help-box { width: auto; max-width: 95%; height: auto; max-height: 95%; padding: 0 1; }
+    #help-box > Static { width: auto; }
+    """
+
+    def __init__(self, note: str = "") -> None:
+        super().__init__()
+        self.note = note
+
+    def compose(self) -> ComposeResult:
+        table = Table.grid(padding=(0, 2))
+        table.add_column(style="bold", no_wrap=True)
+        table.add_column()
+        for key, does in KEYS:
+            table.add_row(key, does)
+        with Vertical(id="help-box"):
+            yield Static("Keys", id="help-title")
+            yield Static(table, id="help-keys")
+            if self.note:
+                yield Static(self.note, id="help-note")
+            yield Static("any key closes this", id="help-close")
+
+    def on_key(self, event: events.Key) -> None:
+        event.stop()
+        event.prevent_default()
+        self.dismiss()
+
+    def on_click(self) -> None:
+        self.dismiss()

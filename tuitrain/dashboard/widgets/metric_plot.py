@@ -1,0 +1,121 @@
+"""`MetricPlot`: the train and valid series of one metric over global steps, with epoch boundaries.
+
+The widget owns its plotext figure and replots from the bounded series in `DashboardState`.
+Colours come from the theme's CSS: the widget's own background/color for canvas and axes, and the
+component classes for the series, so a theme file restyles the plot too.
+"""
+
+from __future__ import annotations
+
+from plotext._dict import themes as _plotext_themes
+from textual_plotext import PlotextPlot
+
+from tuitrain.dashboard.model import DashboardState
+
+RECENT_WINDOW = 200  # points shown in the recent-window view
+
+
+def _rgb(color) -> tuple[int, int, int]:
+    return (color.r, color.g, color.b)
+
+
+def step_ticks(lo: float, hi: float, count: int = 5) -> list[int]:
+    """Whole-step tick positions: steps are integers, plotext's default ticks are not."""
+    lo, hi = int(lo), int(hi)
+    if hi <= lo:
+        return [lo]
+    n = min(count, hi - lo + 1)
+    return sorted({round(lo + i * (hi - lo) / (n - 1)) for i in range(n)})
+
+
+def short_step(step: int) -> str:
+    if step >= 1_000_000:
+        return f"{step / 1e6:.2f}M"
+    if step >= 10_000:
+        return f"{step / 1e3:.1f}k"
+    return str(step)
+
+
+class MetricPlot(PlotextPlot):
+    """Plot of `metric` ("loss", ...) in `window` "full" or "recent"."""
+
+    COMPONENT_CLASSES = {"metric-plot--train", "metric-plot--valid", "metric-plot--epoch"}
+
+    DEFAULT_CSS = """
+    MetricPlot { width: 1fr; height: 1fr; min-height: 6; }
+    MetricPlot > .metric-plot--train { color: #3c9be8; }
+    MetricPlot > .metric-plot--valid { color: #f0a030; }
+    MetricPlot > .metric-plot--epoch { color: #555555; }
+    """
+
+    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
+        self.metric = ""
+        self.window = "full"
+        self.points: dict[str, tuple[list[float], list[float]]] = {}  # what was plotted, for tests
+        self.boundaries: list[int] = []
+
+    def _register_theme(self, app_theme_name: str) -> None:
+        self.refresh()  # the plot takes its colours from CSS, not from the app's Textual theme
+
+    def _get_plotext_theme_name(self, app_theme_name: str) -> str:
+        _, _, bg, fg = self.colors
+        name = f"tuitrain-{bg.hex}-{fg.hex}"
+        if name not in _plotext_themes:
+            _plotext_themes[name] = [_rgb(bg), _rgb(bg), _rgb(fg), "default", [(60, 150, 230)]]
+        return name
+
+    def _series_color(self, part: str) -> tuple[int, int, int]:
+        style = self.get_component_rich_style(f"metric-plot--{part}")
+        if style.color is None:
+            return (200, 200, 200)
+        return tuple(style.color.get_truecolor())  # type: ignore[return-value]
+
+    def show(self, state: DashboardState, metric: str, window: str) -> None:
+        """Replot from the state; call at most a few times a second."""
+        self.metric, self.window = metric, window
+        limit = RECENT_WINDOW if window == "recent" else None
+        self.points = {}
+        for split in ("train", "valid"):
+            series = state.metric_series(metric, split) if metric else None
+            if series is not None:
+                xs, ys = series.points(limit)
+                if xs:
+                    self.points[split] = (xs, ys)
+        lo = min((xs[0] for xs, _ in self.points.values()), default=None)
+        if window == "recent" and "train" in self.points:
+            lo = self.points["train"][0][0]
+            # valid points older than the recent train window would stretch the axis
+            if "valid" in self.points:
+                vx, vy = self.points["valid"]
+                kept = [(x, y) for x, y in zip(vx, vy) if x >= lo]
+                self.points["valid"] = ([x for x, _ in kept], [y for _, y in kept])
+        hi = max((xs[-1] for xs, _ in self.points.values() if xs), default=None)
+        self.boundaries = [s for s in state.epoch_steps if lo is not None and hi is not None and lo < s < hi]
+        self._draw()
+
+    def _draw(self) -> None:
+        plt = self.plt
+        plt.clear_data()
+        plt.clear_figure()
+        plt.title("")
+        for x in self.boundaries:
+            plt.vline(x, color=self._series_color("epoch"))
+        if "train" in self.points and self.points["train"][0]:
+            xs, ys = self.points["train"]
+            plt.plot(xs, ys, marker="braille", color=self._series_color("train"), label="train")
+        if "valid" in self.points and self.points["valid"][0]:
+            xs, ys = self.points["valid"]
+            plt.plot(xs, ys, marker="dot", color=self._series_color("valid"), label="valid")
+        if not self.points:
+            plt.xticks([])
+            plt.yticks([])
+        else:
+            ticks = step_ticks(min(xs[0] for xs, _ in self.points.values() if xs),
+                               max(xs[-1] for xs, _ in self.points.values() if xs))
+            plt.xticks(ticks, [short_step(t) for t in ticks])
+        plt.xlabel("step")
+        self.refresh()
+
+    def on_resize(self) -> None:
+        self.refresh()

@@ -1,0 +1,83 @@
+"""`ProgressPanel`: run state, phase with its progress bar, epoch, step, items/s, elapsed and ETA."""
+
+from __future__ import annotations
+
+from rich.table import Table
+from rich.text import Text
+from textual.widgets import Static
+
+from tuitrain.dashboard.fmt import format_duration, format_rate
+from tuitrain.dashboard.model import DashboardState
+
+# which theme colour each state is drawn in
+TONES = {
+    "running": "good", "validating": "good", "completed": "good", "checkpointing": "busy",
+    "starting": "busy", "paused": "warn", "stopping": "warn", "interrupted": "warn", "failed": "bad",
+}
+
+
+class ProgressPanel(Static):
+    """Reads `DashboardState`; `show(state)` is cheap enough for every drain."""
+
+    COMPONENT_CLASSES = {
+        "progress-panel--label", "progress-panel--good", "progress-panel--busy",
+        "progress-panel--warn", "progress-panel--bad",
+    }
+
+    DEFAULT_CSS = """
+    ProgressPanel { height: auto; }
+    ProgressPanel > .progress-panel--label { text-style: dim; }
+    ProgressPanel > .progress-panel--good { color: green; text-style: bold; }
+    ProgressPanel > .progress-panel--busy { color: cyan; text-style: bold; }
+    ProgressPanel > .progress-panel--warn { color: yellow; text-style: bold; }
+    ProgressPanel > .progress-panel--bad { color: red; text-style: bold; }
+    """
+
+    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__("", id=id, classes=classes)
+        self.status = ""
+
+    def show(self, state: DashboardState, note: str = "") -> None:
+        status = state.status
+        if status != self.status:
+            self.remove_class(f"-{self.status}")
+            self.add_class(f"-{status}")
+            self.status = status
+        label = self.get_component_rich_style("progress-panel--label")
+        tone = self.get_component_rich_style(f"progress-panel--{TONES.get(status, 'busy')}")
+        grid = Table.grid(padding=(0, 1))
+        grid.add_column(style=label, no_wrap=True)
+        grid.add_column(no_wrap=True, overflow="ellipsis")
+        state_text = Text(status, style=tone)
+        if note:
+            state_text.append(f"  {note}", style=label)
+        grid.add_row("State", state_text)
+
+        phase = state.phase or "-"
+        if state.batches:
+            grid.add_row("Phase", Text(f"{phase} {state.batch}/{state.batches}"))
+        else:
+            grid.add_row("Phase", Text(f"{phase} {state.batch}" if state.batch else phase))
+        epochs = f"/{state.epochs}" if state.epochs else ""
+        grid.add_row("Epoch", f"{state.epoch}{epochs}")
+        total = state.total_steps
+        grid.add_row("Step", f"{state.step:,}" + (f" / {total:,}" if total else ""))
+        items, steps = state.rates()
+        speed = "warming up" if items is None and not state.ended else f"{format_rate(items)} items/s"
+        if steps is not None:
+            speed += f" · {format_rate(steps)} it/s"
+        grid.add_row("Speed", speed)
+        eta = state.eta()
+        grid.add_row("Time", f"{format_duration(state.elapsed())}  ETA {format_duration(eta) if eta is not None else '-'}")
+        if state.batches and not state.ended:
+            grid.add_row("", self._bar(state.batch / state.batches, tone))
+        elif total and not state.ended:
+            grid.add_row("", self._bar(state.step / total, tone))
+        self.update(grid)
+
+    def _bar(self, fraction: float, style) -> Text:
+        """The phase's progress as a text bar as wide as the panel allows."""
+        width = max((self.content_size.width or 40) - 12, 8)
+        fraction = max(0.0, min(fraction, 1.0))
+        filled = round(fraction * width)
+        return Text.assemble(("━" * filled, style), ("━" * (width - filled), "dim"), f" {fraction:4.0%}")

@@ -1,0 +1,83 @@
+"""`ResultScreen`: shown when training ends: the summary table, or the error and its traceback."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+from tuitrain.dashboard.fmt import format_duration, format_summary_table, format_value
+from tuitrain.dashboard.model import DashboardState
+
+
+def result_title(state: DashboardState) -> str:
+    if state.failed is not None:
+        return f"Training failed: {state.failed.error}"
+    if state.final == "interrupted":
+        return "Training stopped"
+    return "Training completed"
+
+
+def result_body(state: DashboardState, exit_code: int | None) -> str:
+    """The text under the title; plain so that tests can read it."""
+    lines: list[str] = []
+    code = f" · exit code {exit_code}" if exit_code is not None else ""
+    if state.failed is not None:
+        f = state.failed
+        lines.append(f"epoch {f.epoch} · step {f.step} · {format_duration(f.duration)}{code}")
+        table = format_summary_table(f.summary) if f.summary else ""
+        if table:
+            lines += ["", table]
+        lines += ["", f.traceback.rstrip() or f.error]
+        return "\n".join(lines)
+    fin = state.finished
+    if fin is not None:
+        lines.append(f"ended by {fin.reason} · epoch {fin.epoch} · step {fin.step} · "
+                     f"{format_duration(fin.duration)}{code}")
+        best = fin.best or {}
+        if best.get("file"):
+            value = best.get("value")
+            shown = f" ({best.get('monitor') or 'monitor'} = {format_value(value)})" if value is not None else ""
+            lines.append(f"best checkpoint: {best['file']}{shown}")
+        table = format_summary_table(fin.summary)
+        if table:
+            lines += ["", table]
+    else:
+        lines.append(f"the run ended without a final event{code}")
+    return "\n".join(lines)
+
+
+class ResultScreen(ModalScreen[None]):
+    """Stays until the user leaves (q) or goes back to the dashboard (Escape)."""
+
+    BINDINGS = [
+        Binding("q", "app.leave", "Leave"),
+        Binding("y", "app.leave", "Leave", show=False),
+        Binding("escape", "dismiss", "Dashboard"),
+        Binding("question_mark", "app.help", "Keys", show=False),
+    ]
+
+    DEFAULT_CSS = """
+    ResultScreen { align: center middle; }
+    #result-box { width: 90%; max-width: 110; height: auto; max-height: 90%; padding: 0 1; }
+    #result-scroll { height: auto; max-height: 1fr; }
+    #result-title, #result-keys { height: auto; }
+    """
+
+    def __init__(self, state: DashboardState, exit_code: int | None) -> None:
+        super().__init__()
+        self.state = state
+        self.exit_code = exit_code
+        self.title_text = result_title(state)
+        self.body_text = result_body(state, exit_code)
+
+    def compose(self) -> ComposeResult:
+        kind = "failed" if self.state.failed is not None else self.state.final or "completed"
+        with Vertical(id="result-box", classes=f"-{kind}"):
+            yield Static(Text(self.title_text), id="result-title")
+            with VerticalScroll(id="result-scroll"):
+                yield Static(Text(self.body_text), id="result-body")
+            yield Static("q leave · Esc back to the dashboard · s this summary again", id="result-keys")
