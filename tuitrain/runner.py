@@ -83,6 +83,12 @@ def prepare_run(config_path: str | os.PathLike, overrides=(), *, run_dir: str | 
     if cfg.train.strategy != "single" and cfg.train.devices > 1:
         raise ConfigError(f"strategy {cfg.train.strategy!r} is not available yet; use \"single\"",
                           file=cfg.source, key="train.strategy")
+    if cfg.log.tensorboard:
+        import importlib.util
+
+        if importlib.util.find_spec("tensorboard") is None:
+            raise ConfigError("tensorboard is not installed: pip install 'tuitrain[tensorboard]'",
+                              file=cfg.source, key="log.tensorboard")
     ckpt_data = None
     ckpt_path = None
     if resume:
