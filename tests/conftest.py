@@ -149,6 +149,20 @@ def tiny(tmp_path) -> TinyProject:
     return TinyProject(tmp_path)
 
 
+@pytest.fixture(scope="session")
+def make_tiny(tmp_path_factory):
+    """A factory of TinyProjects in fresh folders, for module-scoped fixtures (one run, many tests)."""
+    return lambda name="tiny": TinyProject(tmp_path_factory.mktemp(name))
+
+
+@pytest.fixture
+def forget_tinyproj():
+    """For tests that import the user's module in this process: forget it afterwards, so that the
+    next project folder's copy is the one imported."""
+    yield
+    sys.modules.pop("tinyproj", None)
+
+
 def cli_env() -> dict:
     env = dict(os.environ)
     env["OMP_NUM_THREADS"] = "1"
