@@ -89,12 +89,24 @@ def prepare_run(config_path: str | os.PathLike, overrides=(), *, run_dir: str | 
         if importlib.util.find_spec("tensorboard") is None:
             raise ConfigError("tensorboard is not installed: pip install 'tuitrain[tensorboard]'",
                               file=cfg.source, key="log.tensorboard")
+    if cfg.checkpoint.init_from:
+        from .core.checkpoint import CheckpointError, check_weights_file
+
+        try:
+            check_weights_file(cfg.checkpoint.init_from)
+        except CheckpointError as e:
+            raise ConfigError(str(e), file=cfg.source, key="checkpoint.init_from") from None
     ckpt_data = None
     ckpt_path = None
     if resume:
         from .core.checkpoint import CheckpointError, load_checkpoint
 
         rdir, ckpt_path = resolve_resume(resume, cfg)
+        from .sinks.run_status import live_status
+
+        if live_status(rdir) == "running":
+            raise UsageError(f"--resume {resume}: the run in {rdir} is still live; stop it first "
+                             f"(tuitrain stop {rdir})")
         try:
             ckpt_data = load_checkpoint(ckpt_path)
         except CheckpointError as e:
@@ -217,7 +229,7 @@ class Run:
             validate_every=t.validate_every, log_every_n_steps=cfg.log.every_n_steps, seed=cfg.experiment.seed,
             interrupter=self.interrupter, checkpointer=checkpointer, early_stopping=early,
             capture_output=True, config=cfg.to_dict(), experiment=cfg.experiment.name, bus=bus,
-            model_path=self.run_dir / "model.pt")
+            run_dir=self.run_dir)
         return learner, train_loader, valid_loader
 
     # --- running -------------------------------------------------------------------------------

@@ -319,10 +319,33 @@ def test_cli_init_from_hostile_file_runs_no_code(hostile_init_from):
     assert not marker.exists()
 
 
-@pytest.mark.xfail(strict=True, reason="bug: a refused checkpoint.init_from file is found only in Run.build, "
-                   "after the run directory exists: exit 1 and a failed run left behind, where a config "
-                   "error should exit 2 with no run directory")
 def test_cli_init_from_hostile_file_is_a_config_error(hostile_init_from):
     tiny, r, _ = hostile_init_from
     assert r.returncode == 2
     assert tiny.run_dirs() == []
+
+
+def test_fit_resume_from_an_unlisted_file_in_the_checkpoint_folder(tmp_path):
+    import shutil
+
+    from torch import nn
+    from torch.utils.data import TensorDataset
+
+    from tuitrain.core.learner import Learner
+
+    folder = tmp_path / "checkpoint"
+    g = torch.Generator().manual_seed(0)
+    data = TensorDataset(torch.randn(64, 4, generator=g), torch.randint(0, 3, (64,), generator=g))
+
+    def learner():
+        torch.manual_seed(0)
+        model = nn.Linear(4, 3)
+        return Learner(model, torch.optim.SGD(model.parameters(), lr=0.1), loss_fn=nn.CrossEntropyLoss(),
+                       epochs=2, device="cpu", batch_size=16, checkpointer=Checkpointer(folder))
+
+    assert learner().fit(data).status == "completed"
+    mine = folder / "my-copy.pt"
+    shutil.copy(latest_checkpoint(folder), mine)
+    result = learner().fit(data, resume=mine)
+    assert mine.exists(), "a resume must never delete the file it resumes from"
+    assert result.status == "completed", result.error

@@ -134,7 +134,7 @@ def learner_with(callbacks, folder, interrupter, epochs=2):
 
 
 def losses_of(events):
-    return [(e.step, e.metrics["loss"]) for e in events if isinstance(e, MetricsLogged) and e.split == "train"]
+    return [(e.step, e.metrics["loss"]) for e in events if isinstance(e, MetricsLogged) and e.split == "train" and e.scope == "step"]
 
 
 def test_pause_checkpoint_and_resume_leave_the_results_unchanged(tmp_path):
@@ -147,7 +147,7 @@ def test_pause_checkpoint_and_resume_leave_the_results_unchanged(tmp_path):
 
     def steer(e, s):
         events.append(e)
-        if isinstance(e, MetricsLogged) and e.step == 2:
+        if isinstance(e, MetricsLogged) and e.scope == "step" and e.step == 2:
             it.pause("test")
             it.request_checkpoint("test")
             threading.Timer(0.3, it.resume, args=("test",)).start()
@@ -173,7 +173,7 @@ def test_stop_while_paused_ends_the_run(tmp_path):
     it = Interrupter()
 
     def steer(e, s):
-        if isinstance(e, MetricsLogged) and e.step == 1:
+        if isinstance(e, MetricsLogged) and e.scope == "step" and e.step == 1:
             it.pause("test")
             threading.Timer(0.2, it.request_stop, args=("test",)).start()
 
@@ -193,7 +193,7 @@ def test_stop_from_another_thread_stops_at_a_step_boundary(tmp_path):
     seen = []
 
     def slow(e, s):
-        if isinstance(e, MetricsLogged):
+        if isinstance(e, MetricsLogged) and e.scope == "step":
             seen.append(e.step)
             time.sleep(0.01)
 

@@ -269,9 +269,6 @@ def test_the_comparison_catches_a_resume_that_forgets_the_rng(tmp_path, monkeypa
     assert losses[3:] != ref.losses[3:]
 
 
-@pytest.mark.xfail(strict=True, reason="bug: a run resumed at the end of an epoch calls an epoch scheduler's "
-                   "step() before any optimizer.step() in this process, and PyTorch warns that the first lr "
-                   "value will be skipped (it is not: the resume is exact, the warning misleads the user)")
 def test_resume_before_an_epoch_scheduler_step_does_not_warn(tmp_path):
     import warnings
 

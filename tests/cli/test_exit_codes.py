@@ -94,8 +94,6 @@ def test_good_run_metric_files_match_the_event_stream(good):
             assert value == losses[step]  # written so that it reads back exactly
 
 
-@pytest.mark.xfail(strict=True, reason="bug: the Learner never emits valid MetricsLogged events "
-                   "(nor scope='epoch' ones), so valid/epoch-N/ files are never written")
 def test_good_run_writes_valid_metric_files_and_events(good):
     tiny, _, (run,) = good
     assert (run / "valid" / "epoch-1").is_dir()
@@ -112,8 +110,6 @@ def test_good_run_experiment_log(good):
     assert "Traceback" not in text
 
 
-@pytest.mark.xfail(strict=True, reason="bug: runner.Run.build does not pass run_dir to the Learner, so "
-                   "RunStarted.run_dir is '' and experiment.log says \"in  (pid ...)\"")
 def test_good_run_names_its_run_directory(good):
     tiny, _, (run,) = good
     started = next(e for e in tiny.read_events(run) if e["event"] == "RunStarted")

@@ -54,10 +54,13 @@ def test_sigterm_stops_gracefully_with_a_checkpoint(tiny, reap):
     assert wait_exit(proc) == 130
     info = status(run)
     assert info["status"] == "interrupted" and info["exit_code"] == 130
-    stops = [r for r in index(run) if r["reason"] == "stop"]
-    assert len(stops) == 1, index(run)
+    # the state it stopped in is on disk: a "stop" checkpoint, or the epoch checkpoint of that very
+    # state when the signal came right after one
+    newest = max(index(run), key=lambda r: (r["step"], r["time"]))
+    assert newest["reason"] in ("stop", "epoch"), index(run)
+    assert [r["reason"] for r in index(run)].count("stop") <= 1
     last = tiny.last_train_step(run)
-    assert stops[0]["step"] == last == info["step"]
+    assert newest["step"] == last == info["step"]
     assert last < 60 * 7
     names = [e["event"] for e in tiny.read_events(run)]
     assert "ControlReceived" in names and names[-1] == "RunFinished"
@@ -93,7 +96,9 @@ def test_checkpoint_and_stop_commands_steer_a_live_run(tiny, reap):
     info = status(run)
     assert info["status"] == "interrupted"
     reasons = [e["reason"] for e in index(run)]
-    assert reasons == ["request", "stop"], reasons
+    # "stop" is left out only when the run stopped in the very state the request saved
+    assert reasons in (["request", "stop"], ["request"]), reasons
+    assert index(run)[-1]["step"] == info["step"]
     sources = [(e["command"], e["source"]) for e in tiny.read_events(run) if e["event"] == "ControlReceived"]
     assert ("checkpoint", "cli") in sources and ("stop", "cli") in sources
     # and now the run is over, the commands say so
@@ -116,13 +121,15 @@ def test_kill_9_then_resume_latest_is_bitwise_the_same_run(tiny, reap):
     assert status(run)["status"] == "running"  # nobody could write anything else
     r = tiny.cli("ls", "runs")
     assert "killed" in r.stdout, r.stdout
-    lines_before = (run / "events.jsonl").read_text().count("\n")
+    text_before = (run / "events.jsonl").read_text()
+    lines_before = text_before.count("\n")
 
     r = tiny.cli("run", tiny.config, "--headless", "--resume", "latest", *sets)
     assert r.returncode == 0, r.stderr + r.stdout
     assert tiny.run_dirs() == [run], "a resumed run continues in its own run directory"
     info = status(run)
     assert info["status"] == "completed" and info["exit_code"] == 0 and info["step"] == total
+    assert (run / "events.jsonl").read_text().startswith(text_before), "events.jsonl is appended to"
     events = tiny.read_events(run, torn_ok=True)  # the killed writer may have cut its last line
     assert len(events) > lines_before
     started = [e for e in events if e["event"] == "RunStarted"]
@@ -159,8 +166,6 @@ def test_early_stopping_exits_0_and_says_why(tiny):
     assert finished[0]["reason"] == "early_stopping"
 
 
-@pytest.mark.xfail(strict=True, reason="bug: --resume of a run that is still live is accepted: a second "
-                   "process trains in the same run directory (runner.prepare_run never checks live_status)")
 def test_resume_of_a_live_run_is_refused(tiny, reap):
     run = tiny.root / "run"
     proc = tiny.cli_bg("run", tiny.config, "--headless", "--run-dir", run, *SLOW)

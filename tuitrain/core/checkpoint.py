@@ -120,8 +120,8 @@ class Checkpointer:
         self.folder.mkdir(parents=True, exist_ok=True)
         removed = fsutil.remove_leftovers(self.folder)
         listed = {e.file for e in self.entries()}
-        for p in self.folder.glob("*.pt"):
-            if p.name not in listed:  # written but never indexed: the process died in between
+        for p in self.folder.glob("epoch-*-step-*.pt"):
+            if p.name not in listed:  # ours, written but never indexed: the process died in between
                 p.unlink(missing_ok=True)
                 removed.append(p)
         # drop index rows whose file vanished
@@ -210,19 +210,28 @@ class Checkpointer:
         return best_entry(self.entries(), self.monitor, self.mode)
 
 
+def check_weights_file(path: str | os.PathLike) -> Any:
+    """Load a weights file with weights_only=True; CheckpointError when missing, refused or torn."""
+    path = Path(path)
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: no such file") from None
+    except pickle.UnpicklingError as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else "unsupported content"
+        raise CheckpointError(f"{path}: refused: not loadable with weights_only=True (it would run code): "
+                              f"{first}") from None
+    except Exception as e:
+        raise CheckpointError(f"{path}: cannot read weights: {type(e).__name__}: {e}") from None
+
+
 def load_weights(model: torch.nn.Module, path: str | os.PathLike, *, strict: bool = True,
                  revise_keys: list | tuple = ()) -> tuple[list[str], list[str]]:
     """`[checkpoint] init_from`: load only model weights (a tuitrain checkpoint, a model.pt or any
     weights-only state_dict), renaming keys by (regex, replacement) pairs; returns (missing, unexpected)."""
     import re
 
-    path = Path(path)
-    try:
-        data = torch.load(path, map_location="cpu", weights_only=True)
-    except FileNotFoundError:
-        raise CheckpointError(f"{path}: no such file") from None
-    except pickle.UnpicklingError as e:
-        raise CheckpointError(f"{path}: refused: not loadable with weights_only=True: {str(e).splitlines()[0]}") from None
+    data = check_weights_file(path)
     if isinstance(data, dict) and data.get("format") == FORMAT:
         data = data["model"]
     elif isinstance(data, dict) and isinstance(data.get("state_dict"), dict):
