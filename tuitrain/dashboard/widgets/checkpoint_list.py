@@ -38,6 +38,9 @@ class CheckpointList(Static):
         self.rows, self.best_file, self.monitor = list(checkpoints), best_file, monitor
         self.render_rows()
 
+    def on_resize(self) -> None:
+        self.render_rows()  # the columns depend on the width
+
     def render_rows(self) -> None:
         """Also called every second so that ages stay true."""
         if not self.rows:
@@ -47,7 +50,7 @@ class CheckpointList(Static):
         best = self.get_component_rich_style("checkpoint-list--best")
         value_name = self.monitor.partition("/")[2] or self.monitor or "value"
         columns = ["", "ep", "step", value_name, "size", "age", "file"]
-        if 0 < self.content_size.width < 42:
+        if self.content_size.width < 42:
             columns.remove("file")  # a narrow panel keeps the numbers, the epoch says which file
         table = Table.grid(padding=(0, 1))
         for name in columns:

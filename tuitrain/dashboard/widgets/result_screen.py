@@ -63,7 +63,7 @@ class ResultScreen(ModalScreen[None]):
     DEFAULT_CSS = """
     ResultScreen { align: center middle; }
     #result-box { width: 90%; max-width: 110; height: auto; max-height: 90%; padding: 0 1; }
-    #result-scroll { height: auto; max-height: 1fr; }
+    #result-scroll { height: auto; max-height: 1fr; overflow-x: hidden; scrollbar-size-vertical: 1; }
     #result-title, #result-keys { height: auto; }
     """
 
