@@ -437,3 +437,14 @@ def test_run_live_returns_the_exit_code_without_a_terminal(monkeypatch):
     monkeypatch.setattr(app_module.DashboardApp, "run", lambda self: asyncio.run(drive(self)))
     run = FakeRun(recorded_run(epochs=1, end="completed"))
     assert app_module.run_live(run, None) == 0
+
+
+@sync
+async def test_many_epochs_draw_at_most_a_dozen_boundary_lines():
+    events = recorded_run(epochs=40, steps_per_epoch=2, end="running")
+    app = make_app(events)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        plot = app.query_one(MetricPlot)
+        assert 6 <= len(plot.boundaries) <= 12
+        assert set(plot.boundaries) <= set(app.state.epoch_steps)

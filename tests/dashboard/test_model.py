@@ -196,3 +196,12 @@ def test_file_source_waits_for_the_file_to_appear(tmp_path):
     src.close()
     worker.join(2)
     assert [e.name for e in got] == ["RunStarted", "EpochStarted"]
+
+
+def test_rate_of_the_last_phase_stands_until_the_next_one_is_measured():
+    st = folded(epochs=2, steps_per_epoch=20, total_epochs=5, end="running")
+    before = st.rates()
+    assert before == (64.0, 2.0)
+    st.apply(recorded_run(epochs=3, steps_per_epoch=20, total_epochs=5, end="running")[len(recorded_run(
+        epochs=2, steps_per_epoch=20, total_epochs=5, end="running")):][:4])  # epoch 3: start, 1 step
+    assert len(st._ticks) < 3 and st.rates() == before

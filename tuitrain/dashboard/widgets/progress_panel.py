@@ -58,7 +58,7 @@ class ProgressPanel(Static):
 
         phase = state.phase or "-"
         if state.batches:
-            grid.add_row("Phase", Text(f"{phase} {state.batch}/{state.batches}"))
+            grid.add_row("Phase", Text(f"{phase} {min(state.batch, state.batches)}/{state.batches}"))
         else:
             grid.add_row("Phase", Text(f"{phase} {state.batch}" if state.batch else phase))
         epochs = f"/{state.epochs}" if state.epochs else ""
