@@ -389,7 +389,7 @@ async def test_watching_a_live_run_steers_it_through_the_controller(tmp_path):
     path = write_jsonl(tmp_path / "events.jsonl", events)
     ctl = RecordingController()
     app = DashboardApp(FileSource(tmp_path, poll=0.02), ctl, watch=True, clock=lambda: T0)
-    app._every_second = lambda: None  # this run has no run.json: keep it "live" for the test
+    # no run.json here: its status is unknown, so the dashboard keeps steering it
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: app.state.step == 20)
         with open(path, "a") as f:
@@ -403,6 +403,27 @@ async def test_watching_a_live_run_steers_it_through_the_controller(tmp_path):
         await pilot.press("y")
         await until(pilot, lambda: not app.is_running)
     assert ctl.calls == [("checkpoint", "dashboard"), ("pause", "dashboard"), ("stop", "dashboard", "quit")]
+
+
+@sync
+async def test_watching_a_killed_run_says_so_and_stops_steering(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    write_jsonl(tmp_path / "events.jsonl", recorded_run(epochs=1, total_epochs=3, end="running"))
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    (tmp_path / "run.json").write_text(json.dumps({"status": "running", "pid": gone.pid}))
+    ctl = RecordingController()
+    app = DashboardApp(FileSource(tmp_path, poll=0.02), ctl, watch=True, clock=lambda: T0)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.state.final == "killed", timeout=5)
+        assert app.controller is None and "process is gone" in shown(app.query_one("#notice"))
+        assert app.query_one(ProgressPanel).status == "killed"
+        await pilot.press("c", "q")  # nothing to steer; q leaves without asking
+        await until(pilot, lambda: not app.is_running)
+    assert ctl.calls == []
 
 
 # --- small terminals -------------------------------------------------------------------------

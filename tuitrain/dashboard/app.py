@@ -266,11 +266,21 @@ class DashboardApp(App[int]):
     def _every_second(self) -> None:
         self._refresh_progress()  # elapsed time and ETA move without events
         self.query_one(CheckpointList).render_rows()  # ages
-        if self.watching and self.controller is not None and not self.state.ended:
-            from tuitrain.runs import run_is_live
+        if self.watching and not self.state.ended and getattr(self.source, "caught_up", False):
+            self._check_alive()
 
-            if not run_is_live(getattr(self.source, "run_dir", Path("."))):
-                self._read_only("the run's process is gone; keys that steer are off")
+    def _check_alive(self) -> None:
+        """Watching: a run whose process is gone without a final event was killed."""
+        from tuitrain.runs import run_status
+
+        run_dir = getattr(self.source, "run_dir", None)
+        if run_dir is None or run_status(run_dir) in ("running", "unknown"):
+            return
+        if self.controller is not None:
+            self._read_only("the run's process is gone; keys that steer are off")
+        if run_status(run_dir) == "killed":
+            self.state.final = "killed"
+            self._refresh_progress()
 
     def _read_only(self, why: str) -> None:
         self.controller = None
@@ -449,12 +459,14 @@ def run_live(run: Any, theme: Path | None) -> int:
 
 def run_watch(run_dir: Path, theme: Path | None) -> int:
     """The dashboard of a run from its files; steers it through FileControl while it is live."""
-    from tuitrain.runs import run_is_live
+    from tuitrain.runs import run_status
 
     run_dir = Path(run_dir)
-    live = run_is_live(run_dir)
+    status = run_status(run_dir)
+    live = status == "running"
     controller = FileControl(run_dir) if live else None
-    notice = "" if live else "finished run: keys that steer are off"
+    notice = {"running": "", "killed": "the run's process is gone: keys that steer are off"}.get(
+        status, "finished run: keys that steer are off")
     app = DashboardApp(FileSource(run_dir, live=live), controller, theme, watch=True, notice=notice)
     app.run()
     return 0

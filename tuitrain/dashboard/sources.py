@@ -97,6 +97,7 @@ class FileSource:
         self._emit: Emit | None = None
         self.lines_read = 0
         self.bad_lines = 0
+        self.caught_up = False  # read to the end of the file at least once
 
     def open(self, emit: Emit) -> None:
         self._emit = emit
@@ -120,6 +121,7 @@ class FileSource:
                         handle.close()
                         handle, partial = None, b""
                         continue
+                    self.caught_up = True
                     self._stop.wait(self.poll)
                     continue
                 data = partial + data

@@ -16,6 +16,7 @@ from tuitrain.dashboard.model import DashboardState
 TONES = {
     "running": "good", "validating": "good", "completed": "good", "checkpointing": "busy",
     "starting": "busy", "paused": "warn", "stopping": "warn", "interrupted": "warn", "failed": "bad",
+    "killed": "bad",
 }
 
 
