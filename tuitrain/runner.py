@@ -246,7 +246,14 @@ class Run:
             bus.subscribe(HeadlessConsole(), steps=False)
         for cb, steps in self._callbacks:
             bus.subscribe(cb, steps)
-        return [DeviceMonitor(bus.emit).start()]
+        monitor = DeviceMonitor(bus.emit)
+
+        def start_monitor(event, state):  # after RunStarted, so that the stream opens with it
+            if isinstance(event, RunStarted):  # start() is idempotent
+                monitor.start()
+
+        bus.subscribe(start_monitor, steps=False)
+        return [monitor]
 
     def execute(self) -> int:
         """Train; returns 0, 1 or 130. Errors in user code become a RunFailed event, never a raise."""

@@ -367,7 +367,7 @@ class Learner:
             valid = self._loader(valid_data, False)
             if resume is not None:  # loaded before prepare(), which tidies the checkpoint folder
                 data = resume if isinstance(resume, dict) else ckpt.load_checkpoint(resume)
-                resumed_from = str(resumed_from or ("" if isinstance(resume, dict) else resume))
+                resumed_from = resumed_from or ("" if isinstance(resume, dict) else resume)
                 self.load_state_dict(data)
             if self.checkpointer is not None:
                 self.checkpointer.prepare()
@@ -378,7 +378,7 @@ class Learner:
             self.bus.emit(RunStarted(
                 run_dir=str(self.run_dir or ""), experiment=self.experiment, epochs=self.epochs,
                 max_steps=self.max_steps, steps_per_epoch=steps_per_epoch, batch_size=train.batch_size,
-                start_epoch=s.epoch, start_step=s.step, resumed_from=resumed_from, pid=os.getpid(),
+                start_epoch=s.epoch, start_step=s.step, resumed_from=str(resumed_from or ""), pid=os.getpid(),
                 env=env_info(self.device), config=self.config))
             try:
                 reason = self._epochs(train, valid)
