@@ -205,3 +205,17 @@ def test_rate_of_the_last_phase_stands_until_the_next_one_is_measured():
     st.apply(recorded_run(epochs=3, steps_per_epoch=20, total_epochs=5, end="running")[len(recorded_run(
         epochs=2, steps_per_epoch=20, total_epochs=5, end="running")):][:4])  # epoch 3: start, 1 step
     assert len(st._ticks) < 3 and st.rates() == before
+
+
+def test_bridge_drains_in_bounded_batches_keeping_order():
+    b = EventBridge()
+    for i in range(10):
+        b(MetricsLogged(split="train", epoch=1, step=i, metrics={}), None)
+    for i in range(3):
+        b(StepCompleted(phase="train", epoch=1, step=100 + i, batch=i, items=1), None)
+    got = []
+    while b.pending():
+        chunk = b.drain(4)
+        assert 0 < len(chunk) <= 4
+        got += chunk
+    assert [e.step for e in got] == list(range(10)) + [100, 101, 102]

@@ -176,6 +176,8 @@ class DashboardApp(App[int]):
         self._layout_for(self.size.width, self.size.height)
         if self.controller is None:
             self.query_one(ControlBar).set_enabled(False)
+        if hasattr(self.source, "backlog"):
+            self.source.backlog = self.bridge.__len__  # a file reader waits for the screen
         self.source.open(self.bridge)
         self.run_worker(self._work, name="tuitrain-source", thread=True, exit_on_error=False)
         self.set_interval(self.drain_interval, self.drain, name="drain")

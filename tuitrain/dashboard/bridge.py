@@ -62,3 +62,6 @@ class EventBridge:
 
     def pending(self) -> bool:
         return bool(self._events or self._steps)
+
+    def __len__(self) -> int:
+        return len(self._events) + len(self._steps)
