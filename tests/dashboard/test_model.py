@@ -219,3 +219,25 @@ def test_bridge_drains_in_bounded_batches_keeping_order():
         assert 0 < len(chunk) <= 4
         got += chunk
     assert [e.step for e in got] == list(range(10)) + [100, 101, 102]
+
+
+def test_file_source_waits_while_the_screen_is_behind(tmp_path):
+    events = [e for e in recorded_run(epochs=3, steps_per_epoch=400) if e.persistent]
+    write_jsonl(tmp_path / "events.jsonl", events)
+    src = FileSource(tmp_path, poll=0.02, chunk=4096)
+    behind = [True]
+    src.backlog = lambda: 10**9 if behind[0] else 0
+    got = []
+    src.open(lambda e, s: got.append(e))
+    worker = threading.Thread(target=src.work)
+    worker.start()
+    time.sleep(0.3)
+    held = len(got)
+    assert 0 < held < len(events)  # one chunk read, then it waits
+    behind[0] = False
+    deadline = time.monotonic() + 5
+    while len(got) < len(events) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    src.close()
+    worker.join(2)
+    assert got == events
