@@ -169,6 +169,9 @@ class Run:
         from .core.metrics import TorchMetric
 
         cfg = self.cfg
+        if not self.headless and "OMP_NUM_THREADS" not in os.environ and (os.cpu_count() or 1) > 1:
+            # leave the dashboard a core: OpenMP workers spin-wait and stall when the UI takes one
+            torch.set_num_threads(max(1, min(torch.get_num_threads(), (os.cpu_count() or 2) - 1)))
         seed_everything(cfg.experiment.seed)
         target = lambda spec, key: resolve_target(spec, cfg.base_dir, key, file=cfg.source)  # noqa: E731
         model = target(cfg.model.target, "model.target")(**cfg.model.kwargs)
