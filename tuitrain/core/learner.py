@@ -10,13 +10,12 @@ import contextlib
 import math
 import os
 import platform
-import sys
 import time
 import traceback
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Iterable, Sequence
 
 import torch
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 import time
 import traceback
 from pathlib import Path
@@ -461,9 +460,6 @@ class DashboardApp(App[int]):
 def run_live(run: Any, theme: Path | None) -> int:
     """Train `run` (subscribe/execute/interrupter/run_dir) under the dashboard; its exit code."""
     app = DashboardApp(RunSource(run), run.interrupter, theme)
-    import os as _os
-    if _os.environ.get("TT_SWITCH"):
-        sys.setswitchinterval(float(_os.environ["TT_SWITCH"]))
     app.run()
     if app.exit_code is not None:
         return app.exit_code
