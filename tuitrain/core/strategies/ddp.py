@@ -106,9 +106,13 @@ def init_distributed(rank: int, world_size: int, local_rank: int, device_spec: s
     return DistContext(rank, world_size, local_rank, device, backend)
 
 
-def shutdown_distributed() -> None:
+def shutdown_distributed(ended_well: bool = True) -> None:
+    """Leave the process group; after a normal end, together (a rank tearing down gloo while a peer still
+    talks to it can abort the peer)."""
     if dist.is_available() and dist.is_initialized():
         try:
+            if ended_well:
+                dist.barrier()
             dist.destroy_process_group()
         except Exception:  # a peer already gone: nothing left to tidy
             pass

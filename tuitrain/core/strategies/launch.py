@@ -56,12 +56,13 @@ def _torchrun(run, rank: int, world: int, local_rank: int) -> int:
     from .ddp import init_distributed, shutdown_distributed
 
     run.dist = init_distributed(rank, world, local_rank, run.cfg.train.device)
+    code = 1
     try:
-        if rank == 0:
-            return run.execute()  # an ordinary run, its Learner a DDPLearner
-        return _train_quietly(run, run.resume_path)
+        # rank 0 is an ordinary run, its Learner a DDPLearner
+        code = run.execute() if rank == 0 else _train_quietly(run, run.resume_path)
+        return code
     finally:
-        shutdown_distributed()
+        shutdown_distributed(code in (0, 130))
 
 
 def _train_quietly(run, resume_path, bus=None) -> int:
@@ -158,7 +159,7 @@ def worker_main(rank: int, spec: WorkerSpec, events, control) -> None:
     finally:
         events.close()
         events.join_thread()  # every event reaches the parent before this process ends
-        shutdown_distributed()
+        shutdown_distributed(code in (0, 130))
     sys.stdout.flush()
     os._exit(code)
 
@@ -201,6 +202,18 @@ def _spawn(run) -> int:
             t.close()
         watcher.close()
         bus.close()
+        _tidy_rank_logs(run.run_dir / "ranks")
+
+
+def _tidy_rank_logs(folder: Path) -> None:
+    """Keep a rank's raw output only when there is some (a crash below Python, a library's warning)."""
+    try:
+        for p in folder.glob("rank-*.log"):
+            if p.stat().st_size == 0:
+                p.unlink()
+        folder.rmdir()
+    except OSError:
+        pass
 
 
 def _kill(procs: list, grace: float = 0.0) -> None:
@@ -282,7 +295,6 @@ def _supervise(run, bus, procs: list, events, control) -> int:
 
 
 def _finish(run, bus, procs, ends, failed, killed_by_user) -> int:
-    state = getattr(bus, "state", None)
     if failed:
         r = failed[0]
         ev = ends[r]
@@ -308,7 +320,6 @@ def _finish(run, bus, procs, ends, failed, killed_by_user) -> int:
         return 1
     end = ends[0]
     bus.emit(end)
-    del state
     return end.exit_code
 
 
