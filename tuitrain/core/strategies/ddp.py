@@ -110,6 +110,9 @@ def shutdown_distributed(ended_well: bool = True) -> None:
     """Leave the process group; after a normal end, together (a rank tearing down gloo while a peer still
     talks to it can abort the peer)."""
     if dist.is_available() and dist.is_initialized():
+        import gc
+
+        gc.collect()  # the DDP module (in a reference cycle) goes before its process group
         try:
             if ended_well:
                 dist.barrier()

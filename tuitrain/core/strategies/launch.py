@@ -60,9 +60,13 @@ def _torchrun(run, rank: int, world: int, local_rank: int) -> int:
     try:
         # rank 0 is an ordinary run, its Learner a DDPLearner
         code = run.execute() if rank == 0 else _train_quietly(run, run.resume_path)
-        return code
     finally:
         shutdown_distributed(code in (0, 130))
+    if rank != 0:  # nothing left to do: skip C++ teardown at exit, where gloo can abort (SIGABRT)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
 
 
 def _train_quietly(run, resume_path, bus=None) -> int:
