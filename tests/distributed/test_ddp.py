@@ -144,14 +144,21 @@ def test_stop_and_checkpoint_commands_then_resume_latest_is_exact(tiny):
     _assert_same_params(_params(run), _params(tiny.root / "full"), atol=0)
 
 
-def test_sigterm_stops_every_rank_with_a_checkpoint(tiny):
+def test_pause_then_sigterm_stops_every_rank_with_a_checkpoint(tiny):
+    from tuitrain.core.control import FileControl
+
     run = tiny.root / "runs" / "tiny" / "term"
     p = tiny.cli_bg("run", tiny.config, *DDP, "--set", "model.sleep=0.03", "--set", "train.epochs=40",
                     "--run-dir", run)
     try:
         tiny.wait_for(lambda: tiny.last_train_step(run) >= 2, timeout=60, what="step 2")
         ranks = psutil.Process(p.pid).children(recursive=True)
-        p.send_signal(signal.SIGTERM)
+        FileControl(run).send("pause", "test")
+        tiny.wait_for(lambda: _events(run, "RunPaused"), timeout=30, what="RunPaused")
+        step = tiny.last_train_step(run)
+        time.sleep(0.6)
+        assert tiny.last_train_step(run) == step  # every rank waits (rank 0 alone could not step)
+        p.send_signal(signal.SIGTERM)  # stops a paused run too
         assert p.wait(60) == 130
     finally:
         p.kill()

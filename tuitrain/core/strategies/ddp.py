@@ -227,7 +227,7 @@ class DDPLearner(Learner):
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, *, dist_ctx: DistContext,
                  interrupter: Interrupter | None = None, checkpointer=None, model_path=None, seed=None,
-                 sync_every: int = 1, **kwargs) -> None:
+                 sync_every: int | None = None, **kwargs) -> None:
         ctx = dist_ctx
         self.dist = ctx
         self.rank = ctx.rank
@@ -236,6 +236,8 @@ class DDPLearner(Learner):
         if ctx.rank != 0:
             checkpointer = _Schedule(checkpointer) if checkpointer is not None else None
             model_path = None
+        if sync_every is None:  # control flags are broadcast every K optimizer steps (1: every step)
+            sync_every = int(os.environ.get("TUITRAIN_DDP_SYNC_EVERY", "1"))
         kwargs["device"] = ctx.device
         kwargs.pop("run_dir", None)  # the parent (or rank 0's Run) owns the run directory
         synced = SyncedInterrupter(ctx, interrupter or Interrupter(), lambda: self.state.stage, sync_every)
