@@ -43,6 +43,7 @@ class DistContext:
     local_rank: int
     device: torch.device
     backend: str
+    control_group: Any = None  # CPU (gloo) group for control flags and RNG states; None: the default group
 
     @property
     def learner(self):
@@ -103,7 +104,9 @@ def init_distributed(rank: int, world_size: int, local_rank: int, device_spec: s
     if device.type == "cuda":
         kwargs["device_id"] = device
     dist.init_process_group(**kwargs)
-    return DistContext(rank, world_size, local_rank, device, backend)
+    # with NCCL, the small host-side exchanges go through a gloo group: no device sync per step
+    control = dist.new_group(backend="gloo", timeout=dist_timeout()) if backend == "nccl" else None
+    return DistContext(rank, world_size, local_rank, device, backend, control)
 
 
 def shutdown_distributed(ended_well: bool = True) -> None:
@@ -122,55 +125,104 @@ def shutdown_distributed(ended_well: bool = True) -> None:
 
 
 class SyncedInterrupter(Interrupter):
-    """Control flags that every rank agrees on: rank 0 broadcasts [stop, checkpoint, paused, logged].
+    """Control flags that every rank agrees on: rank 0 broadcasts [stop, checkpoint, paused, logged,
+    steps until the next broadcast].
 
-    `pending` (read once per optimizer step by the training loop, on every rank) broadcasts every
-    `every`-th read; during validation it is False without a collective, because ranks may run
-    different validation batch counts. Requests reach the loop only through `sync()`.
+    `pending` is read once per optimizer step by the training loop on every rank. At a sync step it
+    applies the flags broadcast at the previous sync step and starts the next broadcast without
+    waiting for it (its latency hides behind the steps in between); a request therefore takes effect
+    one sync later, at the same step on every rank. Rank 0 spaces sync steps about `interval` seconds
+    apart (measured step time), or every `every` steps when that is given. During validation
+    `pending` is False without a collective, because ranks may run different validation batch
+    counts. `sync()` is the blocking form (at boundaries and while paused). Requests reach the loop
+    only through these broadcasts.
     """
 
-    def __init__(self, ctx: DistContext, inbox: Interrupter | None, stage, every: int = 1) -> None:
+    MAX_EVERY = 1000
+
+    def __init__(self, ctx: DistContext, inbox: Interrupter | None, stage, every: int = 0,
+                 interval: float = 0.05) -> None:
         super().__init__()
         self.ctx = ctx
         self.inbox = inbox if ctx.rank == 0 else None
         self._stage = stage
-        self.every = max(1, every)
+        self.every = max(0, every)  # 0: from the step time
+        self.interval = interval
+        self._countdown = 1
         self._reads = 0
-        self._flags = torch.zeros(4, dtype=torch.int32, device=ctx.comm_device)
+        self._last_fill: tuple[float, int] | None = None  # rank 0: (time, reads) at the last broadcast
+        self._bufs = [torch.zeros(5, dtype=torch.int32) for _ in range(2)]  # CPU: never a device sync
+        self._next = 0
+        self._work = None
+        self._work_buf: torch.Tensor | None = None
+        self._source = ""
 
     @property
     def pending(self) -> bool:
         if self._stage() != "train":
             return False
         self._reads += 1
-        if self._reads % self.every:
+        self._countdown -= 1
+        if self._countdown > 0:
             return False
-        return self.sync()
+        wanted = self._complete()
+        buf = self._fill()
+        self._work = dist.broadcast(buf, 0, group=self.ctx.control_group, async_op=True)
+        self._work_buf = buf
+        return wanted
 
     @pending.setter
-    def pending(self, value: bool) -> None:  # the base class's own bookkeeping; sync() decides
+    def pending(self, value: bool) -> None:  # the base class's own bookkeeping; the broadcasts decide
         pass
 
     def sync(self) -> bool:
-        """One broadcast from rank 0; afterwards every rank holds the same flags."""
-        t = self._flags
+        """A blocking broadcast from rank 0; afterwards every rank holds the same flags."""
+        self._complete()
+        buf = self._fill()
+        dist.broadcast(buf, 0, group=self.ctx.control_group)
+        return self._apply(buf.tolist())
+
+    def _fill(self) -> torch.Tensor:
+        """Rank 0: take the inbox's requests into the next buffer (the others receive into it)."""
+        buf = self._bufs[self._next]
+        self._next ^= 1
         if self.inbox is not None:
+            now = time.perf_counter()
+            every = self.every
+            if not every:
+                every = 1
+                if self._last_fill is not None and self._reads > self._last_fill[1]:
+                    per_step = (now - self._last_fill[0]) / (self._reads - self._last_fill[1])
+                    every = max(1, min(self.MAX_EVERY, int(self.interval / max(per_step, 1e-9))))
+            self._last_fill = (now, self._reads)
             ib = self.inbox
             with ib._lock:
-                vals = [int(ib.stop_requested), int(ib.checkpoint_requested), int(ib.paused), int(bool(ib._log))]
-                source = ib.stop_source
+                vals = [int(ib.stop_requested), int(ib.checkpoint_requested), int(ib.paused), int(bool(ib._log)),
+                        every]
+                self._source = ib.stop_source
                 ib.checkpoint_requested = False
                 log, ib._log = ib._log, []
                 ib._refresh()
             with self._lock:
                 self._log.extend(log)
-            t.copy_(torch.tensor(vals, dtype=torch.int32))
-        dist.broadcast(t, 0)
-        stop, checkpoint, paused, logged = t.tolist()
+            buf.copy_(torch.tensor(vals, dtype=torch.int32))
+        return buf
+
+    def _complete(self) -> bool:
+        if self._work is None:
+            self._countdown = 1
+            return False
+        self._work.wait()
+        self._work = None
+        return self._apply(self._work_buf.tolist())
+
+    def _apply(self, flags: list[int]) -> bool:
+        stop, checkpoint, paused, logged, every = flags
+        self._countdown = every
         with self._lock:
             if stop and not self.stop_requested:
                 self.stop_requested = True
-                self.stop_source = source if self.inbox is not None else "rank 0"
+                self.stop_source = self._source if self.inbox is not None else "rank 0"
             if checkpoint:
                 self.checkpoint_requested = True
             self.paused = bool(paused)
@@ -236,8 +288,8 @@ class DDPLearner(Learner):
         if ctx.rank != 0:
             checkpointer = _Schedule(checkpointer) if checkpointer is not None else None
             model_path = None
-        if sync_every is None:  # control flags are broadcast every K optimizer steps (1: every step)
-            sync_every = int(os.environ.get("TUITRAIN_DDP_SYNC_EVERY", "1"))
+        if sync_every is None:  # control flags every K optimizer steps; 0: about every 50 ms
+            sync_every = int(os.environ.get("TUITRAIN_DDP_SYNC_EVERY", "0"))
         kwargs["device"] = ctx.device
         kwargs.pop("run_dir", None)  # the parent (or rank 0's Run) owns the run directory
         synced = SyncedInterrupter(ctx, interrupter or Interrupter(), lambda: self.state.stage, sync_every)
@@ -303,7 +355,7 @@ class DDPLearner(Learner):
             return
         mine = self._valid_rng if s.stage == "valid" and self._valid_rng is not None else rng_state()
         rngs: list = [None] * self.world_size
-        dist.all_gather_object(rngs, mine)
+        dist.all_gather_object(rngs, mine, group=self.dist.control_group)
         if self.rank != 0:
             self._last_ckpt_step = (s.epoch, s.step, s.stage)
             return
