@@ -11,6 +11,8 @@ ranks train quietly. Must not import textual.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import queue
 import signal
@@ -183,8 +185,9 @@ def _spawn(run) -> int:
     bus = EventBus()
     threads: list = []
     ctx = mp.get_context("spawn")
-    events = ctx.Queue()
-    control = ctx.Queue()
+    with _stderr_with_a_fileno():
+        events = ctx.Queue()  # starts multiprocessing's resource tracker, which inherits sys.stderr's fd
+        control = ctx.Queue()
     procs: list = []
     try:
         threads = run._attach(bus)
@@ -218,6 +221,26 @@ def _tidy_rank_logs(folder: Path) -> None:
         folder.rmdir()
     except OSError:
         pass
+
+
+@contextlib.contextmanager
+def _stderr_with_a_fileno():
+    """Under the dashboard sys.stderr is a capture without a file descriptor, and multiprocessing's
+    helper process cannot start from it: lend it /dev/null for that moment."""
+    try:
+        ok = sys.stderr is not None and sys.stderr.fileno() >= 0
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        ok = False
+    if ok:
+        yield
+        return
+    saved = sys.stderr
+    with open(os.devnull, "w") as null:
+        sys.stderr = null
+        try:
+            yield
+        finally:
+            sys.stderr = saved
 
 
 def _kill(procs: list, grace: float = 0.0) -> None:
