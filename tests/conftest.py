@@ -138,7 +138,7 @@ class TinyProject:
     def cli_bg(self, *args) -> subprocess.Popen:
         return tuitrain_bg(*args, cwd=self.root)
 
-    read_events = staticmethod(lambda run_dir: read_events(run_dir))
+    read_events = staticmethod(lambda run_dir, torn_ok=False: read_events(run_dir, torn_ok))
     step_losses = staticmethod(lambda events: step_losses(events))
     wait_for = staticmethod(lambda *a, **k: wait_for(*a, **k))
     last_train_step = staticmethod(lambda run_dir: last_train_step(run_dir))
@@ -147,6 +147,20 @@ class TinyProject:
 @pytest.fixture
 def tiny(tmp_path) -> TinyProject:
     return TinyProject(tmp_path)
+
+
+@pytest.fixture(scope="session")
+def make_tiny(tmp_path_factory):
+    """A factory of TinyProjects in fresh folders, for module-scoped fixtures (one run, many tests)."""
+    return lambda name="tiny": TinyProject(tmp_path_factory.mktemp(name))
+
+
+@pytest.fixture
+def forget_tinyproj():
+    """For tests that import the user's module in this process: forget it afterwards, so that the
+    next project folder's copy is the one imported."""
+    yield
+    sys.modules.pop("tinyproj", None)
 
 
 def cli_env() -> dict:
@@ -171,9 +185,18 @@ def tuitrain_bg(*args: str | os.PathLike, cwd: Path) -> subprocess.Popen:
                             stdout=out, stderr=subprocess.STDOUT, text=True)
 
 
-def read_events(run_dir: Path) -> list[dict]:
-    lines = (Path(run_dir) / "events.jsonl").read_text().splitlines()
-    return [json.loads(line) for line in lines if line.strip()]
+def read_events(run_dir: Path, torn_ok: bool = False) -> list[dict]:
+    """events.jsonl as dicts; `torn_ok` skips a line a `kill -9` may have cut (JSON errors otherwise)."""
+    out = []
+    for line in (Path(run_dir) / "events.jsonl").read_text().splitlines():
+        if not line.strip():
+            continue
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            if not torn_ok:
+                raise
+    return out
 
 
 def step_losses(events: list[dict]) -> dict[int, float]:

@@ -90,12 +90,24 @@ def prepare_run(config_path: str | os.PathLike, overrides=(), *, run_dir: str | 
         if importlib.util.find_spec("tensorboard") is None:
             raise ConfigError("tensorboard is not installed: pip install 'tuitrain[tensorboard]'",
                               file=cfg.source, key="log.tensorboard")
+    if cfg.checkpoint.init_from:
+        from .core.checkpoint import CheckpointError, check_weights_file
+
+        try:
+            check_weights_file(cfg.checkpoint.init_from)
+        except CheckpointError as e:
+            raise ConfigError(str(e), file=cfg.source, key="checkpoint.init_from") from None
     ckpt_data = None
     ckpt_path = None
     if resume:
         from .core.checkpoint import CheckpointError, load_checkpoint
 
         rdir, ckpt_path = resolve_resume(resume, cfg)
+        from .sinks.run_status import live_status
+
+        if live_status(rdir) == "running":
+            raise UsageError(f"--resume {resume}: the run in {rdir} is still live; stop it first "
+                             f"(tuitrain stop {rdir})")
         try:
             ckpt_data = load_checkpoint(ckpt_path)
         except CheckpointError as e:
@@ -161,6 +173,9 @@ class Run:
         from .core.metrics import TorchMetric
 
         cfg = self.cfg
+        if not self.headless and "OMP_NUM_THREADS" not in os.environ and (os.cpu_count() or 1) > 1:
+            # leave the dashboard a core: OpenMP workers spin-wait and stall when the UI takes one
+            torch.set_num_threads(max(1, min(torch.get_num_threads(), (os.cpu_count() or 2) - 1)))
         seed_everything(cfg.experiment.seed)
         target = lambda spec, key: resolve_target(spec, cfg.base_dir, key, file=cfg.source)  # noqa: E731
         model = target(cfg.model.target, "model.target")(**cfg.model.kwargs)
@@ -224,7 +239,7 @@ class Run:
             validate_every=t.validate_every, log_every_n_steps=cfg.log.every_n_steps, seed=cfg.experiment.seed,
             interrupter=self.interrupter, checkpointer=checkpointer, early_stopping=early,
             capture_output=True, config=cfg.to_dict(), experiment=cfg.experiment.name, bus=bus,
-            model_path=self.run_dir / "model.pt")
+            run_dir=self.run_dir)
         return learner, train_loader, valid_loader
 
     # --- running -------------------------------------------------------------------------------
@@ -241,7 +256,14 @@ class Run:
             bus.subscribe(HeadlessConsole(), steps=False)
         for cb, steps in self._callbacks:
             bus.subscribe(cb, steps)
-        return [DeviceMonitor(bus.emit).start()]
+        monitor = DeviceMonitor(bus.emit)
+
+        def start_monitor(event, state):  # after RunStarted, so that the stream opens with it
+            if isinstance(event, RunStarted):  # start() is idempotent
+                monitor.start()
+
+        bus.subscribe(start_monitor, steps=False)
+        return [monitor]
 
     def execute(self) -> int:
         """Train; returns 0, 1 or 130. Errors in user code become a RunFailed event, never a raise."""

@@ -298,3 +298,54 @@ def test_cli_resume_from_hostile_checkpoint_exits_2_without_running_it(tiny):
     assert tiny.run_dirs() == []
     assert sorted(p.name for p in tiny.root.iterdir()) == sorted(
         ["empty.tcss", "tinyproj.py", "tiny.toml", "hostile.pt"] + (["__pycache__"] if (tiny.root / "__pycache__").exists() else []))
+
+
+@pytest.fixture(scope="module")
+def hostile_init_from(make_tiny):
+    """A run whose config names a hostile file as `checkpoint.init_from`."""
+    tiny = make_tiny("initfrom")
+    marker = tiny.root / "pwned"
+    bad = tiny.root / "hostile.pt"
+    write_hostile(bad, marker)
+    r = tiny.cli("run", tiny.config, "--headless", "--set", f"checkpoint.init_from={bad.as_posix()}")
+    return tiny, r, marker
+
+
+def test_cli_init_from_hostile_file_runs_no_code(hostile_init_from):
+    tiny, r, marker = hostile_init_from
+    assert r.returncode in (1, 2), r.stdout + r.stderr
+    assert "hostile.pt" in r.stderr
+    assert "Traceback" not in r.stderr
+    assert not marker.exists()
+
+
+def test_cli_init_from_hostile_file_is_a_config_error(hostile_init_from):
+    tiny, r, _ = hostile_init_from
+    assert r.returncode == 2
+    assert tiny.run_dirs() == []
+
+
+def test_fit_resume_from_an_unlisted_file_in_the_checkpoint_folder(tmp_path):
+    import shutil
+
+    from torch import nn
+    from torch.utils.data import TensorDataset
+
+    from tuitrain.core.learner import Learner
+
+    folder = tmp_path / "checkpoint"
+    g = torch.Generator().manual_seed(0)
+    data = TensorDataset(torch.randn(64, 4, generator=g), torch.randint(0, 3, (64,), generator=g))
+
+    def learner():
+        torch.manual_seed(0)
+        model = nn.Linear(4, 3)
+        return Learner(model, torch.optim.SGD(model.parameters(), lr=0.1), loss_fn=nn.CrossEntropyLoss(),
+                       epochs=2, device="cpu", batch_size=16, checkpointer=Checkpointer(folder))
+
+    assert learner().fit(data).status == "completed"
+    mine = folder / "my-copy.pt"
+    shutil.copy(latest_checkpoint(folder), mine)
+    result = learner().fit(data, resume=mine)
+    assert mine.exists(), "a resume must never delete the file it resumes from"
+    assert result.status == "completed", result.error

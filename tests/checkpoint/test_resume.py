@@ -15,6 +15,7 @@ from torch.utils.data import TensorDataset
 
 from tuitrain.core.checkpoint import Checkpointer, latest_checkpoint, load_checkpoint
 from tuitrain.core.control import Interrupter
+from tuitrain.core.early_stopping import EarlyStopping
 from tuitrain.core.events import MetricsLogged, PhaseCompleted, PhaseStarted
 from tuitrain.core.learner import Learner
 
@@ -30,6 +31,8 @@ class Case:
     scheduler: str = "onecycle"  # "onecycle", "steplr" (both per step) or "" (none)
     workers: int = 0
     shuffle: bool = True
+    interval: str = "step"  # when the scheduler steps: "step" or "epoch"
+    early_patience: int = 0  # > 0: EarlyStopping on valid/loss that never counts as improved
 
     @property
     def steps_per_epoch(self) -> int:
@@ -81,7 +84,10 @@ def make_learner(case: Case, folder, stop=None) -> tuple[Learner, Recorder]:
         sched = None
     it = Interrupter()
     rec = Recorder(it, stop)
-    learner = Learner(model, opt, loss_fn=nn.CrossEntropyLoss(), scheduler=sched, scheduler_interval="step",
+    early = (EarlyStopping("valid/loss", "min", patience=case.early_patience, min_delta=100.0)
+             if case.early_patience else None)
+    learner = Learner(model, opt, loss_fn=nn.CrossEntropyLoss(), scheduler=sched, scheduler_interval=case.interval,
+                      early_stopping=early,
                       train_metrics=("loss", "accuracy"), valid_metrics=("loss", "accuracy"), callbacks=[rec],
                       epochs=case.epochs, grad_accumulation=case.accum, device="cpu", log_every_n_steps=1,
                       seed=SEED, batch_size=BATCH, shuffle=case.shuffle, num_workers=case.workers,
@@ -89,16 +95,18 @@ def make_learner(case: Case, folder, stop=None) -> tuple[Learner, Recorder]:
     return learner, rec
 
 
-def reference(case: Case, tmp_path):
+def reference(case: Case, tmp_path, total_steps: int | None = None):
     learner, rec = make_learner(case, tmp_path / "ref-checkpoint")
     result = learner.fit(*datasets())
     assert result.status == "completed" and result.exit_code == 0, result.error
+    rec.reason = result.reason
     steps = [s for s, _ in rec.losses]
-    assert steps == list(range(1, case.total_steps + 1)), "log_every_n_steps=1 logs every step once"
+    total = case.total_steps if total_steps is None else total_steps
+    assert steps == list(range(1, total + 1)), "log_every_n_steps=1 logs every step once"
     return rec, {k: v.clone() for k, v in learner.raw_model.state_dict().items()}
 
 
-def interrupted(case: Case, tmp_path, stops: list):
+def interrupted(case: Case, tmp_path, stops: list, reason: str = "epochs"):
     """Run with a stop at each of `stops` in turn, resuming each time from the latest checkpoint."""
     folder = tmp_path / "checkpoint"
     losses, phases = [], {}
@@ -110,6 +118,7 @@ def interrupted(case: Case, tmp_path, stops: list):
         phases.update(rec.phases)
         if stop is None:
             assert result.status == "completed", result.error
+            assert result.reason == reason
         else:
             assert (result.status, result.exit_code) == ("interrupted", 130), (stop, result.error)
         resume = latest_checkpoint(folder)
@@ -117,9 +126,9 @@ def interrupted(case: Case, tmp_path, stops: list):
     return losses, phases, learner.raw_model.state_dict()
 
 
-def assert_same_run(case: Case, tmp_path, stops: list) -> None:
-    ref, ref_weights = reference(case, tmp_path)
-    losses, phases, weights = interrupted(case, tmp_path, stops)
+def assert_same_run(case: Case, tmp_path, stops: list, total_steps: int | None = None) -> None:
+    ref, ref_weights = reference(case, tmp_path, total_steps)
+    losses, phases, weights = interrupted(case, tmp_path, stops, ref.reason)
     where = f"stops={stops}"
     assert [s for s, _ in losses] == [s for s, _ in ref.losses], f"{where}: a step was skipped or repeated"
     for (step, got), (_, want) in zip(losses, ref.losses):
@@ -197,6 +206,18 @@ def test_resume_with_two_dataloader_workers(tmp_path):
     assert_same_run(case, tmp_path, random_steps(case, 1, "workers"))
 
 
+@pytest.mark.parametrize("stop", [("step", 3), ("step", BATCHES), ("valid", 1), ("step", BATCHES + 2)])
+def test_resume_with_a_per_epoch_scheduler(tmp_path, stop):
+    assert_same_run(Case(epochs=3, scheduler="steplr", interval="epoch"), tmp_path, [stop])
+
+
+@pytest.mark.parametrize("stop", [("step", BATCHES + 2), ("valid", 2)])
+def test_resume_keeps_the_early_stopping_state(tmp_path, stop):
+    """Patience 1 and nothing counts as improved: the run ends after epoch 2, resumed or not."""
+    case = Case(epochs=4, early_patience=1)
+    assert_same_run(case, tmp_path, [stop], total_steps=2 * case.steps_per_epoch)
+
+
 def test_resume_without_shuffle_or_scheduler(tmp_path):
     assert_same_run(Case(epochs=2, shuffle=False, scheduler=""), tmp_path, [("step", 9)])
 
@@ -246,3 +267,17 @@ def test_the_comparison_catches_a_resume_that_forgets_the_rng(tmp_path, monkeypa
     assert [s for s, _ in losses] == [s for s, _ in ref.losses]
     assert losses[:3] == ref.losses[:3]
     assert losses[3:] != ref.losses[3:]
+
+
+def test_resume_before_an_epoch_scheduler_step_does_not_warn(tmp_path):
+    import warnings
+
+    case = Case(epochs=2, scheduler="steplr", interval="epoch")
+    folder = tmp_path / "checkpoint"
+    learner, _ = make_learner(case, folder, ("valid", 1))
+    assert learner.fit(*datasets()).status == "interrupted"
+    learner, _ = make_learner(case, folder)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert learner.fit(*datasets(), resume=latest_checkpoint(folder)).status == "completed"
+    assert not [w for w in caught if "lr_scheduler.step()" in str(w.message)]

@@ -106,7 +106,7 @@ def test_step_metric_is_the_window_mean():
     events = []
     fit(linear(), ds, events, batch_size=2, epochs=1, log_every_n_steps=2, train_metrics=["loss", "lr"],
         optimizer=None)
-    logged = [e for e in events if isinstance(e, MetricsLogged)]
+    logged = [e for e in events if isinstance(e, MetricsLogged) and e.scope == "step"]
     assert [e.step for e in logged] == [2, 4]
     assert all(e.metrics["lr"] == 0.1 for e in logged)
     assert all(math.isfinite(e.metrics["loss"]) for e in logged)

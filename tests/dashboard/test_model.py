@@ -196,3 +196,48 @@ def test_file_source_waits_for_the_file_to_appear(tmp_path):
     src.close()
     worker.join(2)
     assert [e.name for e in got] == ["RunStarted", "EpochStarted"]
+
+
+def test_rate_of_the_last_phase_stands_until_the_next_one_is_measured():
+    st = folded(epochs=2, steps_per_epoch=20, total_epochs=5, end="running")
+    before = st.rates()
+    assert before == (64.0, 2.0)
+    st.apply(recorded_run(epochs=3, steps_per_epoch=20, total_epochs=5, end="running")[len(recorded_run(
+        epochs=2, steps_per_epoch=20, total_epochs=5, end="running")):][:4])  # epoch 3: start, 1 step
+    assert len(st._ticks) < 3 and st.rates() == before
+
+
+def test_bridge_drains_in_bounded_batches_keeping_order():
+    b = EventBridge()
+    for i in range(10):
+        b(MetricsLogged(split="train", epoch=1, step=i, metrics={}), None)
+    for i in range(3):
+        b(StepCompleted(phase="train", epoch=1, step=100 + i, batch=i, items=1), None)
+    got = []
+    while b.pending():
+        chunk = b.drain(4)
+        assert 0 < len(chunk) <= 4
+        got += chunk
+    assert [e.step for e in got] == list(range(10)) + [100, 101, 102]
+
+
+def test_file_source_waits_while_the_screen_is_behind(tmp_path):
+    events = [e for e in recorded_run(epochs=3, steps_per_epoch=400) if e.persistent]
+    write_jsonl(tmp_path / "events.jsonl", events)
+    src = FileSource(tmp_path, poll=0.02, chunk=4096)
+    behind = [True]
+    src.backlog = lambda: 10**9 if behind[0] else 0
+    got = []
+    src.open(lambda e, s: got.append(e))
+    worker = threading.Thread(target=src.work)
+    worker.start()
+    time.sleep(0.3)
+    held = len(got)
+    assert 0 < held < len(events)  # one chunk read, then it waits
+    behind[0] = False
+    deadline = time.monotonic() + 5
+    while len(got) < len(events) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    src.close()
+    worker.join(2)
+    assert got == events

@@ -48,6 +48,14 @@ def snapshot(obj: Any) -> Any:
     return obj
 
 
+def _refusal(e: Exception) -> str:
+    """Why torch refused a file, without torch's advice to retry with weights_only=False."""
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    why = next((ln for ln in lines if "Unsupported global" in ln or "Unsupported operand" in ln), "")
+    why = why or next((ln for ln in lines if "weights_only" not in ln), "unsupported content")
+    return f"it is not loadable with weights_only=True and could run code ({why})"
+
+
 def load_checkpoint(path: str | os.PathLike) -> dict:
     """Load a tuitrain checkpoint with weights_only=True; CheckpointError on anything else."""
     path = Path(path)
@@ -56,9 +64,7 @@ def load_checkpoint(path: str | os.PathLike) -> dict:
     try:
         data = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else "unsupported content"
-        raise CheckpointError(
-            f"{path}: refused: not loadable with weights_only=True (it would run code): {first}") from None
+        raise CheckpointError(f"{path}: refused: {_refusal(e)}") from None
     except Exception as e:  # torn or foreign file
         raise CheckpointError(f"{path}: cannot read checkpoint: {type(e).__name__}: {e}") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
@@ -120,8 +126,9 @@ class Checkpointer:
         self.folder.mkdir(parents=True, exist_ok=True)
         removed = fsutil.remove_leftovers(self.folder)
         listed = {e.file for e in self.entries()}
-        for p in self.folder.glob("*.pt"):
-            if p.name not in listed:  # written but never indexed: the process died in between
+        indexed = (self.folder / INDEX).exists()  # without an index, nothing proves a file unwanted
+        for p in self.folder.glob("epoch-*-step-*.pt") if indexed else ():
+            if p.name not in listed:  # ours, written but never indexed: the process died in between
                 p.unlink(missing_ok=True)
                 removed.append(p)
         # drop index rows whose file vanished
@@ -210,19 +217,26 @@ class Checkpointer:
         return best_entry(self.entries(), self.monitor, self.mode)
 
 
+def check_weights_file(path: str | os.PathLike) -> Any:
+    """Load a weights file with weights_only=True; CheckpointError when missing, refused or torn."""
+    path = Path(path)
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: no such file") from None
+    except pickle.UnpicklingError as e:
+        raise CheckpointError(f"{path}: refused: {_refusal(e)}") from None
+    except Exception as e:
+        raise CheckpointError(f"{path}: cannot read weights: {type(e).__name__}: {e}") from None
+
+
 def load_weights(model: torch.nn.Module, path: str | os.PathLike, *, strict: bool = True,
                  revise_keys: list | tuple = ()) -> tuple[list[str], list[str]]:
     """`[checkpoint] init_from`: load only model weights (a tuitrain checkpoint, a model.pt or any
     weights-only state_dict), renaming keys by (regex, replacement) pairs; returns (missing, unexpected)."""
     import re
 
-    path = Path(path)
-    try:
-        data = torch.load(path, map_location="cpu", weights_only=True)
-    except FileNotFoundError:
-        raise CheckpointError(f"{path}: no such file") from None
-    except pickle.UnpicklingError as e:
-        raise CheckpointError(f"{path}: refused: not loadable with weights_only=True: {str(e).splitlines()[0]}") from None
+    data = check_weights_file(path)
     if isinstance(data, dict) and data.get("format") == FORMAT:
         data = data["model"]
     elif isinstance(data, dict) and isinstance(data.get("state_dict"), dict):

@@ -151,16 +151,19 @@ class Learner:
         self.experiment = experiment
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.model_path = Path(model_path) if model_path is not None else None
-        self.bus = bus if bus is not None else EventBus()
         if self.run_dir is not None:
             self.model_path = self.model_path or self.run_dir / "model.pt"
-            from ..sinks.standard import standard_sinks  # files only; no screen
-
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            for sink in standard_sinks(self.run_dir):
-                self.bus.subscribe(sink, steps=False)
             if checkpointer is None:
                 checkpointer = ckpt.Checkpointer(self.run_dir / "checkpoint")
+        if bus is None:
+            bus = EventBus()
+            if self.run_dir is not None:  # a bus given by the caller already has its sinks
+                from ..sinks.standard import standard_sinks  # files only; no screen
+
+                self.run_dir.mkdir(parents=True, exist_ok=True)
+                for sink in standard_sinks(self.run_dir):
+                    bus.subscribe(sink, steps=False)
+        self.bus = bus
         for cb in callbacks:
             self.bus.subscribe(cb)
         self.checkpointer = checkpointer
@@ -337,6 +340,8 @@ class Learner:
         s.history = {k: [list(r) for r in v] for k, v in data["history"].items()}
         s.epoch_metrics = dict(data["epoch_metrics"])
         set_rng_state(data["rng"])
+        # the restored optimizer has stepped: no "scheduler.step() before optimizer.step()" warning
+        self.optimizer._opt_called = True
         saved_world = int(data.get("world_size", 1))
         if saved_world != self.world_size and s.stage == "train" and s.batch:
             # the position in the data order is per rank: another world size restarts at an epoch
@@ -369,12 +374,12 @@ class Learner:
                 seed_everything(self.seed)
             train = self._loader(train_data, self.shuffle)
             valid = self._loader(valid_data, False)
+            if resume is not None:  # loaded before prepare(), which tidies the checkpoint folder
+                data = resume if isinstance(resume, dict) else ckpt.load_checkpoint(resume)
+                resumed_from = resumed_from or ("" if isinstance(resume, dict) else resume)
+                self.load_state_dict(data)
             if self.checkpointer is not None:
                 self.checkpointer.prepare()
-            if resume is not None:
-                data = resume if isinstance(resume, dict) else ckpt.load_checkpoint(resume)
-                resumed_from = str(resumed_from or ("" if isinstance(resume, dict) else resume))
-                self.load_state_dict(data)
             batches = train.batches_per_epoch()
             steps_per_epoch = -(-batches // self.grad_accumulation) if batches else 0
             if s.stage == "done":
@@ -382,7 +387,7 @@ class Learner:
             self.bus.emit(RunStarted(
                 run_dir=str(self.run_dir or ""), experiment=self.experiment, epochs=self.epochs,
                 max_steps=self.max_steps, steps_per_epoch=steps_per_epoch, batch_size=train.batch_size,
-                start_epoch=s.epoch, start_step=s.step, resumed_from=resumed_from, pid=os.getpid(),
+                start_epoch=s.epoch, start_step=s.step, resumed_from=str(resumed_from or ""), pid=os.getpid(),
                 env=env_info(self.device), config=self.config))
             try:
                 reason = self._epochs(train, valid)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .events import PhaseCompleted, PhaseStarted, StepCompleted, StepStarted
+from .events import MetricsLogged, PhaseCompleted, PhaseStarted, StepCompleted, StepStarted
 from .metrics import StepOutput
 
 if TYPE_CHECKING:
@@ -93,6 +93,17 @@ class Phase:
     def run(self, learner: "Learner", loader, state: "TrainState", start_batch: int = 0) -> dict:
         raise NotImplementedError
 
+    def finish(self, learner: "Learner", state: "TrainState", metrics) -> dict:
+        """The phase's aggregates: one epoch-scope MetricsLogged, then PhaseCompleted."""
+        result = metrics.read_phase()
+        if result:
+            learner.bus.emit(MetricsLogged(split=self.split, epoch=state.epoch, step=state.step, metrics=result,
+                                           scope="epoch"))
+        learner.bus.emit(PhaseCompleted(phase=self.name, split=self.split, epoch=state.epoch, step=state.step,
+                                        metrics=result, duration=metrics.ctx.phase_time,
+                                        items=metrics.ctx.phase_items))
+        return result
+
 
 class TrainPhase(Phase):
     name = "train"
@@ -162,10 +173,7 @@ class TrainPhase(Phase):
             lr.optimizer_step()
             state.step += 1
             metrics.step_done()
-        result = metrics.read_phase()
-        bus.emit(PhaseCompleted(phase=self.name, split=self.split, epoch=state.epoch, step=state.step,
-                                metrics=result, duration=metrics.ctx.phase_time, items=metrics.ctx.phase_items))
-        return result
+        return self.finish(lr, state, metrics)
 
 
 class ValidPhase(Phase):
@@ -209,7 +217,4 @@ class ValidPhase(Phase):
             pass
         finally:
             lr.model.train()
-        result = metrics.read_phase()
-        bus.emit(PhaseCompleted(phase=self.name, split=self.split, epoch=state.epoch, step=state.step,
-                                metrics=result, duration=metrics.ctx.phase_time, items=metrics.ctx.phase_items))
-        return result
+        return self.finish(lr, state, metrics)

@@ -42,6 +42,7 @@ from tuitrain.dashboard.widgets.result_screen import ResultScreen, result_body, 
 DASHBOARD_TCSS = Path(__file__).with_name("dashboard.tcss")
 COMPACT = (100, 32)  # below this width or height the side panels shrink
 TOO_SMALL = (50, 12)  # below this the dashboard gives way to a notice
+DRAIN_LIMIT = 5000  # events folded per tick (~40 ms): a long events.jsonl loads without freezing keys
 
 # a theme file may name the Textual base theme (buttons, footer, dialogs) in a comment
 _BASE_THEME = re.compile(r"textual-theme:\s*([A-Za-z0-9_-]+)")
@@ -120,7 +121,7 @@ class DashboardApp(App[int]):
         super().__init__(css_path=css)
         self.source = source
         self.controller = controller
-        self.watch = watch
+        self.watching = watch
         self.notice = notice
         self.clock = clock
         self.drain_interval = drain_interval
@@ -137,7 +138,7 @@ class DashboardApp(App[int]):
         self._dirty: set[str] = set()
         self._last_plot = 0.0
         self._result_shown = False
-        self._closed = False
+        self._source_closed = False
         self._base_theme = base_theme_of(self.theme_path)
 
     # --- layout ----------------------------------------------------------------------------
@@ -175,6 +176,8 @@ class DashboardApp(App[int]):
         self._layout_for(self.size.width, self.size.height)
         if self.controller is None:
             self.query_one(ControlBar).set_enabled(False)
+        if hasattr(self.source, "backlog"):
+            self.source.backlog = self.bridge.__len__  # a file reader waits for the screen
         self.source.open(self.bridge)
         self.run_worker(self._work, name="tuitrain-source", thread=True, exit_on_error=False)
         self.set_interval(self.drain_interval, self.drain, name="drain")
@@ -199,8 +202,8 @@ class DashboardApp(App[int]):
     def _title(self) -> None:
         st = self.state
         name = st.experiment or "tuitrain"
-        where = st.run_dir or (str(getattr(self.source, "run_dir", "")) if self.watch else "")
-        mode = "watching" if self.watch else "live"
+        where = st.run_dir or (str(getattr(self.source, "run_dir", "")) if self.watching else "")
+        mode = "watching" if self.watching else "live"
         text = Text.assemble((f" {name}", "bold"), f"  {where}" if where else "", f"  [{mode}]")
         self.query_one("#title-bar", Static).update(text)
 
@@ -208,7 +211,7 @@ class DashboardApp(App[int]):
 
     def drain(self) -> None:
         """Fold what the bridge holds into the state and refresh the panels that changed."""
-        batch = self.bridge.drain()
+        batch = self.bridge.drain(DRAIN_LIMIT)
         if batch:
             self._dirty |= self.state.apply(batch)
         dirty = self._dirty
@@ -236,7 +239,7 @@ class DashboardApp(App[int]):
             else:
                 dirty.intersection_update({"plot"})  # plots wait for their turn; the rest is done
                 return
-        if "result" in dirty and st.ended and (self.watch or self.worker_done):
+        if "result" in dirty and st.ended and (self.watching or self.worker_done):
             self._show_result()
         self._dirty = set()
 
@@ -249,7 +252,7 @@ class DashboardApp(App[int]):
             note = "Ctrl+C again ends the process"
         self.query_one(ProgressPanel).show(st, note)
         self.query_one(ControlBar).set_paused(st.paused)
-        if st.ended and self.controller is not None and self.watch:
+        if st.ended and self.controller is not None and self.watching:
             self._read_only("the run has ended; keys that steer are off")
 
     def _replot(self) -> None:
@@ -266,11 +269,21 @@ class DashboardApp(App[int]):
     def _every_second(self) -> None:
         self._refresh_progress()  # elapsed time and ETA move without events
         self.query_one(CheckpointList).render_rows()  # ages
-        if self.watch and self.controller is not None and not self.state.ended:
-            from tuitrain.runs import run_is_live
+        if self.watching and not self.state.ended and getattr(self.source, "caught_up", False):
+            self._check_alive()
 
-            if not run_is_live(getattr(self.source, "run_dir", Path("."))):
-                self._read_only("the run's process is gone; keys that steer are off")
+    def _check_alive(self) -> None:
+        """Watching: a run whose process is gone without a final event was killed."""
+        from tuitrain.runs import run_status
+
+        run_dir = getattr(self.source, "run_dir", None)
+        if run_dir is None or run_status(run_dir) in ("running", "unknown"):
+            return
+        if self.controller is not None:
+            self._read_only("the run's process is gone; keys that steer are off")
+        if run_status(run_dir) == "killed":
+            self.state.final = "killed"
+            self._refresh_progress()
 
     def _read_only(self, why: str) -> None:
         self.controller = None
@@ -285,8 +298,9 @@ class DashboardApp(App[int]):
 
             self.bridge(RunFailed(error=message.error, traceback=message.traceback,
                                   epoch=self.state.epoch, step=self.state.step), None)
-        self.drain()  # the last events may still sit in the bridge
-        if not self.watch:
+        while self.bridge.pending():  # the last events, the final one included, may still sit there
+            self.drain()
+        if not self.watching:
             if self.leave_when_done:
                 self.leave()
                 return
@@ -311,7 +325,7 @@ class DashboardApp(App[int]):
     @property
     def training_over(self) -> bool:
         """Nothing left to steer: the run ended (live: its thread returned)."""
-        return self.worker_done if not self.watch else self.state.ended
+        return self.worker_done if not self.watching else self.state.ended
 
     def _steer(self, what: str) -> bool:
         if self.controller is None or self.training_over:
@@ -334,7 +348,7 @@ class DashboardApp(App[int]):
         if self.controller is None or self.training_over:
             self.leave()
             return
-        self.push_screen(ConfirmScreen("Stop training and leave?", offer_leave=self.watch), self._confirmed)
+        self.push_screen(ConfirmScreen("Stop training and leave?", offer_leave=self.watching), self._confirmed)
 
     def _confirmed(self, answer: str | None) -> None:
         if answer == "leave":
@@ -344,7 +358,7 @@ class DashboardApp(App[int]):
                 self.leave()
                 return
             self.controller.request_stop("dashboard", "quit")
-            if self.watch:
+            if self.watching:
                 self.leave()  # the run in the other process stops on its own
             else:
                 self.leave_when_done = True
@@ -352,7 +366,7 @@ class DashboardApp(App[int]):
                 self.notify("stopping: saving a checkpoint, then leaving", timeout=5)
 
     def action_interrupt(self) -> None:
-        if self.training_over or self.controller is None or self.watch:
+        if self.training_over or self.controller is None or self.watching:
             self.leave()  # watching: Ctrl+C leaves the viewer, the run goes on
             return
         self.interrupts += 1
@@ -389,7 +403,7 @@ class DashboardApp(App[int]):
         note = ""
         if self.controller is None:
             note = "This run cannot be steered from here: c, p and the buttons are off."
-        elif self.watch:
+        elif self.watching:
             note = "Watching a run in another process: c, p and q-y act on it; Ctrl+C leaves the viewer."
         self.push_screen(HelpScreen(note))
 
@@ -407,21 +421,32 @@ class DashboardApp(App[int]):
 
     def leave(self) -> None:
         self._close_source()
-        code = self.exit_code if self.exit_code is not None else (0 if self.watch else 130)
+        code = self.exit_code if self.exit_code is not None else (0 if self.watching else 130)
         message = None
         if self.state.ended:
             message = Text(f"{result_title(self.state)}\n{result_body(self.state, self.exit_code)}")
         self.exit(code, message=message)
 
     def _close_source(self) -> None:
-        if not self._closed:
-            self._closed = True
+        if not self._source_closed:
+            self._source_closed = True
             self.source.close()
 
-    def on_unmount(self) -> None:
-        if not self.watch and not self.worker_done and self.controller is not None:
+    def exit(self, result: int | None = None, return_code: int = 0, message: Any = None) -> None:
+        """Every way out (q, Ctrl+Q, a test's pilot) ends the source, so no thread outlives the app."""
+        self._end_source()
+        super().exit(result, return_code, message)
+
+    def _end_source(self) -> None:
+        if not self.watching and not self.worker_done and self.controller is not None and not self._source_closed:
             self.controller.request_stop("dashboard", "dashboard closed")  # never train on unseen
         self._close_source()
+
+    def on_unmount(self) -> None:
+        self._end_source()
+
+    async def action_quit(self) -> None:
+        self.action_quit_request()  # Ctrl+Q asks too, as q does
 
 
 # --- entry points --------------------------------------------------------------------------
@@ -438,12 +463,14 @@ def run_live(run: Any, theme: Path | None) -> int:
 
 def run_watch(run_dir: Path, theme: Path | None) -> int:
     """The dashboard of a run from its files; steers it through FileControl while it is live."""
-    from tuitrain.runs import run_is_live
+    from tuitrain.runs import run_status
 
     run_dir = Path(run_dir)
-    live = run_is_live(run_dir)
+    status = run_status(run_dir)
+    live = status == "running"
     controller = FileControl(run_dir) if live else None
-    notice = "" if live else "finished run: keys that steer are off"
+    notice = {"running": "", "killed": "the run's process is gone: keys that steer are off"}.get(
+        status, "finished run: keys that steer are off")
     app = DashboardApp(FileSource(run_dir, live=live), controller, theme, watch=True, notice=notice)
     app.run()
     return 0

@@ -44,14 +44,24 @@ class EventBridge:
         """The one-argument form (DeviceMonitor, file tailer)."""
         self(event, None)
 
-    def drain(self) -> list[Event]:
-        """Everything received since the last drain, in order."""
+    def drain(self, limit: int | None = None) -> list[Event]:
+        """What was received since the last drain, in order; at most `limit` events, so that
+        catching up on a long events.jsonl never freezes the screen for more than a moment."""
         with self._lock:
-            out = list(self._events)
-            out.extend(self._steps)
-            self._events.clear()
-            self._steps.clear()
-        return out
+            if limit is None or len(self._events) + len(self._steps) <= limit:
+                out = list(self._events)
+                out.extend(self._steps)
+                self._events.clear()
+                self._steps.clear()
+                return out
+            n = min(limit, len(self._events))
+            out = [self._events.popleft() for _ in range(n)]
+            if n < limit:  # the persistent events are all out: the step events follow them
+                out.extend(self._steps.popleft() for _ in range(min(limit - n, len(self._steps))))
+            return out
 
     def pending(self) -> bool:
         return bool(self._events or self._steps)
+
+    def __len__(self) -> int:
+        return len(self._events) + len(self._steps)

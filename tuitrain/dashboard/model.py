@@ -67,6 +67,7 @@ class DashboardState:
         # throughput: (time, step, items) of recent training steps in the current stretch
         self._ticks: deque[tuple[float, int, int]] = deque(maxlen=RATE_WINDOW + 1)
         self._train_steps_seen = 0
+        self._last_rates: tuple[float | None, float | None] = (None, None)
         self._step_events = False  # live runs send StepCompleted; files only MetricsLogged
         self._valid_durations: list[float] = []
         self._validated_epoch = 0  # the newest epoch whose validation started: later ones are still to come
@@ -105,16 +106,20 @@ class DashboardState:
         return total
 
     def rates(self) -> tuple[float | None, float | None]:
-        """(items/s, steps/s) over recent training steps; None during warm-up or when unknown."""
+        """(items/s, steps/s) over recent training steps; None during warm-up or when unknown.
+
+        Right after a phase starts (too few steps to measure) the previous phase's rate stands.
+        """
         if self._train_steps_seen < WARMUP_STEPS or len(self._ticks) < 3:
-            return None, None
+            return self._last_rates
         t0, s0, _ = self._ticks[0]
         t1, s1, _ = self._ticks[-1]
         dt = t1 - t0
         if dt <= 0 or s1 <= s0:
-            return None, None
+            return self._last_rates
         items = sum(i for _, _, i in list(self._ticks)[1:])
-        return items / dt, (s1 - s0) / dt
+        self._last_rates = (items / dt, (s1 - s0) / dt)
+        return self._last_rates
 
     def eta(self) -> float | None:
         """Seconds left: remaining training steps at the recent rate plus the remaining validations."""

@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterable, Protocol
 from tuitrain.core.events import Event, parse_line
 
 Emit = Callable[[Event, Any], None]
+MAX_BACKLOG = 20_000  # events a file reader may run ahead of the screen
 
 
 class Source(Protocol):
@@ -87,7 +88,7 @@ class ReplaySource:
 class FileSource:
     """Follows RUN_DIR/events.jsonl from its start, like `tail -f`, until closed."""
 
-    def __init__(self, run_dir: Path, live: bool = False, poll: float = 0.2, chunk: int = 1 << 20) -> None:
+    def __init__(self, run_dir: Path, live: bool = False, poll: float = 0.2, chunk: int = 1 << 18) -> None:
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / "events.jsonl"
         self.live = live
@@ -97,6 +98,9 @@ class FileSource:
         self._emit: Emit | None = None
         self.lines_read = 0
         self.bad_lines = 0
+        self.caught_up = False  # read to the end of the file at least once
+        # events read but not yet shown; the reader waits while there are many (set by the app)
+        self.backlog: Callable[[], int] = lambda: 0
 
     def open(self, emit: Emit) -> None:
         self._emit = emit
@@ -120,6 +124,7 @@ class FileSource:
                         handle.close()
                         handle, partial = None, b""
                         continue
+                    self.caught_up = True
                     self._stop.wait(self.poll)
                     continue
                 data = partial + data
@@ -127,6 +132,8 @@ class FileSource:
                 partial = lines.pop()  # a line still being written has no newline yet
                 for raw in lines:
                     self._line(raw, emit)
+                while self.backlog() > MAX_BACKLOG and not self._stop.is_set():
+                    self._stop.wait(0.05)  # let the screen catch up: keys stay responsive, memory bounded
         finally:
             if handle is not None:
                 handle.close()

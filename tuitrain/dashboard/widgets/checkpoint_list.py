@@ -38,6 +38,9 @@ class CheckpointList(Static):
         self.rows, self.best_file, self.monitor = list(checkpoints), best_file, monitor
         self.render_rows()
 
+    def on_resize(self) -> None:
+        self.render_rows()  # the columns depend on the width
+
     def render_rows(self) -> None:
         """Also called every second so that ages stay true."""
         if not self.rows:
@@ -46,19 +49,26 @@ class CheckpointList(Static):
         header = self.get_component_rich_style("checkpoint-list--header")
         best = self.get_component_rich_style("checkpoint-list--best")
         value_name = self.monitor.partition("/")[2] or self.monitor or "value"
-        columns = ["", "ep", "step", value_name, "size", "age", "file"]
-        if 0 < self.content_size.width < 42:
-            columns.remove("file")  # a narrow panel keeps the numbers, the epoch says which file
+        names = ["", "ep", "step", value_name, "size", "age", "file"]
+        now = self.clock()
+        rows = []
+        for row in self.rows:
+            value = "-" if row.get("value") is None else format_value(row["value"])
+            rows.append((bool(self.best_file) and row["file"] == self.best_file, {
+                "": BEST if bool(self.best_file) and row["file"] == self.best_file else " ",
+                "ep": str(row["epoch"]), "step": str(row["step"]), value_name: value,
+                "size": format_bytes(row["bytes"]), "age": format_age(now - row["time"]),
+                "file": PurePath(row["file"]).name}))
+        # the numbers keep their width; the file name gets what is left, or goes when too little is
+        widths = {n: max([len(n)] + [len(cells[n]) for _, cells in rows]) for n in names}
+        left = self.content_size.width - sum(widths[n] + 1 for n in names[:-1])
+        columns = names if left >= 8 else names[:-1]
         table = Table.grid(padding=(0, 1))
         for name in columns:
-            table.add_column(justify="left" if name in ("", "file") else "right", no_wrap=True, overflow="ellipsis")
+            table.add_column(justify="left" if name in ("", "file") else "right", no_wrap=True,
+                             overflow="ellipsis", min_width=widths[name],
+                             max_width=max(left, 8) if name == "file" else widths[name])
         table.add_row(*(Text(h, style=header) for h in columns))
-        now = self.clock()
-        for row in self.rows:
-            is_best = bool(self.best_file) and row["file"] == self.best_file
-            value = "-" if row.get("value") is None else format_value(row["value"])
-            cells = {"": BEST if is_best else " ", "ep": str(row["epoch"]), "step": str(row["step"]),
-                     value_name: value, "size": format_bytes(row["bytes"]),
-                     "age": format_age(now - row["time"]), "file": PurePath(row["file"]).name}
+        for is_best, cells in rows:
             table.add_row(*(Text(cells[c], style=best if is_best else "") for c in columns))
         self.update(table)

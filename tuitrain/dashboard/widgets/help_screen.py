@@ -24,8 +24,8 @@ KEYS = [
 class HelpScreen(ModalScreen[None]):
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }
-    #help-box { width: auto; max-width: 95%; height: auto; max-height: 95%; padding: 0 1; }
-    #help-box > Static { width: auto; }
+    #help-box { width: 96; max-width: 95%; height: auto; max-height: 95%; padding: 0 1; }
+    #help-box > Static { width: 100%; }
     """
 
     def __init__(self, note: str = "") -> None:

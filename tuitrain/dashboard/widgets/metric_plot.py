@@ -13,6 +13,7 @@ from textual_plotext import PlotextPlot
 from tuitrain.dashboard.model import DashboardState
 
 RECENT_WINDOW = 200  # points shown in the recent-window view
+MAX_BOUNDARIES = 12  # epoch lines drawn at most
 
 
 def _rgb(color) -> tuple[int, int, int]:
@@ -91,7 +92,9 @@ class MetricPlot(PlotextPlot):
                 kept = [(x, y) for x, y in zip(vx, vy) if x >= lo]
                 self.points["valid"] = ([x for x, _ in kept], [y for _, y in kept])
         hi = max((xs[-1] for xs, _ in self.points.values() if xs), default=None)
-        self.boundaries = [s for s in state.epoch_steps if lo is not None and hi is not None and lo < s < hi]
+        inside = [s for s in state.epoch_steps if lo is not None and hi is not None and lo < s < hi]
+        every = -(-len(inside) // MAX_BOUNDARIES)  # many epochs: every k-th line, or they hide the data
+        self.boundaries = inside[every - 1::every] if inside else []
         self._draw()
 
     def _draw(self) -> None:

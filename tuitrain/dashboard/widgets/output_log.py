@@ -16,7 +16,7 @@ class OutputLog(RichLog):
     COMPONENT_CLASSES = {"output-log--stderr", "output-log--tuitrain"}
 
     DEFAULT_CSS = """
-    OutputLog { height: 1fr; }
+    OutputLog { height: 1fr; overflow-y: auto; overflow-x: hidden; scrollbar-size-vertical: 1; }
     OutputLog > .output-log--stderr { color: red; }
     OutputLog > .output-log--tuitrain { color: cyan; text-style: dim; }
     """

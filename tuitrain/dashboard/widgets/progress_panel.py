@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from rich.console import Console, ConsoleOptions, Group, RenderResult
+from rich.measure import Measurement
+from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
@@ -13,6 +16,7 @@ from tuitrain.dashboard.model import DashboardState
 TONES = {
     "running": "good", "validating": "good", "completed": "good", "checkpointing": "busy",
     "starting": "busy", "paused": "warn", "stopping": "warn", "interrupted": "warn", "failed": "bad",
+    "killed": "bad",
 }
 
 
@@ -46,7 +50,7 @@ class ProgressPanel(Static):
         label = self.get_component_rich_style("progress-panel--label")
         tone = self.get_component_rich_style(f"progress-panel--{TONES.get(status, 'busy')}")
         grid = Table.grid(padding=(0, 1))
-        grid.add_column(style=label, no_wrap=True)
+        grid.add_column(style=label, no_wrap=True, min_width=5)
         grid.add_column(no_wrap=True, overflow="ellipsis")
         state_text = Text(status, style=tone)
         if note:
@@ -55,7 +59,7 @@ class ProgressPanel(Static):
 
         phase = state.phase or "-"
         if state.batches:
-            grid.add_row("Phase", Text(f"{phase} {state.batch}/{state.batches}"))
+            grid.add_row("Phase", Text(f"{phase} {min(state.batch, state.batches)}/{state.batches}"))
         else:
             grid.add_row("Phase", Text(f"{phase} {state.batch}" if state.batch else phase))
         epochs = f"/{state.epochs}" if state.epochs else ""
@@ -70,14 +74,24 @@ class ProgressPanel(Static):
         eta = state.eta()
         grid.add_row("Time", f"{format_duration(state.elapsed())}  ETA {format_duration(eta) if eta is not None else '-'}")
         if state.batches and not state.ended:
-            grid.add_row("", self._bar(state.batch / state.batches, tone))
+            self.update(Group(grid, Bar(state.batch / state.batches, tone)))
         elif total and not state.ended:
-            grid.add_row("", self._bar(state.step / total, tone))
-        self.update(grid)
+            self.update(Group(grid, Bar(state.step / total, tone)))
+        else:
+            self.update(grid)
 
-    def _bar(self, fraction: float, style) -> Text:
-        """The phase's progress as a text bar as wide as the panel allows."""
-        width = max((self.content_size.width or 40) - 12, 8)
-        fraction = max(0.0, min(fraction, 1.0))
-        filled = round(fraction * width)
-        return Text.assemble(("━" * filled, style), ("━" * (width - filled), "dim"), f" {fraction:4.0%}")
+
+class Bar:
+    """A progress bar that takes the width it is given (a Rich renderable: no size guess needed)."""
+
+    def __init__(self, fraction: float, style: Style) -> None:
+        self.fraction = max(0.0, min(fraction, 1.0))
+        self.style = style
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        return Measurement(6, options.max_width)
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        width = max(options.max_width - 6, 1)
+        filled = round(self.fraction * width)
+        yield Text.assemble(("━" * filled, self.style), ("━" * (width - filled), "dim"), f" {self.fraction:5.0%}")

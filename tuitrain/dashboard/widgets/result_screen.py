@@ -13,6 +13,10 @@ from tuitrain.dashboard.fmt import format_duration, format_summary_table, format
 from tuitrain.dashboard.model import DashboardState
 
 
+REASONS = {"epochs": "all epochs done", "max_steps": "max_steps reached", "early_stopping": "early stopping",
+           "stopped": "stopped on request"}
+
+
 def result_title(state: DashboardState) -> str:
     if state.failed is not None:
         return f"Training failed: {state.failed.error}"
@@ -27,7 +31,8 @@ def result_body(state: DashboardState, exit_code: int | None) -> str:
     code = f" · exit code {exit_code}" if exit_code is not None else ""
     if state.failed is not None:
         f = state.failed
-        lines.append(f"epoch {f.epoch} · step {f.step} · {format_duration(f.duration)}{code}")
+        duration = f.duration or state.elapsed()  # a failure early in set-up may not know its duration
+        lines.append(f"epoch {f.epoch} · step {f.step} · {format_duration(duration)}{code}")
         table = format_summary_table(f.summary) if f.summary else ""
         if table:
             lines += ["", table]
@@ -35,7 +40,7 @@ def result_body(state: DashboardState, exit_code: int | None) -> str:
         return "\n".join(lines)
     fin = state.finished
     if fin is not None:
-        lines.append(f"ended by {fin.reason} · epoch {fin.epoch} · step {fin.step} · "
+        lines.append(f"{REASONS.get(fin.reason, fin.reason)} · epoch {fin.epoch} · step {fin.step} · "
                      f"{format_duration(fin.duration)}{code}")
         best = fin.best or {}
         if best.get("file"):
@@ -63,7 +68,7 @@ class ResultScreen(ModalScreen[None]):
     DEFAULT_CSS = """
     ResultScreen { align: center middle; }
     #result-box { width: 90%; max-width: 110; height: auto; max-height: 90%; padding: 0 1; }
-    #result-scroll { height: auto; max-height: 1fr; }
+    #result-scroll { height: auto; max-height: 1fr; overflow-x: hidden; scrollbar-size-vertical: 1; }
     #result-title, #result-keys { height: auto; }
     """
 

@@ -1,0 +1,471 @@
+"""The dashboard under Pilot: fed a recorded run, driven by keys, steering a recording controller."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import threading
+
+import pytest
+from textual.geometry import Region
+from textual.widgets import Static
+
+from tuitrain.core.control import Interrupter
+from tuitrain.core.events import ControlReceived, RunFinished
+from tuitrain.dashboard.app import DashboardApp
+from tuitrain.dashboard.sources import FileSource, ReplaySource, RunSource
+from tuitrain.dashboard.widgets.checkpoint_list import CheckpointList
+from tuitrain.dashboard.widgets.confirm_screen import ConfirmScreen
+from tuitrain.dashboard.widgets.devices_panel import DevicesPanel
+from tuitrain.dashboard.widgets.help_screen import HelpScreen
+from tuitrain.dashboard.widgets.metric_plot import MetricPlot
+from tuitrain.dashboard.widgets.output_log import OutputLog
+from tuitrain.dashboard.widgets.progress_panel import ProgressPanel
+from tuitrain.dashboard.widgets.result_screen import ResultScreen
+
+from .fixtures import T0, last_time, recorded_run, write_jsonl
+
+SIZE = (120, 40)
+
+
+def sync(fn):
+    """Run an async test body with asyncio (no async pytest plugin needed)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return asyncio.run(fn(*args, **kwargs))
+
+    return wrapper
+
+
+class RecordingController:
+    """A `Controller` that only writes down what it was asked."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def request_stop(self, source: str = "api", detail: str = "") -> None:
+        self.calls.append(("stop", source, detail))
+
+    def toggle_pause(self, source: str = "api") -> None:
+        self.calls.append(("pause", source))
+
+    def request_checkpoint(self, source: str = "api") -> None:
+        self.calls.append(("checkpoint", source))
+
+
+def make_app(events=None, controller=None, **kw) -> DashboardApp:
+    events = recorded_run(epochs=3, total_epochs=5, end="running") if events is None else events
+    clock = kw.pop("clock", lambda: last_time(events) + 30)
+    source = kw.pop("source", None) or ReplaySource(events)
+    return DashboardApp(source, controller, clock=clock, **kw)
+
+
+def shown(widget) -> str:
+    """What a widget shows on screen, borders included, as plain text."""
+    strips = widget.render_lines(Region(0, 0, widget.outer_size.width, widget.outer_size.height))
+    return "\n".join(strip.text for strip in strips)
+
+
+async def until(pilot, condition, timeout: float = 5.0) -> None:
+    for _ in range(int(timeout / 0.05)):
+        if condition():
+            return
+        await pilot.pause(0.05)
+    raise AssertionError("condition not met in time")
+
+
+# --- feeding --------------------------------------------------------------------------------
+
+
+@sync
+async def test_recorded_run_fills_plot_devices_checkpoints_and_log():
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        plot = app.query_one(MetricPlot)
+        assert plot.metric == "loss"
+        train_x, train_y = plot.points["train"]
+        assert len(train_x) == 60 and train_x[0] == 1 and train_x[-1] == 60
+        assert train_y[0] == pytest.approx(2.0 / 1.1)
+        assert plot.points["valid"][0] == [20, 40, 60]
+        assert plot.boundaries == [20, 40]  # epoch ends inside the plotted range
+        assert "loss (1/3)" in plot.border_title
+
+        devices = app.query_one(DevicesPanel)
+        assert devices.sample is not None and devices.sample.cpu == 37.5
+        assert [g["name"] for g in devices.gpus] == ["Fake A100"]
+
+        ckpt = app.query_one(CheckpointList)
+        assert [r["file"] for r in ckpt.rows] == ["checkpoint/epoch-3.pt", "checkpoint/epoch-2.pt"]
+        assert ckpt.best_file == "checkpoint/epoch-2.pt"
+
+        log = app.query_one(OutputLog)
+        assert log.count == 3
+        progress = app.query_one(ProgressPanel)
+        assert progress.status == "running" and progress.has_class("-running")
+        # the screen shows it: best marker on epoch 2's row only, ages from the frozen clock
+        svg = app.export_screenshot()
+        assert "epoch-2.pt" in svg and "epoch-3.pt" in svg
+
+
+@sync
+async def test_checkpoint_rows_render_newest_first_with_best_marker():
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        lines = [line for line in shown(app.query_one(CheckpointList)).splitlines() if ".pt" in line]
+        assert len(lines) == 2
+        assert "epoch-3.pt" in lines[0] and "★" not in lines[0]
+        assert "epoch-2.pt" in lines[1] and lines[1].lstrip("│ ").startswith("★")
+        assert "30s" in lines[0]  # age against the frozen clock (saved 30 s before it)
+
+
+@sync
+async def test_new_events_are_drained_while_running():
+    events = recorded_run(epochs=1, total_epochs=3, end="running")
+    source = ReplaySource(events)
+    app = make_app(events, source=source)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        assert len(app.query_one(MetricPlot).points["train"][0]) == 20
+        more = recorded_run(epochs=2, total_epochs=3, end="running")[len(events):]
+        threading.Thread(target=source.push, args=tuple(more)).start()  # from another thread, like training
+        await until(pilot, lambda: app.state.step == 40)
+        await until(pilot, lambda: len(app.query_one(MetricPlot).points["train"][0]) == 40)
+        assert app.query_one(ProgressPanel).status == "running"
+
+
+@sync
+async def test_tab_and_arrows_switch_metric_and_window():
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        plot = app.query_one(MetricPlot)
+        await pilot.press("tab")
+        assert plot.metric == "accuracy" and "valid" in plot.points
+        await pilot.press("right")
+        assert plot.metric == "lr" and "valid" not in plot.points
+        await pilot.press("right")
+        assert plot.metric == "loss"
+        await pilot.press("left")
+        assert plot.metric == "lr"
+        await pilot.press("down")
+        assert plot.window == "recent" and "recent window" in plot.border_title
+        await pilot.press("up")
+        assert plot.window == "full"
+
+
+# --- keys reach the controller ----------------------------------------------------------------
+
+
+@sync
+async def test_c_and_p_reach_the_controller():
+    ctl = RecordingController()
+    app = make_app(controller=ctl)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("c", "p", "p")
+        assert ctl.calls == [("checkpoint", "dashboard"), ("pause", "dashboard"), ("pause", "dashboard")]
+
+
+@sync
+async def test_buttons_reach_the_controller():
+    ctl = RecordingController()
+    app = make_app(controller=ctl)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.click("#button-checkpoint")
+        await pilot.click("#button-pause")
+        assert ctl.calls == [("checkpoint", "dashboard"), ("pause", "dashboard")]
+        await pilot.click("#button-stop")
+        assert isinstance(app.screen, ConfirmScreen)  # Stop asks, as q does
+
+
+@sync
+async def test_q_then_n_cancels_and_keeps_training():
+    ctl = RecordingController()
+    app = make_app(controller=ctl)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("q")
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("n")
+        assert not isinstance(app.screen, ConfirmScreen)
+        await pilot.press("q", "tab")  # any other key cancels, Tab too
+        assert not isinstance(app.screen, ConfirmScreen)
+        assert ctl.calls == [] and app.is_running
+
+
+@sync
+async def test_q_then_y_stops_and_leaves_once_training_ended():
+    ctl = RecordingController()
+    events = recorded_run(epochs=2, total_epochs=5, end="running")
+    source = ReplaySource(events, exit_code=130)
+    app = make_app(events, controller=ctl, source=source)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("q", "y")
+        assert ctl.calls == [("stop", "dashboard", "quit")]
+        assert app.is_running and app.leave_when_done  # waits for the graceful stop
+        await pilot.pause()
+        assert "leaving when stopped" in shown(app.query_one(ProgressPanel))
+        source.push(ControlReceived(command="stop", source="dashboard", detail="quit"),
+                    RunFinished(status="interrupted", exit_code=130, epoch=2, step=40, reason="stopped",
+                                duration=40.0, summary={}, best={}))
+        source.finish()
+        await until(pilot, lambda: not app.is_running)
+    assert app.return_value == 130
+
+
+@sync
+async def test_ctrl_c_stops_at_once_and_a_second_one_ends_the_process():
+    ctl = RecordingController()
+    killed = []
+    app = make_app(controller=ctl, hard_exit=lambda a: killed.append(a))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("q")  # even with the question open
+        await pilot.press("ctrl+c")
+        assert ctl.calls == [("stop", "dashboard", "ctrl+c")]
+        assert not isinstance(app.screen, ConfirmScreen)
+        assert killed == []
+        await pilot.press("ctrl+c")
+        assert killed == [app]
+        assert len(ctl.calls) == 1
+
+
+@sync
+async def test_help_screen_lists_the_keys_and_any_key_closes_it():
+    app = make_app(controller=RecordingController())
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        keys = shown(app.screen.query_one("#help-keys", Static))
+        assert "Ctrl+C" in keys and "write a checkpoint now" in keys
+        await pilot.press("x")
+        assert not isinstance(app.screen, HelpScreen)
+
+
+# --- the end of training ----------------------------------------------------------------------
+
+
+@sync
+async def test_summary_screen_after_training_completes_and_q_leaves():
+    ctl = RecordingController()
+    events = recorded_run(epochs=3, end="completed")
+    source = ReplaySource(events, exit_code=0)
+    app = make_app(events, controller=ctl, source=source)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        assert not isinstance(app.screen, ResultScreen)  # training thread still running
+        source.finish()
+        await until(pilot, lambda: isinstance(app.screen, ResultScreen))
+        screen = app.screen
+        assert screen.title_text == "Training completed"
+        assert "| train | loss" in screen.body_text and "| valid | loss" in screen.body_text
+        assert "best checkpoint: checkpoint/epoch-2.pt" in screen.body_text
+        assert "exit code 0" in screen.body_text
+        await pilot.press("c")  # steering keys are off now: nothing reaches the controller
+        await pilot.press("escape")
+        assert not isinstance(app.screen, ResultScreen)
+        await pilot.press("c", "p")
+        assert ctl.calls == []
+        await pilot.press("s")
+        assert isinstance(app.screen, ResultScreen)
+        await pilot.press("q")  # no question once training ended
+        await until(pilot, lambda: not app.is_running)
+    assert app.return_value == 0
+
+
+@sync
+async def test_error_screen_shows_the_traceback():
+    events = recorded_run(epochs=1, end="failed")
+    source = ReplaySource(events, exit_code=1, wait=False)
+    app = make_app(events, controller=RecordingController(), source=source)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: isinstance(app.screen, ResultScreen))
+        screen = app.screen
+        assert screen.title_text == "Training failed: ValueError: bad shape (3, 4)"
+        assert 'File "spirals.py", line 12' in screen.body_text
+        assert screen.query_one("#result-box").has_class("-failed")
+        assert app.query_one(ProgressPanel).status == "failed"
+        await pilot.press("ctrl+c")  # after the end, Ctrl+C just leaves
+        await until(pilot, lambda: not app.is_running)
+    assert app.return_value == 1
+
+
+@sync
+async def test_an_exception_escaping_the_run_is_shown_as_a_failure():
+    class Exploding:
+        interrupter = Interrupter()
+
+        def subscribe(self, cb):
+            self.cb = cb
+
+        def execute(self):
+            raise RuntimeError("core bug")
+
+    run = Exploding()
+    app = DashboardApp(RunSource(run), run.interrupter, clock=lambda: T0)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: isinstance(app.screen, ResultScreen))
+        assert "RuntimeError: core bug" in app.screen.title_text
+        assert "Traceback" in app.screen.body_text
+        assert app.exit_code == 1
+
+
+# --- a fake run, as run_live drives it -------------------------------------------------------
+
+
+class FakeRun:
+    """What run_live needs: run_dir, interrupter, subscribe(cb), execute() -> exit code."""
+
+    def __init__(self, events, wait_for_stop=False):
+        self.events = events
+        self.wait_for_stop = wait_for_stop
+        self.interrupter = Interrupter()
+        self.callbacks = []
+        self.run_dir = "runs/fake"
+
+    def subscribe(self, callback):
+        self.callbacks.append(callback)
+
+    def execute(self) -> int:
+        for e in self.events:
+            for cb in self.callbacks:
+                cb(e, None)
+        if not self.wait_for_stop:
+            return 0
+        while not self.interrupter.stop_requested:
+            threading.Event().wait(0.01)
+        stop = RunFinished(status="interrupted", exit_code=130, epoch=1, step=20, reason="stopped",
+                           duration=1.0, summary={}, best={})
+        for cb in self.callbacks:
+            cb(stop, None)
+        return 130
+
+
+@sync
+async def test_fake_run_completes_under_the_dashboard():
+    run = FakeRun(recorded_run(epochs=2, end="completed"))
+    app = DashboardApp(RunSource(run), run.interrupter, clock=lambda: T0)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: isinstance(app.screen, ResultScreen))
+        assert app.exit_code == 0 and app.state.step == 40
+        await pilot.press("q")
+        await until(pilot, lambda: not app.is_running)
+    assert app.return_value == 0
+
+
+@sync
+async def test_fake_run_stopped_with_ctrl_c_returns_130():
+    run = FakeRun(recorded_run(epochs=1, end="running"), wait_for_stop=True)
+    app = DashboardApp(RunSource(run), run.interrupter, clock=lambda: T0)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.state.step == 20)
+        await pilot.press("ctrl+c")
+        assert run.interrupter.stop_requested and run.interrupter.stop_source == "dashboard"
+        await until(pilot, lambda: not app.is_running)  # leaves once the graceful stop is done
+    assert app.return_value == 130 and app.exit_code == 130
+
+
+# --- watching a run directory ---------------------------------------------------------------
+
+
+@sync
+async def test_watching_a_finished_run_from_its_files(tmp_path):
+    write_jsonl(tmp_path / "events.jsonl", recorded_run(epochs=3, end="completed"))
+    app = DashboardApp(FileSource(tmp_path, poll=0.02), None, watch=True, notice="finished run",
+                       clock=lambda: T0)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: isinstance(app.screen, ResultScreen))
+        assert app.state.step == 60 and len(app.query_one(MetricPlot).points["train"][0]) == 60
+        await pilot.press("escape", "c")
+        assert app.is_running  # steering keys only warn
+        await pilot.press("q")
+        await until(pilot, lambda: not app.is_running)
+    assert app.return_value == 0
+
+
+@sync
+async def test_watching_a_live_run_steers_it_through_the_controller(tmp_path):
+    events = recorded_run(epochs=1, total_epochs=3, end="running")
+    path = write_jsonl(tmp_path / "events.jsonl", events)
+    ctl = RecordingController()
+    app = DashboardApp(FileSource(tmp_path, poll=0.02), ctl, watch=True, clock=lambda: T0)
+    # no run.json here: its status is unknown, so the dashboard keeps steering it
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.state.step == 20)
+        with open(path, "a") as f:
+            for e in recorded_run(epochs=2, total_epochs=3, end="running")[len(events):]:
+                if e.persistent:
+                    f.write(e.to_json() + "\n")
+        await until(pilot, lambda: app.state.step == 40)
+        await pilot.press("c", "p")
+        await pilot.press("q")
+        assert isinstance(app.screen, ConfirmScreen) and app.screen.offer_leave
+        await pilot.press("y")
+        await until(pilot, lambda: not app.is_running)
+    assert ctl.calls == [("checkpoint", "dashboard"), ("pause", "dashboard"), ("stop", "dashboard", "quit")]
+
+
+@sync
+async def test_watching_a_killed_run_says_so_and_stops_steering(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    write_jsonl(tmp_path / "events.jsonl", recorded_run(epochs=1, total_epochs=3, end="running"))
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    (tmp_path / "run.json").write_text(json.dumps({"status": "running", "pid": gone.pid}))
+    ctl = RecordingController()
+    app = DashboardApp(FileSource(tmp_path, poll=0.02), ctl, watch=True, clock=lambda: T0)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.state.final == "killed", timeout=5)
+        assert app.controller is None and "process is gone" in shown(app.query_one("#notice"))
+        assert app.query_one(ProgressPanel).status == "killed"
+        await pilot.press("c", "q")  # nothing to steer; q leaves without asking
+        await until(pilot, lambda: not app.is_running)
+    assert ctl.calls == []
+
+
+# --- small terminals -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("size", [(80, 24), (40, 10), (20, 5)])
+@sync
+async def test_small_terminals_do_not_crash(size):
+    app = make_app(controller=RecordingController())
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause()
+        too_small = size[0] < 50 or size[1] < 12
+        assert app.has_class("-too-small") == too_small
+        assert app.query_one("#too-small").display == too_small
+        assert app.has_class("-compact")
+        await pilot.resize_terminal(120, 40)
+        await pilot.pause()
+        assert not app.has_class("-too-small") and not app.has_class("-compact")
+        assert app.query_one("#main").display
+
+
+def test_run_live_returns_the_exit_code_without_a_terminal(monkeypatch):
+    """run_live's plumbing, with App.run replaced by a headless run_test session."""
+    from tuitrain.dashboard import app as app_module
+
+    async def drive(self):
+        async with self.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: isinstance(self.screen, ResultScreen))
+            await pilot.press("q")
+            await until(pilot, lambda: not self.is_running)
+
+    monkeypatch.setattr(app_module.DashboardApp, "run", lambda self: asyncio.run(drive(self)))
+    run = FakeRun(recorded_run(epochs=1, end="completed"))
+    assert app_module.run_live(run, None) == 0
+
+
+@sync
+async def test_many_epochs_draw_at_most_a_dozen_boundary_lines():
+    events = recorded_run(epochs=40, steps_per_epoch=2, end="running")
+    app = make_app(events)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        plot = app.query_one(MetricPlot)
+        assert 6 <= len(plot.boundaries) <= 12
+        assert set(plot.boundaries) <= set(app.state.epoch_steps)
