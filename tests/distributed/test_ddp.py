@@ -90,7 +90,7 @@ def test_ddp_run_completes_with_a_full_run_dir(tiny):
     assert started["steps_per_epoch"] == 4 and started["pid"] == info["pid"]
     assert sorted(tiny.step_losses(tiny.read_events(run))) == list(range(1, 13))
     assert [e["epoch"] for e in _index(run)][-1] == 3
-    assert "training completed" in r.stdout and r.stdout.count("run  · experiment tiny") == 1
+    assert "training completed" in r.stdout and r.stdout.count("experiment tiny") == 1
 
 
 @pytest.mark.parametrize("accum", [1, 2])

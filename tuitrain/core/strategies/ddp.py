@@ -291,11 +291,12 @@ class DDPLearner(Learner):
         if sync_every is None:  # control flags every K optimizer steps; 0: about every 50 ms
             sync_every = int(os.environ.get("TUITRAIN_DDP_SYNC_EVERY", "0"))
         kwargs["device"] = ctx.device
-        kwargs.pop("run_dir", None)  # the parent (or rank 0's Run) owns the run directory
         synced = SyncedInterrupter(ctx, interrupter or Interrupter(), lambda: self.state.stage, sync_every)
         super().__init__(model, optimizer, interrupter=synced, checkpointer=checkpointer, model_path=model_path,
                          seed=None if seed is None else seed + ctx.rank, **kwargs)
         self.inbox = synced.inbox
+        if ctx.rank != 0:  # rank 0 writes the run's files
+            self.model_path = None
         for ms in self.metric_sets.values():
             ms.reducer = ctx.all_sum
         self._rank_rngs: list | None = None
