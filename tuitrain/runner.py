@@ -10,13 +10,10 @@ from __future__ import annotations
 import datetime as _dt
 import inspect
 import os
-import re
 import signal
-import threading
-import time
 import traceback
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from .config import Config, ConfigError, load_config, resolve_target, validate
 from .core.callbacks import EventBus

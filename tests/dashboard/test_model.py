@@ -241,3 +241,16 @@ def test_file_source_waits_while_the_screen_is_behind(tmp_path):
     src.close()
     worker.join(2)
     assert got == events
+
+
+def test_plot_thinning_is_bounded_and_keeps_a_spike():
+    from tuitrain.dashboard.widgets.metric_plot import thin
+
+    xs = list(range(100_000))
+    ys = [1.0] * 100_000
+    ys[54_321] = 50.0
+    ys[77_777] = -3.0
+    tx, ty = thin(xs, ys, 100)
+    assert len(tx) <= 200 and tx == sorted(tx)
+    assert 50.0 in ty and -3.0 in ty and tx[ty.index(50.0)] == 54_321
+    assert thin(xs[:150], ys[:150], 100) == (xs[:150], ys[:150])  # few points: untouched

@@ -10,13 +10,12 @@ import contextlib
 import math
 import os
 import platform
-import sys
 import time
 import traceback
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Iterable, Sequence
 
 import torch
 
@@ -201,9 +200,11 @@ class Learner:
             return
         raise ValueError(f"unknown precision {precision!r}: use '32', 'bf16-mixed' or '16-mixed'")
 
+    _NO_AUTOCAST = contextlib.nullcontext()  # reusable: one less object per step
+
     def autocast(self):
         if self._autocast_dtype is None:
-            return contextlib.nullcontext()
+            return self._NO_AUTOCAST
         return torch.autocast(device_type=self.device.type, dtype=self._autocast_dtype)
 
     def backward(self, loss: torch.Tensor) -> None:
@@ -237,15 +238,6 @@ class Learner:
         state.last_logged = values
         self.bus.emit(MetricsLogged(split=split, epoch=state.epoch, step=state.step, metrics=values,
                                     scope="step", batch=batch, batches=total))
-
-    def after_train_step(self, state: TrainState) -> None:
-        every = self.checkpointer.every_n_steps if self.checkpointer is not None else 0
-        if every and state.step % every == 0:
-            self._ckpt_step_due = True
-
-    def checkpointer_due(self, state: TrainState) -> bool:
-        """A step checkpoint is due, or a finished background write has events to deliver."""
-        return self._ckpt_step_due or (self.checkpointer is not None and self.checkpointer.has_events)
 
     def at_boundary(self, state: TrainState) -> None:
         """Apply control requests and due checkpoints; raises CancelFitting on a stop."""

@@ -84,24 +84,43 @@ class _Ratio(Metric):
     def __init__(self) -> None:
         self.reset()
 
+    #: values kept as tensors before they are summed on the device in one op
+    BATCH = 256
+
     def reset(self) -> None:
+        self._values: list[torch.Tensor] = []
+        self._weights: list[float] = []
         self._acc: torch.Tensor | None = None
         self._count = 0
         self.total = 0.0
         self.count = 0
 
     def _add(self, value: torch.Tensor, n: int, weight: float = 1.0) -> None:
-        if self._acc is None:
-            dtype = torch.float32 if value.device.type == "mps" else torch.float64
-            self._acc = torch.zeros((), dtype=dtype, device=value.device)
-        self._acc.add_(value.detach(), alpha=weight)
+        # a list append per step, not a tensor op: the sum happens when a value is due
+        self._values.append(value.detach())
+        self._weights.append(weight)
         self._count += n
+        if len(self._values) >= self.BATCH:
+            self._collapse()
+
+    def _collapse(self) -> None:
+        """Sum the pending values into the device accumulator (no device sync)."""
+        if not self._values:
+            return
+        vals = torch.stack([v if v.dim() == 0 else v.reshape(()) for v in self._values])
+        dtype = torch.float32 if vals.device.type == "mps" else torch.float64
+        w = self._weights
+        total = vals.to(dtype).sum() * w[0] if w.count(w[0]) == len(w) else (
+            vals.to(dtype) * torch.tensor(w, dtype=dtype, device=vals.device)).sum()
+        self._acc = total if self._acc is None else self._acc + total
+        self._values, self._weights = [], []
 
     def _fold(self) -> tuple[float, int]:
+        self._collapse()
         if self._acc is None or self._count == 0:
             return 0.0, 0
         s, c = float(self._acc), self._count
-        self._acc.zero_()
+        self._acc = None
         self._count = 0
         self.total += s
         self.count += c
@@ -116,7 +135,8 @@ class _Ratio(Metric):
         return self.total / self.count if self.count else None
 
     def state_dict(self) -> dict:
-        s, c = (float(self._acc), self._count) if self._acc is not None else (0.0, 0)
+        self._collapse()
+        s, c = (float(self._acc), self._count) if self._acc is not None else (0.0, self._count)
         return {"window": s, "window_count": c, "total": self.total, "count": self.count}
 
     def window_sum(self) -> tuple[float, int]:

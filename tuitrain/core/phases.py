@@ -71,7 +71,7 @@ class Phase:
     def step(self, learner: "Learner", batch: Any) -> StepOutput:
         """One batch: the model's own train_step/valid_step, or (inputs, targets) with the loss target."""
         model = learner.model
-        own = getattr(learner.raw_model, "train_step" if self.training else "valid_step", None)
+        own = self._own_step(learner)
         if own is not None:
             return StepOutput.of(own(batch))
         if not isinstance(batch, (list, tuple)) or len(batch) != 2:
@@ -82,6 +82,15 @@ class Phase:
         if learner.loss_fn is None:
             raise ValueError("no loss function: set [loss] target or give the model a train_step")
         return StepOutput(loss=learner.loss_fn(output, target), output=output, target=target)
+
+    def _own_step(self, learner: "Learner"):
+        # looked up once per model: nn.Module.__getattr__ raising for a missing name costs microseconds
+        raw = learner.raw_model
+        cached = self.__dict__.get("_own")
+        if cached is None or cached[0] is not raw:
+            cached = (raw, getattr(raw, "train_step" if self.training else "valid_step", None))
+            self._own = cached
+        return cached[1]
 
     def items_of(self, out: StepOutput, batch: Any) -> int:
         if out.items:
@@ -128,43 +137,54 @@ class TrainPhase(Phase):
         i = start_batch
         in_group = 0
         group_div = float(min(accum, total - i)) if total else float(accum)
+        # locals: this loop runs per batch, and attribute lookups are most of its own cost
+        step_fn, items_of, update, ctx = self.step, self.items_of, metrics.update, metrics.ctx
+        backward, optimizer_step, autocast = lr.backward, lr.optimizer_step, lr.autocast
+        move, device, non_blocking = lr.move_batches, lr.device, lr.non_blocking
+        ckpt = lr.checkpointer
+        ckpt_every = ckpt.every_n_steps if ckpt is not None else 0
+        max_steps = lr.max_steps
+        n = 0
         try:
             for batch in loader.epoch_iter(state.epoch, start_batch):
                 if wants_steps:
                     bus.emit_step(StepStarted(phase=self.name, epoch=state.epoch, step=state.step + 1, batch=i))
-                if lr.move_batches:
-                    batch = move_to(batch, lr.device, lr.non_blocking)
+                if move:
+                    batch = move_to(batch, device, non_blocking)
                 try:
-                    with lr.autocast():
-                        out = self.step(lr, batch)
-                    n = self.items_of(out, batch)
-                    lr.backward(out.loss / group_div if group_div != 1.0 else out.loss)
+                    with autocast():
+                        out = step_fn(lr, batch)
+                    loss = out.loss
+                    n = items_of(out, batch)
+                    backward(loss / group_div if group_div != 1.0 else loss)
                     if check_finite:
-                        v = out.loss.item()
+                        v = loss.item()
                         if not math.isfinite(v):
                             raise NonFiniteLoss(v, state.epoch, state.step + 1)
-                    metrics.update(out, n)
+                    update(out, n)
                     state.last = out
                 except CancelStep:
                     pass
                 i += 1
                 in_group += 1
                 state.batch = i
-                if in_group == accum or (total and i == total):
-                    lr.optimizer_step()
-                    state.step += 1
-                    metrics.step_done()
+                if in_group == accum or i == total:
+                    optimizer_step()
+                    step = state.step = state.step + 1
+                    ctx.window_steps += 1
                     in_group = 0
-                    group_div = float(min(accum, total - i)) if total else float(accum)
+                    if accum > 1:
+                        group_div = float(min(accum, total - i)) if total else float(accum)
                     if wants_steps:
-                        bus.emit_step(StepCompleted(phase=self.name, epoch=state.epoch, step=state.step,
-                                                    batch=i, items=n))
-                    if state.step % log_every == 0:
+                        bus.emit_step(StepCompleted(phase=self.name, epoch=state.epoch, step=step, batch=i,
+                                                    items=n))
+                    if step % log_every == 0:
                         lr.log_step(metrics, self.split, state, i, total)
-                    lr.after_train_step(state)
-                    if interrupter.pending or lr.checkpointer_due(state):
+                    if ckpt_every and step % ckpt_every == 0:
+                        lr._ckpt_step_due = True
+                    if interrupter.pending or lr._ckpt_step_due or (ckpt is not None and ckpt.has_events):
                         lr.at_boundary(state)
-                    if lr.max_steps and state.step >= lr.max_steps:
+                    if max_steps and step >= max_steps:
                         state.stop_reason = "max_steps"
                         break
         except CancelEpoch:

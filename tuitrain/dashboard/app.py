@@ -42,6 +42,7 @@ from tuitrain.dashboard.widgets.result_screen import ResultScreen, result_body, 
 DASHBOARD_TCSS = Path(__file__).with_name("dashboard.tcss")
 COMPACT = (100, 32)  # below this width or height the side panels shrink
 TOO_SMALL = (50, 12)  # below this the dashboard gives way to a notice
+PROGRESS_INTERVAL = 0.25  # seconds between progress-panel refreshes while only counters move
 DRAIN_LIMIT = 5000  # events folded per tick (~40 ms): a long events.jsonl loads without freezing keys
 
 # a theme file may name the Textual base theme (buttons, footer, dialogs) in a comment
@@ -112,7 +113,7 @@ class DashboardApp(App[int]):
 
     def __init__(self, source: Source, controller: Controller | None = None, theme: Path | None = None, *,
                  watch: bool = False, notice: str = "", clock: Callable[[], float] = time.time,
-                 drain_interval: float = 1 / 15, plot_interval: float = 0.25,
+                 drain_interval: float = 1 / 15, plot_interval: float = 0.5,
                  hard_exit: Callable[[App], None] | None = None, use_default_theme: bool = True) -> None:
         if theme is None and use_default_theme:
             theme = default_theme()
@@ -137,6 +138,7 @@ class DashboardApp(App[int]):
         self.leave_when_done = False
         self._dirty: set[str] = set()
         self._last_plot = 0.0
+        self._last_progress = 0.0
         self._result_shown = False
         self._source_closed = False
         self._base_theme = base_theme_of(self.theme_path)
@@ -218,10 +220,16 @@ class DashboardApp(App[int]):
         if not dirty:
             return
         st = self.state
+        now = time.monotonic()
+        keep: set[str] = set()  # what waits for its turn
         if "progress" in dirty:
-            self._refresh_progress()
-            if st.experiment:
-                self._title()
+            if now - self._last_progress >= PROGRESS_INTERVAL or st.ended or dirty - {"progress"}:
+                self._last_progress = now
+                self._refresh_progress()
+                if st.experiment:
+                    self._title()
+            else:
+                keep.add("progress")  # counters move every step: 4 refreshes a second are enough
         if "devices" in dirty:
             self.query_one(DevicesPanel).show(st.devices)
         if "checkpoints" in dirty:
@@ -231,17 +239,14 @@ class DashboardApp(App[int]):
             for stream, text in st.take_lines():
                 log.add(stream, text)
         if "plot" in dirty:
-            now = time.monotonic()
             if now - self._last_plot >= self.plot_interval or st.ended:
                 self._last_plot = now
                 self._replot()
-                dirty.discard("plot")
             else:
-                dirty.intersection_update({"plot"})  # plots wait for their turn; the rest is done
-                return
+                keep.add("plot")
         if "result" in dirty and st.ended and (self.watching or self.worker_done):
             self._show_result()
-        self._dirty = set()
+        self._dirty = keep
 
     def _refresh_progress(self) -> None:
         st = self.state

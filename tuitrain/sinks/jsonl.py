@@ -72,7 +72,8 @@ class JsonlWriter:
                     os.fsync(self._file.fileno())
             else:
                 self._start_flusher()
-                self._cond.notify()
+                if len(self._pending) == 1:  # the flusher sleeps until a first line waits; one wake-up
+                    self._cond.notify()
 
     def flush(self) -> None:
         with self._cond:

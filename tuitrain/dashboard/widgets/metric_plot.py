@@ -29,6 +29,27 @@ def step_ticks(lo: float, hi: float, count: int = 5) -> list[int]:
     return sorted({round(lo + i * (hi - lo) / (n - 1)) for i in range(n)})
 
 
+def thin(xs: list[float], ys: list[float], buckets: int) -> tuple[list[float], list[float]]:
+    """At most 2 points per bucket (its min and its max, in x order): drawing cost follows the
+    plot's width, not the history's length, and a spike stays visible."""
+    n = len(xs)
+    if n <= 2 * buckets or buckets < 1:
+        return xs, ys
+    out_x: list[float] = []
+    out_y: list[float] = []
+    for b in range(buckets):
+        lo, hi = b * n // buckets, (b + 1) * n // buckets
+        if hi <= lo:
+            continue
+        seg = ys[lo:hi]
+        i_min = lo + min(range(len(seg)), key=seg.__getitem__)
+        i_max = lo + max(range(len(seg)), key=seg.__getitem__)
+        for i in sorted({i_min, i_max}):
+            out_x.append(xs[i])
+            out_y.append(ys[i])
+    return out_x, out_y
+
+
 def short_step(step: int) -> str:
     if step >= 1_000_000:
         return f"{step / 1e6:.2f}M"
@@ -81,6 +102,9 @@ class MetricPlot(PlotextPlot):
             series = state.metric_series(metric, split) if metric else None
             if series is not None:
                 xs, ys = series.points(limit)
+                # braille draws 2 dots per column: more points than that only cost time
+                if self.size.width:  # unknown before the first layout: draw everything
+                    xs, ys = thin(xs, ys, max(20, 2 * self.size.width))
                 if xs:
                     self.points[split] = (xs, ys)
         lo = min((xs[0] for xs, _ in self.points.values()), default=None)

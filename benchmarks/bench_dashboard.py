@@ -1,0 +1,169 @@
+"""Per-step time with the dashboard live in a pseudo-terminal, against tuitrain headless and a
+hand-written loop, each in its own process (one torch thread), interleaved, median of repeats.
+
+Step times come from the event stream (MetricsLogged times between a warm-up step and the last step)
+for tuitrain, and from the same two steps for the hand-written loop. The dashboard run is left with
+`q` once run.json says it completed.
+
+    python benchmarks/bench_dashboard.py [--steps 3000] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pty
+import select
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+WARMUP = 200
+
+CONFIG = """
+[experiment]
+name = "bench"
+dir = "{runs}"
+seed = 0
+
+[model]
+target = "benchproj:Net"
+
+[data]
+target = "benchproj:datasets"
+batch_size = 32
+n = {n}
+
+[optimizer]
+name = "AdamW"
+lr = 1e-3
+
+[train]
+epochs = 1
+device = "cpu"
+
+[metrics]
+train = ["loss"]
+valid = []
+
+[log]
+every_n_steps = 10
+
+[checkpoint]
+every_n_epochs = 0
+monitor = "train/loss"
+"""
+
+HAND = """
+import sys, time, torch
+sys.path.insert(0, {here!r})
+from torch import nn
+from torch.utils.data import DataLoader
+import benchproj
+torch.set_num_threads(1)
+torch.manual_seed(0)
+model = benchproj.Net()
+train, _ = benchproj.datasets(n={n})
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+loss_fn = nn.CrossEntropyLoss()
+t0 = None
+for i, (x, y) in enumerate(DataLoader(train, batch_size=32, shuffle=True), start=1):
+    loss = loss_fn(model(x), y)
+    loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    if i % 10 == 0:
+        loss.item()
+    if i == {warmup}:
+        t0 = time.perf_counter()
+print((time.perf_counter() - t0) / (i - {warmup}))
+"""
+
+
+def env() -> dict:
+    e = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TERM="xterm-256color", COLUMNS="120", LINES="40")
+    e["PYTHONPATH"] = os.pathsep.join([str(HERE.parent), str(HERE)])
+    return e
+
+
+def per_step_from_events(run_dir: Path, steps: int) -> float:
+    marks = {}
+    for line in (run_dir / "events.jsonl").read_text().splitlines():
+        e = json.loads(line)
+        if e["event"] == "MetricsLogged" and e.get("scope") == "step" and e["step"] in (WARMUP, steps):
+            marks[e["step"]] = e["time"]
+    return (marks[steps] - marks[WARMUP]) / (steps - WARMUP)
+
+
+def hand(steps: int) -> float:
+    code = HAND.format(here=str(HERE), n=32 * steps, warmup=WARMUP)
+    out = subprocess.run([sys.executable, "-c", code], env=env(), capture_output=True, text=True, check=True)
+    return float(out.stdout.strip())
+
+
+def tuitrain(steps: int, tmp: Path, dashboard: bool) -> float:
+    cfg = tmp / "bench.toml"
+    cfg.write_text(CONFIG.format(runs=(tmp / "runs").as_posix(), n=32 * steps))
+    run_dir = tmp / f"run-{time.time_ns()}"
+    cmd = [sys.executable, "-m", "tuitrain", "run", str(cfg), "--run-dir", str(run_dir)]
+    if not dashboard:
+        subprocess.run(cmd + ["--headless"], env=env(), check=True, capture_output=True)
+        return per_step_from_events(run_dir, steps)
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: the dashboard in a real pseudo-terminal
+        os.execvpe(cmd[0], cmd, env())
+    deadline = time.time() + 600
+    while time.time() < deadline:  # drain the screen output, as a terminal would
+        r, _, _ = select.select([fd], [], [], 0.05)
+        if r:
+            try:
+                os.read(fd, 65536)
+            except OSError:
+                break
+        status = run_dir / "run.json"
+        if status.exists() and json.loads(status.read_text() or "{}").get("status") == "completed":
+            time.sleep(0.3)
+            os.write(fd, b"q")
+            break
+    for _ in range(100):
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        try:
+            os.read(fd, 65536)
+        except OSError:
+            pass
+        time.sleep(0.05)
+    else:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+    os.close(fd)
+    return per_step_from_events(run_dir, steps)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=3000)
+    ap.add_argument("--repeats", type=int, default=3)
+    args = ap.parse_args(argv)
+    res = {"hand-written": [], "headless": [], "dashboard": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        for _ in range(args.repeats):
+            res["hand-written"].append(hand(args.steps))
+            res["headless"].append(tuitrain(args.steps, Path(tmp), dashboard=False))
+            res["dashboard"].append(tuitrain(args.steps, Path(tmp), dashboard=True))
+    base = statistics.median(res["hand-written"])
+    print(f"MLP 32-64-10, batch 32, {args.steps} steps, 1 torch thread, median of {args.repeats}")
+    for name, xs in res.items():
+        m = statistics.median(xs)
+        print(f"{name:13} {m * 1e6:9.1f} µs/step  {m / base:6.3f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
