@@ -51,6 +51,30 @@ class Net(nn.Module):
 '''
 
 
+STEP_MODULE = '''
+import torch.nn.functional as F
+from torch import nn
+
+
+class Net(nn.Module):
+    """Trains through its own train_step, which DDP must see (gradient all-reduce)."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 3))
+
+    def forward(self, x):
+        return self.net(x)
+
+    def train_step(self, batch):
+        x, y = batch
+        out = self(x)
+        return {"loss": F.cross_entropy(out, y), "output": out, "target": y}
+
+    valid_step = train_step
+'''
+
+
 def _events(run_dir: Path, name: str) -> list[dict]:
     lines = (run_dir / "events.jsonl").read_text().splitlines()
     return [e for e in map(json.loads, filter(None, lines)) if e["event"] == name]
@@ -115,12 +139,19 @@ def test_ddp_run_completes_with_a_full_run_dir(tiny):
     assert "training completed" in r.stdout and r.stdout.count("experiment tiny") == 1
 
 
-@pytest.mark.parametrize("accum", [1, 2])
-def test_two_ranks_match_one_process_with_the_same_global_batch(tiny, accum):
-    common = ("--set", "model.dropout=0.0", "--set", f"train.grad_accumulation={accum}")
-    one = tiny.cli("run", tiny.config, *common, "--set", f"data.batch_size={16 // accum}",
+@pytest.mark.parametrize("accum,own_step", [(1, False), (2, True)])
+def test_two_ranks_match_one_process_with_the_same_global_batch(tiny, accum, own_step):
+    config = tiny.config
+    common: tuple = ("--set", f"train.grad_accumulation={accum}")
+    if own_step:
+        (tiny.root / "stepproj.py").write_text(STEP_MODULE)
+        config = tiny.write_config("step.toml", tiny.config_text().replace("tinyproj:Net", "stepproj:Net")
+                                   .replace("hidden = 16\n", "").replace("dropout = 0.3\n", ""))
+    else:
+        common += ("--set", "model.dropout=0.0")
+    one = tiny.cli("run", config, *common, "--set", f"data.batch_size={16 // accum}",
                    "--run-dir", tiny.root / "one", timeout=120)
-    two = tiny.cli("run", tiny.config, *common, *DDP, "--set", f"data.batch_size={8 // accum}",
+    two = tiny.cli("run", config, *common, *DDP, "--set", f"data.batch_size={8 // accum}",
                    "--run-dir", tiny.root / "two", timeout=120)
     assert one.returncode == 0, one.stderr
     assert two.returncode == 0, two.stdout + two.stderr

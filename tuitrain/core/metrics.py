@@ -140,13 +140,12 @@ class _Ratio(Metric):
         return {"window": s, "window_count": c, "total": self.total, "count": self.count}
 
     def window_sum(self) -> tuple[float, int]:
-        return (float(self._acc), self._count) if self._acc is not None else (0.0, 0)
+        self._collapse()
+        return (float(self._acc) if self._acc is not None else 0.0), self._count
 
     def set_window(self, s: float, c: int) -> None:
         """Replace the unread window (distributed: with the sum over every rank)."""
-        if self._acc is None:
-            self._acc = torch.zeros((), dtype=torch.float64)
-        self._acc.fill_(s)
+        self._acc = torch.tensor(s, dtype=torch.float64) if c else None
         self._count = c
 
     def load_state_dict(self, state: dict) -> None:

@@ -261,6 +261,19 @@ class _Schedule:
         return None
 
 
+class _EventsAtLogSteps:
+    """Rank 0's Checkpointer, except that a finished background write never asks for a step boundary
+    (rank 0 would enter it alone, and boundaries are collective): its events go out at log steps."""
+
+    has_events = False
+
+    def __init__(self, real) -> None:
+        self._real = real
+
+    def __getattr__(self, name: str):
+        return getattr(self._real, name)
+
+
 class _StepDispatch(torch.nn.Module):
     """DDP's module: its forward runs the user's model, or its train_step, so DDP sees every forward."""
 
@@ -285,8 +298,9 @@ class DDPLearner(Learner):
         self.rank = ctx.rank
         self.world_size = ctx.world_size
         self._ddp: DistributedDataParallel | None = None
+        if checkpointer is not None:
+            checkpointer = _Schedule(checkpointer) if ctx.rank != 0 else _EventsAtLogSteps(checkpointer)
         if ctx.rank != 0:
-            checkpointer = _Schedule(checkpointer) if checkpointer is not None else None
             model_path = None
         if sync_every is None:  # control flags every K optimizer steps; 0: about every 50 ms
             sync_every = int(os.environ.get("TUITRAIN_DDP_SYNC_EVERY", "0"))
@@ -336,9 +350,6 @@ class DDPLearner(Learner):
         return super().fit(train, valid, resume, resumed_from)
 
     # --- control and checkpoints: entered by every rank at the same point -----------------------
-
-    def checkpointer_due(self, state) -> bool:
-        return self._ckpt_step_due  # the same on every rank; finished writes are reported at log steps
 
     def log_step(self, metrics, split, state, batch, total) -> None:
         self._flush_checkpoint_events()
