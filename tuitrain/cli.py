@@ -49,7 +49,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .config import ConfigError
     from .runner import UsageError, prepare_run
 
-    headless = args.headless or not sys.stdout.isatty()
+    from .core.strategies import quiet_rank
+
+    headless = args.headless or not sys.stdout.isatty() or quiet_rank()
     try:
         run = prepare_run(args.config, args.overrides, run_dir=args.run_dir, resume=args.resume,
                           headless=headless, theme=args.theme)

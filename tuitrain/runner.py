@@ -77,9 +77,10 @@ def prepare_run(config_path: str | os.PathLike, overrides=(), *, run_dir: str | 
         overrides.append(f"dashboard.theme={theme}")
     cfg = load_config(config_path, overrides)
     validate(cfg)
-    if cfg.train.strategy != "single" and cfg.train.devices > 1:
-        raise ConfigError(f"strategy {cfg.train.strategy!r} is not available yet; use \"single\"",
-                          file=cfg.source, key="train.strategy")
+    if cfg.train.strategy != "single" or os.environ.get("WORLD_SIZE"):
+        from .core.strategies import check_config
+
+        check_config(cfg)
     if cfg.log.tensorboard:
         import importlib.util
 
@@ -113,8 +114,10 @@ def prepare_run(config_path: str | os.PathLike, overrides=(), *, run_dir: str | 
                              f"continues in {rdir}")
         path = rdir
     else:
+        from .core.strategies import quiet_rank
+
         path = Path(run_dir) if run_dir else new_run_dir(cfg)
-        if path.exists() and any(path.iterdir()):
+        if path.exists() and any(path.iterdir()) and not quiet_rank():  # rank 0 may have made it already
             raise UsageError(f"--run-dir {path}: folder exists and is not empty (use --resume {path} to continue it)")
     return Run(cfg, path, headless=headless, resume_data=ckpt_data, resume_path=ckpt_path)
 
@@ -133,6 +136,7 @@ class Run:
         self._callbacks: list[tuple[Callable, bool | None]] = []
         self._sigint_count = 0
         self.result = None
+        self.dist = None  # a rank of a distributed run: its DistContext (core/strategies/ddp.py)
 
     def subscribe(self, callback: Callable, steps: bool | None = None) -> None:
         self._callbacks.append((callback, steps))
@@ -192,6 +196,9 @@ class Run:
                                     seed=cfg.experiment.seed, drop_last=d.drop_last, pin_memory=d.pin_memory)
         valid_loader = build_loader(valid, batch_size=d.batch_size, shuffle=False, num_workers=d.num_workers,
                                     seed=cfg.experiment.seed, pin_memory=d.pin_memory)
+        if self.dist is not None:  # this rank's share of the data, before steps per epoch are counted
+            self.dist.shard(train_loader, "train")
+            self.dist.shard(valid_loader, "valid")
         batches = train_loader.batches_per_epoch()
         steps_per_epoch = -(-batches // cfg.train.grad_accumulation) if batches else 0
         scheduler = None
@@ -220,7 +227,7 @@ class Run:
         es = cfg.early_stopping
         early = EarlyStopping(es.monitor, es.mode, es.patience, es.min_delta) if es is not None else None
         t = cfg.train
-        learner = Learner(
+        learner = (Learner if self.dist is None else self.dist.learner)(
             model, optimizer, loss_fn=loss_fn, scheduler=scheduler,
             scheduler_interval=cfg.scheduler.interval if cfg.scheduler else "step",
             train_metrics=metrics(cfg.metrics.train), valid_metrics=metrics(cfg.metrics.valid),
@@ -258,6 +265,12 @@ class Run:
     def execute(self) -> int:
         """Train; returns 0, 1 or 130. Errors in user code become a RunFailed event, never a raise."""
         from .core.fsutil import atomic_write_text
+        from .core.strategies import distributed_wanted
+
+        if self.dist is None and distributed_wanted(self.cfg):
+            from .core.strategies.launch import execute_distributed
+
+            return execute_distributed(self)
 
         self.run_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(self.run_dir / "config.toml", self.cfg.to_toml())

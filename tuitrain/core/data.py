@@ -25,22 +25,42 @@ class EpochSampler(Sampler[int]):
     (seed, epoch). Call `set_epoch(e, start)` before iterating."""
 
     def __init__(self, length: int, shuffle: bool = True, seed: int = 0) -> None:
-        self.length = length
+        self.length = length  # indices this sampler yields per epoch (this rank's share when sharded)
+        self.dataset_length = length
+        self.rank, self.world_size = 0, 1
         self.shuffle = shuffle
         self.seed = seed
         self.epoch = 1
         self.start = 0
+
+    def shard(self, rank: int, world_size: int, mode: str = "pad") -> None:
+        """Take this rank's slice (every `world_size`-th index from `rank`) of each epoch's order.
+        "pad" wraps the order around and "drop" cuts its tail so every rank gets the same count (and
+        runs the same number of steps); "uneven" splits it exactly (validation: no item counted twice)."""
+        n = self.dataset_length
+        self.rank, self.world_size = rank, world_size
+        self._total = {"pad": -(-n // world_size) * world_size, "drop": n // world_size * world_size,
+                       "uneven": n}[mode]
+        self.length = len(range(rank, self._total, world_size))
 
     def set_epoch(self, epoch: int, start: int = 0) -> None:
         self.epoch = epoch
         self.start = max(0, min(start, self.length))
 
     def order(self) -> list[int]:
+        n = self.dataset_length
         if not self.shuffle:
-            return list(range(self.length))
-        g = torch.Generator()
-        g.manual_seed(_mix(self.seed, self.epoch))
-        return torch.randperm(self.length, generator=g).tolist()
+            full = list(range(n))
+        else:
+            g = torch.Generator()
+            g.manual_seed(_mix(self.seed, self.epoch))
+            full = torch.randperm(n, generator=g).tolist()
+        if self.world_size == 1:
+            return full
+        total = self._total
+        while len(full) < total and n:
+            full += full[:total - len(full)]
+        return full[self.rank:total:self.world_size]
 
     def __iter__(self) -> Iterator[int]:
         return iter(self.order()[self.start:])

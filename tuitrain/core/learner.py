@@ -110,6 +110,8 @@ class Learner:
     "step_time"), `Metric` objects or torchmetrics metrics.
     """
 
+    world_size = 1  # processes training together; a distributed strategy's Learner sets it
+
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, *, loss_fn=None,
                  scheduler=None, scheduler_interval: str = "step",
                  train_metrics: Sequence = ("loss",), valid_metrics: Sequence = ("loss",),
@@ -332,6 +334,13 @@ class Learner:
         set_rng_state(data["rng"])
         # the restored optimizer has stepped: no "scheduler.step() before optimizer.step()" warning
         self.optimizer._opt_called = True
+        saved_world = int(data.get("world_size", 1))
+        if saved_world != self.world_size and s.stage == "train" and s.batch:
+            # the position in the data order is per rank: another world size restarts at an epoch
+            warnings.warn(f"the checkpoint was written by {saved_world} process(es) and this run has "
+                          f"{self.world_size}: resuming at the start of epoch {s.epoch + 1} (the rest of "
+                          f"epoch {s.epoch} is skipped)", stacklevel=2)
+            s.epoch, s.batch, s.stage = s.epoch + 1, 0, "train"
         self._last_ckpt_step = (s.epoch, s.step, s.stage)
 
     # --- the run -------------------------------------------------------------------------------

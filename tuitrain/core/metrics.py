@@ -139,6 +139,15 @@ class _Ratio(Metric):
         s, c = (float(self._acc), self._count) if self._acc is not None else (0.0, self._count)
         return {"window": s, "window_count": c, "total": self.total, "count": self.count}
 
+    def window_sum(self) -> tuple[float, int]:
+        self._collapse()
+        return (float(self._acc) if self._acc is not None else 0.0), self._count
+
+    def set_window(self, s: float, c: int) -> None:
+        """Replace the unread window (distributed: with the sum over every rank)."""
+        self._acc = torch.tensor(s, dtype=torch.float64) if c else None
+        self._count = c
+
     def load_state_dict(self, state: dict) -> None:
         self.reset()
         self.total, self.count = float(state["total"]), int(state["count"])
@@ -288,6 +297,8 @@ class MetricSet:
         self.ctx = Context()
         self.ctx.optimizer = optimizer
         self._window_t0 = self._phase_t0 = time.perf_counter()
+        # distributed only: sums a list of floats over every rank (one collective per read)
+        self.reducer = None
 
     @property
     def names(self) -> list[str]:
@@ -318,8 +329,22 @@ class MetricSet:
         c.phase_steps += c.window_steps
         self._window_t0 = now
 
+    def _reduce(self) -> None:
+        """Distributed: replace this rank's window (ratio sums and counts, items) by every rank's sum."""
+        ratios = [m for m in self.metrics if isinstance(m, _Ratio)]
+        vals: list[float] = []
+        for m in ratios:
+            vals.extend(m.window_sum())
+        vals.append(self.ctx.window_items)
+        out = self.reducer(vals)
+        for i, m in enumerate(ratios):
+            m.set_window(out[2 * i], int(out[2 * i + 1]))
+        self.ctx.window_items = int(out[-1])
+
     def read_window(self) -> dict[str, float]:
         """Values since the last read (syncs the device once per metric)."""
+        if self.reducer is not None:
+            self._reduce()
         self._close_window()
         out = {}
         for m in self.metrics:
@@ -330,6 +355,8 @@ class MetricSet:
         return out
 
     def read_phase(self) -> dict[str, float]:
+        if self.reducer is not None:
+            self._reduce()
         self._close_window()
         self.ctx.window_items = self.ctx.window_steps = 0
         out = {}

@@ -1,0 +1,407 @@
+"""What runs inside each rank of a DDP run: the process group, the DDP Learner and the agreed control flags.
+
+- `DistContext`: rank, world size, device and backend (gloo on CPU, NCCL with one GPU per rank), and
+  how each rank shards its data (`EpochSampler.shard`).
+- `SyncedInterrupter`: the loop's control flags, changed only when rank 0 broadcasts them, so every
+  rank stops, pauses and checkpoints at the same step boundary. Rank 0 reads its requests from an
+  `inbox` Interrupter (signals, dashboard, `tuitrain stop`, or the parent process of spawned ranks).
+- `DDPLearner`: the Learner with the model wrapped in DistributedDataParallel, metrics summed over
+  ranks when read, `no_sync` on micro-batches that do not step, checkpoints written by rank 0 with
+  every rank's RNG state.
+Must not import textual.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from ..control import Interrupter
+from ..data import ResumableLoader, rng_state, set_rng_state
+from ..learner import Learner
+from ..metrics import _Ratio
+
+DEFAULT_TIMEOUT = 60.0  # seconds a collective may wait for a peer before failing
+
+
+def dist_timeout() -> datetime.timedelta:
+    return datetime.timedelta(seconds=float(os.environ.get("TUITRAIN_DIST_TIMEOUT", DEFAULT_TIMEOUT)))
+
+
+@dataclass
+class DistContext:
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+    backend: str
+    control_group: Any = None  # CPU (gloo) group for control flags and RNG states; None: the default group
+
+    @property
+    def learner(self):
+        """The Learner class to build, with this context bound (what `Run.build` calls)."""
+        ctx = self
+
+        def make(*args, **kwargs):
+            return DDPLearner(*args, dist_ctx=ctx, **kwargs)
+
+        return make
+
+    def shard(self, loader: ResumableLoader | None, split: str) -> None:
+        """Give this rank its share of each epoch: training padded to equal length (every rank runs the
+        same number of steps), validation split exactly (no item counted twice)."""
+        if loader is None:
+            return
+        s = loader.sampler
+        if s is None:
+            import warnings
+
+            warnings.warn(f"the {split} data's sampler cannot be sharded (an IterableDataset or a custom "
+                          "sampler): every rank reads all of it, and ranks may run different step counts",
+                          stacklevel=2)
+            return
+        if s.world_size == self.world_size:
+            return
+        mode = "uneven" if split == "valid" else ("drop" if loader.loader.drop_last else "pad")
+        s.shard(self.rank, self.world_size, mode)
+
+    def all_sum(self, values: list[float]) -> list[float]:
+        t = torch.tensor(values, dtype=torch.float64, device=self.comm_device)
+        dist.all_reduce(t)
+        return t.tolist()
+
+    @property
+    def comm_device(self) -> torch.device:
+        return self.device if self.backend == "nccl" else torch.device("cpu")
+
+
+def pick_device(spec: str, local_rank: int) -> tuple[torch.device, str]:
+    """(device, backend) of one rank: one GPU per rank with NCCL, else the CPU with gloo."""
+    if spec.startswith("cuda") or (spec == "auto" and torch.cuda.is_available()):
+        if not torch.cuda.is_available():
+            raise RuntimeError(f"device {spec!r} requested but CUDA is not available")
+        return torch.device("cuda", local_rank), "nccl"
+    return torch.device("cpu"), "gloo"
+
+
+def init_distributed(rank: int, world_size: int, local_rank: int, device_spec: str,
+                     init_method: str | None = None) -> DistContext:
+    """Join the process group (`init_method` None: torchrun's env:// variables)."""
+    device, backend = pick_device(device_spec, local_rank)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    kwargs: dict[str, Any] = {"backend": backend, "timeout": dist_timeout()}
+    if init_method is not None:
+        kwargs.update(init_method=init_method, rank=rank, world_size=world_size)
+    if device.type == "cuda":
+        kwargs["device_id"] = device
+    dist.init_process_group(**kwargs)
+    # with NCCL, the small host-side exchanges go through a gloo group: no device sync per step
+    control = dist.new_group(backend="gloo", timeout=dist_timeout()) if backend == "nccl" else None
+    return DistContext(rank, world_size, local_rank, device, backend, control)
+
+
+def shutdown_distributed(ended_well: bool = True) -> None:
+    """Leave the process group; after a normal end, together (a rank tearing down gloo while a peer still
+    talks to it can abort the peer)."""
+    if dist.is_available() and dist.is_initialized():
+        import gc
+
+        gc.collect()  # the DDP module (in a reference cycle) goes before its process group
+        try:
+            if ended_well:
+                dist.barrier()
+            dist.destroy_process_group()
+        except Exception:  # a peer already gone: nothing left to tidy
+            pass
+
+
+class SyncedInterrupter(Interrupter):
+    """Control flags that every rank agrees on: rank 0 broadcasts [stop, checkpoint, paused, logged,
+    steps until the next broadcast].
+
+    `pending` is read once per optimizer step by the training loop on every rank. At a sync step it
+    applies the flags broadcast at the previous sync step and starts the next broadcast without
+    waiting for it (its latency hides behind the steps in between); a request therefore takes effect
+    one sync later, at the same step on every rank. Rank 0 spaces sync steps about `interval` seconds
+    apart (measured step time), or every `every` steps when that is given. During validation
+    `pending` is False without a collective, because ranks may run different validation batch
+    counts. `sync()` is the blocking form (at boundaries and while paused). Requests reach the loop
+    only through these broadcasts.
+    """
+
+    MAX_EVERY = 1000
+
+    def __init__(self, ctx: DistContext, inbox: Interrupter | None, stage, every: int = 0,
+                 interval: float = 0.05) -> None:
+        super().__init__()
+        self.ctx = ctx
+        self.inbox = inbox if ctx.rank == 0 else None
+        self._stage = stage
+        self.every = max(0, every)  # 0: from the step time
+        self.interval = interval
+        self._countdown = 1
+        self._reads = 0
+        self._last_fill: tuple[float, int] | None = None  # rank 0: (time, reads) at the last broadcast
+        self._bufs = [torch.zeros(5, dtype=torch.int32) for _ in range(2)]  # CPU: never a device sync
+        self._next = 0
+        self._work = None
+        self._work_buf: torch.Tensor | None = None
+        self._source = ""
+
+    @property
+    def pending(self) -> bool:
+        if self._stage() != "train":
+            return False
+        self._reads += 1
+        self._countdown -= 1
+        if self._countdown > 0:
+            return False
+        wanted = self._complete()
+        buf = self._fill()
+        self._work = dist.broadcast(buf, 0, group=self.ctx.control_group, async_op=True)
+        self._work_buf = buf
+        return wanted
+
+    @pending.setter
+    def pending(self, value: bool) -> None:  # the base class's own bookkeeping; the broadcasts decide
+        pass
+
+    def sync(self) -> bool:
+        """A blocking broadcast from rank 0; afterwards every rank holds the same flags."""
+        self._complete()
+        buf = self._fill()
+        dist.broadcast(buf, 0, group=self.ctx.control_group)
+        return self._apply(buf.tolist())
+
+    def _fill(self) -> torch.Tensor:
+        """Rank 0: take the inbox's requests into the next buffer (the others receive into it)."""
+        buf = self._bufs[self._next]
+        self._next ^= 1
+        if self.inbox is not None:
+            now = time.perf_counter()
+            every = self.every
+            if not every:
+                every = 1
+                if self._last_fill is not None and self._reads > self._last_fill[1]:
+                    per_step = (now - self._last_fill[0]) / (self._reads - self._last_fill[1])
+                    every = max(1, min(self.MAX_EVERY, int(self.interval / max(per_step, 1e-9))))
+            self._last_fill = (now, self._reads)
+            ib = self.inbox
+            with ib._lock:
+                vals = [int(ib.stop_requested), int(ib.checkpoint_requested), int(ib.paused), int(bool(ib._log)),
+                        every]
+                self._source = ib.stop_source
+                ib.checkpoint_requested = False
+                log, ib._log = ib._log, []
+                ib._refresh()
+            with self._lock:
+                self._log.extend(log)
+            buf.copy_(torch.tensor(vals, dtype=torch.int32))
+        return buf
+
+    def _complete(self) -> bool:
+        if self._work is None:
+            self._countdown = 1
+            return False
+        self._work.wait()
+        self._work = None
+        return self._apply(self._work_buf.tolist())
+
+    def _apply(self, flags: list[int]) -> bool:
+        stop, checkpoint, paused, logged, every = flags
+        self._countdown = every
+        with self._lock:
+            if stop and not self.stop_requested:
+                self.stop_requested = True
+                self.stop_source = self._source if self.inbox is not None else "rank 0"
+            if checkpoint:
+                self.checkpoint_requested = True
+            self.paused = bool(paused)
+        return bool(stop or checkpoint or paused or logged)
+
+    def wait_while_paused(self, timeout: float) -> bool:
+        if self.inbox is not None:
+            self.inbox.wait_while_paused(timeout)  # rank 0 wakes on a change; the others wait in sync()
+        self.sync()
+        return not self.paused
+
+
+class _Schedule:
+    """What ranks other than 0 keep of the Checkpointer: when checkpoints are due (they join the RNG
+    gather), never a file."""
+
+    background = False
+    has_events = False
+    last_error = None
+
+    def __init__(self, real) -> None:
+        self.every_n_steps = real.every_n_steps
+        self.every_n_epochs = real.every_n_epochs
+        self.monitor = real.monitor
+
+    def prepare(self) -> list:
+        return []
+
+    def take_events(self) -> list:
+        return []
+
+    def wait(self) -> None:
+        pass
+
+    def best(self):
+        return None
+
+
+class _EventsAtLogSteps:
+    """Rank 0's Checkpointer, except that a finished background write never asks for a step boundary
+    (rank 0 would enter it alone, and boundaries are collective): its events go out at log steps."""
+
+    has_events = False
+
+    def __init__(self, real) -> None:
+        self._real = real
+
+    def __getattr__(self, name: str):
+        return getattr(self._real, name)
+
+
+class _StepDispatch(torch.nn.Module):
+    """DDP's module: its forward runs the user's model, or its train_step, so DDP sees every forward."""
+
+    def __init__(self, module: torch.nn.Module) -> None:
+        super().__init__()
+        self.module = module
+
+    def forward(self, *args, _tuitrain_step=None, **kwargs):
+        if _tuitrain_step is not None:
+            return _tuitrain_step(*args, **kwargs)
+        return self.module(*args, **kwargs)
+
+
+class DDPLearner(Learner):
+    """A Learner that trains one rank of a DistributedDataParallel run (see the module docstring)."""
+
+    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, *, dist_ctx: DistContext,
+                 interrupter: Interrupter | None = None, checkpointer=None, model_path=None, seed=None,
+                 sync_every: int | None = None, **kwargs) -> None:
+        ctx = dist_ctx
+        self.dist = ctx
+        self.rank = ctx.rank
+        self.world_size = ctx.world_size
+        self._ddp: DistributedDataParallel | None = None
+        if checkpointer is not None:
+            checkpointer = _Schedule(checkpointer) if ctx.rank != 0 else _EventsAtLogSteps(checkpointer)
+        if ctx.rank != 0:
+            model_path = None
+        if sync_every is None:  # control flags every K optimizer steps; 0: about every 50 ms
+            sync_every = int(os.environ.get("TUITRAIN_DDP_SYNC_EVERY", "0"))
+        kwargs["device"] = ctx.device
+        synced = SyncedInterrupter(ctx, interrupter or Interrupter(), lambda: self.state.stage, sync_every)
+        super().__init__(model, optimizer, interrupter=synced, checkpointer=checkpointer, model_path=model_path,
+                         seed=None if seed is None else seed + ctx.rank, **kwargs)
+        self.inbox = synced.inbox
+        if ctx.rank != 0:  # rank 0 writes the run's files
+            self.model_path = None
+        for ms in self.metric_sets.values():
+            ms.reducer = ctx.all_sum
+        self._rank_rngs: list | None = None
+        self._train_total = 0
+        device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
+        self._ddp = DistributedDataParallel(_StepDispatch(self.raw_model), device_ids=device_ids)
+        own = getattr(type(self.raw_model), "train_step", None)
+        if own is not None:  # route the user's train_step through DDP's forward (gradient hooks)
+            bound = own.__get__(self.raw_model)
+            ddp = self._ddp
+            self.raw_model.train_step = lambda *a, **k: ddp(*a, _tuitrain_step=bound, **k)
+
+    # the model the phases call: DDP while training; the plain module in validation, where ranks may run
+    # different batch counts and DDP's per-forward buffer broadcast would wait for a peer forever
+    @property
+    def model(self) -> torch.nn.Module:
+        if self._ddp is not None and self.state.stage == "train":
+            return self._ddp
+        return self._model
+
+    @model.setter
+    def model(self, value: torch.nn.Module) -> None:
+        self._model = value
+
+    def autocast(self):
+        if self.grad_accumulation > 1 and self._ddp is not None and self.state.stage == "train":
+            b = self.state.batch + 1  # this micro-batch; gradients are all-reduced only when it steps
+            self._ddp.require_backward_grad_sync = b % self.grad_accumulation == 0 or b == self._train_total
+        return super().autocast()
+
+    def fit(self, train_data, valid_data=None, resume=None, resumed_from=None):
+        train = self._loader(train_data, self.shuffle)
+        valid = self._loader(valid_data, False)
+        self.dist.shard(train, "train")
+        self.dist.shard(valid, "valid")
+        self._train_total = train.batches_per_epoch()
+        return super().fit(train, valid, resume, resumed_from)
+
+    # --- control and checkpoints: entered by every rank at the same point -----------------------
+
+    def log_step(self, metrics, split, state, batch, total) -> None:
+        self._flush_checkpoint_events()
+        super().log_step(metrics, split, state, batch, total)
+
+    def at_boundary(self, state) -> None:
+        self.interrupter.sync()
+        super().at_boundary(state)
+
+    def save_checkpoint(self, reason: str) -> None:
+        if self.checkpointer is None:
+            return
+        s = self.state
+        if self._last_ckpt_step == (s.epoch, s.step, s.stage):
+            return
+        mine = self._valid_rng if s.stage == "valid" and self._valid_rng is not None else rng_state()
+        rngs: list = [None] * self.world_size
+        dist.all_gather_object(rngs, mine, group=self.dist.control_group)
+        if self.rank != 0:
+            self._last_ckpt_step = (s.epoch, s.step, s.stage)
+            return
+        self._rank_rngs = rngs
+        super().save_checkpoint(reason)
+
+    def state_dict(self) -> dict:
+        d = super().state_dict()
+        d["world_size"] = self.world_size
+        if self._rank_rngs is not None:
+            d["rng_ranks"] = self._rank_rngs
+        return d
+
+    def load_state_dict(self, data: dict) -> None:
+        super().load_state_dict(data)
+        ranks = data.get("rng_ranks")
+        if int(data.get("world_size", 1)) == self.world_size and ranks and len(ranks) == self.world_size:
+            set_rng_state(ranks[self.rank])
+        if self.rank != 0:  # the unread metric window in the file is rank 0's own; count it once
+            for ms in self.metric_sets.values():
+                for m in ms.metrics:
+                    if isinstance(m, _Ratio):
+                        m._acc, m._count = None, 0
+                ms.ctx.window_items = ms.ctx.window_steps = 0
+
+
+def watch_parent(interval: float = 0.5) -> None:
+    """End this process if its parent dies (a spawned rank must never outlive the run)."""
+    ppid = os.getppid()
+
+    def loop():
+        while True:
+            time.sleep(interval)
+            if os.getppid() != ppid:
+                os._exit(1)
+
+    threading.Thread(target=loop, name="tuitrain-parent-watch", daemon=True).start()

@@ -1,0 +1,357 @@
+"""Starting the ranks of a DDP run and carrying their events to the one process that owns the output.
+
+Spawned (`strategy = "ddp"`, `devices = N`): the parent keeps the run directory, the sinks, the
+headless console or the dashboard and the control channel; it starts N ranks (spawn context), sends
+rank 0 the control requests it receives, re-emits rank 0's events (and what the other ranks must
+report) on its bus, and watches the ranks: when one fails or dies, the others are killed within
+seconds, its error becomes the run's RunFailed and the exit code is 1.
+torchrun: every rank runs `tuitrain run`; rank 0 is an ordinary run that owns the output, the other
+ranks train quietly. Must not import textual.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import queue
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from ..events import DevicesSampled, Event, RunFailed, RunFinished, RunStarted
+
+FAIL_GRACE = 2.0  # seconds the other ranks get to report after one fails, before they are killed
+DONE_GRACE = 60.0  # seconds the other ranks get to finish after one exits cleanly
+
+
+@dataclass
+class WorkerSpec:
+    cfg: Any
+    run_dir: str
+    resume_path: str | None
+    world_size: int
+    init_method: str
+    wants_steps: bool
+
+
+def execute_distributed(run) -> int:
+    """`Run.execute` for a distributed run: torchrun's rank, or the parent of spawned ranks."""
+    from . import torchrun_env
+
+    env = torchrun_env()
+    if env is not None:
+        return _torchrun(run, *env)
+    return _spawn(run)
+
+
+# --- torchrun -----------------------------------------------------------------------------------
+
+
+def _torchrun(run, rank: int, world: int, local_rank: int) -> int:
+    from .ddp import init_distributed, shutdown_distributed
+
+    run.dist = init_distributed(rank, world, local_rank, run.cfg.train.device)
+    code = 1
+    try:
+        # rank 0 is an ordinary run, its Learner a DDPLearner
+        code = run.execute() if rank == 0 else _train_quietly(run, run.resume_path)
+    finally:
+        shutdown_distributed(code in (0, 130))
+    if rank != 0:  # nothing left to do: skip C++ teardown at exit, where gloo can abort (SIGABRT)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
+
+
+def _train_quietly(run, resume_path, bus=None) -> int:
+    """Build and fit this rank with nothing but `bus` listening; the exit code."""
+    from ..callbacks import EventBus
+
+    bus = bus if bus is not None else EventBus()
+    try:
+        learner, train, valid = run.build(bus)
+    except Exception as e:
+        bus.emit(RunFailed(error=f"{type(e).__name__}: {e}", traceback="".join(traceback.format_exception(e)),
+                           epoch=0, step=0))
+        return 1
+    resume = None
+    if resume_path:
+        from ..checkpoint import load_checkpoint
+
+        resume = load_checkpoint(resume_path)
+    result = learner.fit(train, valid, resume=resume, resumed_from=resume_path)
+    return result.exit_code
+
+
+# --- spawned ranks ------------------------------------------------------------------------------
+
+
+class _QueueSink:
+    """A rank's bus -> the parent: rank 0 sends everything, the others what the parent needs."""
+
+    def __init__(self, q, rank: int) -> None:
+        self.q = q
+        self.rank = rank
+
+    def __call__(self, event: Event, state: Any) -> None:
+        if self.rank == 0:
+            self.q.put((0, event))
+        elif isinstance(event, (RunFailed, DevicesSampled)):
+            self.q.put((self.rank, event))
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def worker_main(rank: int, spec: WorkerSpec, events, control) -> None:
+    """The entry point of a spawned rank."""
+    # the parent decides on signals (Ctrl+C reaches the whole process group) and forwards a stop
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    log_dir = Path(spec.run_dir) / "ranks"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(log_dir / f"rank-{rank}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)  # below Python (C++ warnings, crashes): a file, never the parent's screen
+    os.dup2(fd, 2)
+    os.close(fd)
+    from .ddp import init_distributed, shutdown_distributed, watch_parent
+
+    watch_parent()
+    cfg = spec.cfg
+    if "OMP_NUM_THREADS" not in os.environ and not cfg.train.device.startswith("cuda"):
+        import torch
+
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // spec.world_size))
+    from ...runner import Run
+    from ..callbacks import EventBus
+    from ..control import Interrupter, apply_command
+
+    code = 1
+    bus = EventBus()
+    bus.subscribe(_QueueSink(events, rank), steps=rank == 0 and spec.wants_steps)
+    try:
+        run = Run(cfg, Path(spec.run_dir), headless=True)
+        run.interrupter = Interrupter()
+        if control is not None:
+            def listen():
+                while True:
+                    item = control.get()
+                    if item is None:
+                        return
+                    command, source, detail = item
+                    if command == "stop":
+                        run.interrupter.request_stop(source, detail)
+                    else:
+                        apply_command(run.interrupter, command, source)
+
+            threading.Thread(target=listen, name="tuitrain-control-in", daemon=True).start()
+        run.dist = init_distributed(rank, spec.world_size, rank, cfg.train.device, spec.init_method)
+        code = _train_quietly(run, spec.resume_path, bus)
+    except BaseException as e:  # setting up the rank failed: report it like a failure in training
+        bus.emit(RunFailed(error=f"{type(e).__name__}: {e}", traceback="".join(traceback.format_exception(e)),
+                           epoch=0, step=0))
+        code = 1
+    finally:
+        events.close()
+        events.join_thread()  # every event reaches the parent before this process ends
+        shutdown_distributed(code in (0, 130))
+    sys.stdout.flush()
+    os._exit(code)
+
+
+def _spawn(run) -> int:
+    import multiprocessing as mp
+
+    from ..callbacks import EventBus
+    from ..control import ControlWatcher
+    from ..fsutil import atomic_write_text
+
+    cfg = run.cfg
+    world = cfg.train.devices
+    run.run_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(run.run_dir / "config.toml", cfg.to_toml())
+    watcher = ControlWatcher(run.run_dir, run.interrupter).start()
+    bus = EventBus()
+    threads: list = []
+    ctx = mp.get_context("spawn")
+    with _stderr_with_a_fileno():
+        events = ctx.Queue()  # starts multiprocessing's resource tracker, which inherits sys.stderr's fd
+        control = ctx.Queue()
+    procs: list = []
+    try:
+        threads = run._attach(bus)
+        spec = WorkerSpec(cfg, str(run.run_dir), str(run.resume_path) if run.resume_path else None, world,
+                          f"tcp://127.0.0.1:{_free_port()}", bus.wants_steps)
+        for r in range(world):
+            p = ctx.Process(target=worker_main, args=(r, spec, events, control if r == 0 else None),
+                            name=f"tuitrain-rank-{r}")
+            p.start()
+            procs.append(p)
+        return _supervise(run, bus, procs, events, control)
+    finally:
+        _kill(procs)
+        control.put(None)
+        for q in (events, control):
+            q.cancel_join_thread()
+            q.close()
+        for t in threads:
+            t.close()
+        watcher.close()
+        bus.close()
+        _tidy_rank_logs(run.run_dir / "ranks")
+
+
+def _tidy_rank_logs(folder: Path) -> None:
+    """Keep a rank's raw output only when there is some (a crash below Python, a library's warning)."""
+    try:
+        for p in folder.glob("rank-*.log"):
+            if p.stat().st_size == 0:
+                p.unlink()
+        folder.rmdir()
+    except OSError:
+        pass
+
+
+@contextlib.contextmanager
+def _stderr_with_a_fileno():
+    """Under the dashboard sys.stderr is a capture without a file descriptor, and multiprocessing's
+    helper process cannot start from it: lend it /dev/null for that moment."""
+    try:
+        ok = sys.stderr is not None and sys.stderr.fileno() >= 0
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        ok = False
+    if ok:
+        yield
+        return
+    saved = sys.stderr
+    with open(os.devnull, "w") as null:
+        sys.stderr = null
+        try:
+            yield
+        finally:
+            sys.stderr = saved
+
+
+def _kill(procs: list, grace: float = 0.0) -> None:
+    deadline = time.monotonic() + grace
+    for p in procs:
+        p.join(max(0.0, deadline - time.monotonic()))
+    for p in procs:
+        if p.exitcode is None:
+            p.kill()
+    for p in procs:
+        p.join(5)
+
+
+def _supervise(run, bus, procs: list, events, control) -> int:
+    """Re-emit the ranks' events until every rank has ended; the run's exit code."""
+    world = len(procs)
+    ends: dict[int, Event] = {}  # rank -> its RunFinished / RunFailed
+    failed: list[int] = []  # ranks that failed, first first
+    trouble_since: float | None = None
+    done_since: float | None = None
+    killed_by_user = False
+
+    def handle(rank: int, ev: Event) -> None:
+        nonlocal trouble_since
+        if isinstance(ev, (RunFinished, RunFailed)):
+            ends.setdefault(rank, ev)
+            if isinstance(ev, RunFailed) and rank not in failed:
+                failed.append(rank)
+                trouble_since = trouble_since or time.monotonic()
+            return
+        if isinstance(ev, RunStarted):  # the run is this process: its pid is the one to signal
+            ev = replace(ev, pid=os.getpid(), env={**ev.env, "strategy": "ddp", "world_size": world})
+        if type(ev).persistent:
+            bus.emit(ev)
+        else:
+            bus.emit_step(ev)
+
+    def drain(timeout: float) -> None:
+        try:
+            item = events.get(timeout=timeout)
+        except queue.Empty:
+            return
+        handle(*item)
+        while True:
+            try:
+                item = events.get_nowait()
+            except queue.Empty:
+                return
+            handle(*item)
+
+    try:
+        while True:
+            for command, source, detail in run.interrupter.take_log():
+                control.put((command, source, detail))
+            drain(0.05)
+            codes = [p.exitcode for p in procs]
+            now = time.monotonic()
+            if all(c is not None for c in codes):
+                break
+            for r, c in enumerate(codes):
+                if c is not None and c not in (0, 130):
+                    trouble_since = trouble_since or now
+                elif c is not None:
+                    done_since = done_since or now
+            if trouble_since is not None and now - trouble_since > FAIL_GRACE:
+                break
+            if done_since is not None and now - done_since > DONE_GRACE:
+                break
+    except KeyboardInterrupt:  # a second Ctrl+C: leave now; checkpoints already written stay valid
+        killed_by_user = True
+    _kill(procs, grace=0.0 if killed_by_user else 0.5)
+    deadline = time.monotonic() + 1.0
+    while time.monotonic() < deadline:  # what the ranks sent before they ended
+        try:
+            handle(*events.get(timeout=0.05))
+        except queue.Empty:
+            break
+    return _finish(run, bus, procs, ends, failed, killed_by_user)
+
+
+def _finish(run, bus, procs, ends, failed, killed_by_user) -> int:
+    if failed:
+        r = failed[0]
+        ev = ends[r]
+        if len(procs) > 1:
+            ev = replace(ev, error=f"rank {r}: {ev.error}")
+        bus.emit(ev)
+        return 1
+    codes = [p.exitcode for p in procs]
+    bad = [(r, c) for r, c in enumerate(codes) if c not in (0, 130)]
+    if killed_by_user:
+        end = ends.get(0)
+        if isinstance(end, RunFinished):
+            bus.emit(end)
+            return end.exit_code
+        bus.emit(RunFinished(status="interrupted", exit_code=130, epoch=0, step=0, reason="killed", duration=0.0,
+                             summary={}, best={}))
+        return 130
+    if bad or not isinstance(ends.get(0), RunFinished):
+        r, c = bad[0] if bad else (0, codes[0])
+        how = f"killed by {signal.Signals(-c).name}" if c is not None and c < 0 else f"exit code {c}"
+        tail = _log_tail(Path(run.run_dir) / "ranks" / f"rank-{r}.log")
+        bus.emit(RunFailed(error=f"rank {r} ended without a result ({how})", traceback=tail, epoch=0, step=0))
+        return 1
+    end = ends[0]
+    bus.emit(end)
+    return end.exit_code
+
+
+def _log_tail(path: Path, n: int = 4000) -> str:
+    try:
+        return path.read_text(errors="replace")[-n:]
+    except OSError:
+        return ""
