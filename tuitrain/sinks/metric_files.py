@@ -3,8 +3,8 @@
 Layout and line format (the run directory's contract):
 
     train/epoch-N/<metric>.log         one line per MetricsLogged(scope="step"): "<step> <value>"
-    valid/epoch-N/<metric>.log
-    <split>/epoch-N/<metric>.epoch.log one line per MetricsLogged(scope="epoch"): the phase's aggregate
+    train/epoch-N/<metric>.epoch.log   the phase's aggregate (MetricsLogged(scope="epoch"))
+    valid/epoch-N/<metric>.log         the phase's aggregate of a split that logs no step values
 
 `<step>` is the global optimizer step; `<value>` is Python's repr of the float (reads back exactly
 with `float()`, including `nan` and `inf`), an int as written, anything else as JSON. A resumed run
@@ -68,6 +68,7 @@ class MetricFileLogger:
         self._clock = clock
         self._files: dict[tuple[str, int, str], IO[str]] = {}
         self._epoch_of: dict[str, int] = {}  # split -> the epoch whose files are open
+        self._stepped: set[str] = {"train"}  # splits with step values: their aggregates go to .epoch.log
         self._last_flush = clock()
 
     def path(self, split: str, epoch: int, metric: str, scope: str = "step") -> Path:
@@ -76,6 +77,10 @@ class MetricFileLogger:
     def __call__(self, event: Event, state: object = None) -> None:
         match event:
             case MetricsLogged(split=split, epoch=epoch, step=step, metrics=metrics, scope=scope):
+                if scope == "step":
+                    self._stepped.add(split)
+                elif split not in self._stepped:
+                    scope = "step"  # its only values: they are what <metric>.log holds
                 if self._epoch_of.get(split) != epoch:
                     self._close_split(split)
                     self._epoch_of[split] = epoch
