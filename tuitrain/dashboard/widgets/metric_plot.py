@@ -76,8 +76,12 @@ class MetricPlot(PlotextPlot):
         self.window = "full"
         self.points: dict[str, tuple[list[float], list[float]]] = {}  # what was plotted, for tests
         self.boundaries: list[int] = []
+        self._version = 0  # bumped by each replot: render() rebuilds the figure only then
+        self._rendered: tuple | None = None
+        self.builds = 0  # figures built, for tests
 
     def _register_theme(self, app_theme_name: str) -> None:
+        self._rendered = None
         self.refresh()  # the plot takes its colours from CSS, not from the app's Textual theme
 
     def _get_plotext_theme_name(self, app_theme_name: str) -> str:
@@ -142,7 +146,18 @@ class MetricPlot(PlotextPlot):
                                max(xs[-1] for xs, _ in self.points.values() if xs))
             plt.xticks(ticks, [short_step(t) for t in ticks])
         plt.xlabel("step")
+        self._version += 1
         self.refresh()
 
+    def render(self):
+        # Textual re-renders on layout passes triggered by other panels; building a plotext figure
+        # is the dashboard's costliest work, so it happens only for new data, a new size or colours
+        key = (self._version, self.size, self.app.theme, self.colors)
+        if self._rendered is None or self._rendered[0] != key:
+            self._rendered = (key, super().render())
+            self.builds += 1
+        return self._rendered[1]
+
     def on_resize(self) -> None:
+        self._rendered = None
         self.refresh()
