@@ -5,7 +5,7 @@ Step times come from the event stream (MetricsLogged times between a warm-up ste
 for tuitrain, and from the same two steps for the hand-written loop. The dashboard run is left with
 `q` once run.json says it completed.
 
-    python benchmarks/bench_dashboard.py [--steps 3000] [--repeats 3]
+    python benchmarks/bench_dashboard.py [--steps 3000] [--repeats 3] [--model tiny|medium|both]
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 WARMUP = 200
+MODELS = {"tiny": dict(d_in=32, hidden=64, batch=32), "medium": dict(d_in=784, hidden=1024, batch=128)}
 
 CONFIG = """
 [experiment]
@@ -33,11 +34,14 @@ seed = 0
 
 [model]
 target = "benchproj:Net"
+d_in = {d_in}
+hidden = {hidden}
 
 [data]
 target = "benchproj:datasets"
-batch_size = 32
+batch_size = {batch}
 n = {n}
+d_in = {d_in}
 
 [optimizer]
 name = "AdamW"
@@ -67,12 +71,12 @@ from torch.utils.data import DataLoader
 import benchproj
 torch.set_num_threads(1)
 torch.manual_seed(0)
-model = benchproj.Net()
-train, _ = benchproj.datasets(n={n})
+model = benchproj.Net(d_in={d_in}, hidden={hidden})
+train, _ = benchproj.datasets(n={n}, d_in={d_in})
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 loss_fn = nn.CrossEntropyLoss()
 t0 = None
-for i, (x, y) in enumerate(DataLoader(train, batch_size=32, shuffle=True), start=1):
+for i, (x, y) in enumerate(DataLoader(train, batch_size={batch}, shuffle=True), start=1):
     loss = loss_fn(model(x), y)
     loss.backward()
     opt.step()
@@ -100,15 +104,15 @@ def per_step_from_events(run_dir: Path, steps: int) -> float:
     return (marks[steps] - marks[WARMUP]) / (steps - WARMUP)
 
 
-def hand(steps: int) -> float:
-    code = HAND.format(here=str(HERE), n=32 * steps, warmup=WARMUP)
+def hand(steps: int, m: dict) -> float:
+    code = HAND.format(here=str(HERE), n=m["batch"] * steps, warmup=WARMUP, **m)
     out = subprocess.run([sys.executable, "-c", code], env=env(), capture_output=True, text=True, check=True)
     return float(out.stdout.strip())
 
 
-def tuitrain(steps: int, tmp: Path, dashboard: bool) -> float:
+def tuitrain(steps: int, m: dict, tmp: Path, dashboard: bool) -> float:
     cfg = tmp / "bench.toml"
-    cfg.write_text(CONFIG.format(runs=(tmp / "runs").as_posix(), n=32 * steps))
+    cfg.write_text(CONFIG.format(runs=(tmp / "runs").as_posix(), n=m["batch"] * steps, **m))
     run_dir = tmp / f"run-{time.time_ns()}"
     cmd = [sys.executable, "-m", "tuitrain", "run", str(cfg), "--run-dir", str(run_dir)]
     if not dashboard:
@@ -150,18 +154,24 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=3000)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--model", choices=["tiny", "medium", "both"], default="both")
     args = ap.parse_args(argv)
-    res = {"hand-written": [], "headless": [], "dashboard": []}
-    with tempfile.TemporaryDirectory() as tmp:
-        for _ in range(args.repeats):
-            res["hand-written"].append(hand(args.steps))
-            res["headless"].append(tuitrain(args.steps, Path(tmp), dashboard=False))
-            res["dashboard"].append(tuitrain(args.steps, Path(tmp), dashboard=True))
-    base = statistics.median(res["hand-written"])
-    print(f"MLP 32-64-10, batch 32, {args.steps} steps, 1 torch thread, median of {args.repeats}")
-    for name, xs in res.items():
-        m = statistics.median(xs)
-        print(f"{name:13} {m * 1e6:9.1f} µs/step  {m / base:6.3f}x")
+    kinds = ["tiny", "medium"] if args.model == "both" else [args.model]
+    print(f"1 torch thread, median of {args.repeats}; per-step time and ratio to the hand-written loop")
+    for kind in kinds:
+        m = MODELS[kind]
+        steps = args.steps if kind == "tiny" else max(WARMUP + 200, args.steps // 5)
+        res = {"hand-written": [], "headless": [], "dashboard": []}
+        with tempfile.TemporaryDirectory() as tmp:
+            for _ in range(args.repeats):
+                res["hand-written"].append(hand(steps, m))
+                res["headless"].append(tuitrain(steps, m, Path(tmp), dashboard=False))
+                res["dashboard"].append(tuitrain(steps, m, Path(tmp), dashboard=True))
+        base = statistics.median(res["hand-written"])
+        print(f"{kind}: MLP {m['d_in']}-{m['hidden']}-10, batch {m['batch']}, {steps} steps")
+        for name, xs in res.items():
+            med = statistics.median(xs)
+            print(f"  {name:13} {med * 1e6:9.1f} µs/step  {med / base:6.3f}x")
     return 0
 
 

@@ -9,7 +9,7 @@ import time
 from tuitrain.core.events import (
     CheckpointStarted, ControlReceived, MetricsLogged, RunPaused, RunResumed, StepCompleted, StepStarted,
 )
-from tuitrain.dashboard.bridge import MAX_STEP_EVENTS, EventBridge
+from tuitrain.dashboard.bridge import EventBridge
 from tuitrain.dashboard.model import DashboardState
 from tuitrain.dashboard.series import Series
 from tuitrain.dashboard.sources import FileSource
@@ -116,17 +116,19 @@ def test_non_numeric_metric_values_are_ignored():
 # --- EventBridge ------------------------------------------------------------------------------
 
 
-def test_bridge_keeps_order_and_bounds_step_events():
+def test_bridge_coalesces_step_events_keeping_order_and_items():
     b = EventBridge()
-    for i in range(MAX_STEP_EVENTS * 3):
-        b(StepCompleted(phase="train", epoch=1, step=i + 1, batch=i, items=1), None)
-    b(MetricsLogged(split="train", epoch=1, step=10, metrics={"loss": 1.0}), None)
-    b(StepCompleted(phase="train", epoch=1, step=99999, batch=0, items=1), None)
+    for i in range(768):
+        b(StepStarted(phase="train", epoch=1, step=i + 1, batch=i), None)
+        b(StepCompleted(phase="train", epoch=1, step=i + 1, batch=i + 1, items=2), None)
+    b(MetricsLogged(split="train", epoch=1, step=768, metrics={"loss": 1.0}), None)
+    b(StepStarted(phase="train", epoch=1, step=769, batch=768), None)
     out = b.drain()
-    assert len(out) == MAX_STEP_EVENTS + 2
-    assert isinstance(out[-2], MetricsLogged) and out[-1].step == 99999
-    assert out[0].step == MAX_STEP_EVENTS * 2 + 1  # the oldest step events were folded away
-    assert b.dropped_steps == MAX_STEP_EVENTS * 2 and b.received == MAX_STEP_EVENTS * 3 + 2
+    # one StepCompleted for 768 steps, carrying all their items, before the event that followed them
+    assert [type(e).__name__ for e in out] == ["StepCompleted", "MetricsLogged", "StepStarted"]
+    assert out[0].step == 768 and out[0].items == 2 * 768
+    assert out[2].step == 769  # the step under way
+    assert b.dropped_steps == 2 * 767 and b.received == 2 * 768 + 2
     assert b.drain() == [] and not b.pending()
 
 
@@ -218,7 +220,8 @@ def test_bridge_drains_in_bounded_batches_keeping_order():
         chunk = b.drain(4)
         assert 0 < len(chunk) <= 4
         got += chunk
-    assert [e.step for e in got] == list(range(10)) + [100, 101, 102]
+    assert [e.step for e in got] == list(range(10)) + [102]  # step events coalesced
+    assert got[-1].items == 3
 
 
 def test_file_source_waits_while_the_screen_is_behind(tmp_path):

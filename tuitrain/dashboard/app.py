@@ -42,7 +42,7 @@ from tuitrain.dashboard.widgets.result_screen import ResultScreen, result_body, 
 DASHBOARD_TCSS = Path(__file__).with_name("dashboard.tcss")
 COMPACT = (100, 32)  # below this width or height the side panels shrink
 TOO_SMALL = (50, 12)  # below this the dashboard gives way to a notice
-PROGRESS_INTERVAL = 0.25  # seconds between progress-panel refreshes while only counters move
+PROGRESS_INTERVAL = 0.5  # seconds between progress-panel refreshes while only counters move
 DRAIN_LIMIT = 5000  # events folded per tick (~40 ms): a long events.jsonl loads without freezing keys
 
 # a theme file may name the Textual base theme (buttons, footer, dialogs) in a comment
@@ -113,7 +113,7 @@ class DashboardApp(App[int]):
 
     def __init__(self, source: Source, controller: Controller | None = None, theme: Path | None = None, *,
                  watch: bool = False, notice: str = "", clock: Callable[[], float] = time.time,
-                 drain_interval: float = 1 / 15, plot_interval: float = 0.5,
+                 drain_interval: float = 1 / 15, plot_interval: float = 1.0,
                  hard_exit: Callable[[App], None] | None = None, use_default_theme: bool = True) -> None:
         if theme is None and use_default_theme:
             theme = default_theme()

@@ -53,6 +53,7 @@ class DevicesPanel(Static):
         super().__init__("no device samples yet", id=id, classes=classes)
         self.sample: DevicesSampled | None = None
         self.gpus: list[dict] = []
+        self._rows = -1
 
     def _bar(self, percent: float | None) -> Text:
         hot = isinstance(percent, (int, float)) and percent >= 90
@@ -95,4 +96,6 @@ class DevicesPanel(Static):
                 torch_mem = gpu.get("torch_allocated")
                 note = f"torch {format_bytes(torch_mem)}" if torch_mem is not None else str(gpu.get("name", ""))
                 grid.add_row("", self._bar(mem_pct), Text(f"{_pct(mem_pct)} {note}"))
-        self.update(grid)
+        # a layout pass re-arranges the whole screen: only when this panel's height changes
+        self.update(grid, layout=grid.row_count != self._rows)
+        self._rows = grid.row_count

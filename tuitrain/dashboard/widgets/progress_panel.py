@@ -40,6 +40,7 @@ class ProgressPanel(Static):
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__("", id=id, classes=classes)
         self.status = ""
+        self._rows = -1
 
     def show(self, state: DashboardState, note: str = "") -> None:
         status = state.status
@@ -73,12 +74,15 @@ class ProgressPanel(Static):
         grid.add_row("Speed", speed)
         eta = state.eta()
         grid.add_row("Time", f"{format_duration(state.elapsed())}  ETA {format_duration(eta) if eta is not None else '-'}")
+        bar = None
         if state.batches and not state.ended:
-            self.update(Group(grid, Bar(state.batch / state.batches, tone)))
+            bar = Bar(state.batch / state.batches, tone)
         elif total and not state.ended:
-            self.update(Group(grid, Bar(state.step / total, tone)))
-        else:
-            self.update(grid)
+            bar = Bar(state.step / total, tone)
+        # a layout pass re-arranges the whole screen: only when this panel's height changes
+        rows = grid.row_count + (bar is not None)
+        self.update(Group(grid, bar) if bar is not None else grid, layout=rows != self._rows)
+        self._rows = rows
 
 
 class Bar:
