@@ -102,6 +102,15 @@ class Phase:
     def run(self, learner: "Learner", loader, state: "TrainState", start_batch: int = 0) -> dict:
         raise NotImplementedError
 
+    def begin(self, learner: "Learner", state: "TrainState", metrics, batches: int, fresh: bool) -> None:
+        """Reset the split's metrics (unless resuming mid-phase), say PhaseStarted, set the mode."""
+        if fresh:
+            metrics.start_phase()
+        learner.bus.emit(PhaseStarted(phase=self.name, split=self.split, epoch=state.epoch, step=state.step,
+                                      batches=batches))
+        state.phase = self.name
+        learner.model.train(self.training)
+
     def finish(self, learner: "Learner", state: "TrainState", metrics) -> dict:
         """The phase's aggregates: one epoch-scope MetricsLogged, then PhaseCompleted."""
         result = metrics.read_phase()
@@ -128,12 +137,7 @@ class TrainPhase(Phase):
         accum = lr.grad_accumulation
         log_every = lr.log_every_n_steps
         check_finite = lr.check_every_step
-        if start_batch == 0:
-            metrics.start_phase()
-        bus.emit(PhaseStarted(phase=self.name, split=self.split, epoch=state.epoch, step=state.step,
-                              batches=total))
-        state.phase = self.name
-        lr.model.train()
+        self.begin(lr, state, metrics, total, fresh=start_batch == 0)
         i = start_batch
         in_group = 0
         group_div = float(min(accum, total - i)) if total else float(accum)
@@ -207,11 +211,7 @@ class ValidPhase(Phase):
         bus, interrupter = lr.bus, lr.interrupter
         wants_steps = bus.wants_steps
         total = loader.batches_per_epoch()
-        metrics.start_phase()
-        bus.emit(PhaseStarted(phase=self.name, split=self.split, epoch=state.epoch, step=state.step,
-                              batches=total))
-        state.phase = self.name
-        lr.model.eval()
+        self.begin(lr, state, metrics, total, fresh=True)
         try:
             with torch.no_grad():
                 for i, batch in enumerate(loader.epoch_iter(state.epoch, 0)):
