@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import re
+import signal
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -460,7 +462,19 @@ class DashboardApp(App[int]):
 def run_live(run: Any, theme: Path | None) -> int:
     """Train `run` (subscribe/execute/interrupter/run_dir) under the dashboard; its exit code."""
     app = DashboardApp(RunSource(run), run.interrupter, theme)
-    app.run()
+
+    def on_term(signum, frame):  # nobody is there to read a summary: stop gracefully, then leave
+        app.leave_when_done = True
+        run.interrupter.request_stop("signal", signal.Signals(signum).name)
+
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        app.run()
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     if app.exit_code is not None:
         return app.exit_code
     return 130 if run.interrupter.stop_requested else 1
