@@ -223,3 +223,39 @@ def test_16_mixed_on_cpu_falls_back_with_warning():
         learner = Learner(model, torch.optim.SGD(model.parameters(), lr=0.1), loss_fn=nn.MSELoss(),
                           device="cpu", precision="16-mixed")
     assert learner.precision == "bf16-mixed" and learner.scaler is None
+
+
+def test_a_step_checkpoint_on_an_epoch_end_is_written_once(tmp_path):
+    from tuitrain.core.checkpoint import Checkpointer
+    from tuitrain.core.events import CheckpointSaved
+
+    events = []
+    ckpt = Checkpointer(tmp_path, every_n_steps=5, every_n_epochs=1, keep_last=10, monitor="train/loss")
+    model = linear()
+    learner = Learner(model, torch.optim.SGD(model.parameters(), lr=0.1), loss_fn=nn.MSELoss(), device="cpu",
+                      batch_size=2, shuffle=False, epochs=3, checkpointer=ckpt,
+                      callbacks=[lambda e, s: events.append(e)])
+    assert learner.fit(data(n=10)).exit_code == 0  # 5 steps per epoch: every step checkpoint is an epoch end
+    saved = [(e.step, e.reason) for e in events if isinstance(e, CheckpointSaved)]
+    assert saved == [(5, "epoch"), (10, "epoch"), (15, "end")]
+
+
+def test_epoch_started_after_a_midepoch_resume_names_the_epochs_first_step(tmp_path):
+    from tuitrain.core.checkpoint import Checkpointer, latest_checkpoint
+    from tuitrain.core.events import EpochStarted
+
+    def make(callbacks=()):
+        model = linear()
+        return Learner(model, torch.optim.SGD(model.parameters(), lr=0.1), loss_fn=nn.MSELoss(), device="cpu",
+                       batch_size=2, shuffle=False, epochs=2, grad_accumulation=2, seed=0,
+                       checkpointer=Checkpointer(tmp_path, every_n_steps=4), callbacks=list(callbacks))
+
+    # 20 samples, batch 2, accumulation 2: 5 steps per epoch; stop after step 7 (epoch 2, 2 steps in)
+    stopper = make()
+    stopper.bus.subscribe(lambda e, s: stopper.interrupter.request_stop() if getattr(e, "step", 0) == 7 else None)
+    assert stopper.fit(data(n=20)).exit_code == 130
+    events = []
+    resumed = make([lambda e, s: events.append(e)])
+    assert resumed.fit(data(n=20), resume=latest_checkpoint(tmp_path)).exit_code == 0
+    started = [e for e in events if isinstance(e, EpochStarted)]
+    assert [(e.epoch, e.step) for e in started] == [(2, 5)]
