@@ -98,6 +98,9 @@ def cmd_watch(args: argparse.Namespace) -> int:
     d = Path(args.run_dir)
     if not (d / "events.jsonl").exists() and not (d / "run.json").exists():
         return _error(f"{args.run_dir}: not a run directory (no events.jsonl)")
+    if not sys.stdout.isatty():
+        return _error("watch shows the dashboard and needs a terminal; for plain lines read "
+                      f"{d / 'experiment.log'} (tail -f) or events.jsonl")
     from .themes import find_theme
 
     theme = None

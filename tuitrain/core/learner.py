@@ -176,6 +176,7 @@ class Learner:
         self.state = TrainState(epochs=epochs)
         self.bus.state = self.state
         self._ckpt_step_due = False
+        self._epoch_batches = 0
         self._valid_rng: dict | None = None
         self._last_ckpt_step = -1
 
@@ -245,8 +246,8 @@ class Learner:
         self._flush_checkpoint_events()
         for command, source, detail in it.take_log():
             self.bus.emit(ControlReceived(command=command, source=source, detail=detail))
-        if self._ckpt_step_due:
-            self._ckpt_step_due = False
+        if self._ckpt_step_due and not (state.stage == "train" and state.batch == self._epoch_batches):
+            self._ckpt_step_due = False  # at an epoch's last step it waits for the epoch's end: one file
             self.save_checkpoint("step")
         if it.take_checkpoint():
             self.save_checkpoint("request")
@@ -404,13 +405,16 @@ class Learner:
 
     def _epochs(self, train: ResumableLoader, valid: ResumableLoader | None) -> str:
         s = self.state
+        self._epoch_batches = train.batches_per_epoch()
         while s.epoch <= self.epochs:
             if self.max_steps and s.step >= self.max_steps:
                 return "max_steps"
             e = s.epoch
             t0 = time.monotonic()
             if s.stage == "train":
-                self.bus.emit(EpochStarted(epoch=e, epochs=self.epochs, step=s.step))
+                # resumed mid-epoch: the epoch began ceil(batches done / accumulation) steps ago
+                began = s.step - (-(-s.batch // self.grad_accumulation))
+                self.bus.emit(EpochStarted(epoch=e, epochs=self.epochs, step=max(began, 0)))
                 if s.batch == 0:
                     s.epoch_metrics = {}
                 res = self.train_phase.run(self, train, s, start_batch=s.batch)
@@ -431,8 +435,10 @@ class Learner:
             self.bus.emit(EpochCompleted(epoch=e, epochs=self.epochs, step=s.step,
                                          metrics=dict(s.epoch_metrics), duration=time.monotonic() - t0))
             every = self.checkpointer.every_n_epochs if self.checkpointer is not None else 0
-            if every and e % every == 0 and e < self.epochs and not stop_early and s.stop_reason != "max_steps":
-                self.save_checkpoint("epoch")
+            last = e >= self.epochs or stop_early or s.stop_reason == "max_steps"  # the final save follows
+            if not last and ((every and e % every == 0) or self._ckpt_step_due):
+                self.save_checkpoint("epoch" if every and e % every == 0 else "step")
+            self._ckpt_step_due = False
             if stop_early:
                 self.bus.emit(OutputPrinted(text=self.early_stopping.message, stream="tuitrain"))
                 return "early_stopping"
@@ -484,7 +490,8 @@ class Learner:
         tb = "".join(traceback.format_exception(e))
         msg = str(e) if isinstance(e, NonFiniteLoss) else f"{type(e).__name__}: {e}"
         summary = summarize(s.history)
-        self.bus.emit(RunFailed(error=msg, traceback=tb, epoch=s.epoch, step=s.step,
+        epoch, step = (e.epoch, e.step) if isinstance(e, NonFiniteLoss) else (s.epoch, s.step)
+        self.bus.emit(RunFailed(error=msg, traceback=tb, epoch=epoch, step=step,
                                 duration=time.monotonic() - t_start, summary=summary))
         self.bus.close()
         return FitResult(self.raw_model, "failed", EXIT_FAILED, "failed", summary, self._best(), error=msg)
