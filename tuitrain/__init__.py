@@ -16,6 +16,7 @@ _EXPORTS = {
     "FitResult": "tuitrain.core.learner",
     "TrainState": "tuitrain.core.learner",
     "TrainPhase": "tuitrain.core.phases",
+    "CustomTrainPhase": "tuitrain.core.phases",
     "ValidPhase": "tuitrain.core.phases",
     "Phase": "tuitrain.core.phases",
     "CancelStep": "tuitrain.core.phases",

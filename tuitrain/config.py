@@ -17,8 +17,8 @@ from typing import Any, Sequence
 from tuitrain.config_schema import (
     OPTIONAL_SECTIONS, PRECISION_ALIASES, RULES, SECTIONS, CheckpointConfig, Config, ConfigError,
     DashboardConfig, DataConfig, EarlyStoppingConfig, ExperimentConfig, LogConfig, LossConfig,
-    MetricsConfig, ModelConfig, OptimizerConfig, SchedulerConfig, TrainConfig, check_type,
-    describe, errors_in, suggest,
+    NOT_KEYS, MetricsConfig, ModelConfig, OptimizerConfig, SchedulerConfig, TrainConfig, check_type,
+    describe, errors_in, parts, suggest,
 )
 from tuitrain.config_targets import check_kwargs, metric_name, resolve_target, split_target
 
@@ -121,15 +121,22 @@ def _unknown_table(name: str, value: Any) -> str:
     return "unknown table" + suggest(name, SECTIONS)
 
 
-def _parse_section(name: str, table: Any, raw_text: dict[str, str]) -> Any:
+NAMED_SECTIONS = ("model", "optimizer", "scheduler")  # may hold [x.NAME] sub-tables, one per model
+
+
+def _parse_section(name: str, table: Any, raw_text: dict[str, str], where: str | None = None) -> Any:
     cls = SECTIONS[name]
-    check_type(table, dict, name)
+    where = where or name
+    check_type(table, dict, where)
     hints = typing.get_type_hints(cls)
-    fields = [f for f in hints if f != "kwargs"]
+    fields = [f for f in hints if f not in NOT_KEYS]
+    if where == name and name in NAMED_SECTIONS and _is_named(table, fields, name):
+        named = {sub: _parse_section(name, t, raw_text, f"{name}.{sub}") for sub, t in table.items()}
+        return cls(**{"named": named, **({"name": ""} if "name" in fields else {})})
     values: dict[str, Any] = {}
     kwargs: dict[str, Any] = {}
     for key, value in table.items():
-        dotted = f"{name}.{key}"
+        dotted = f"{where}.{key}"
         if key in fields:
             kind = hints[key]
             if kind is str and not isinstance(value, str) and dotted in raw_text:
@@ -148,6 +155,19 @@ def _parse_section(name: str, table: Any, raw_text: dict[str, str]) -> Any:
     return cls(**values)
 
 
+def _is_named(table: dict, fields: list[str], name: str) -> bool:
+    """[model.generator] and [model.discriminator] rather than one [model]: every key is a table
+    and none is a setting of [model] itself. A mix of the two is an error naming the odd key."""
+    if not table or any(k in fields for k in table):
+        return False
+    subs = [k for k, v in table.items() if isinstance(v, dict) and ("target" in v or "name" in v)]
+    others = [k for k, v in table.items() if not isinstance(v, dict)]
+    if subs and others:
+        raise ConfigError(f"[{name}.{subs[0]}] is a named table, so every key of [{name}] must be a "
+                          f"[{name}.NAME] table; move this key into one of them", key=f"{name}.{others[0]}")
+    return not others
+
+
 def _precision(value: Any) -> Any:
     if isinstance(value, int) and not isinstance(value, bool) and value in (16, 32):
         value = str(value)  # precision = 32 reads as naturally as "32"
@@ -161,20 +181,29 @@ def check_values(cfg: Config) -> None:
     for dotted, rule in RULES.items():
         section_name, key = dotted.split(".")
         section = getattr(cfg, section_name)
-        if section is not None and (message := rule(getattr(section, key))):
-            raise ConfigError(message, key=dotted)
-    if not cfg.model.target:
-        raise ConfigError('required: "module:callable" returning a torch.nn.Module',
-                          key="model.target")
+        for where, part in _parts(section, section_name):
+            if message := rule(getattr(part, key)):
+                raise ConfigError(message, key=f"{where}.{key}")
+    for where, model in _parts(cfg.model, "model"):
+        if not model.target:
+            mixed = [k for k, v in model.kwargs.items() if isinstance(v, dict)]
+            hint = (f" (or only [model.NAME] tables for several models; [model] also has {mixed[0]!r})"
+                    if mixed and where == "model" else "")
+            raise ConfigError('required: "module:callable" returning a torch.nn.Module' + hint,
+                              key=f"{where}.target")
     if not cfg.data.target:
         raise ConfigError('required: "module:callable" returning (train, valid) datasets',
                           key="data.target")
-    _one_of_name_or_target(cfg.optimizer, "optimizer", "a torch.optim class name")
-    if cfg.scheduler is not None:
-        _one_of_name_or_target(cfg.scheduler, "scheduler", "a torch.optim.lr_scheduler class name")
+    for where, opt in _parts(cfg.optimizer, "optimizer"):
+        _one_of_name_or_target(opt, where, "a torch.optim class name")
+    for where, sched in _parts(cfg.scheduler, "scheduler"):
+        _one_of_name_or_target(sched, where, "a torch.optim.lr_scheduler class name")
+    _check_named(cfg)
     if cfg.train.epochs == 0 and cfg.train.max_steps == 0:
         raise ConfigError("is 0 and so is train.max_steps: nothing would train", key="train.epochs")
-    names = {split: _check_metrics(getattr(cfg.metrics, split), f"metrics.{split}")
+    # a phase of the user's may return named values that metrics of those names log
+    own = {"train": bool(cfg.train.phase), "valid": bool(cfg.train.valid_phase)}
+    names = {split: _check_metrics(getattr(cfg.metrics, split), f"metrics.{split}", own[split])
              for split in ("train", "valid")}
     monitors = [("checkpoint.monitor", cfg.checkpoint.monitor)]
     if cfg.early_stopping is not None:
@@ -188,6 +217,33 @@ def check_values(cfg: Config) -> None:
     _check_revise_keys(cfg.checkpoint.revise_keys)
 
 
+def _parts(section: Any, name: str) -> list[tuple[str, Any]]:
+    """(dotted name, table) of a section's [x.NAME] sub-tables, or of the section itself."""
+    if section is None:
+        return []
+    if getattr(section, "named", None):
+        return [(f"{name}.{sub}", part) for sub, part in section.named.items()]
+    return [(name, section)]
+
+
+def _check_named(cfg: Config) -> None:
+    """[optimizer.NAME] names a model, [scheduler.NAME] an optimizer; several models need a phase."""
+    models = parts(cfg.model)
+    optimizers = parts(cfg.optimizer) if cfg.optimizer.named else dict.fromkeys(models)
+    for kind, names, owners, owner_kind in (("optimizer", cfg.optimizer.named, models, "model"),
+                                            ("scheduler", cfg.scheduler.named if cfg.scheduler else {},
+                                             optimizers, "optimizer")):
+        for sub in names:
+            if sub not in owners:
+                listed = ", ".join(repr(n) for n in owners)
+                raise ConfigError(f"no {owner_kind} named {sub!r} (the {owner_kind}s: {listed})"
+                                  + suggest(sub, owners), key=f"{kind}.{sub}")
+    if len(models) > 1 and not cfg.train.phase:
+        listed = ", ".join(f"[model.{n}]" for n in models)
+        raise ConfigError(f'required with several models ({listed}): "module:Class", a CustomTrainPhase '
+                          "whose step trains them", key="train.phase")
+
+
 def _one_of_name_or_target(section: OptimizerConfig | SchedulerConfig, key: str, what: str) -> None:
     if section.name and section.target:
         raise ConfigError(f"set either {key}.name or {key}.target, not both", key=f"{key}.target")
@@ -196,15 +252,20 @@ def _one_of_name_or_target(section: OptimizerConfig | SchedulerConfig, key: str,
                           key=f"{key}.name")
 
 
-def _check_metrics(items: list, key: str) -> list[str]:
+def _check_metrics(items: list, key: str, step_values: bool = False) -> list[str]:
     names: list[str] = []
     for i, item in enumerate(items):
         where = f"{key}[{i}]"
         if isinstance(item, str):
-            if item not in BUILTIN_METRICS and not TOPK_RE.match(item):
+            known = item in BUILTIN_METRICS or TOPK_RE.match(item)
+            if step_values and not known and not item.isidentifier():
+                raise ConfigError(f"a value the phase's step returns needs a name like 'g_loss', got {item!r}",
+                                  key=where)
+            if not known and not step_values:
                 raise ConfigError(
                     f"unknown metric {item!r}{suggest(item, BUILTIN_METRICS)}; built in: "
-                    f"{', '.join(BUILTIN_METRICS)}, topK_accuracy, or a table with a target",
+                    f"{', '.join(BUILTIN_METRICS)}, topK_accuracy, or a table with a target "
+                    f"(a phase of your own may also log the values its step returns)",
                     key=where)
         elif isinstance(item, dict):
             if "target" not in item:

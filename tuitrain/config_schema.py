@@ -51,6 +51,8 @@ class ExperimentConfig:
 class ModelConfig:
     target: str = ""
     kwargs: dict = field(default_factory=dict)
+    #: [model.NAME] sub-tables (several models): name -> ModelConfig; empty for one model
+    named: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -75,6 +77,7 @@ class OptimizerConfig:
     name: str = "AdamW"
     target: str = ""
     kwargs: dict = field(default_factory=dict)
+    named: dict = field(default_factory=dict)  # [optimizer.NAME]: the optimizer of model NAME
 
 
 @dataclass
@@ -83,6 +86,18 @@ class SchedulerConfig:
     target: str = ""
     interval: str = "step"
     kwargs: dict = field(default_factory=dict)
+    named: dict = field(default_factory=dict)  # [scheduler.NAME]: the scheduler of optimizer NAME
+
+
+def parts(section: Any, single: str = "model") -> dict:
+    """A model/optimizer/scheduler table as name -> table: its [x.NAME] sub-tables, or {single: itself}."""
+    if section is None:
+        return {}
+    return dict(section.named) if section.named else {single: section}
+
+
+# fields that are not keys of the TOML table
+NOT_KEYS = ("kwargs", "named")
 
 
 @dataclass
@@ -96,6 +111,8 @@ class TrainConfig:
     strategy: str = "single"
     devices: int = 1
     validate_every: int = 1
+    phase: str = ""  # "module:Class" of the training phase; "" is tuitrain's own
+    valid_phase: str = ""
 
 
 @dataclass
@@ -189,20 +206,26 @@ class Config:
             section = getattr(self, name)
             if section is None:
                 continue
-            table: dict[str, Any] = {}
-            for f in dataclasses.fields(section):
-                value = getattr(section, f.name)
-                if f.name == "kwargs":
-                    table.update(_plain(value))
-                else:
-                    table[f.name] = _plain(value)
-            out[name] = table
+            out[name] = _table(section)
         return out
 
     def to_toml(self) -> str:
         from tuitrain.config_toml import dumps
 
         return dumps(self.to_dict())
+
+
+def _table(section: Any) -> dict[str, Any]:
+    if getattr(section, "named", None):
+        return {name: _table(sub) for name, sub in section.named.items()}
+    table: dict[str, Any] = {}
+    for f in dataclasses.fields(section):
+        value = getattr(section, f.name)
+        if f.name == "kwargs":
+            table.update(_plain(value))
+        elif f.name != "named":
+            table[f.name] = _plain(value)
+    return table
 
 
 def _plain(value: Any) -> Any:
@@ -336,6 +359,8 @@ RULES: dict[str, Callable[[Any], str | None]] = {
     "train.strategy": _one_of(*STRATEGIES),
     "train.devices": _at_least(1),
     "train.validate_every": _at_least(1),
+    "train.phase": _target_format,
+    "train.valid_phase": _target_format,
     "log.every_n_steps": _at_least(1),
     "checkpoint.every_n_epochs": _at_least(0),
     "checkpoint.every_n_steps": _at_least(0),

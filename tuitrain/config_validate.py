@@ -25,13 +25,16 @@ def validate(cfg: Config) -> None:
 
     with errors_in(cfg.source, cfg.set_keys):
         check_values(cfg)
-        for key in ("model", "data", "loss"):
-            section = getattr(cfg, key)
+        for key, section in [*_parts(cfg.model, "model"), ("data", cfg.data), ("loss", cfg.loss)]:
             fn = resolve_target(section.target, cfg.base_dir, f"{key}.target")
             check_kwargs(fn, section.kwargs, key, target=section.target)
-        _validate_optimizer(cfg)
-        if cfg.scheduler is not None:
-            _validate_scheduler(cfg)
+        for key, opt in _parts(cfg.optimizer, "optimizer"):
+            _validate_optimizer(cfg, opt, key)
+        for key, sched in _parts(cfg.scheduler, "scheduler"):
+            _validate_scheduler(cfg, sched, key)
+        for key in ("train.phase", "train.valid_phase"):
+            if spec := getattr(cfg.train, key.split(".")[1]):
+                _validate_phase(cfg, spec, key)
         for split in ("train", "valid"):
             for i, item in enumerate(getattr(cfg.metrics, split)):
                 if isinstance(item, dict):
@@ -49,10 +52,32 @@ def _torch_classes(module, base: type, exclude: tuple[str, ...]) -> dict[str, ty
             and not n.startswith("_")}
 
 
-def _validate_optimizer(cfg: Config) -> None:
-    opt = cfg.optimizer
+def _validate_phase(cfg: Config, spec: str, key: str) -> None:
+    from tuitrain.core.phases import Phase
+
+    cls = resolve_target(spec, cfg.base_dir, key)
+    if not (inspect.isclass(cls) and issubclass(cls, Phase)):
+        raise ConfigError(f"{spec!r} is not a Phase class (subclass tuitrain.CustomTrainPhase, TrainPhase "
+                          "or ValidPhase)", key=key)
+    training = key == "train.phase"
+    if cls.training != training:
+        raise ConfigError(f"{spec!r} is a {'validation' if cls.training is False else 'training'} phase; "
+                          f"{key} needs a {'training' if training else 'validation'} one", key=key)
+    if training and len(_parts(cfg.model, "model")) > 1 and not getattr(cls, "manual_optimization", False):
+        raise ConfigError(f"{spec!r} leaves the optimizer step to tuitrain, which cannot step several models' "
+                          "optimizers: subclass tuitrain.CustomTrainPhase", key=key)
+    check_kwargs(cls, {}, key, target=spec)
+
+
+def _parts(section, name: str) -> list:
+    from tuitrain.config import _parts as parts
+
+    return parts(section, name)
+
+
+def _validate_optimizer(cfg: Config, opt, key: str = "optimizer") -> None:
     if opt.target:
-        fn = resolve_target(opt.target, cfg.base_dir, "optimizer.target")
+        fn = resolve_target(opt.target, cfg.base_dir, f"{key}.target")
         what = opt.target
     else:
         import torch.optim
@@ -60,15 +85,14 @@ def _validate_optimizer(cfg: Config) -> None:
         classes = _torch_classes(torch.optim, torch.optim.Optimizer, ("Optimizer",))
         if opt.name not in classes:
             raise ConfigError(f"no optimizer {opt.name!r} in torch.optim{suggest(opt.name, classes)}",
-                              key="optimizer.name")
+                              key=f"{key}.name")
         fn, what = classes[opt.name], f"torch.optim:{opt.name}"
-    check_kwargs(fn, opt.kwargs, "optimizer", provided=("params",), positional=1, target=what)
+    check_kwargs(fn, opt.kwargs, key, provided=("params",), positional=1, target=what)
 
 
-def _validate_scheduler(cfg: Config) -> None:
-    sched = cfg.scheduler
+def _validate_scheduler(cfg: Config, sched, key: str = "scheduler") -> None:
     if sched.target:
-        fn = resolve_target(sched.target, cfg.base_dir, "scheduler.target")
+        fn = resolve_target(sched.target, cfg.base_dir, f"{key}.target")
         what = sched.target
     else:
         from torch.optim import lr_scheduler
@@ -76,9 +100,9 @@ def _validate_scheduler(cfg: Config) -> None:
         classes = _torch_classes(lr_scheduler, lr_scheduler.LRScheduler, ("LRScheduler",))
         if sched.name not in classes:
             raise ConfigError(f"no scheduler {sched.name!r} in torch.optim.lr_scheduler"
-                              + suggest(sched.name, classes), key="scheduler.name")
+                              + suggest(sched.name, classes), key=f"{key}.name")
         fn, what = classes[sched.name], f"torch.optim.lr_scheduler:{sched.name}"
-    check_kwargs(fn, sched.kwargs, "scheduler", provided=SCHEDULER_FILLED_IN, positional=1,
+    check_kwargs(fn, sched.kwargs, key, provided=SCHEDULER_FILLED_IN, positional=1,
                  target=what)
 
 

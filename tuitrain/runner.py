@@ -175,22 +175,32 @@ class Run:
             torch.set_num_threads(max(1, min(torch.get_num_threads(), (os.cpu_count() or 2) - 1)))
         seed_everything(cfg.experiment.seed)
         target = lambda spec, key: resolve_target(spec, cfg.base_dir, key, file=cfg.source)  # noqa: E731
-        model = target(cfg.model.target, "model.target")(**cfg.model.kwargs)
-        if not isinstance(model, torch.nn.Module):
-            raise TypeError(f"model.target {cfg.model.target} returned {type(model).__name__}, not a torch.nn.Module")
+        from .config import _parts
+
+        models = {}
+        for key, m in _parts(cfg.model, "model"):
+            models[key.partition(".")[2] or "model"] = built = target(m.target, f"{key}.target")(**m.kwargs)
+            if not isinstance(built, torch.nn.Module):
+                raise TypeError(f"{key}.target {m.target} returned {type(built).__name__}, not a torch.nn.Module")
+        # one model is passed as itself; several as a dict the Learner keeps as learner.models
+        model = models if cfg.model.named else models["model"]
         data = target(cfg.data.target, "data.target")(**cfg.data.kwargs)
         if not isinstance(data, (tuple, list)) or len(data) != 2:
             raise TypeError(f"data.target {cfg.data.target} must return (train, valid); got {type(data).__name__}")
         train, valid = data
-        if cfg.checkpoint.init_from:
-            ckpt.load_weights(model, cfg.checkpoint.init_from, strict=cfg.checkpoint.strict,
+        if cfg.checkpoint.init_from:  # several models: keys "generator.net.0.weight", as in model.pt
+            ckpt.load_weights(model if not cfg.model.named else torch.nn.ModuleDict(models),
+                              cfg.checkpoint.init_from, strict=cfg.checkpoint.strict,
                               revise_keys=cfg.checkpoint.revise_keys)
         loss_fn = target(cfg.loss.target, "loss.target")(**cfg.loss.kwargs)
-        if cfg.optimizer.target:
-            opt_cls = target(cfg.optimizer.target, "optimizer.target")
-        else:
-            opt_cls = getattr(torch.optim, cfg.optimizer.name)
-        optimizer = opt_cls(model.parameters(), **cfg.optimizer.kwargs)
+        # [optimizer.NAME] optimizes model NAME; one [optimizer] table gives every model its own optimizer
+        opt_tables = dict(cfg.optimizer.named) or dict.fromkeys(models, cfg.optimizer)
+        optimizers = {}
+        for name, o in opt_tables.items():
+            key = f"optimizer.{name}" if cfg.optimizer.named else "optimizer"
+            opt_cls = target(o.target, f"{key}.target") if o.target else getattr(torch.optim, o.name)
+            optimizers[name] = opt_cls(models[name].parameters(), **o.kwargs)
+        optimizer = optimizers if cfg.model.named else optimizers["model"]
         d = cfg.data
         train_loader = build_loader(train, batch_size=d.batch_size, shuffle=d.shuffle, num_workers=d.num_workers,
                                     seed=cfg.experiment.seed, drop_last=d.drop_last, pin_memory=d.pin_memory)
@@ -201,13 +211,20 @@ class Run:
             self.dist.shard(valid_loader, "valid")
         batches = train_loader.batches_per_epoch()
         steps_per_epoch = -(-batches // cfg.train.grad_accumulation) if batches else 0
-        scheduler = None
-        if cfg.scheduler is not None:
-            s = cfg.scheduler
-            cls = target(s.target, "scheduler.target") if s.target else getattr(torch.optim.lr_scheduler, s.name)
-            kwargs = fill_scheduler_kwargs(cls, dict(s.kwargs), s.interval, cfg.train.epochs, steps_per_epoch,
-                                           cfg.train.max_steps)
-            scheduler = cls(optimizer, **kwargs)
+        schedulers, intervals = {}, {}
+        if cfg.scheduler is not None:  # [scheduler.NAME] drives optimizer NAME; one [scheduler]: every one
+            sched_tables = dict(cfg.scheduler.named) or dict.fromkeys(optimizers, cfg.scheduler)
+            for name, s in sched_tables.items():
+                key = f"scheduler.{name}" if cfg.scheduler.named else "scheduler"
+                cls = target(s.target, f"{key}.target") if s.target else getattr(torch.optim.lr_scheduler, s.name)
+                kwargs = fill_scheduler_kwargs(cls, dict(s.kwargs), s.interval, cfg.train.epochs, steps_per_epoch,
+                                               cfg.train.max_steps)
+                schedulers[name], intervals[name] = cls(optimizers[name], **kwargs), s.interval
+        scheduler = schedulers if cfg.model.named else schedulers.get("model")
+        phases = {}
+        for key in ("phase", "valid_phase"):
+            if spec := getattr(cfg.train, key):
+                phases[key] = target(spec, f"train.{key}")()
 
         def metrics(items):
             out = []
@@ -229,7 +246,8 @@ class Run:
         t = cfg.train
         learner = (Learner if self.dist is None else self.dist.learner)(
             model, optimizer, loss_fn=loss_fn, scheduler=scheduler,
-            scheduler_interval=cfg.scheduler.interval if cfg.scheduler else "step",
+            scheduler_interval=intervals if cfg.model.named else intervals.get("model", "step"),
+            train_phase=phases.get("phase"), valid_phase=phases.get("valid_phase"),
             train_metrics=metrics(cfg.metrics.train), valid_metrics=metrics(cfg.metrics.valid),
             epochs=t.epochs, max_steps=t.max_steps, grad_accumulation=t.grad_accumulation,
             clip_grad_norm=t.clip_grad_norm, precision=t.precision, device=t.device,

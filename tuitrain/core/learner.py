@@ -90,6 +90,10 @@ def env_info(device: torch.device) -> dict:
     return info
 
 
+def _own_step(phase: Phase) -> bool:
+    return type(phase).step is not Phase.step
+
+
 def summarize(history: dict) -> dict:
     out = {}
     for key, rows in history.items():
@@ -108,12 +112,16 @@ class Learner:
     `train`/`valid` may be Datasets (loaders are built with `batch_size`, `shuffle`, `num_workers`) or
     DataLoaders. Metrics are names ("loss", "accuracy", "top5_accuracy", "lr", "throughput",
     "step_time"), `Metric` objects or torchmetrics metrics.
+
+    Several models: `model`, `optimizer` (and `scheduler`, `scheduler_interval`) are dicts keyed by name
+    ({"generator": G, "discriminator": D}), read as `learner.models[name]` and `learner.optimizers[name]`
+    by a `CustomTrainPhase`; one model is `learner.model`, also `learner.models["model"]`.
     """
 
     world_size = 1  # processes training together; a distributed strategy's Learner sets it
 
-    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, *, loss_fn=None,
-                 scheduler=None, scheduler_interval: str = "step",
+    def __init__(self, model: torch.nn.Module | dict, optimizer: torch.optim.Optimizer | dict, *, loss_fn=None,
+                 scheduler=None, scheduler_interval: str | dict = "step",
                  train_metrics: Sequence = ("loss",), valid_metrics: Sequence = ("loss",),
                  callbacks: Iterable = (), epochs: int = 1, max_steps: int = 0, grad_accumulation: int = 1,
                  clip_grad_norm: float = 0.0, precision: str = "32", device: str | torch.device = "auto",
@@ -128,12 +136,25 @@ class Learner:
             raise ValueError("grad_accumulation, log_every_n_steps, validate_every must be >= 1; epochs, "
                              "max_steps >= 0")
         self.device = resolve_device(device)
-        self.raw_model = model.to(self.device)
+        # several models (a dict): one ModuleDict, so that .to/.train/state_dict cover them all
+        self.models = dict(model) if isinstance(model, dict) else {"model": model}
+        self.raw_model = (torch.nn.ModuleDict(self.models) if isinstance(model, dict) else model).to(self.device)
         self.model = self.raw_model
-        self.optimizer = optimizer
+        self.optimizers = dict(optimizer) if isinstance(optimizer, dict) else {"model": optimizer}
+        self.optimizer = next(iter(self.optimizers.values()), None)
         self.loss_fn = loss_fn
-        self.scheduler = scheduler
-        self.scheduler_interval = scheduler_interval
+        first = next(iter(self.optimizers), "model")
+        # schedulers and their intervals are keyed by the name of the optimizer each one drives
+        if isinstance(scheduler, dict):
+            self.schedulers = {k: v for k, v in scheduler.items() if v is not None}
+        else:
+            self.schedulers = {first: scheduler} if scheduler is not None else {}
+        self.scheduler_intervals = {k: scheduler_interval.get(k, "step") if isinstance(scheduler_interval, dict)
+                                    else scheduler_interval for k in self.schedulers}
+        # the default training step's scheduler (the one of the first optimizer)
+        self.scheduler = self.schedulers.get(first)
+        self.scheduler_interval = self.scheduler_intervals.get(first, "step")
+        self.phase: Phase | None = None  # the phase running now (set by Phase.begin)
         self.epochs, self.max_steps = epochs, max_steps
         self.grad_accumulation = grad_accumulation
         self.clip_grad_norm = clip_grad_norm
@@ -145,6 +166,9 @@ class Learner:
         self.early_stopping = early_stopping
         self.train_phase = train_phase or TrainPhase()
         self.valid_phase = valid_phase or ValidPhase()
+        if len(self.models) > 1 and type(self.train_phase).step is Phase.step:
+            raise ValueError(f"several models ({', '.join(self.models)}) need a training phase with its own "
+                             "step: subclass CustomTrainPhase ([train] phase = \"module:Class\")")
         self.capture_output = capture_output
         self.config = config or {}
         self.experiment = experiment
@@ -166,8 +190,10 @@ class Learner:
         for cb in callbacks:
             self.bus.subscribe(cb)
         self.checkpointer = checkpointer
-        self.metric_sets = {"train": MetricSet(train_metrics, optimizer),
-                            "valid": MetricSet(valid_metrics, optimizer)}
+        # a phase with its own step may log the extra values it returns under names that are not built in
+        self.metric_sets = {
+            "train": MetricSet(train_metrics, self.optimizer, step_values=_own_step(self.train_phase)),
+            "valid": MetricSet(valid_metrics, self.optimizer, step_values=_own_step(self.valid_phase))}
         self._setup_precision(precision)
         self.move_batches = self.device.type != "cpu"
         self.non_blocking = self.device.type == "cuda"
@@ -229,6 +255,50 @@ class Learner:
         if self.scheduler is not None and self.scheduler_interval == "step":
             self.scheduler.step()
 
+    def zero_grad(self, name: str | None = None) -> None:
+        """Clear the gradients of one optimizer's parameters (all optimizers when `name` is None)."""
+        for opt in (self.optimizers.values() if name is None else (self._optimizer(name),)):
+            opt.zero_grad(set_to_none=True)
+
+    def step_optimizer(self, name: str | None = None) -> None:
+        """For a phase with its own step: clip, step and zero one optimizer, then its step-interval
+        scheduler. `name` is the optimizer's name in the config (`[optimizer.NAME]`); None: the only one."""
+        phase = self.phase
+        if phase is not None and not phase.training:
+            raise RuntimeError(f"step_optimizer called in the {phase.name!r} phase, which is not a training phase")
+        opt = self._optimizer(name)
+        key = name if name is not None else next(iter(self.optimizers))
+        if self.clip_grad_norm > 0:
+            if self.scaler is not None:
+                self.scaler.unscale_(opt)
+            params = [p for group in opt.param_groups for p in group["params"]]
+            torch.nn.utils.clip_grad_norm_(params, self.clip_grad_norm)
+        if self.scaler is not None:
+            self.scaler.step(opt)
+            self._scaler_stepped = True  # scaler.update() once per training step, after every optimizer
+        else:
+            opt.step()
+        opt.zero_grad(set_to_none=True)
+        sched = self.schedulers.get(key)
+        if sched is not None and self.scheduler_intervals.get(key) == "step":
+            sched.step()
+
+    def _optimizer(self, name: str | None) -> torch.optim.Optimizer:
+        if name is None:
+            if len(self.optimizers) != 1:
+                raise ValueError(f"several optimizers ({', '.join(self.optimizers)}): name the one to step")
+            return self.optimizer
+        try:
+            return self.optimizers[name]
+        except KeyError:
+            raise KeyError(f"no optimizer {name!r}; the optimizers are {', '.join(self.optimizers) or 'none'}") from None
+
+    def end_manual_step(self) -> None:
+        """After a phase's own step: the gradient scaler's update, once for every optimizer stepped."""
+        if self.scaler is not None and getattr(self, "_scaler_stepped", False):
+            self.scaler.update()
+            self._scaler_stepped = False
+
     # --- per-step hooks called by phases -------------------------------------------------------
 
     def log_step(self, metrics: MetricSet, split: str, state: TrainState, batch: int, total: int) -> None:
@@ -280,8 +350,10 @@ class Learner:
         return {
             "format": ckpt.FORMAT, "version": ckpt.VERSION,
             "model": self.raw_model.state_dict(),
-            "optimizers": [self.optimizer.state_dict()],
-            "schedulers": [self.scheduler.state_dict()] if self.scheduler is not None else [],
+            "optimizers": [o.state_dict() for o in self.optimizers.values()],
+            "optimizer_names": list(self.optimizers),
+            "schedulers": [sch.state_dict() for sch in self.schedulers.values()],
+            "scheduler_names": list(self.schedulers),
             "scaler": self.scaler.state_dict() if self.scaler is not None else None,
             # mid-validation, the RNG as it was when validation began: a resume re-runs validation
             "rng": self._valid_rng if in_valid and self._valid_rng is not None else rng_state(),
@@ -318,9 +390,16 @@ class Learner:
 
     def load_state_dict(self, data: dict) -> None:
         self.raw_model.load_state_dict(data["model"])
-        self.optimizer.load_state_dict(data["optimizers"][0])
-        if self.scheduler is not None and data["schedulers"]:
-            self.scheduler.load_state_dict(data["schedulers"][0])
+        for kind, mine in (("optimizer", self.optimizers), ("scheduler", self.schedulers)):
+            saved = data[kind + "s"]
+            names = data.get(kind + "_names") or list(mine)[:len(saved)]  # older files: by position
+            by_name = dict(zip(names, saved))
+            for name, obj in mine.items():
+                if name not in by_name:
+                    if kind == "scheduler" and not saved:
+                        continue  # a scheduler added since: it starts fresh, as before
+                    raise ValueError(f"the checkpoint has no {kind} {name!r} (it has: {', '.join(names) or 'none'})")
+                obj.load_state_dict(by_name[name])
         if self.scaler is not None and data.get("scaler"):
             self.scaler.load_state_dict(data["scaler"])
         for k, ms in self.metric_sets.items():
@@ -334,7 +413,8 @@ class Learner:
         s.epoch_metrics = dict(data["epoch_metrics"])
         set_rng_state(data["rng"])
         # the restored optimizer has stepped: no "scheduler.step() before optimizer.step()" warning
-        self.optimizer._opt_called = True
+        for opt in self.optimizers.values():
+            opt._opt_called = True
         saved_world = int(data.get("world_size", 1))
         if saved_world != self.world_size and s.stage == "train" and s.batch:
             # the position in the data order is per rank: another world size restarts at an epoch
@@ -427,8 +507,9 @@ class Learner:
                     self._record(self.valid_phase.split, res)
                 s.stage = "done"
                 self._valid_rng = None
-            if self.scheduler is not None and self.scheduler_interval == "epoch":
-                self.scheduler.step()
+            for name, sched in self.schedulers.items():
+                if self.scheduler_intervals[name] == "epoch":
+                    sched.step()
             stop_early = False
             if self.early_stopping is not None:
                 stop_early = self.early_stopping.update(s.epoch_metrics, e)

@@ -23,6 +23,7 @@ class StepOutput:
     output: Any = None
     target: Any = None
     items: int = 0  # batch size used to weight averages; found from target/output when 0
+    extras: dict | None = None  # other named values (a GAN's "g_loss"), logged when a metric names them
 
     @classmethod
     def of(cls, value: Any) -> "StepOutput":
@@ -33,13 +34,17 @@ class StepOutput:
         if isinstance(value, dict):
             if "loss" not in value:
                 raise ValueError("a train_step/valid_step dict must have a 'loss' entry")
+            extras = {k: v for k, v in value.items() if k not in _STEP_KEYS}
             return cls(loss=value["loss"], output=value.get("output"), target=value.get("target"),
-                       items=int(value.get("items", 0) or 0))
+                       items=int(value.get("items", 0) or 0), extras=extras or None)
         if hasattr(value, "loss"):
             return cls(loss=value.loss, output=getattr(value, "output", None),
                        target=getattr(value, "target", None), items=int(getattr(value, "items", 0) or 0))
         raise TypeError(f"a step must return a loss tensor, a dict with 'loss' or an object with .loss, "
                         f"got {type(value).__name__}")
+
+
+_STEP_KEYS = ("loss", "output", "target", "items")
 
 
 class Context:
@@ -196,6 +201,24 @@ class TopKAccuracy(_Ratio):
         self._add(hit.sum(), target.numel())
 
 
+class StepValue(_Ratio):
+    """A named value the step returns besides its loss ({"loss": ..., "g_loss": ...}), averaged by items."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__()
+        self.name = name
+
+    def update(self, out: StepOutput, n: int) -> None:
+        value = out.extras.get(self.name) if out.extras else None
+        if value is None:
+            got = ", ".join(["loss", *(out.extras or {})]) if out.loss is not None else ", ".join(out.extras or {})
+            raise ValueError(f"metric {self.name!r} is not built in ({', '.join(BUILTIN)}, topK_accuracy) "
+                             f"and the step returned no {self.name!r} value (it returned: {got or 'nothing'})")
+        if not isinstance(value, torch.Tensor):
+            value = torch.tensor(float(value), dtype=torch.float64)
+        self._add(value, n, float(n))
+
+
 class LearningRate(Metric):
     name = "lr"
 
@@ -272,8 +295,10 @@ BUILTIN = {"loss": Loss, "accuracy": Accuracy, "lr": LearningRate, "throughput":
 _TOPK = re.compile(r"^top(\d+)_accuracy$")
 
 
-def make_metric(spec: Any) -> Metric:
-    """A metric from a name ("loss", "top5_accuracy"), a Metric, or a torchmetrics object."""
+def make_metric(spec: Any, step_values: bool = False) -> Metric:
+    """A metric from a name ("loss", "top5_accuracy"), a Metric, or a torchmetrics object.
+
+    With `step_values`, another name reads the value of that name the step returns (a StepValue)."""
     if isinstance(spec, Metric):
         return spec
     if isinstance(spec, str):
@@ -282,6 +307,8 @@ def make_metric(spec: Any) -> Metric:
         m = _TOPK.match(spec)
         if m and int(m.group(1)) >= 1:
             return TopKAccuracy(int(m.group(1)))
+        if step_values and spec.isidentifier():
+            return StepValue(spec)
         raise ValueError(f"unknown metric {spec!r}; known: {', '.join(BUILTIN)}, topK_accuracy")
     if hasattr(spec, "update") and hasattr(spec, "compute"):
         return TorchMetric(spec, getattr(spec, "name", None) or type(spec).__name__)
@@ -291,8 +318,8 @@ def make_metric(spec: Any) -> Metric:
 class MetricSet:
     """The metrics of one split, with the counters that timing metrics read."""
 
-    def __init__(self, specs=(), optimizer=None) -> None:
-        self.metrics: list[Metric] = [make_metric(s) for s in specs]
+    def __init__(self, specs=(), optimizer=None, step_values: bool = False) -> None:
+        self.metrics: list[Metric] = [make_metric(s, step_values) for s in specs]
         self.batch_metrics = [m for m in self.metrics if type(m).update is not Metric.update]
         self.ctx = Context()
         self.ctx.optimizer = optimizer

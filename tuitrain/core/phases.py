@@ -1,9 +1,12 @@
 """Phases: the training and validation loops over one epoch's batches, as first-class objects.
 
 A phase has a `name`, the metric `split` it reports under, `training` (whether schedulers, clipping and
-accumulation apply) and `step(learner, batch) -> StepOutput`. A user's own phase subclasses
-`TrainPhase` or `ValidPhase` and overrides `step`. Cancelling is done with the typed exceptions below.
-Must not import textual.
+accumulation apply) and `step(learner, batch) -> StepOutput`. A user's own phase overrides `step`:
+a `TrainPhase` subclass changes the forward and loss (tuitrain still does the backward and the optimizer
+step); a `CustomTrainPhase` subclass does its own backward and optimizer steps with `learner.backward`
+and `learner.step_optimizer(name)` (GANs, several models); a `ValidPhase` subclass computes its metrics.
+A step may return a dict: "loss" plus named values that metrics of those names log.
+Cancelling is done with the typed exceptions below. Must not import textual.
 """
 
 from __future__ import annotations
@@ -109,6 +112,7 @@ class Phase:
         learner.bus.emit(PhaseStarted(phase=self.name, split=self.split, epoch=state.epoch, step=state.step,
                                       batches=batches))
         state.phase = self.name
+        learner.phase = self
         learner.model.train(self.training)
 
     def finish(self, learner: "Learner", state: "TrainState", metrics) -> dict:
@@ -127,6 +131,8 @@ class TrainPhase(Phase):
     name = "train"
     split = "train"
     training = True
+    #: the step does its own backward and optimizer steps; one batch is one training step
+    manual_optimization = False
 
     def run(self, learner: "Learner", loader, state: "TrainState", start_batch: int = 0) -> dict:
         lr = learner
@@ -134,7 +140,8 @@ class TrainPhase(Phase):
         bus, interrupter = lr.bus, lr.interrupter
         wants_steps = bus.wants_steps
         total = loader.batches_per_epoch()
-        accum = lr.grad_accumulation
+        manual = self.manual_optimization
+        accum = 1 if manual else lr.grad_accumulation
         log_every = lr.log_every_n_steps
         check_finite = lr.check_every_step
         self.begin(lr, state, metrics, total, fresh=start_batch == 0)
@@ -158,10 +165,15 @@ class TrainPhase(Phase):
                 try:
                     with autocast():
                         out = step_fn(lr, batch)
+                    if type(out) is not StepOutput:  # a user's step may return a dict or a tensor
+                        out = StepOutput.of(out)
                     loss = out.loss
                     n = items_of(out, batch)
-                    backward(loss / group_div if group_div != 1.0 else loss)
-                    if check_finite:
+                    if manual:
+                        lr.end_manual_step()
+                    else:
+                        backward(loss / group_div if group_div != 1.0 else loss)
+                    if check_finite and loss is not None:
                         v = loss.item()
                         if not math.isfinite(v):
                             raise NonFiniteLoss(v, state.epoch, state.step + 1)
@@ -173,7 +185,8 @@ class TrainPhase(Phase):
                 in_group += 1
                 state.batch = i
                 if in_group == accum or i == total:
-                    optimizer_step()
+                    if not manual:
+                        optimizer_step()
                     step = state.step = state.step + 1
                     ctx.window_steps += 1
                     in_group = 0
@@ -194,10 +207,33 @@ class TrainPhase(Phase):
         except CancelEpoch:
             pass
         if in_group:  # an iterable of unknown length ended inside a group: still step
-            lr.optimizer_step()
+            if not manual:
+                lr.optimizer_step()
             state.step += 1
             metrics.step_done()
         return self.finish(lr, state, metrics)
+
+
+class CustomTrainPhase(TrainPhase):
+    """A training phase whose `step` runs the optimization itself, for several models or optimizers::
+
+        class GANPhase(CustomTrainPhase):
+            def step(self, learner, batch):
+                learner.zero_grad()
+                d_loss = ...  # with learner.models["discriminator"], learner.models["generator"]
+                learner.backward(d_loss)
+                learner.step_optimizer("discriminator")  # clipping, scaler, zero_grad, its scheduler
+                ...
+                return {"loss": g_loss + d_loss, "g_loss": g_loss, "d_loss": d_loss}
+
+    Each batch is one training step (counted, logged, checkpointed and resumable like any other);
+    train.grad_accumulation does not apply. Return a loss tensor, a dict or a StepOutput.
+    """
+
+    manual_optimization = True
+
+    def step(self, learner: "Learner", batch: Any) -> StepOutput:
+        raise NotImplementedError("a CustomTrainPhase defines step(learner, batch)")
 
 
 class ValidPhase(Phase):
@@ -222,6 +258,8 @@ class ValidPhase(Phase):
                     try:
                         with lr.autocast():
                             out = self.step(lr, batch)
+                        if type(out) is not StepOutput:
+                            out = StepOutput.of(out)
                         n = self.items_of(out, batch)
                         metrics.update(out, n)
                         metrics.step_done()

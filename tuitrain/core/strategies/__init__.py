@@ -43,6 +43,9 @@ def check_config(cfg: Any) -> None:
                           key="train.strategy")
     if not distributed_wanted(cfg):
         return
+    if getattr(cfg.model, "named", None):
+        raise ConfigError("ddp trains one model; several models ([model.NAME] tables) need strategy \"single\"",
+                          file=cfg.source, key="train.strategy")
     if t.device == "mps" or t.device.startswith("mps"):
         raise ConfigError("ddp runs on CPU (gloo) or CUDA (NCCL), not on mps", file=cfg.source, key="train.device")
     if torchrun_env() is not None:
