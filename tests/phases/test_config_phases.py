@@ -155,3 +155,12 @@ def test_gan_toml_runs_headless_and_resumes(project, monkeypatch):
     done = [e for e in events_of(project / "run") if e["event"] == "RunFinished"][-1]
     assert done["status"] == "completed" and done["step"] == 3 * 8
     assert "valid/mode_distance" in done["summary"]
+    # the dashboard, fed the run's events.jsonl (as `tuitrain watch` is), plots both losses
+    from tuitrain.core.events import parse_line
+    from tuitrain.dashboard.model import DashboardState
+
+    state = DashboardState()
+    lines = (project / "run" / "events.jsonl").read_text().splitlines()
+    state.apply([e for e in map(parse_line, lines) if e is not None])
+    assert {"g_loss", "d_loss", "mode_distance"} <= set(state.metric_names)
+    assert len(state.metric_series("g_loss", "train")) > 1
