@@ -239,7 +239,7 @@ CONFIG_ERRORS = {
     "set no value": (None, ["train.epochs"], ["train.epochs"]),
     "set unknown table": (None, ["trian.epochs=3"], ["trian"]),
     "set bad metric": (None, ['metrics.train=["loss", "acuracy"]'], ["acuracy"]),
-    "device not on this machine": (None, ["train.device=cuda:7"], ["train.device", "cuda"]),
+    "device not on this machine": (None, ["train.device=cuda:99"], ["train.device", "cuda"]),
     "unknown theme": (None, [], ["--theme", "nope", "dark"]),
 }
 
