@@ -74,9 +74,20 @@ def prepare_run(config_path: str | os.PathLike, overrides=(), *, run_dir: str | 
     """Every check that can fail before training; raises ConfigError/UsageError (exit 2)."""
     overrides = list(overrides)
     if theme:
-        overrides.append(f"dashboard.theme={theme}")
+        from .themes import available_themes, find_theme
+
+        if find_theme(theme, Path.cwd()) is None:
+            raise ConfigError(f"unknown theme {theme!r}; available: {', '.join(available_themes())}, or a path "
+                              "to a .tcss file", file="--theme")
+        overrides.append(f"dashboard.theme={Path(theme).resolve() if theme.endswith('.tcss') else theme}")
     cfg = load_config(config_path, overrides)
     validate(cfg)
+    try:  # a device this machine does not have is a config error, found before anything is written
+        from .core.learner import resolve_device
+
+        resolve_device(cfg.train.device)
+    except RuntimeError as e:
+        raise ConfigError(str(e), file=cfg.source, key="train.device") from None
     if cfg.train.strategy != "single" or os.environ.get("WORLD_SIZE"):
         from .core.strategies import check_config
 

@@ -239,6 +239,8 @@ CONFIG_ERRORS = {
     "set no value": (None, ["train.epochs"], ["train.epochs"]),
     "set unknown table": (None, ["trian.epochs=3"], ["trian"]),
     "set bad metric": (None, ['metrics.train=["loss", "acuracy"]'], ["acuracy"]),
+    "device not on this machine": (None, ["train.device=cuda:99"], ["train.device", "cuda"]),
+    "unknown theme": (None, [], ["--theme", "nope", "dark"]),
 }
 
 
@@ -253,6 +255,8 @@ def test_config_errors_exit_2_naming_the_key(tiny, capsys, monkeypatch, forget_t
     cfg = tiny.write_config("cfg.toml", text)
     monkeypatch.chdir(tiny.root)
     argv = ["run", str(cfg), "--headless"] + [a for s in sets for a in ("--set", s)]
+    if name == "unknown theme":
+        argv += ["--theme", "nope"]
     code = main(argv)
     out, err = capsys.readouterr()
     assert code == 2, (out, err)

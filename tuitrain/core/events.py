@@ -31,13 +31,24 @@ class Event:
         return type(self).__name__
 
     def to_dict(self) -> dict[str, Any]:
-        d = {"event": self.name}
-        for f in dataclasses.fields(self):
-            d[f.name] = getattr(self, f.name)
+        d = {"event": type(self).__name__}
+        for name in _field_names(type(self)):
+            d[name] = getattr(self, name)
         return d
 
     def to_json(self) -> str:
         return dumps(self.to_dict())
+
+
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _field_names(cls: type) -> tuple[str, ...]:
+    # dataclasses.fields() rebuilds its tuple on every call; events are serialised often
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls))
+    return names
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,7 @@ class StepOutput:
     output: Any = None
     target: Any = None
     items: int = 0  # batch size used to weight averages; found from target/output when 0
+    value: float | None = None  # the loss as a float, when the loop has read it anyway (CPU)
     extras: dict | None = None  # other named values (a GAN's "g_loss"), logged when a metric names them
 
     @classmethod
@@ -96,9 +97,14 @@ class _Ratio(Metric):
         self._values: list[torch.Tensor] = []
         self._weights: list[float] = []
         self._acc: torch.Tensor | None = None
+        self._fsum = 0.0  # values that arrived as Python floats
         self._count = 0
         self.total = 0.0
         self.count = 0
+
+    def _add_float(self, value: float, n: int, weight: float = 1.0) -> None:
+        self._fsum += value * weight
+        self._count += n
 
     def _add(self, value: torch.Tensor, n: int, weight: float = 1.0) -> None:
         # a list append per step, not a tensor op: the sum happens when a value is due
@@ -120,12 +126,16 @@ class _Ratio(Metric):
         self._acc = total if self._acc is None else self._acc + total
         self._values, self._weights = [], []
 
-    def _fold(self) -> tuple[float, int]:
+    def _window_sum(self) -> float:
         self._collapse()
-        if self._acc is None or self._count == 0:
+        return self._fsum + (float(self._acc) if self._acc is not None else 0.0)
+
+    def _fold(self) -> tuple[float, int]:
+        if self._count == 0:
             return 0.0, 0
-        s, c = float(self._acc), self._count
+        s, c = self._window_sum(), self._count
         self._acc = None
+        self._fsum = 0.0
         self._count = 0
         self.total += s
         self.count += c
@@ -140,32 +150,32 @@ class _Ratio(Metric):
         return self.total / self.count if self.count else None
 
     def state_dict(self) -> dict:
-        self._collapse()
-        s, c = (float(self._acc), self._count) if self._acc is not None else (0.0, self._count)
-        return {"window": s, "window_count": c, "total": self.total, "count": self.count}
+        return {"window": self._window_sum(), "window_count": self._count, "total": self.total,
+                "count": self.count}
 
     def window_sum(self) -> tuple[float, int]:
-        self._collapse()
-        return (float(self._acc) if self._acc is not None else 0.0), self._count
+        return self._window_sum(), self._count
 
     def set_window(self, s: float, c: int) -> None:
         """Replace the unread window (distributed: with the sum over every rank)."""
-        self._acc = torch.tensor(s, dtype=torch.float64) if c else None
+        self._acc = None
+        self._fsum = float(s) if c else 0.0
         self._count = c
 
     def load_state_dict(self, state: dict) -> None:
         self.reset()
         self.total, self.count = float(state["total"]), int(state["count"])
-        if state["window_count"]:
-            self._acc = torch.tensor(state["window"], dtype=torch.float64)
-            self._count = int(state["window_count"])
+        self.set_window(state["window"], int(state["window_count"]))
 
 
 class Loss(_Ratio):
     name = "loss"
 
     def update(self, out: StepOutput, n: int) -> None:
-        self._add(out.loss, n, float(n))
+        if out.value is not None:  # read already: no tensor work at all
+            self._add_float(out.value, n, float(n))
+        else:
+            self._add(out.loss, n, float(n))
 
 
 def _predictions(output: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

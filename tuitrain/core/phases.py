@@ -174,7 +174,7 @@ class TrainPhase(Phase):
                     else:
                         backward(loss / group_div if group_div != 1.0 else loss)
                     if check_finite and loss is not None:
-                        v = loss.item()
+                        v = out.value = loss.item()
                         if not math.isfinite(v):
                             raise NonFiniteLoss(v, state.epoch, state.step + 1)
                     update(out, n)
