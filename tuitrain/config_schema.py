@@ -76,6 +76,7 @@ class LossConfig:
 class OptimizerConfig:
     name: str = "AdamW"
     target: str = ""
+    base_batch_size: int = 0  # > 0: lr scaled by (batch_size x grad_accumulation x processes) / this
     kwargs: dict = field(default_factory=dict)
     named: dict = field(default_factory=dict)  # [optimizer.NAME]: the optimizer of model NAME
 
@@ -113,6 +114,8 @@ class TrainConfig:
     validate_every: int = 1
     phase: str = ""  # "module:Class" of the training phase; "" is tuitrain's own
     valid_phase: str = ""
+    compile: bool = False  # torch.compile the model(s) (nn.Module.compile: state_dict keys unchanged)
+    compile_mode: str = "default"
 
 
 @dataclass
@@ -357,6 +360,8 @@ RULES: dict[str, Callable[[Any], str | None]] = {
     "train.precision": _one_of(*PRECISIONS),
     "train.device": _device,
     "train.strategy": _one_of(*STRATEGIES),
+    "train.compile_mode": _one_of("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"),
+    "optimizer.base_batch_size": _at_least(0),
     "train.devices": _at_least(1),
     "train.validate_every": _at_least(1),
     "train.phase": _target_format,

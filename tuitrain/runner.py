@@ -11,6 +11,7 @@ import datetime as _dt
 import inspect
 import os
 import signal
+import sys
 import traceback
 from pathlib import Path
 from typing import Callable
@@ -82,6 +83,13 @@ def prepare_run(config_path: str | os.PathLike, overrides=(), *, run_dir: str | 
         overrides.append(f"dashboard.theme={Path(theme).resolve() if theme.endswith('.tcss') else theme}")
     cfg = load_config(config_path, overrides)
     validate(cfg)
+    if cfg.train.compile:
+        import torch
+
+        if not hasattr(torch, "compile") or not torch._dynamo.is_dynamo_supported():
+            raise ConfigError(f"torch.compile is not supported with Python {sys.version.split()[0]} and torch "
+                              f"{torch.__version__} on this platform; set compile = false", file=cfg.source,
+                              key="train.compile")
     try:  # a device this machine does not have is a config error, found before anything is written
         from .core.learner import resolve_device
 
@@ -206,11 +214,21 @@ class Run:
         loss_fn = target(cfg.loss.target, "loss.target")(**cfg.loss.kwargs)
         # [optimizer.NAME] optimizes model NAME; one [optimizer] table gives every model its own optimizer
         opt_tables = dict(cfg.optimizer.named) or dict.fromkeys(models, cfg.optimizer)
-        optimizers = {}
+        optimizers, notes = {}, []
+        world = self.dist.world_size if self.dist is not None else 1
         for name, o in opt_tables.items():
             key = f"optimizer.{name}" if cfg.optimizer.named else "optimizer"
             opt_cls = target(o.target, f"{key}.target") if o.target else getattr(torch.optim, o.name)
-            optimizers[name] = opt_cls(models[name].parameters(), **o.kwargs)
+            kwargs = dict(o.kwargs)
+            if o.base_batch_size:
+                note = auto_scale_lr(opt_cls, kwargs, key, o.base_batch_size,
+                                     cfg.data.batch_size * cfg.train.grad_accumulation * world)
+                notes.append(note)
+            optimizers[name] = opt_cls(models[name].parameters(), **kwargs)
+        if cfg.train.compile:
+            for m in models.values():  # in place: the state_dict keeps its keys, checkpoints stay portable
+                m.compile(mode=cfg.train.compile_mode)
+            notes.append(f"torch.compile (mode {cfg.train.compile_mode!r}): the first steps include compiling")
         optimizer = optimizers if cfg.model.named else optimizers["model"]
         d = cfg.data
         train_loader = build_loader(train, batch_size=d.batch_size, shuffle=d.shuffle, num_workers=d.num_workers,
@@ -265,7 +283,7 @@ class Run:
             validate_every=t.validate_every, log_every_n_steps=cfg.log.every_n_steps, seed=cfg.experiment.seed,
             interrupter=self.interrupter, checkpointer=checkpointer, early_stopping=early,
             capture_output=True, config=cfg.to_dict(), experiment=cfg.experiment.name, bus=bus,
-            run_dir=self.run_dir)
+            run_dir=self.run_dir, env=git_info(cfg.base_dir), notes=notes)
         return learner, train_loader, valid_loader
 
     # --- running -------------------------------------------------------------------------------
@@ -329,6 +347,37 @@ class Run:
                             pid=os.getpid(), config=cfg.to_dict()))
         bus.emit(RunFailed(error=f"{type(e).__name__}: {e}", traceback="".join(traceback.format_exception(e)),
                            epoch=0, step=0))
+
+
+def auto_scale_lr(opt_cls, kwargs: dict, key: str, base: int, effective: int) -> str:
+    """Scale `lr` in `kwargs` linearly with the effective batch; returns the line that says so."""
+    lr = kwargs.get("lr")
+    if lr is None:
+        try:
+            lr = inspect.signature(opt_cls).parameters["lr"].default
+        except (KeyError, TypeError, ValueError):
+            lr = inspect.Parameter.empty
+        if not isinstance(lr, (int, float)):
+            raise ValueError(f"{key}.base_batch_size: {opt_cls.__name__} has no default lr; set {key}.lr")
+    kwargs["lr"] = lr * effective / base
+    return (f"auto_scale_lr: {key}.lr {lr:g} -> {kwargs['lr']:g} (effective batch {effective} = batch_size x "
+            f"grad_accumulation x processes, base_batch_size {base})")
+
+
+def git_info(folder: Path) -> dict:
+    """The git commit of the config's folder, when it is in a repository: {"git_commit", "git_dirty"}."""
+    import subprocess
+
+    try:
+        commit = subprocess.run(["git", "-C", str(folder), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                timeout=5)
+        if commit.returncode != 0:
+            return {}
+        dirty = subprocess.run(["git", "-C", str(folder), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=5)
+        return {"git_commit": commit.stdout.strip(), "git_dirty": bool(dirty.stdout.strip())}
+    except (OSError, subprocess.SubprocessError):
+        return {}
 
 
 def fill_scheduler_kwargs(cls, kwargs: dict, interval: str, epochs: int, steps_per_epoch: int,

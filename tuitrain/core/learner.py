@@ -81,9 +81,20 @@ def resolve_device(spec: str | torch.device = "auto") -> torch.device:
     return dev
 
 
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
 def env_info(device: torch.device) -> dict:
     info = {"python": platform.python_version(), "torch": torch.__version__, "platform": platform.platform(),
-            "host": platform.node(), "cpus": os.cpu_count(), "device": str(device),
+            "host": platform.node(), "cpus": os.cpu_count(), "cpu": _cpu_name(), "device": str(device),
             "cuda": torch.version.cuda if torch.cuda.is_available() else None}
     if torch.cuda.is_available():
         info["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
@@ -131,7 +142,8 @@ class Learner:
                  early_stopping: EarlyStopping | None = None, run_dir: str | os.PathLike | None = None,
                  train_phase: Phase | None = None, valid_phase: Phase | None = None,
                  capture_output: bool = False, config: dict | None = None, experiment: str = "",
-                 bus: EventBus | None = None, model_path: str | os.PathLike | None = None) -> None:
+                 bus: EventBus | None = None, model_path: str | os.PathLike | None = None,
+                 env: dict | None = None, notes: Sequence[str] = ()) -> None:
         if grad_accumulation < 1 or epochs < 0 or max_steps < 0 or log_every_n_steps < 1 or validate_every < 1:
             raise ValueError("grad_accumulation, log_every_n_steps, validate_every must be >= 1; epochs, "
                              "max_steps >= 0")
@@ -172,6 +184,8 @@ class Learner:
         self.capture_output = capture_output
         self.config = config or {}
         self.experiment = experiment
+        self.env_extra = dict(env or {})  # added to RunStarted.env (the runner's git commit, ...)
+        self.notes = list(notes)  # said in the log right after RunStarted
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.model_path = Path(model_path) if model_path is not None else None
         if self.run_dir is not None:
@@ -461,7 +475,9 @@ class Learner:
                 run_dir=str(self.run_dir or ""), experiment=self.experiment, epochs=self.epochs,
                 max_steps=self.max_steps, steps_per_epoch=steps_per_epoch, batch_size=train.batch_size,
                 start_epoch=s.epoch, start_step=s.step, resumed_from=str(resumed_from or ""), pid=os.getpid(),
-                env=env_info(self.device), config=self.config))
+                env={**env_info(self.device), **self.env_extra}, config=self.config))
+            for note in self.notes:
+                self.bus.emit(OutputPrinted(text=note, stream="tuitrain"))
             try:
                 reason = self._epochs(train, valid)
                 status, code = "completed", EXIT_OK
