@@ -188,3 +188,36 @@ def test_custom_phase_with_one_optimizer_needs_no_name(tmp_path):
     result = learner.fit(ds)
     assert result.status == "completed", result.error
     assert result.summary["train/loss"]["last"] < 0.01
+
+
+def test_in_step_points_reach_step_callbacks_only():
+    import torch
+    from torch import nn
+    from torch.utils.data import TensorDataset
+
+    from tuitrain import CustomTrainPhase, Learner
+    from tuitrain.core.events import StepPoint
+
+    class Fired(CustomTrainPhase):
+        def step(self, learner, batch):
+            x, y = batch
+            learner.zero_grad()
+            loss = nn.functional.mse_loss(learner.model(x), y)
+            learner.fire("loss")
+            learner.backward(loss)
+            learner.fire("backward_completed")
+            learner.step_optimizer()
+            learner.fire("optimizer_stepped", "model")
+            return {"loss": loss.detach()}
+
+    torch.manual_seed(0)
+    model = nn.Linear(2, 1)
+    seen, files = [], []
+    learner = Learner(model, torch.optim.SGD(model.parameters(), lr=0.1), device="cpu", batch_size=4,
+                      train_phase=Fired(), callbacks=[lambda e, s: seen.append(e)])
+    learner.bus.subscribe(lambda e, s: files.append(e), steps=False)  # as the file sinks are
+    assert learner.fit(TensorDataset(torch.randn(8, 2), torch.randn(8, 1))).exit_code == 0
+    points = [(e.point, e.step, e.detail) for e in seen if isinstance(e, StepPoint)]
+    assert points == [("loss", 1, ""), ("backward_completed", 1, ""), ("optimizer_stepped", 1, "model"),
+                      ("loss", 2, ""), ("backward_completed", 2, ""), ("optimizer_stepped", 2, "model")]
+    assert not any(isinstance(e, StepPoint) for e in files)

@@ -108,6 +108,21 @@ class StepCompleted(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class StepPoint(Event):
+    """A point inside a step that a phase of one's own announces with `learner.fire(...)`:
+    "loss" (loss computed), "backward_started", "backward_completed", "optimizer_stepped" (with the
+    optimizer's name in `detail`), or any name of the user's. Per-step: not written to events.jsonl."""
+
+    persistent: ClassVar[bool] = False
+    point: str
+    phase: str
+    epoch: int
+    step: int  # the step under way
+    detail: str = ""
+    time: float = field(default_factory=_now)
+
+
+@dataclass(frozen=True, slots=True)
 class MetricsLogged(Event):
     split: str  # "train" or "valid"
     epoch: int
@@ -249,7 +264,7 @@ class RunFailed(Event):
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.__name__: cls
     for cls in (
-        RunStarted, EpochStarted, PhaseStarted, StepStarted, StepCompleted, MetricsLogged,
+        RunStarted, EpochStarted, PhaseStarted, StepStarted, StepCompleted, StepPoint, MetricsLogged,
         PhaseCompleted, EpochCompleted, CheckpointStarted, CheckpointSaved, CheckpointDeleted,
         CheckpointFailed, ControlReceived, RunPaused, RunResumed, OutputPrinted, DevicesSampled,
         RunFinished, RunFailed,

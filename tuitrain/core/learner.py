@@ -25,7 +25,7 @@ from .control import Interrupter
 from .data import ResumableLoader, build_loader, rng_state, seed_everything, set_rng_state
 from .early_stopping import EarlyStopping
 from .fsutil import atomic_write
-from .events import (CheckpointStarted, ControlReceived, EpochCompleted, EpochStarted, MetricsLogged,
+from .events import (StepPoint, CheckpointStarted, ControlReceived, EpochCompleted, EpochStarted, MetricsLogged,
                      OutputPrinted, RunFailed, RunFinished, RunPaused, RunResumed, RunStarted)
 from .metrics import MetricSet, StepOutput
 from .output import capture_output
@@ -268,6 +268,14 @@ class Learner:
         opt.zero_grad(set_to_none=True)
         if self.scheduler is not None and self.scheduler_interval == "step":
             self.scheduler.step()
+
+    def fire(self, point: str, detail: str = "") -> None:
+        """Announce a point inside the current step ("loss", "backward_started", "backward_completed",
+        "optimizer_stepped" or a name of your own) to the callbacks that take per-step events; costs
+        nothing when none does."""
+        if self.bus.wants_steps:
+            s = self.state
+            self.bus.emit_step(StepPoint(point=point, phase=s.phase, epoch=s.epoch, step=s.step + 1, detail=detail))
 
     def zero_grad(self, name: str | None = None) -> None:
         """Clear the gradients of one optimizer's parameters (all optimizers when `name` is None)."""

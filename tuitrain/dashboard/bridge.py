@@ -41,9 +41,10 @@ class EventBridge:
                 if self._started is not None:
                     self.dropped_steps += 1
                 self._started = event
-            else:
+            elif event.persistent:
                 self._flush_steps()  # a step event must stay before the event that followed it
                 self._events.append(event)
+            # other per-step events (a phase's StepPoints) show nothing on screen: not kept
 
     def _flush_steps(self) -> None:
         done, started = self._completed, self._started
