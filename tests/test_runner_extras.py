@@ -57,3 +57,54 @@ def test_compile_where_unsupported_is_a_config_error(tiny, monkeypatch):
     with pytest.raises(ConfigError, match="train.compile"):
         prepare_run(tiny.config, ["train.compile=true"])
     assert not tiny.runs.exists()
+
+
+CHAIN = ('scheduler.chain=[{ name = "LinearLR", end = 4, start_factor = 0.25 }, '
+         '{ name = "CosineAnnealingLR", begin = 4 }]')
+
+
+def _lrs(run_dir):
+    lines = []
+    for f in sorted(run_dir.glob("train/epoch-*/lr.log"), key=lambda p: int(p.parent.name.split("-")[1])):
+        lines += [tuple(map(float, line.split())) for line in f.read_text().splitlines()]
+    return {int(s): v for s, v in lines}
+
+
+def test_scheduler_chain_warms_up_then_anneals(tiny, forget_tinyproj):
+    run = prepare_run(tiny.config, [CHAIN, "optimizer.name=SGD", "optimizer.lr=1.0", "scheduler.interval=step",
+                                    'metrics.train=["loss", "lr"]', "train.epochs=2"])
+    assert run.execute() == 0
+    lrs = _lrs(run.run_dir)
+    total = max(lrs)
+    assert [lrs[s] for s in (1, 2, 3, 4)] == pytest.approx([0.4375, 0.625, 0.8125, 1.0])  # linear warm-up
+    assert lrs[total] == pytest.approx(0.0, abs=1e-9)  # cosine over the remaining steps
+    assert all(lrs[s] > lrs[s + 1] for s in range(4, total))
+
+
+def test_scheduler_chain_resumes_exactly(tiny, forget_tinyproj):
+    from tuitrain.core.checkpoint import latest_checkpoint
+
+    sets = [CHAIN, "optimizer.name=SGD", "optimizer.lr=1.0", "scheduler.interval=step",
+            'metrics.train=["loss", "lr"]', "train.epochs=3", "checkpoint.every_n_steps=3"]
+    whole = prepare_run(tiny.config, sets, run_dir=str(tiny.root / "whole"))
+    assert whole.execute() == 0
+    part = prepare_run(tiny.config, sets, run_dir=str(tiny.root / "part"))
+    part.subscribe(lambda e, s: part.interrupter.request_stop() if getattr(e, "step", 0) == 5 else None)
+    assert part.execute() == 130
+    resumed = prepare_run(tiny.config, sets, resume=str(latest_checkpoint(tiny.root / "part" / "checkpoint")))
+    assert resumed.execute() == 0
+    assert _lrs(tiny.root / "part") == _lrs(tiny.root / "whole")
+
+
+@pytest.mark.parametrize("chain,key", [
+    ('[{ name = "LinearLR", begin = 2 }]', "chain[0].begin"),
+    ('[{ name = "LinearLR", end = 4 }, { name = "CosineAnnealingLR", begin = 2 }]', "chain[1].begin"),
+    ('["LinearLR"]', "chain[0]"),
+    ('[{ name = "LinerLR" }]', "chain[0].name"),
+    ('[{ name = "LinearLR", start_factr = 0.1 }]', "start_factr"),
+])
+def test_scheduler_chain_errors_name_the_window(tiny, chain, key):
+    with pytest.raises(ConfigError) as err:
+        prepare_run(tiny.config, [f"scheduler.chain={chain}"])
+    assert key in str(err.value)
+    assert not tiny.runs.exists()

@@ -197,7 +197,10 @@ def check_values(cfg: Config) -> None:
     for where, opt in _parts(cfg.optimizer, "optimizer"):
         _one_of_name_or_target(opt, where, "a torch.optim class name")
     for where, sched in _parts(cfg.scheduler, "scheduler"):
-        _one_of_name_or_target(sched, where, "a torch.optim.lr_scheduler class name")
+        if sched.chain:
+            _check_chain(sched, where)
+        else:
+            _one_of_name_or_target(sched, where, "a torch.optim.lr_scheduler class name")
     _check_named(cfg)
     if cfg.train.epochs == 0 and cfg.train.max_steps == 0:
         raise ConfigError("is 0 and so is train.max_steps: nothing would train", key="train.epochs")
@@ -242,6 +245,37 @@ def _check_named(cfg: Config) -> None:
         listed = ", ".join(f"[model.{n}]" for n in models)
         raise ConfigError(f'required with several models ({listed}): "module:Class", a CustomTrainPhase '
                           "whose step trains them", key="train.phase")
+
+
+def chain_parts(sched: SchedulerConfig, where: str) -> list[tuple[str, SchedulerConfig, int, int | None]]:
+    """(key, scheduler of one window, begin, end or None) for each window of `chain`."""
+    out, begin = [], 0
+    for i, item in enumerate(sched.chain):
+        key = f"{where}.chain[{i}]"
+        if not isinstance(item, dict):
+            raise ConfigError("each window is a table: { name = \"LinearLR\", end = 100, ... }", key=key)
+        b, e = item.get("begin", begin), item.get("end")
+        for k, v in (("begin", b), ("end", e)):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+                raise ConfigError(f"{k} must be a whole number of {sched.interval}s >= 0", key=f"{key}.{k}")
+        if i == 0 and b != 0:
+            raise ConfigError("the first window begins at 0", key=f"{key}.begin")
+        if b < begin or (e is not None and e <= b):
+            raise ConfigError(f"windows run one after another: begin {b} must follow {begin} and end after it",
+                              key=f"{key}.begin")
+        part = SchedulerConfig(name=item.get("name", ""), target=item.get("target", ""), interval=sched.interval,
+                               kwargs={k: v for k, v in item.items() if k not in ("name", "target", "begin", "end")})
+        _one_of_name_or_target(part, key, "a torch.optim.lr_scheduler class name")
+        out.append((key, part, b, e))
+        begin = e if e is not None else b + 1
+    return out
+
+
+def _check_chain(sched: SchedulerConfig, where: str) -> None:
+    if sched.name or sched.target or sched.kwargs:
+        raise ConfigError("a scheduler with a chain takes its classes and arguments from the windows only",
+                          key=f"{where}.chain")
+    chain_parts(sched, where)
 
 
 def _one_of_name_or_target(section: OptimizerConfig | SchedulerConfig, key: str, what: str) -> None:

@@ -86,6 +86,8 @@ class SchedulerConfig:
     name: str = ""
     target: str = ""
     interval: str = "step"
+    # windows run one after another: [{name = "LinearLR", end = 100, start_factor = 0.1}, {name = ...}]
+    chain: list = field(default_factory=list)
     kwargs: dict = field(default_factory=dict)
     named: dict = field(default_factory=dict)  # [scheduler.NAME]: the scheduler of optimizer NAME
 

@@ -91,6 +91,12 @@ def _validate_optimizer(cfg: Config, opt, key: str = "optimizer") -> None:
 
 
 def _validate_scheduler(cfg: Config, sched, key: str = "scheduler") -> None:
+    if sched.chain:
+        from tuitrain.config import chain_parts
+
+        for part_key, part, _, _ in chain_parts(sched, key):
+            _validate_scheduler(cfg, part, part_key)
+        return
     if sched.target:
         fn = resolve_target(sched.target, cfg.base_dir, f"{key}.target")
         what = sched.target

@@ -245,6 +245,11 @@ class Run:
             sched_tables = dict(cfg.scheduler.named) or dict.fromkeys(optimizers, cfg.scheduler)
             for name, s in sched_tables.items():
                 key = f"scheduler.{name}" if cfg.scheduler.named else "scheduler"
+                if s.chain:
+                    schedulers[name] = chain_scheduler(optimizers[name], s, key, target, cfg.train.epochs,
+                                                       steps_per_epoch, cfg.train.max_steps)
+                    intervals[name] = s.interval
+                    continue
                 cls = target(s.target, f"{key}.target") if s.target else getattr(torch.optim.lr_scheduler, s.name)
                 kwargs = fill_scheduler_kwargs(cls, dict(s.kwargs), s.interval, cfg.train.epochs, steps_per_epoch,
                                                cfg.train.max_steps)
@@ -378,6 +383,36 @@ def git_info(folder: Path) -> dict:
         return {"git_commit": commit.stdout.strip(), "git_dirty": bool(dirty.stdout.strip())}
     except (OSError, subprocess.SubprocessError):
         return {}
+
+
+def chain_scheduler(optimizer, sched, key: str, target, epochs: int, steps_per_epoch: int, max_steps: int):
+    """Windows one after another (a warm-up, then cosine): torch's SequentialLR, each window's
+    T_max / total_iters / total_steps filled with its length when left out."""
+    import torch
+
+    from .config import chain_parts
+
+    total = epochs * steps_per_epoch
+    if max_steps:
+        total = min(total, max_steps) if total else max_steps
+    horizon = total if sched.interval == "step" else epochs
+    parts, begins = [], []
+    for part_key, part, begin, end in chain_parts(sched, key):
+        cls = target(part.target, f"{part_key}.target") if part.target else getattr(torch.optim.lr_scheduler, part.name)
+        span = max(1, (end if end is not None else horizon) - begin)
+        kwargs = dict(part.kwargs)
+        try:
+            params = inspect.signature(cls).parameters
+        except (TypeError, ValueError):
+            params = {}
+        for name in ("T_max", "total_iters", "total_steps"):
+            if name in params and name not in kwargs:
+                kwargs[name] = span
+        parts.append(cls(optimizer, **kwargs))
+        begins.append(begin)
+    if len(parts) == 1:
+        return parts[0]
+    return torch.optim.lr_scheduler.SequentialLR(optimizer, parts, milestones=begins[1:])
 
 
 def fill_scheduler_kwargs(cls, kwargs: dict, interval: str, epochs: int, steps_per_epoch: int,
