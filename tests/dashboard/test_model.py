@@ -257,3 +257,11 @@ def test_plot_thinning_is_bounded_and_keeps_a_spike():
     assert len(tx) <= 200 and tx == sorted(tx)
     assert 50.0 in ty and -3.0 in ty and tx[ty.index(50.0)] == 54_321
     assert thin(xs[:150], ys[:150], 100) == (xs[:150], ys[:150])  # few points: untouched
+
+
+def test_env_line_shows_versions_device_and_commit():
+    from tuitrain.dashboard.widgets.devices_panel import env_line
+
+    env = {"torch": "2.13.0", "python": "3.11.7", "device": "cpu", "git_commit": "1a2b3c4d5e6f", "git_dirty": True}
+    assert env_line(env) == "torch 2.13.0 · py 3.11.7 · cpu · git 1a2b3c4*"
+    assert env_line({"torch": "2.13.0", "device": "cuda"}) == "torch 2.13.0 · cuda"

@@ -233,7 +233,7 @@ class DashboardApp(App[int]):
             else:
                 keep.add("progress")  # counters move every step: 4 refreshes a second are enough
         if "devices" in dirty:
-            self.query_one(DevicesPanel).show(st.devices)
+            self.query_one(DevicesPanel).show(st.devices, st.env)
         if "checkpoints" in dirty:
             self.query_one(CheckpointList).show(st.checkpoints, st.best_file, st.monitor)
         if "log" in dirty:

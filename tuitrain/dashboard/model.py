@@ -73,6 +73,7 @@ class DashboardState:
         self._validated_epoch = 0  # the newest epoch whose validation started: later ones are still to come
         # other panels
         self.devices: dict[int, DevicesSampled] = {}
+        self.env: dict = {}  # RunStarted.env: versions, devices, git commit
         self.checkpoints: list[dict] = []  # newest first
         self.best_file = ""
         self.lines: deque[tuple[str, str]] = deque(maxlen=5000)  # (stream, text) not yet shown
@@ -195,6 +196,7 @@ class DashboardState:
                 return self._metrics(event)
             case RunStarted():
                 self.experiment, self.run_dir = event.experiment, event.run_dir
+                self.env = dict(event.env) if isinstance(event.env, dict) else {}
                 self.epochs, self.max_steps = event.epochs, event.max_steps
                 self.steps_per_epoch, self.batch_size = event.steps_per_epoch, event.batch_size
                 self.resumed_from = event.resumed_from

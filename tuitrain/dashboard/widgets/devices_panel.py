@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.table import Table
+from rich.console import Group
 from rich.text import Text
 from textual.widgets import Static
 
@@ -37,6 +38,15 @@ def _pct(v: object) -> str:
     return f"{v:3.0f}%" if isinstance(v, (int, float)) else "  -%"
 
 
+def env_line(env: dict) -> str:
+    """'torch 2.13.0 · py 3.11.7 · cpu · git 1a2b3c4*' (* : uncommitted changes)."""
+    parts = [f"torch {env['torch']}" if env.get("torch") else "", f"py {env['python']}" if env.get("python") else "",
+             str(env.get("device", ""))]
+    if env.get("git_commit"):
+        parts.append(f"git {env['git_commit'][:7]}{'*' if env.get('git_dirty') else ''}")
+    return " · ".join(p for p in parts if p)
+
+
 class DevicesPanel(Static):
     """Shows the newest `DevicesSampled` of each rank."""
 
@@ -60,7 +70,7 @@ class DevicesPanel(Static):
         style = self.get_component_rich_style("devices-panel--hot" if hot else "devices-panel--bar")
         return Text(bar(percent), style=style)
 
-    def show(self, samples: dict[int, DevicesSampled]) -> None:
+    def show(self, samples: dict[int, DevicesSampled], env: dict | None = None) -> None:
         if not samples:
             return
         rank0 = samples.get(0) or samples[min(samples)]
@@ -96,6 +106,9 @@ class DevicesPanel(Static):
                 torch_mem = gpu.get("torch_allocated")
                 note = f"torch {format_bytes(torch_mem)}" if torch_mem is not None else str(gpu.get("name", ""))
                 grid.add_row("", self._bar(mem_pct), Text(f"{_pct(mem_pct)} {note}"))
+        rows = grid.row_count + bool(env)
+        # a line of its own below the grid: a long one must not squeeze the grid's columns
+        body = Group(grid, Text(env_line(env), style=label, no_wrap=True, overflow="ellipsis")) if env else grid
         # a layout pass re-arranges the whole screen: only when this panel's height changes
-        self.update(grid, layout=grid.row_count != self._rows)
-        self._rows = grid.row_count
+        self.update(body, layout=rows != self._rows)
+        self._rows = rows
