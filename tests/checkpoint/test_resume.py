@@ -258,7 +258,7 @@ def test_epoch_checkpoints_load_weights_only(tmp_path):
 
 def test_the_comparison_catches_a_resume_that_forgets_the_rng(tmp_path, monkeypatch):
     """Negative control: without the RNG restored, dropout draws differ and the losses do too."""
-    import tuitrain.core.learner as learner_module
+    import tuitrain.core.learner_checkpoint as learner_module  # where the Learner restores its RNG
 
     case = Case(epochs=2)
     ref, _ = reference(case, tmp_path)

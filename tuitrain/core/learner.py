@@ -12,7 +12,6 @@ import os
 import platform
 import time
 import traceback
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -22,12 +21,14 @@ import torch
 from . import checkpoint as ckpt
 from .callbacks import EventBus
 from .control import Interrupter
-from .data import ResumableLoader, build_loader, rng_state, seed_everything, set_rng_state
+from .data import ResumableLoader, build_loader, rng_state, seed_everything
 from .early_stopping import EarlyStopping
+from .events import (ControlReceived, EpochCompleted, EpochStarted, MetricsLogged, OutputPrinted, RunFailed,
+                     RunFinished, RunPaused, RunResumed, RunStarted)
 from .fsutil import atomic_write
-from .events import (StepPoint, CheckpointStarted, ControlReceived, EpochCompleted, EpochStarted, MetricsLogged,
-                     OutputPrinted, RunFailed, RunFinished, RunPaused, RunResumed, RunStarted)
+from .learner_checkpoint import CheckpointMixin
 from .metrics import MetricSet, StepOutput
+from .optimization import OptimizationMixin
 from .output import capture_output
 from .phases import CancelFitting, NonFiniteLoss, Phase, TrainPhase, ValidPhase
 
@@ -117,7 +118,7 @@ def summarize(history: dict) -> dict:
     return out
 
 
-class Learner:
+class Learner(OptimizationMixin, CheckpointMixin):
     """Trains `model` with `optimizer`; `fit(train, valid)` returns a FitResult.
 
     `train`/`valid` may be Datasets (loaders are built with `batch_size`, `shuffle`, `num_workers`) or
@@ -220,107 +221,6 @@ class Learner:
         self._valid_rng: dict | None = None
         self._last_ckpt_step = -1
 
-    # --- precision -----------------------------------------------------------------------------
-
-    def _setup_precision(self, precision: str) -> None:
-        self.precision = precision
-        self.scaler = None
-        self._autocast_dtype = None
-        if precision in ("32", "32-true", "fp32"):
-            return
-        if precision in ("16-mixed", "16"):
-            if self.device.type == "cuda":
-                self._autocast_dtype = torch.float16
-                self.scaler = torch.amp.GradScaler("cuda")
-                return
-            warnings.warn(f"precision '16-mixed' needs CUDA; using bf16-mixed on {self.device.type}",
-                          stacklevel=3)
-            self.precision = "bf16-mixed"
-        if self.precision in ("bf16-mixed", "bf16"):
-            self._autocast_dtype = torch.bfloat16
-            return
-        raise ValueError(f"unknown precision {precision!r}: use '32', 'bf16-mixed' or '16-mixed'")
-
-    _NO_AUTOCAST = contextlib.nullcontext()  # reusable: one less object per step
-
-    def autocast(self):
-        if self._autocast_dtype is None:
-            return self._NO_AUTOCAST
-        return torch.autocast(device_type=self.device.type, dtype=self._autocast_dtype)
-
-    def backward(self, loss: torch.Tensor) -> None:
-        if self.scaler is not None:
-            self.scaler.scale(loss).backward()
-        else:
-            loss.backward()
-
-    def optimizer_step(self) -> None:
-        opt = self.optimizer
-        if self.clip_grad_norm > 0:
-            if self.scaler is not None:
-                self.scaler.unscale_(opt)
-            torch.nn.utils.clip_grad_norm_(self.raw_model.parameters(), self.clip_grad_norm)
-        if self.scaler is not None:
-            self.scaler.step(opt)
-            self.scaler.update()
-        else:
-            opt.step()
-        opt.zero_grad(set_to_none=True)
-        if self.scheduler is not None and self.scheduler_interval == "step":
-            self.scheduler.step()
-
-    def fire(self, point: str, detail: str = "") -> None:
-        """Announce a point inside the current step ("loss", "backward_started", "backward_completed",
-        "optimizer_stepped" or a name of your own) to the callbacks that take per-step events; costs
-        nothing when none does."""
-        if self.bus.wants_steps:
-            s = self.state
-            self.bus.emit_step(StepPoint(point=point, phase=s.phase, epoch=s.epoch, step=s.step + 1, detail=detail))
-
-    def zero_grad(self, name: str | None = None) -> None:
-        """Clear the gradients of one optimizer's parameters (all optimizers when `name` is None)."""
-        for opt in (self.optimizers.values() if name is None else (self._optimizer(name),)):
-            opt.zero_grad(set_to_none=True)
-
-    def step_optimizer(self, name: str | None = None) -> None:
-        """For a phase with its own step: clip, step and zero one optimizer, then its step-interval
-        scheduler. `name` is the optimizer's name in the config (`[optimizer.NAME]`); None: the only one."""
-        phase = self.phase
-        if phase is not None and not phase.training:
-            raise RuntimeError(f"step_optimizer called in the {phase.name!r} phase, which is not a training phase")
-        opt = self._optimizer(name)
-        key = name if name is not None else next(iter(self.optimizers))
-        if self.clip_grad_norm > 0:
-            if self.scaler is not None:
-                self.scaler.unscale_(opt)
-            params = [p for group in opt.param_groups for p in group["params"]]
-            torch.nn.utils.clip_grad_norm_(params, self.clip_grad_norm)
-        if self.scaler is not None:
-            self.scaler.step(opt)
-            self._scaler_stepped = True  # scaler.update() once per training step, after every optimizer
-        else:
-            opt.step()
-        opt.zero_grad(set_to_none=True)
-        sched = self.schedulers.get(key)
-        if sched is not None and self.scheduler_intervals.get(key) == "step":
-            sched.step()
-
-    def _optimizer(self, name: str | None) -> torch.optim.Optimizer:
-        if name is None:
-            if len(self.optimizers) != 1:
-                raise ValueError(f"several optimizers ({', '.join(self.optimizers)}): name the one to step")
-            return self.optimizer
-        try:
-            return self.optimizers[name]
-        except KeyError:
-            raise KeyError(f"no optimizer {name!r}; the optimizers are {', '.join(self.optimizers) or 'none'}") from None
-
-    def end_manual_step(self) -> None:
-        """After a phase's own step: the gradient scaler's update, once for every optimizer stepped."""
-        if self.scaler is not None and getattr(self, "_scaler_stepped", False):
-            self.scaler.update()
-            self._scaler_stepped = False
-
     # --- per-step hooks called by phases -------------------------------------------------------
 
     def log_step(self, metrics: MetricSet, split: str, state: TrainState, batch: int, total: int) -> None:
@@ -362,89 +262,6 @@ class Learner:
         it.settle()
         if it.stop_requested:
             raise CancelFitting("stopped")
-
-    # --- checkpoints ---------------------------------------------------------------------------
-
-    def state_dict(self) -> dict:
-        """Everything an exact resume needs (live references; `snapshot` copies it)."""
-        s = self.state
-        in_valid = s.stage == "valid"
-        return {
-            "format": ckpt.FORMAT, "version": ckpt.VERSION,
-            "model": self.raw_model.state_dict(),
-            "optimizers": [o.state_dict() for o in self.optimizers.values()],
-            "optimizer_names": list(self.optimizers),
-            "schedulers": [sch.state_dict() for sch in self.schedulers.values()],
-            "scheduler_names": list(self.schedulers),
-            "scaler": self.scaler.state_dict() if self.scaler is not None else None,
-            # mid-validation, the RNG as it was when validation began: a resume re-runs validation
-            "rng": self._valid_rng if in_valid and self._valid_rng is not None else rng_state(),
-            "epoch": s.epoch, "step": s.step, "batch": s.batch, "stage": s.stage,
-            "metrics": {k: v.state_dict() for k, v in self.metric_sets.items()},
-            "history": s.history, "epoch_metrics": s.epoch_metrics,
-            "early_stopping": self.early_stopping.state_dict() if self.early_stopping else None,
-            "config": self.config,
-        }
-
-    def save_checkpoint(self, reason: str) -> None:
-        if self.checkpointer is None:
-            return
-        s = self.state
-        if self._last_ckpt_step == (s.epoch, s.step, s.stage):
-            return  # this exact state is already on disk (or being written)
-        self.bus.emit(CheckpointStarted(epoch=s.epoch, step=s.step, reason=reason))
-        t0 = time.perf_counter()
-        snap = ckpt.snapshot(self.state_dict())
-        stall = time.perf_counter() - t0
-        if s.stage == "done":
-            metrics = dict(s.epoch_metrics)
-        else:
-            metrics = {f"train/{k}": v for k, v in s.last_logged.items()}
-        self.checkpointer.save(snap, epoch=s.epoch, step=s.step, metrics=metrics, reason=reason, stall=stall)
-        self._last_ckpt_step = (s.epoch, s.step, s.stage)
-        if not self.checkpointer.background:
-            self._flush_checkpoint_events()
-
-    def _flush_checkpoint_events(self) -> None:
-        if self.checkpointer is not None:
-            for e in self.checkpointer.take_events():
-                self.bus.emit(e)
-
-    def load_state_dict(self, data: dict) -> None:
-        self.raw_model.load_state_dict(data["model"])
-        for kind, mine in (("optimizer", self.optimizers), ("scheduler", self.schedulers)):
-            saved = data[kind + "s"]
-            names = data.get(kind + "_names") or list(mine)[:len(saved)]  # older files: by position
-            by_name = dict(zip(names, saved))
-            for name, obj in mine.items():
-                if name not in by_name:
-                    if kind == "scheduler" and not saved:
-                        continue  # a scheduler added since: it starts fresh, as before
-                    raise ValueError(f"the checkpoint has no {kind} {name!r} (it has: {', '.join(names) or 'none'})")
-                obj.load_state_dict(by_name[name])
-        if self.scaler is not None and data.get("scaler"):
-            self.scaler.load_state_dict(data["scaler"])
-        for k, ms in self.metric_sets.items():
-            if k in data["metrics"]:
-                ms.load_state_dict(data["metrics"][k])
-        if self.early_stopping is not None and data.get("early_stopping"):
-            self.early_stopping.load_state_dict(data["early_stopping"])
-        s = self.state
-        s.epoch, s.step, s.batch, s.stage = data["epoch"], data["step"], data["batch"], data["stage"]
-        s.history = {k: [list(r) for r in v] for k, v in data["history"].items()}
-        s.epoch_metrics = dict(data["epoch_metrics"])
-        set_rng_state(data["rng"])
-        # the restored optimizer has stepped: no "scheduler.step() before optimizer.step()" warning
-        for opt in self.optimizers.values():
-            opt._opt_called = True
-        saved_world = int(data.get("world_size", 1))
-        if saved_world != self.world_size and s.stage == "train" and s.batch:
-            # the position in the data order is per rank: another world size restarts at an epoch
-            warnings.warn(f"the checkpoint was written by {saved_world} process(es) and this run has "
-                          f"{self.world_size}: resuming at the start of epoch {s.epoch + 1} (the rest of "
-                          f"epoch {s.epoch} is skipped)", stacklevel=2)
-            s.epoch, s.batch, s.stage = s.epoch + 1, 0, "train"
-        self._last_ckpt_step = (s.epoch, s.step, s.stage)
 
     # --- the run -------------------------------------------------------------------------------
 
@@ -561,30 +378,6 @@ class Learner:
             key = f"{split}/{k}"
             s.epoch_metrics[key] = v
             s.history.setdefault(key, []).append([s.epoch, v])
-
-    def _final_checkpoint(self, reason: str) -> None:
-        try:
-            self.save_checkpoint(reason)
-            if self.checkpointer is not None:
-                self.checkpointer.wait()
-                if self.checkpointer.last_error and reason == "end":
-                    raise RuntimeError(f"the final checkpoint could not be written: {self.checkpointer.last_error}")
-        finally:
-            self._flush_checkpoint_events()
-
-    def _finish_checkpoints(self) -> None:
-        if self.checkpointer is not None:
-            self.checkpointer.wait()
-            self._flush_checkpoint_events()
-
-    def _best(self) -> dict:
-        if self.checkpointer is None:
-            return {}
-        b = self.checkpointer.best()
-        if b is None:
-            return {}
-        return {"file": f"checkpoint/{b.file}", "monitor": self.checkpointer.monitor,
-                "value": b.metrics.get(self.checkpointer.monitor), "epoch": b.epoch, "step": b.step}
 
     def _failed(self, e: BaseException, t_start: float) -> FitResult:
         s = self.state

@@ -1,0 +1,126 @@
+"""The Learner's checkpoint side: the state an exact resume needs, saving it through the
+Checkpointer (the loop waits only for the copy to CPU), loading it back, the final checkpoint.
+
+A mixin of `Learner` (learner.py), kept apart because it is one idea: what a checkpoint holds.
+Must not import textual.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+
+from . import checkpoint as ckpt
+from .data import rng_state, set_rng_state
+from .events import CheckpointStarted
+
+
+class CheckpointMixin:
+    """State capture and restore for `Learner`; uses its models, optimizers, schedulers, metric sets,
+    state, bus and checkpointer."""
+
+    def state_dict(self) -> dict:
+        """Everything an exact resume needs (live references; `snapshot` copies it)."""
+        s = self.state
+        in_valid = s.stage == "valid"
+        return {
+            "format": ckpt.FORMAT, "version": ckpt.VERSION,
+            "model": self.raw_model.state_dict(),
+            "optimizers": [o.state_dict() for o in self.optimizers.values()],
+            "optimizer_names": list(self.optimizers),
+            "schedulers": [sch.state_dict() for sch in self.schedulers.values()],
+            "scheduler_names": list(self.schedulers),
+            "scaler": self.scaler.state_dict() if self.scaler is not None else None,
+            # mid-validation, the RNG as it was when validation began: a resume re-runs validation
+            "rng": self._valid_rng if in_valid and self._valid_rng is not None else rng_state(),
+            "epoch": s.epoch, "step": s.step, "batch": s.batch, "stage": s.stage,
+            "metrics": {k: v.state_dict() for k, v in self.metric_sets.items()},
+            "history": s.history, "epoch_metrics": s.epoch_metrics,
+            "early_stopping": self.early_stopping.state_dict() if self.early_stopping else None,
+            "config": self.config,
+        }
+
+    def save_checkpoint(self, reason: str) -> None:
+        if self.checkpointer is None:
+            return
+        s = self.state
+        if self._last_ckpt_step == (s.epoch, s.step, s.stage):
+            return  # this exact state is already on disk (or being written)
+        self.bus.emit(CheckpointStarted(epoch=s.epoch, step=s.step, reason=reason))
+        t0 = time.perf_counter()
+        snap = ckpt.snapshot(self.state_dict())
+        stall = time.perf_counter() - t0
+        if s.stage == "done":
+            metrics = dict(s.epoch_metrics)
+        else:
+            metrics = {f"train/{k}": v for k, v in s.last_logged.items()}
+        self.checkpointer.save(snap, epoch=s.epoch, step=s.step, metrics=metrics, reason=reason, stall=stall)
+        self._last_ckpt_step = (s.epoch, s.step, s.stage)
+        if not self.checkpointer.background:
+            self._flush_checkpoint_events()
+
+    def _flush_checkpoint_events(self) -> None:
+        if self.checkpointer is not None:
+            for e in self.checkpointer.take_events():
+                self.bus.emit(e)
+
+    def load_state_dict(self, data: dict) -> None:
+        self.raw_model.load_state_dict(data["model"])
+        for kind, mine in (("optimizer", self.optimizers), ("scheduler", self.schedulers)):
+            saved = data[kind + "s"]
+            names = data.get(kind + "_names") or list(mine)[:len(saved)]  # older files: by position
+            by_name = dict(zip(names, saved))
+            for name, obj in mine.items():
+                if name not in by_name:
+                    if kind == "scheduler" and not saved:
+                        continue  # a scheduler added since: it starts fresh, as before
+                    raise ValueError(f"the checkpoint has no {kind} {name!r} (it has: {', '.join(names) or 'none'})")
+                obj.load_state_dict(by_name[name])
+        if self.scaler is not None and data.get("scaler"):
+            self.scaler.load_state_dict(data["scaler"])
+        for k, ms in self.metric_sets.items():
+            if k in data["metrics"]:
+                ms.load_state_dict(data["metrics"][k])
+        if self.early_stopping is not None and data.get("early_stopping"):
+            self.early_stopping.load_state_dict(data["early_stopping"])
+        s = self.state
+        s.epoch, s.step, s.batch, s.stage = data["epoch"], data["step"], data["batch"], data["stage"]
+        s.history = {k: [list(r) for r in v] for k, v in data["history"].items()}
+        s.epoch_metrics = dict(data["epoch_metrics"])
+        set_rng_state(data["rng"])
+        # the restored optimizer has stepped: no "scheduler.step() before optimizer.step()" warning
+        for opt in self.optimizers.values():
+            opt._opt_called = True
+        saved_world = int(data.get("world_size", 1))
+        if saved_world != self.world_size and s.stage == "train" and s.batch:
+            # the position in the data order is per rank: another world size restarts at an epoch
+            warnings.warn(f"the checkpoint was written by {saved_world} process(es) and this run has "
+                          f"{self.world_size}: resuming at the start of epoch {s.epoch + 1} (the rest of "
+                          f"epoch {s.epoch} is skipped)", stacklevel=2)
+            s.epoch, s.batch, s.stage = s.epoch + 1, 0, "train"
+        self._last_ckpt_step = (s.epoch, s.step, s.stage)
+
+
+    def _final_checkpoint(self, reason: str) -> None:
+        try:
+            self.save_checkpoint(reason)
+            if self.checkpointer is not None:
+                self.checkpointer.wait()
+                if self.checkpointer.last_error and reason == "end":
+                    raise RuntimeError(f"the final checkpoint could not be written: {self.checkpointer.last_error}")
+        finally:
+            self._flush_checkpoint_events()
+
+    def _finish_checkpoints(self) -> None:
+        if self.checkpointer is not None:
+            self.checkpointer.wait()
+            self._flush_checkpoint_events()
+
+    def _best(self) -> dict:
+        if self.checkpointer is None:
+            return {}
+        b = self.checkpointer.best()
+        if b is None:
+            return {}
+        return {"file": f"checkpoint/{b.file}", "monitor": self.checkpointer.monitor,
+                "value": b.metrics.get(self.checkpointer.monitor), "epoch": b.epoch, "step": b.step}

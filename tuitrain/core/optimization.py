@@ -1,0 +1,118 @@
+"""The Learner's optimization side: precision (autocast, gradient scaler), backward, optimizer steps
+with clipping and schedulers, and the helpers a phase of one's own calls (`step_optimizer`, `fire`).
+
+A mixin of `Learner` (learner.py). Must not import textual.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+
+import torch
+
+from .events import StepPoint
+
+
+class OptimizationMixin:
+    """Precision and optimizer stepping for `Learner`; uses its device, models, optimizers,
+    schedulers, clip_grad_norm, phase, state and bus."""
+
+    def _setup_precision(self, precision: str) -> None:
+        self.precision = precision
+        self.scaler = None
+        self._autocast_dtype = None
+        if precision in ("32", "32-true", "fp32"):
+            return
+        if precision in ("16-mixed", "16"):
+            if self.device.type == "cuda":
+                self._autocast_dtype = torch.float16
+                self.scaler = torch.amp.GradScaler("cuda")
+                return
+            warnings.warn(f"precision '16-mixed' needs CUDA; using bf16-mixed on {self.device.type}",
+                          stacklevel=3)
+            self.precision = "bf16-mixed"
+        if self.precision in ("bf16-mixed", "bf16"):
+            self._autocast_dtype = torch.bfloat16
+            return
+        raise ValueError(f"unknown precision {precision!r}: use '32', 'bf16-mixed' or '16-mixed'")
+
+    _NO_AUTOCAST = contextlib.nullcontext()  # reusable: one less object per step
+
+    def autocast(self):
+        if self._autocast_dtype is None:
+            return self._NO_AUTOCAST
+        return torch.autocast(device_type=self.device.type, dtype=self._autocast_dtype)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        if self.scaler is not None:
+            self.scaler.scale(loss).backward()
+        else:
+            loss.backward()
+
+    def optimizer_step(self) -> None:
+        opt = self.optimizer
+        if self.clip_grad_norm > 0:
+            if self.scaler is not None:
+                self.scaler.unscale_(opt)
+            torch.nn.utils.clip_grad_norm_(self.raw_model.parameters(), self.clip_grad_norm)
+        if self.scaler is not None:
+            self.scaler.step(opt)
+            self.scaler.update()
+        else:
+            opt.step()
+        opt.zero_grad(set_to_none=True)
+        if self.scheduler is not None and self.scheduler_interval == "step":
+            self.scheduler.step()
+
+    def fire(self, point: str, detail: str = "") -> None:
+        """Announce a point inside the current step ("loss", "backward_started", "backward_completed",
+        "optimizer_stepped" or a name of your own) to the callbacks that take per-step events; costs
+        nothing when none does."""
+        if self.bus.wants_steps:
+            s = self.state
+            self.bus.emit_step(StepPoint(point=point, phase=s.phase, epoch=s.epoch, step=s.step + 1, detail=detail))
+
+    def zero_grad(self, name: str | None = None) -> None:
+        """Clear the gradients of one optimizer's parameters (all optimizers when `name` is None)."""
+        for opt in (self.optimizers.values() if name is None else (self._optimizer(name),)):
+            opt.zero_grad(set_to_none=True)
+
+    def step_optimizer(self, name: str | None = None) -> None:
+        """For a phase with its own step: clip, step and zero one optimizer, then its step-interval
+        scheduler. `name` is the optimizer's name in the config (`[optimizer.NAME]`); None: the only one."""
+        phase = self.phase
+        if phase is not None and not phase.training:
+            raise RuntimeError(f"step_optimizer called in the {phase.name!r} phase, which is not a training phase")
+        opt = self._optimizer(name)
+        key = name if name is not None else next(iter(self.optimizers))
+        if self.clip_grad_norm > 0:
+            if self.scaler is not None:
+                self.scaler.unscale_(opt)
+            params = [p for group in opt.param_groups for p in group["params"]]
+            torch.nn.utils.clip_grad_norm_(params, self.clip_grad_norm)
+        if self.scaler is not None:
+            self.scaler.step(opt)
+            self._scaler_stepped = True  # scaler.update() once per training step, after every optimizer
+        else:
+            opt.step()
+        opt.zero_grad(set_to_none=True)
+        sched = self.schedulers.get(key)
+        if sched is not None and self.scheduler_intervals.get(key) == "step":
+            sched.step()
+
+    def _optimizer(self, name: str | None) -> torch.optim.Optimizer:
+        if name is None:
+            if len(self.optimizers) != 1:
+                raise ValueError(f"several optimizers ({', '.join(self.optimizers)}): name the one to step")
+            return self.optimizer
+        try:
+            return self.optimizers[name]
+        except KeyError:
+            raise KeyError(f"no optimizer {name!r}; the optimizers are {', '.join(self.optimizers) or 'none'}") from None
+
+    def end_manual_step(self) -> None:
+        """After a phase's own step: the gradient scaler's update, once for every optimizer stepped."""
+        if self.scaler is not None and getattr(self, "_scaler_stepped", False):
+            self.scaler.update()
+            self._scaler_stepped = False
