@@ -1,0 +1,210 @@
+"""Building a run's parts from its config: the user's models and data, the loss, optimizers (with
+auto_scale_lr), schedulers (with windows and filled-in lengths), metrics, phases, and the Learner.
+
+Called by `Run.build` in the training thread or rank. Must not import textual.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from pathlib import Path
+
+from .config import resolve_target
+from .core.callbacks import EventBus
+
+
+def build_learner(run, bus: EventBus):
+    """The user's model, data, loss, optimizer, scheduler, metrics from `run.cfg`: a Learner and its
+    loaders. Runs in the training thread (or rank); errors here are the user's code failing."""
+    import torch
+
+    from .core import checkpoint as ckpt
+    from .core.data import build_loader, seed_everything
+    from .core.early_stopping import EarlyStopping
+    from .core.learner import Learner
+    from .core.metrics import TorchMetric
+
+    cfg = run.cfg
+    if not run.headless and "OMP_NUM_THREADS" not in os.environ and (os.cpu_count() or 1) > 1:
+        # leave the dashboard a core: OpenMP workers spin-wait and stall when the UI takes one
+        torch.set_num_threads(max(1, min(torch.get_num_threads(), (os.cpu_count() or 2) - 1)))
+    seed_everything(cfg.experiment.seed)
+    target = lambda spec, key: resolve_target(spec, cfg.base_dir, key, file=cfg.source)  # noqa: E731
+    from .config import _parts
+
+    models = {}
+    for key, m in _parts(cfg.model, "model"):
+        models[key.partition(".")[2] or "model"] = built = target(m.target, f"{key}.target")(**m.kwargs)
+        if not isinstance(built, torch.nn.Module):
+            raise TypeError(f"{key}.target {m.target} returned {type(built).__name__}, not a torch.nn.Module")
+    # one model is passed as itself; several as a dict the Learner keeps as learner.models
+    model = models if cfg.model.named else models["model"]
+    data = target(cfg.data.target, "data.target")(**cfg.data.kwargs)
+    if not isinstance(data, (tuple, list)) or len(data) != 2:
+        raise TypeError(f"data.target {cfg.data.target} must return (train, valid); got {type(data).__name__}")
+    train, valid = data
+    if cfg.checkpoint.init_from:  # several models: keys "generator.net.0.weight", as in model.pt
+        ckpt.load_weights(model if not cfg.model.named else torch.nn.ModuleDict(models),
+                          cfg.checkpoint.init_from, strict=cfg.checkpoint.strict,
+                          revise_keys=cfg.checkpoint.revise_keys)
+    loss_fn = target(cfg.loss.target, "loss.target")(**cfg.loss.kwargs)
+    # [optimizer.NAME] optimizes model NAME; one [optimizer] table gives every model its own optimizer
+    opt_tables = dict(cfg.optimizer.named) or dict.fromkeys(models, cfg.optimizer)
+    optimizers, notes = {}, []
+    world = run.dist.world_size if run.dist is not None else 1
+    for name, o in opt_tables.items():
+        key = f"optimizer.{name}" if cfg.optimizer.named else "optimizer"
+        opt_cls = target(o.target, f"{key}.target") if o.target else getattr(torch.optim, o.name)
+        kwargs = dict(o.kwargs)
+        if o.base_batch_size:
+            note = auto_scale_lr(opt_cls, kwargs, key, o.base_batch_size,
+                                 cfg.data.batch_size * cfg.train.grad_accumulation * world)
+            notes.append(note)
+        optimizers[name] = opt_cls(models[name].parameters(), **kwargs)
+    if cfg.train.compile:
+        for m in models.values():  # in place: the state_dict keeps its keys, checkpoints stay portable
+            m.compile(mode=cfg.train.compile_mode)
+        notes.append(f"torch.compile (mode {cfg.train.compile_mode!r}): the first steps include compiling")
+    optimizer = optimizers if cfg.model.named else optimizers["model"]
+    d = cfg.data
+    train_loader = build_loader(train, batch_size=d.batch_size, shuffle=d.shuffle, num_workers=d.num_workers,
+                                seed=cfg.experiment.seed, drop_last=d.drop_last, pin_memory=d.pin_memory)
+    valid_loader = build_loader(valid, batch_size=d.batch_size, shuffle=False, num_workers=d.num_workers,
+                                seed=cfg.experiment.seed, pin_memory=d.pin_memory)
+    if run.dist is not None:  # this rank's share of the data, before steps per epoch are counted
+        run.dist.shard(train_loader, "train")
+        run.dist.shard(valid_loader, "valid")
+    batches = train_loader.batches_per_epoch()
+    steps_per_epoch = -(-batches // cfg.train.grad_accumulation) if batches else 0
+    schedulers, intervals = {}, {}
+    if cfg.scheduler is not None:  # [scheduler.NAME] drives optimizer NAME; one [scheduler]: every one
+        sched_tables = dict(cfg.scheduler.named) or dict.fromkeys(optimizers, cfg.scheduler)
+        for name, s in sched_tables.items():
+            key = f"scheduler.{name}" if cfg.scheduler.named else "scheduler"
+            if s.chain:
+                schedulers[name] = chain_scheduler(optimizers[name], s, key, target, cfg.train.epochs,
+                                                   steps_per_epoch, cfg.train.max_steps)
+                intervals[name] = s.interval
+                continue
+            cls = target(s.target, f"{key}.target") if s.target else getattr(torch.optim.lr_scheduler, s.name)
+            kwargs = fill_scheduler_kwargs(cls, dict(s.kwargs), s.interval, cfg.train.epochs, steps_per_epoch,
+                                           cfg.train.max_steps)
+            schedulers[name], intervals[name] = cls(optimizers[name], **kwargs), s.interval
+    scheduler = schedulers if cfg.model.named else schedulers.get("model")
+    phases = {}
+    for key in ("phase", "valid_phase"):
+        if spec := getattr(cfg.train, key):
+            phases[key] = target(spec, f"train.{key}")()
+
+    def metrics(items):
+        out = []
+        for item in items:
+            if isinstance(item, dict):
+                kwargs = {k: v for k, v in item.items() if k not in ("target", "name")}
+                obj = target(item["target"], "metrics")(**kwargs)
+                out.append(TorchMetric(obj, item.get("name") or item["target"].rsplit(":", 1)[-1]))
+            else:
+                out.append(item)
+        return out
+
+    c = cfg.checkpoint
+    checkpointer = ckpt.Checkpointer(run.run_dir / "checkpoint", keep_last=c.keep_last, keep_best=c.keep_best,
+                                     monitor=c.monitor, mode=c.mode, every_n_epochs=c.every_n_epochs,
+                                     every_n_steps=c.every_n_steps)
+    es = cfg.early_stopping
+    early = EarlyStopping(es.monitor, es.mode, es.patience, es.min_delta) if es is not None else None
+    t = cfg.train
+    learner = (Learner if run.dist is None else run.dist.learner)(
+        model, optimizer, loss_fn=loss_fn, scheduler=scheduler,
+        scheduler_interval=intervals if cfg.model.named else intervals.get("model", "step"),
+        train_phase=phases.get("phase"), valid_phase=phases.get("valid_phase"),
+        train_metrics=metrics(cfg.metrics.train), valid_metrics=metrics(cfg.metrics.valid),
+        epochs=t.epochs, max_steps=t.max_steps, grad_accumulation=t.grad_accumulation,
+        clip_grad_norm=t.clip_grad_norm, precision=t.precision, device=t.device,
+        validate_every=t.validate_every, log_every_n_steps=cfg.log.every_n_steps, seed=cfg.experiment.seed,
+        interrupter=run.interrupter, checkpointer=checkpointer, early_stopping=early,
+        capture_output=True, config=cfg.to_dict(), experiment=cfg.experiment.name, bus=bus,
+        run_dir=run.run_dir, env=git_info(cfg.base_dir), notes=notes)
+    return learner, train_loader, valid_loader
+
+
+def auto_scale_lr(opt_cls, kwargs: dict, key: str, base: int, effective: int) -> str:
+    """Scale `lr` in `kwargs` linearly with the effective batch; returns the line that says so."""
+    lr = kwargs.get("lr")
+    if lr is None:
+        try:
+            lr = inspect.signature(opt_cls).parameters["lr"].default
+        except (KeyError, TypeError, ValueError):
+            lr = inspect.Parameter.empty
+        if not isinstance(lr, (int, float)):
+            raise ValueError(f"{key}.base_batch_size: {opt_cls.__name__} has no default lr; set {key}.lr")
+    kwargs["lr"] = lr * effective / base
+    return (f"auto_scale_lr: {key}.lr {lr:g} -> {kwargs['lr']:g} (effective batch {effective} = batch_size x "
+            f"grad_accumulation x processes, base_batch_size {base})")
+
+
+def git_info(folder: Path) -> dict:
+    """The git commit of the config's folder, when it is in a repository: {"git_commit", "git_dirty"}."""
+    import subprocess
+
+    try:
+        commit = subprocess.run(["git", "-C", str(folder), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                timeout=5)
+        if commit.returncode != 0:
+            return {}
+        dirty = subprocess.run(["git", "-C", str(folder), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=5)
+        return {"git_commit": commit.stdout.strip(), "git_dirty": bool(dirty.stdout.strip())}
+    except (OSError, subprocess.SubprocessError):
+        return {}
+
+
+def chain_scheduler(optimizer, sched, key: str, target, epochs: int, steps_per_epoch: int, max_steps: int):
+    """Windows one after another (a warm-up, then cosine): torch's SequentialLR, each window's
+    T_max / total_iters / total_steps filled with its length when left out."""
+    import torch
+
+    from .config import chain_parts
+
+    total = epochs * steps_per_epoch
+    if max_steps:
+        total = min(total, max_steps) if total else max_steps
+    horizon = total if sched.interval == "step" else epochs
+    parts, begins = [], []
+    for part_key, part, begin, end in chain_parts(sched, key):
+        cls = target(part.target, f"{part_key}.target") if part.target else getattr(torch.optim.lr_scheduler, part.name)
+        span = max(1, (end if end is not None else horizon) - begin)
+        kwargs = dict(part.kwargs)
+        try:
+            params = inspect.signature(cls).parameters
+        except (TypeError, ValueError):
+            params = {}
+        for name in ("T_max", "total_iters", "total_steps"):
+            if name in params and name not in kwargs:
+                kwargs[name] = span
+        parts.append(cls(optimizer, **kwargs))
+        begins.append(begin)
+    if len(parts) == 1:
+        return parts[0]
+    return torch.optim.lr_scheduler.SequentialLR(optimizer, parts, milestones=begins[1:])
+
+
+def fill_scheduler_kwargs(cls, kwargs: dict, interval: str, epochs: int, steps_per_epoch: int,
+                          max_steps: int) -> dict:
+    """Fill total_steps / T_max / epochs+steps_per_epoch when the class needs them and they are left out."""
+    try:
+        params = inspect.signature(cls).parameters
+    except (TypeError, ValueError):
+        return kwargs
+    total_steps = epochs * steps_per_epoch
+    if max_steps:
+        total_steps = min(total_steps, max_steps) if total_steps else max_steps
+    horizon = total_steps if interval == "step" else epochs
+    if "total_steps" in params and "total_steps" not in kwargs and not ("epochs" in kwargs and "steps_per_epoch" in kwargs):
+        kwargs["total_steps"] = max(1, horizon)
+    if "T_max" in params and "T_max" not in kwargs:
+        kwargs["T_max"] = max(1, horizon)
+    if "total_iters" in params and "total_iters" not in kwargs and params["total_iters"].default is inspect.Parameter.empty:
+        kwargs["total_iters"] = max(1, horizon)
+    return kwargs
