@@ -95,29 +95,29 @@ def env() -> dict:
     return e
 
 
-def per_step_from_events(run_dir: Path, steps: int) -> float:
+def per_step_from_events(run_dir: Path, steps: int, warmup: int = WARMUP) -> float:
     marks = {}
     for line in (run_dir / "events.jsonl").read_text().splitlines():
         e = json.loads(line)
-        if e["event"] == "MetricsLogged" and e.get("scope") == "step" and e["step"] in (WARMUP, steps):
+        if e["event"] == "MetricsLogged" and e.get("scope") == "step" and e["step"] in (warmup, steps):
             marks[e["step"]] = e["time"]
-    return (marks[steps] - marks[WARMUP]) / (steps - WARMUP)
+    return (marks[steps] - marks[warmup]) / (steps - warmup)
 
 
-def hand(steps: int, m: dict) -> float:
-    code = HAND.format(here=str(HERE), n=m["batch"] * steps, warmup=WARMUP, **m)
+def hand(steps: int, m: dict, warmup: int = WARMUP) -> float:
+    code = HAND.format(here=str(HERE), n=m["batch"] * steps, warmup=warmup, **m)
     out = subprocess.run([sys.executable, "-c", code], env=env(), capture_output=True, text=True, check=True)
     return float(out.stdout.strip())
 
 
-def tuitrain(steps: int, m: dict, tmp: Path, dashboard: bool) -> float:
+def tuitrain(steps: int, m: dict, tmp: Path, dashboard: bool, warmup: int = WARMUP) -> float:
     cfg = tmp / "bench.toml"
     cfg.write_text(CONFIG.format(runs=(tmp / "runs").as_posix(), n=m["batch"] * steps, **m))
     run_dir = tmp / f"run-{time.time_ns()}"
     cmd = [sys.executable, "-m", "tuitrain", "run", str(cfg), "--run-dir", str(run_dir)]
     if not dashboard:
         subprocess.run(cmd + ["--headless"], env=env(), check=True, capture_output=True)
-        return per_step_from_events(run_dir, steps)
+        return per_step_from_events(run_dir, steps, warmup)
     pid, fd = pty.fork()
     if pid == 0:  # the child: the dashboard in a real pseudo-terminal
         os.execvpe(cmd[0], cmd, env())
@@ -147,7 +147,7 @@ def tuitrain(steps: int, m: dict, tmp: Path, dashboard: bool) -> float:
         os.kill(pid, 9)
         os.waitpid(pid, 0)
     os.close(fd)
-    return per_step_from_events(run_dir, steps)
+    return per_step_from_events(run_dir, steps, warmup)
 
 
 def main(argv=None) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import threading
+import time
 
 import pytest
 from textual.geometry import Region
@@ -469,3 +470,36 @@ async def test_many_epochs_draw_at_most_a_dozen_boundary_lines():
         plot = app.query_one(MetricPlot)
         assert 6 <= len(plot.boundaries) <= 12
         assert set(plot.boundaries) <= set(app.state.epoch_steps)
+
+
+@sync
+async def test_redraws_give_way_when_the_screen_takes_more_than_its_share_of_a_core():
+    """The UI thread's CPU time over PACE_WINDOW sets `slow`: a screen that costs 4 times its
+    share spreads its refreshes 4 times; paused (nothing to give way to) it goes back to 1."""
+    from tuitrain.core.events import RunPaused
+    from tuitrain.dashboard import app as app_module
+
+    cpu = [0.0]
+    events = recorded_run(epochs=1, total_epochs=3, end="running")
+    source = ReplaySource(events)
+    app = make_app(events, source=source, ui_share=0.025, cpu_clock=lambda: cpu[0])
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        assert app.slow == 1.0
+        cpu[0] += 0.1 * app_module.PACE_WINDOW  # 10% of a core: 4x the share
+        app._pace_at = time.monotonic() - app_module.PACE_WINDOW
+        app._dirty.add("progress")
+        app.drain()
+        assert app.slow == pytest.approx(4.0, rel=0.02)
+        before = app.query_one(MetricPlot).builds
+        more = recorded_run(epochs=2, total_epochs=3, end="running")[len(events):]
+        source.push(*more)
+        await until(pilot, lambda: app.state.step == 40)
+        await pilot.pause(0.3)  # far less than plot_interval * slow: the new points wait
+        assert app.query_one(MetricPlot).builds == before
+        source.push(RunPaused(epoch=2, step=40))
+        await until(pilot, lambda: app.state.paused)
+        app._pace_at -= app_module.PACE_WINDOW  # a quiet window while paused
+        app._dirty.add("progress")
+        app.drain()
+        assert app.slow == 1.0

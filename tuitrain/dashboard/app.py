@@ -45,6 +45,12 @@ DASHBOARD_TCSS = Path(__file__).with_name("dashboard.tcss")
 COMPACT = (100, 32)  # below this width or height the side panels shrink
 TOO_SMALL = (50, 12)  # below this the dashboard gives way to a notice
 PROGRESS_INTERVAL = 0.5  # seconds between progress-panel refreshes while only counters move
+# Redraws run on the UI thread and hold the GIL that the training thread needs: while training runs,
+# the screen may use this share of one core. When it uses more, refreshes of the plot and the
+# counters are spread out (up to MAX_SLOW times their interval); paused or ended, they are not.
+UI_SHARE = 0.025
+PACE_WINDOW = 2.0  # seconds over which the UI thread's CPU time is measured
+MAX_SLOW = 4.0
 DRAIN_LIMIT = 5000  # events folded per tick (~40 ms): a long events.jsonl loads without freezing keys
 
 # a theme file may name the Textual base theme (buttons, footer, dialogs) in a comment
@@ -116,7 +122,8 @@ class DashboardApp(App[int]):
     def __init__(self, source: Source, controller: Controller | None = None, theme: Path | None = None, *,
                  watch: bool = False, notice: str = "", clock: Callable[[], float] = time.time,
                  drain_interval: float = 1 / 15, plot_interval: float = 1.0,
-                 hard_exit: Callable[[App], None] | None = None, use_default_theme: bool = True) -> None:
+                 hard_exit: Callable[[App], None] | None = None, use_default_theme: bool = True,
+                 ui_share: float = UI_SHARE, cpu_clock: Callable[[], float] = time.thread_time) -> None:
         if theme is None and use_default_theme:
             theme = default_theme()
         self.theme_path = Path(theme) if theme is not None else None
@@ -141,6 +148,14 @@ class DashboardApp(App[int]):
         self._dirty: set[str] = set()
         self._last_plot = 0.0
         self._last_progress = 0.0
+        self._title_shown: tuple | None = None
+        self.ui_share = ui_share
+        self.cpu_clock = cpu_clock  # this thread's CPU time: what the screen costs
+        self.slow = 1.0  # the factor on the refresh intervals (see UI_SHARE)
+        self._pace_at = time.monotonic()
+        self._pace_cpu = cpu_clock()
+        self._status_shown: tuple = ()
+        self._plot_title = ""
         self._result_shown = False
         self._source_closed = False
         self._base_theme = base_theme_of(self.theme_path)
@@ -208,8 +223,12 @@ class DashboardApp(App[int]):
         name = st.experiment or "tuitrain"
         where = st.run_dir or (str(getattr(self.source, "run_dir", "")) if self.watching else "")
         mode = "watching" if self.watching else "live"
+        key = (name, where, mode)
+        if key == self._title_shown:
+            return
+        self._title_shown = key
         text = Text.assemble((f" {name}", "bold"), f"  {where}" if where else "", f"  [{mode}]")
-        self.query_one("#title-bar", Static).update(text)
+        self.query_one("#title-bar", Static).update(text, layout=False)  # one line, always
 
     # --- the event stream ------------------------------------------------------------------
 
@@ -223,15 +242,20 @@ class DashboardApp(App[int]):
             return
         st = self.state
         now = time.monotonic()
+        self._pace(now)
         keep: set[str] = set()  # what waits for its turn
         if "progress" in dirty:
-            if now - self._last_progress >= PROGRESS_INTERVAL or st.ended or dirty - {"progress"}:
+            # a change of state (paused, stopping, checkpointing, ended) shows at once; counters wait
+            status = (st.activity, st.paused, st.stopping, st.checkpointing, st.final, st.epoch)
+            if (now - self._last_progress >= PROGRESS_INTERVAL * self.slow or status != self._status_shown
+                    or st.ended):
+                self._status_shown = status
                 self._last_progress = now
                 self._refresh_progress()
                 if st.experiment:
                     self._title()
             else:
-                keep.add("progress")  # counters move every step: 4 refreshes a second are enough
+                keep.add("progress")
         if "devices" in dirty:
             self.query_one(DevicesPanel).show(st.devices, st.env)
         if "checkpoints" in dirty:
@@ -241,7 +265,7 @@ class DashboardApp(App[int]):
             for stream, text in st.take_lines():
                 log.add(stream, text)
         if "plot" in dirty:
-            if now - self._last_plot >= self.plot_interval or st.ended:
+            if now - self._last_plot >= self.plot_interval * self.slow or st.ended:
                 self._last_plot = now
                 self._replot()
             else:
@@ -249,6 +273,19 @@ class DashboardApp(App[int]):
         if "result" in dirty and st.ended and (self.watching or self.worker_done):
             self._show_result()
         self._dirty = keep
+
+    def _pace(self, now: float) -> None:
+        """Every PACE_WINDOW seconds: the screen's share of a core sets `slow` (see UI_SHARE)."""
+        elapsed = now - self._pace_at
+        if elapsed < PACE_WINDOW:
+            return
+        cpu = self.cpu_clock()
+        share = (cpu - self._pace_cpu) / elapsed
+        self._pace_at, self._pace_cpu = now, cpu
+        if self.state.ended or self.state.paused or self.watching:
+            self.slow = 1.0  # nothing to give way to: no training, or it runs in another process
+        else:
+            self.slow = min(MAX_SLOW, max(1.0, self.slow * share / self.ui_share))
 
     def _refresh_progress(self) -> None:
         st = self.state
@@ -270,11 +307,13 @@ class DashboardApp(App[int]):
         plot.show(self.state, self.metric, self.window)
         where = f"{names.index(self.metric) + 1}/{len(names)}" if self.metric in names else "-"
         window = "recent window" if self.window == "recent" else "full history"
-        plot.border_title = f"{self.metric or 'metrics'} ({where}) · {window}"
-        plot.border_subtitle = "Tab ←→ metric · ↑↓ window"
+        title = f"{self.metric or 'metrics'} ({where}) · {window}"
+        if title != self._plot_title:  # each assignment is a repaint
+            self._plot_title = plot.border_title = title
+            plot.border_subtitle = "Tab ←→ metric · ↑↓ window"
 
     def _every_second(self) -> None:
-        self._refresh_progress()  # elapsed time and ETA move without events
+        self._dirty.add("progress")  # elapsed time and ETA move without events; drain paces it
         self.query_one(CheckpointList).render_rows()  # ages
         if self.watching and not self.state.ended and getattr(self.source, "caught_up", False):
             self._check_alive()

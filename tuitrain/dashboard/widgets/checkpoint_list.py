@@ -33,18 +33,22 @@ class CheckpointList(Static):
         self.rows: list[dict] = []
         self.best_file = ""
         self.monitor = ""
+        self._shown: tuple | None = None  # what is on screen: (row count, text of the cells)
 
     def show(self, checkpoints: list[dict], best_file: str, monitor: str) -> None:
         self.rows, self.best_file, self.monitor = list(checkpoints), best_file, monitor
         self.render_rows()
 
     def on_resize(self) -> None:
+        self._shown = None
         self.render_rows()  # the columns depend on the width
 
     def render_rows(self) -> None:
         """Also called every second so that ages stay true."""
         if not self.rows:
-            self.update("no checkpoint yet")
+            if self._shown != (0, ()):
+                self._shown = (0, ())
+                self.update("no checkpoint yet")
             return
         header = self.get_component_rich_style("checkpoint-list--header")
         best = self.get_component_rich_style("checkpoint-list--best")
@@ -63,6 +67,12 @@ class CheckpointList(Static):
         widths = {n: max([len(n)] + [len(cells[n]) for _, cells in rows]) for n in names}
         left = self.content_size.width - sum(widths[n] + 1 for n in names[:-1])
         columns = names if left >= 8 else names[:-1]
+        shown = (len(rows), tuple(tuple(cells[c] for c in columns) for _, cells in rows), self.best_file)
+        if shown == self._shown:
+            return  # called every second for the ages: most seconds nothing on screen changes
+        # a layout pass re-arranges the whole screen: only when this panel's height changes
+        layout = self._shown is None or self._shown[0] != shown[0]
+        self._shown = shown
         table = Table.grid(padding=(0, 1))
         for name in columns:
             table.add_column(justify="left" if name in ("", "file") else "right", no_wrap=True,
@@ -71,4 +81,4 @@ class CheckpointList(Static):
         table.add_row(*(Text(h, style=header) for h in columns))
         for is_best, cells in rows:
             table.add_row(*(Text(cells[c], style=best if is_best else "") for c in columns))
-        self.update(table)
+        self.update(table, layout=layout)
