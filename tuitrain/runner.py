@@ -186,7 +186,7 @@ class Run:
 
     # --- running -------------------------------------------------------------------------------
 
-    def _attach(self, bus: EventBus) -> list:
+    def _attach(self, bus: EventBus, devices: bool = True) -> list:
         from .core.devices import DeviceMonitor
         from .sinks.standard import standard_sinks
 
@@ -198,6 +198,8 @@ class Run:
             bus.subscribe(HeadlessConsole(), steps=False)
         for cb, steps in self._callbacks:
             bus.subscribe(cb, steps)
+        if not devices:
+            return []
         monitor = DeviceMonitor(bus.emit)
 
         def start_monitor(event, state):  # after RunStarted, so that the stream opens with it

@@ -257,3 +257,21 @@ def test_torchrun_rank_0_owns_the_run_dir(tiny):
     info = json.loads((run / "run.json").read_text())
     assert info["status"] == "completed" and info["step"] == 21  # 50 items per rank, batch 8: 7 steps
     assert r.stdout.count("training completed") == 1  # rank 1 is quiet
+
+
+def test_each_rank_reports_its_own_cpu_throughput_and_memory(tiny, monkeypatch):
+    """Spawned ranks sample themselves: the parent's stream carries DevicesSampled of rank 0 and 1,
+    each with its process CPU and, from its second sample on, its own steps and samples per second."""
+    monkeypatch.setenv("TUITRAIN_DEVICES_INTERVAL", "0.05")
+    r = tiny.cli("run", tiny.config, *DDP, "--set", "train.epochs=40", timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    (run,) = tiny.run_dirs()
+    samples = _events(run, "DevicesSampled")
+    assert {s["rank"] for s in samples} == {0, 1}
+    for rank in (0, 1):
+        mine = [s for s in samples if s["rank"] == rank]
+        assert all(s["process_cpu"] is not None and s["rss"] > 0 for s in mine)
+        rated = [s for s in mine if s["steps_per_s"] is not None]
+        assert rated and max(s["steps_per_s"] for s in rated) > 0
+        # 16 samples a step on each rank (batch 16 per process, no accumulation)
+        assert all(s["items_per_s"] == pytest.approx(16 * s["steps_per_s"]) for s in rated), [(s["steps_per_s"], s["items_per_s"]) for s in rated]

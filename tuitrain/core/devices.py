@@ -102,13 +102,28 @@ def _rss(proc: psutil.Process) -> int:
     return total
 
 
-class DeviceMonitor:
-    """Samples devices on a daemon thread and calls `emit(DevicesSampled(...))` every `interval` s."""
+def default_interval() -> float:
+    """Seconds between samples: `TUITRAIN_DEVICES_INTERVAL`, else 1."""
+    try:
+        return max(0.05, float(os.environ.get("TUITRAIN_DEVICES_INTERVAL", "1")))
+    except ValueError:
+        return 1.0
 
-    def __init__(self, emit: Callable[[Event], None], interval: float = 1.0, rank: int = 0) -> None:
+
+class DeviceMonitor:
+    """Samples devices on a daemon thread and calls `emit(DevicesSampled(...))` every `interval` s.
+
+    `progress`, when given, returns this process's (optimizer steps, samples) so far: each sample
+    then carries its rates since the previous one (a rank's own throughput in a distributed run).
+    """
+
+    def __init__(self, emit: Callable[[Event], None], interval: float | None = None, rank: int = 0,
+                 progress: Callable[[], tuple[int, int]] | None = None) -> None:
         self.emit = emit
-        self.interval = interval
+        self.interval = default_interval() if interval is None else interval
         self.rank = rank
+        self.progress = progress
+        self._last: tuple[float, int, int] | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._nvml: _Nvml | None = None
@@ -130,6 +145,20 @@ class DeviceMonitor:
         allocated = _torch_allocated()
         for gpu in gpus:
             gpu["torch_allocated"] = allocated.get(gpu["index"])
+        steps_per_s = items_per_s = None
+        if self.progress is not None:
+            try:
+                now, (steps, items) = time.monotonic(), self.progress()
+                if self._last is not None and now > self._last[0]:
+                    dt = now - self._last[0]
+                    steps_per_s, items_per_s = (steps - self._last[1]) / dt, (items - self._last[2]) / dt
+                self._last = (now, steps, items)
+            except Exception:  # a reading of the learner's counters must never end training
+                pass
+        try:
+            process_cpu: float | None = float(self._proc.cpu_percent(interval=None))
+        except (psutil.Error, OSError):
+            process_cpu = None
         return DevicesSampled(
             cpu=float(psutil.cpu_percent(interval=None)),
             cpu_per_core=[float(x) for x in psutil.cpu_percent(interval=None, percpu=True)],
@@ -139,6 +168,9 @@ class DeviceMonitor:
             rss=_rss(self._proc),
             gpus=gpus,
             rank=self.rank,
+            process_cpu=process_cpu,
+            steps_per_s=steps_per_s,
+            items_per_s=items_per_s,
             time=time.time(),
         )
 
@@ -147,6 +179,7 @@ class DeviceMonitor:
             # cpu_percent measures since the previous call: prime it so the first sample is real
             psutil.cpu_percent(interval=None)
             psutil.cpu_percent(interval=None, percpu=True)
+            self._proc.cpu_percent(interval=None)
         except Exception:
             pass
         while not self._stop.wait(self.interval):

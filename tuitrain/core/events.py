@@ -233,6 +233,9 @@ class DevicesSampled(Event):
     rss: int  # bytes, this process (and its data-loader workers)
     gpus: list = field(default_factory=list)  # [{"index", "name", "util", "mem_used", "mem_total", "temp", "power", "torch_allocated"}]
     rank: int = 0
+    process_cpu: float | None = None  # percent of one core, this process (all its threads)
+    steps_per_s: float | None = None  # this process's optimizer steps per second since the last sample
+    items_per_s: float | None = None  # and its samples per second (steps x batch x accumulation)
     time: float = field(default_factory=_now)
 
 

@@ -154,6 +154,7 @@ class DashboardApp(App[int]):
         self.slow = 1.0  # the factor on the refresh intervals (see UI_SHARE)
         self._pace_at = time.monotonic()
         self._pace_cpu = cpu_clock()
+        self._paced = False
         self._status_shown: tuple = ()
         self._plot_title = ""
         self._result_shown = False
@@ -282,10 +283,13 @@ class DashboardApp(App[int]):
         cpu = self.cpu_clock()
         share = (cpu - self._pace_cpu) / elapsed
         self._pace_at, self._pace_cpu = now, cpu
+        if not self._paced:  # the first window holds the screen's start-up (compose, first frames)
+            self._paced = True
+            return
         if self.state.ended or self.state.paused or self.watching:
             self.slow = 1.0  # nothing to give way to: no training, or it runs in another process
-        else:
-            self.slow = min(MAX_SLOW, max(1.0, self.slow * share / self.ui_share))
+        else:  # converges where the screen takes its share; at most doubles per window
+            self.slow = min(MAX_SLOW, max(1.0, self.slow * min(2.0, share / self.ui_share)))
 
     def _refresh_progress(self) -> None:
         st = self.state

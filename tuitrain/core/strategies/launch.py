@@ -71,13 +71,16 @@ def _torchrun(run, rank: int, world: int, local_rank: int) -> int:
     return code
 
 
-def _train_quietly(run, resume_path, bus=None) -> int:
-    """Build and fit this rank with nothing but `bus` listening; the exit code."""
+def _train_quietly(run, resume_path, bus=None, on_built=None) -> int:
+    """Build and fit this rank with nothing but `bus` listening; the exit code.
+    `on_built(learner, train_loader)` is called before training starts."""
     from ..callbacks import EventBus
 
     bus = bus if bus is not None else EventBus()
     try:
         learner, train, valid = run.build(bus)
+        if on_built is not None:
+            on_built(learner, train)
     except Exception as e:
         bus.emit(RunFailed(error=f"{type(e).__name__}: {e}", traceback="".join(traceback.format_exception(e)),
                            epoch=0, step=0))
@@ -140,6 +143,7 @@ def worker_main(rank: int, spec: WorkerSpec, events, control) -> None:
     code = 1
     bus = EventBus()
     bus.subscribe(_QueueSink(events, rank), steps=rank == 0 and spec.wants_steps)
+    monitors: list = []
     try:
         run = Run(cfg, Path(spec.run_dir), headless=True)
         run.interrupter = Interrupter()
@@ -157,17 +161,40 @@ def worker_main(rank: int, spec: WorkerSpec, events, control) -> None:
 
             threading.Thread(target=listen, name="tuitrain-control-in", daemon=True).start()
         run.dist = init_distributed(rank, spec.world_size, rank, cfg.train.device, spec.init_method)
-        code = _train_quietly(run, spec.resume_path, bus)
+        code = _train_quietly(run, spec.resume_path, bus,
+                              on_built=lambda learner, train: monitors.append(_rank_monitor(bus, rank, learner, train)))
     except BaseException as e:  # setting up the rank failed: report it like a failure in training
         bus.emit(RunFailed(error=f"{type(e).__name__}: {e}", traceback="".join(traceback.format_exception(e)),
                            epoch=0, step=0))
         code = 1
     finally:
+        for m in monitors:
+            m.close()
         events.close()
         events.join_thread()  # every event reaches the parent before this process ends
         shutdown_distributed(code in (0, 130))
     sys.stdout.flush()
     os._exit(code)
+
+
+def _rank_monitor(bus, rank: int, learner, train):
+    """This rank's devices, CPU and throughput, sampled on a thread: the devices panel's rank rows."""
+    from ..devices import DeviceMonitor
+
+    per_step = (getattr(train, "batch_size", None) or 0) * max(1, learner.grad_accumulation)
+
+    def progress() -> tuple[int, int]:
+        step = learner.state.step
+        return step, step * per_step
+
+    monitor = DeviceMonitor(bus.emit, rank=rank, progress=progress)
+
+    def start(event, state):  # after RunStarted, so that the parent's stream opens with it
+        if isinstance(event, RunStarted):
+            monitor.start()
+
+    bus.subscribe(start, steps=False)
+    return monitor
 
 
 def _spawn(run) -> int:
@@ -190,7 +217,7 @@ def _spawn(run) -> int:
         control = ctx.Queue()
     procs: list = []
     try:
-        threads = run._attach(bus)
+        threads = run._attach(bus, devices=False)  # each rank samples its own (see _rank_monitor)
         spec = WorkerSpec(cfg, str(run.run_dir), str(run.resume_path) if run.resume_path else None, world,
                           f"tcp://127.0.0.1:{_free_port()}", bus.wants_steps)
         for r in range(world):

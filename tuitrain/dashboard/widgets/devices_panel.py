@@ -8,7 +8,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from tuitrain.core.events import DevicesSampled
-from tuitrain.dashboard.fmt import format_bytes
+from tuitrain.dashboard.fmt import format_bytes, format_rate
 
 BLOCKS = " ▁▂▃▄▅▆▇█"
 BAR_WIDTH = 10
@@ -47,8 +47,20 @@ def env_line(env: dict) -> str:
     return " · ".join(p for p in parts if p)
 
 
+def rank_text(sample: DevicesSampled) -> str:
+    """'99% 1.2k/s 310.5 MB': a rank's own CPU (of one core), samples per second and memory."""
+    if sample.items_per_s:
+        rate = f"{format_rate(sample.items_per_s)}/s"
+    elif sample.steps_per_s is not None:
+        rate = f"{format_rate(sample.steps_per_s)} steps/s"
+    else:
+        rate = "-/s"
+    return f"{_pct(sample.process_cpu)} {rate} {format_bytes(sample.rss)}"
+
+
 class DevicesPanel(Static):
-    """Shows the newest `DevicesSampled` of each rank."""
+    """Shows the newest `DevicesSampled` of each rank: the machine once, then one row per rank
+    (its CPU, throughput and memory) when there are several."""
 
     COMPONENT_CLASSES = {"devices-panel--label", "devices-panel--bar", "devices-panel--hot"}
 
@@ -89,7 +101,13 @@ class DevicesPanel(Static):
         grid.add_row("CPU", self._bar(rank0.cpu), Text(f"{_pct(rank0.cpu)} {cores(rank0.cpu_per_core)}"))
         used = f"{format_bytes(rank0.memory_used)}/{format_bytes(rank0.memory_total)}"
         grid.add_row("Mem", self._bar(rank0.memory), Text(f"{_pct(rank0.memory)} {used}"))
-        grid.add_row("RSS", Text(format_bytes(rank0.rss)), Text(""))
+        if len(samples) > 1:
+            for rank in sorted(samples):
+                r = samples[rank]
+                grid.add_row(f"r{rank}", self._bar(None if r.process_cpu is None else min(r.process_cpu, 100.0)),
+                             Text(rank_text(r)))
+        else:
+            grid.add_row("RSS", Text(format_bytes(rank0.rss)), Text(""))
         for gpu in self.gpus:
             name = f"GPU{gpu.get('index', '?')}"
             mem_used, mem_total = gpu.get("mem_used"), gpu.get("mem_total")
