@@ -65,6 +65,20 @@ class OptimizationMixin:
         if self.scheduler is not None and self.scheduler_interval == "step":
             self.scheduler.step()
 
+    def loop_parts(self):
+        """(autocast or None, backward, optimizer step or None) for a training loop to bind once per
+        epoch: None where the plain form applies (no autocast; `opt.step()` then `zero_grad()` with no
+        clipping, scaler or per-step scheduler), so the loop makes no call it does not need. A
+        subclass that overrides one of these methods keeps it."""
+        base = OptimizationMixin
+        cls = type(self)
+        amp = self.autocast if cls.autocast is not base.autocast or self._autocast_dtype is not None else None
+        plain_backward = cls.backward is base.backward and self.scaler is None
+        backward = torch.Tensor.backward if plain_backward else self.backward
+        plain_step = (cls.optimizer_step is base.optimizer_step and self.scaler is None and self.clip_grad_norm <= 0
+                      and not (self.scheduler is not None and self.scheduler_interval == "step"))
+        return amp, backward, None if plain_step else self.optimizer_step
+
     def fire(self, point: str, detail: str = "") -> None:
         """Announce a point inside the current step ("loss", "backward_started", "backward_completed",
         "optimizer_stepped" or a name of your own) to the callbacks that take per-step events; costs

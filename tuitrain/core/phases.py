@@ -11,6 +11,7 @@ Cancelling is done with the typed exceptions below. Must not import textual.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import TYPE_CHECKING, Any
 
@@ -86,6 +87,22 @@ class Phase:
             raise ValueError("no loss function: set [loss] target or give the model a train_step")
         return StepOutput(loss=learner.loss_fn(output, target), output=output, target=target)
 
+    def bound_step(self, learner: "Learner"):
+        """`step` bound to `learner` for one epoch's loop: `fn(batch) -> StepOutput`. For the default
+        (inputs, targets) step with a loss function, the model and loss are looked up once, not per batch."""
+        if type(self).step is not Phase.step or self._own_step(learner) is not None or learner.loss_fn is None:
+            return functools.partial(self.step, learner)
+        model, loss_fn, step = learner.model, learner.loss_fn, self.step
+
+        def plain(batch):
+            if (type(batch) is tuple or type(batch) is list) and len(batch) == 2:
+                inputs, target = batch
+                output = model(inputs)
+                return StepOutput(loss_fn(output, target), output, target)
+            return step(learner, batch)  # other shapes: the default step says what is wrong
+
+        return plain
+
     def _own_step(self, learner: "Learner"):
         # looked up once per model: nn.Module.__getattr__ raising for a missing name costs microseconds
         raw = learner.raw_model
@@ -149,8 +166,10 @@ class TrainPhase(Phase):
         in_group = 0
         group_div = float(min(accum, total - i)) if total else float(accum)
         # locals: this loop runs per batch, and attribute lookups are most of its own cost
-        step_fn, items_of, update, ctx = self.step, self.items_of, metrics.update, metrics.ctx
-        backward, optimizer_step, autocast = lr.backward, lr.optimizer_step, lr.autocast
+        step_fn, items_of, update, ctx = self.bound_step(lr), self.items_of, metrics.update, metrics.ctx
+        autocast, backward, optimizer_step = lr.loop_parts()
+        if optimizer_step is None:  # the plain form, inlined below: step, then clear the gradients
+            opt_step, zero_grad = lr.optimizer.step, lr.optimizer.zero_grad
         move, device, non_blocking = lr.move_batches, lr.device, lr.non_blocking
         ckpt = lr.checkpointer
         ckpt_every = ckpt.every_n_steps if ckpt is not None else 0
@@ -163,8 +182,11 @@ class TrainPhase(Phase):
                 if move:
                     batch = move_to(batch, device, non_blocking)
                 try:
-                    with autocast():
-                        out = step_fn(lr, batch)
+                    if autocast is None:
+                        out = step_fn(batch)
+                    else:
+                        with autocast():
+                            out = step_fn(batch)
                     if type(out) is not StepOutput:  # a user's step may return a dict or a tensor
                         out = StepOutput.of(out)
                     loss = out.loss
@@ -185,7 +207,12 @@ class TrainPhase(Phase):
                 in_group += 1
                 state.batch = i
                 if in_group == accum or i == total:
-                    if not manual:
+                    if manual:
+                        pass
+                    elif optimizer_step is None:
+                        opt_step()
+                        zero_grad(set_to_none=True)
+                    else:
                         optimizer_step()
                     step = state.step = state.step + 1
                     ctx.window_steps += 1
