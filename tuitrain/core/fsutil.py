@@ -66,10 +66,12 @@ def atomic_write_json(path: str | os.PathLike, obj: Any) -> int:
 def remove(path: str | os.PathLike) -> None:
     """Delete a file or a whole directory; nothing when it is already gone."""
     path = Path(path)
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path, ignore_errors=True)
-    else:
+    try:
         path.unlink(missing_ok=True)
+    except (IsADirectoryError, PermissionError):  # a directory (macOS says EPERM)
+        if not path.is_dir():
+            raise
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def tree_size(path: str | os.PathLike) -> int:

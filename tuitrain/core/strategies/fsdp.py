@@ -40,7 +40,7 @@ from ..events import CheckpointStarted
 from ..learner import Learner
 from ..phases import CancelStep, move_to
 from .ddp import DDPLearner, DistContext
-from .sharded import save_shards
+from .sharded import FAILURES, save_shards
 
 
 def fsdp_units(model: nn.Module) -> list[nn.Module]:
@@ -165,13 +165,12 @@ class FSDPLearner(DDPLearner):
         name = ckpt.checkpoint_name(s.epoch, s.step)
         tmp = self._shards_to.temp_dir(name)
         t0 = time.perf_counter()
-        if self.rank == 0:
+        if self.rank == 0:  # no stale `tmp` here: prepare() and a failed save remove theirs
             self.bus.emit(CheckpointStarted(epoch=s.epoch, step=s.step, reason=reason))
-            fsutil.remove(tmp)  # a failed earlier try; the other ranks write into it only after DCP's planning
         error = None
         try:
             save_shards(self.raw_model, self.optimizers, tmp)
-        except Exception as e:  # DCP raises on every rank when one rank's write fails
+        except FAILURES as e:  # DCP raises on every rank when one rank's write fails
             error = e
         self._last_ckpt_step = at
         if self.rank != 0:

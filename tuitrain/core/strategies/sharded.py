@@ -16,12 +16,14 @@ from __future__ import annotations
 import io
 import os
 import pickle
+import warnings
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint._traverse import set_element
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from torch.distributed.checkpoint.metadata import StorageMeta
@@ -37,6 +39,10 @@ _ALLOWED = {
     ("pathlib", "PureWindowsPath"), ("collections", "OrderedDict"), ("builtins", "set"),
     ("builtins", "frozenset"),
 }
+
+
+# what a failed DCP read or write raises: CheckpointException (a BaseException) gathers every rank's error
+FAILURES = (Exception, CheckpointException)
 
 
 def _parts(model: torch.nn.Module, optimizers: dict) -> tuple[dict, dict]:
@@ -57,10 +63,12 @@ def load_shards(model: torch.nn.Module, optimizers: dict, folder: str | os.PathL
     """Read a sharded checkpoint's model and optimizer into this process's (every rank calls it)."""
     msd, osd = _parts(model, optimizers)
     state = {"model": msd, "optimizer": osd}
+    single = not (dist.is_available() and dist.is_initialized())
     try:
-        dcp.load(state, storage_reader=_SafeReader(folder), planner=_SafePlanner(),
-                 no_dist=not (dist.is_available() and dist.is_initialized()))
-    except Exception as e:
+        with warnings.catch_warnings():  # one process reading shards is what we mean: no warning for it
+            warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+            dcp.load(state, storage_reader=_SafeReader(folder), planner=_SafePlanner(), no_dist=single)
+    except FAILURES as e:
         raise CheckpointError(f"{folder}: cannot read the sharded model and optimizer: {_why(e)}") from None
     set_state_dict(model, next(iter(optimizers.values())), model_state_dict=state["model"],
                    optim_state_dict=state["optimizer"])
