@@ -212,3 +212,25 @@ def test_fsdp_config_refusals(tiny):
     one = load_config(tiny.config, ["train.strategy=fsdp", "train.devices=1"])
     check_config(one)  # one device trains as "single"
     assert not distributed_wanted(one) and distributed_wanted(load_config(tiny.config, FSDP[1::2]))
+
+
+def test_fsdp_units_are_the_children_with_parameters_or_a_lists_elements():
+    from torch import nn
+
+    from tuitrain.core.strategies.fsdp import fsdp_units
+
+    class Transformer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(10, 4)
+            self.blocks = nn.ModuleList([nn.Linear(4, 4) for _ in range(3)])
+            self.heads = nn.ModuleDict({"a": nn.Linear(4, 2)})
+            self.act = nn.ReLU()  # no parameters: stays with the root
+            self.head = nn.Linear(4, 10)
+
+    m = Transformer()
+    assert fsdp_units(m) == [m.embed, *m.blocks, m.heads["a"], m.head]
+    m.head.weight = m.embed.weight  # tied: one unit could not hold what two need
+    assert fsdp_units(m) == []
+    m.fsdp_units = lambda: list(m.blocks)  # the model's own choice wins
+    assert fsdp_units(m) == list(m.blocks)
