@@ -104,7 +104,6 @@ class CheckpointMixin:
             s.epoch, s.batch, s.stage = s.epoch + 1, 0, "train"
         self._last_ckpt_step = (s.epoch, s.step, s.stage)
 
-
     @staticmethod
     def _load_named(kind: str, mine: dict, data: dict) -> None:
         """Optimizers or schedulers from `data`, matched by name (older files: by position)."""

@@ -31,6 +31,9 @@ from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_di
 
 from ..checkpoint import CheckpointError
 
+# what a failed DCP read or write raises: CheckpointException (a BaseException) gathers every rank's error
+FAILURES = (Exception, CheckpointException)
+
 _METADATA_MODULE = "torch.distributed.checkpoint.metadata"
 _ALLOWED = {
     ("torch", "Size"), ("torch.serialization", "_get_layout"),
@@ -40,9 +43,6 @@ _ALLOWED = {
     ("builtins", "frozenset"),
 }
 
-
-# what a failed DCP read or write raises: CheckpointException (a BaseException) gathers every rank's error
-FAILURES = (Exception, CheckpointException)
 
 
 def _parts(model: torch.nn.Module, optimizers: dict) -> tuple[dict, dict]:
