@@ -44,7 +44,6 @@ _ALLOWED = {
 }
 
 
-
 def _parts(model: torch.nn.Module, optimizers: dict) -> tuple[dict, dict]:
     """The model's and the one optimizer's state dicts in DCP's form (DTensor shards under FSDP)."""
     if len(optimizers) != 1:
