@@ -49,6 +49,8 @@ def build_learner(run, bus: EventBus):
                           cfg.checkpoint.init_from, strict=cfg.checkpoint.strict,
                           revise_keys=cfg.checkpoint.revise_keys)
     loss_fn = target(cfg.loss.target, "loss.target")(**cfg.loss.kwargs)
+    if run.dist is not None:  # fsdp shards the parameters in place, before the optimizer takes them
+        run.dist.prepare_model(model)
     # [optimizer.NAME] optimizes model NAME; one [optimizer] table gives every model its own optimizer
     opt_tables = dict(cfg.optimizer.named) or dict.fromkeys(models, cfg.optimizer)
     optimizers, notes = {}, []

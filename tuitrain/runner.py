@@ -34,8 +34,9 @@ def find_runs(root: Path) -> list[Path]:
 
 
 def resolve_resume(spec: str, cfg: Config) -> tuple[Path, Path]:
-    """(run_dir, checkpoint file) for `--resume latest|PATH`."""
-    from .core.checkpoint import latest_checkpoint
+    """(run_dir, checkpoint) for `--resume latest|PATH`; a checkpoint is a file, or a sharded
+    checkpoint's directory (strategy "fsdp")."""
+    from .core.checkpoint import is_sharded_checkpoint, latest_checkpoint
 
     if spec == "latest":
         root = Path(cfg.experiment.dir) / cfg.experiment.name
@@ -45,6 +46,9 @@ def resolve_resume(spec: str, cfg: Config) -> tuple[Path, Path]:
                 return run, found
         raise UsageError(f"--resume latest: no complete checkpoint in any run under {root}")
     p = Path(spec)
+    if p.is_file() or is_sharded_checkpoint(p):
+        run = p.parent.parent if p.parent.name == "checkpoint" else p.parent
+        return run, p
     if p.is_dir():
         folder = p / "checkpoint" if (p / "checkpoint").is_dir() else p
         found = latest_checkpoint(folder)
@@ -52,9 +56,6 @@ def resolve_resume(spec: str, cfg: Config) -> tuple[Path, Path]:
             raise UsageError(f"--resume {spec}: no complete checkpoint listed in {folder}/index.json")
         run = folder.parent if folder.name == "checkpoint" else folder
         return run, found
-    if p.is_file():
-        run = p.parent.parent if p.parent.name == "checkpoint" else p.parent
-        return run, p
     raise UsageError(f"--resume {spec}: no such file or run directory")
 
 

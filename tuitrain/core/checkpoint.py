@@ -3,6 +3,10 @@
 The loop only waits while the state is copied to CPU memory (`snapshot`); a single writer thread does
 the disk work (never two writes at once), then applies the retention policy and rewrites
 `checkpoint/index.json`, which lists complete files only. Loading is always `weights_only=True`.
+
+A sharded checkpoint (strategy "fsdp") is a directory instead of a file: the ranks' shards written by
+torch.distributed.checkpoint, and `state.pt` with everything else. Its writer fills a temporary
+directory, then `save_dir` renames it into place and indexes it (strategies/fsdp.py).
 Must not import textual.
 """
 
@@ -26,6 +30,7 @@ from .retention import Entry, KeepAny, KeepBest, KeepLast, best_entry, decide
 FORMAT = "tuitrain-checkpoint"
 VERSION = 1
 INDEX = "index.json"
+STATE_FILE = "state.pt"  # in a sharded checkpoint's directory: all but the model and optimizer
 
 
 class CheckpointError(Exception):
@@ -56,9 +61,31 @@ def _refusal(e: Exception) -> str:
     return f"it is not loadable with weights_only=True and could run code ({why})"
 
 
+def checkpoint_name(epoch: int, step: int) -> str:
+    """A checkpoint's name without suffix: a file adds ".pt", a sharded checkpoint's directory is this."""
+    return f"epoch-{epoch:04d}-step-{step:08d}"
+
+
+def is_sharded_checkpoint(path: str | os.PathLike) -> bool:
+    return (Path(path) / STATE_FILE).is_file()
+
+
+def _complete(path: Path) -> bool:
+    return path.is_file() or is_sharded_checkpoint(path)
+
+
 def load_checkpoint(path: str | os.PathLike) -> dict:
-    """Load a tuitrain checkpoint with weights_only=True; CheckpointError on anything else."""
+    """Load a tuitrain checkpoint with weights_only=True; CheckpointError on anything else.
+
+    For a sharded checkpoint (a directory) this reads its `state.pt`; `data["sharded_dir"]` then names
+    the directory whose shards `Learner.load_state_dict` reads into the model and optimizer."""
     path = Path(path)
+    if path.is_dir():
+        if not is_sharded_checkpoint(path):
+            raise CheckpointError(f"{path}: a directory without {STATE_FILE}: not a sharded checkpoint")
+        data = load_checkpoint(path / STATE_FILE)
+        data["sharded_dir"] = str(path)
+        return data
     if not path.is_file():
         raise CheckpointError(f"{path}: no such checkpoint file")
     try:
@@ -91,11 +118,11 @@ def read_index(folder: str | os.PathLike) -> list[Entry]:
 
 
 def latest_checkpoint(folder: str | os.PathLike) -> Path | None:
-    """The newest complete checkpoint listed in the index whose file is present."""
+    """The newest complete checkpoint listed in the index whose file (or directory) is present."""
     folder = Path(folder)
     for e in sorted(read_index(folder), key=lambda e: (e.step, e.epoch, e.time), reverse=True):
         p = folder / e.file
-        if p.is_file():
+        if _complete(p):
             return p
     return None
 
@@ -127,12 +154,13 @@ class Checkpointer:
         removed = fsutil.remove_leftovers(self.folder)
         listed = {e.file for e in self.entries()}
         indexed = (self.folder / INDEX).exists()  # without an index, nothing proves a file unwanted
-        for p in self.folder.glob("epoch-*-step-*.pt") if indexed else ():
-            if p.name not in listed:  # ours, written but never indexed: the process died in between
-                p.unlink(missing_ok=True)
+        for p in self.folder.glob("epoch-*-step-*") if indexed else ():
+            ours = p.name.endswith(".pt") or p.is_dir()
+            if ours and p.name not in listed:  # written but never indexed: the process died in between
+                fsutil.remove(p)
                 removed.append(p)
         # drop index rows whose file vanished
-        present = [e for e in self.entries() if (self.folder / e.file).is_file()]
+        present = [e for e in self.entries() if _complete(self.folder / e.file)]
         if len(present) != len(self.entries()):
             self._write_index(present)
         return removed
@@ -148,7 +176,7 @@ class Checkpointer:
              stall: float = 0.0) -> None:
         """Queue a write of `state` (already a CPU snapshot). Waits for a write still running."""
         self.wait()
-        name = f"epoch-{epoch:04d}-step-{step:08d}.pt"
+        name = checkpoint_name(epoch, step) + ".pt"
         args = (state, name, epoch, step, dict(metrics), reason, stall)
         if self.background:
             self._thread = threading.Thread(target=self._write, args=args, name="tuitrain-checkpoint",
@@ -176,37 +204,68 @@ class Checkpointer:
             out, self._done = self._done, []
             return out
 
+    def temp_dir(self, name: str) -> Path:
+        """Where the ranks write a sharded checkpoint's shards before `save_dir` renames it to `name`
+        (the same path on every rank; `prepare` removes one a killed run left)."""
+        return self.folder / f"{fsutil.TMP_PREFIX}{name}"
+
+    def save_dir(self, name: str, finish: Callable[[Path], None], *, epoch: int, step: int, metrics: dict,
+                 reason: str, started: float | None = None) -> None:
+        """Complete a sharded checkpoint whose shards are already in `temp_dir(name)`: `finish(tmp)` adds
+        the rest (state.pt), then the directory is renamed into place and indexed. Synchronous (the
+        shards were a collective write of every rank on the training thread): the loop's stall is the
+        whole write, from `started` (perf_counter) when the shards began."""
+        self.wait()
+        t0 = time.perf_counter() if started is None else started
+        tmp = self.temp_dir(name)
+        try:
+            finish(tmp)
+            size = fsutil.replace_dir(tmp, self.folder / name)
+            self._commit(name, size, epoch, step, dict(metrics), reason, None, t0)
+        except Exception as e:
+            fsutil.remove(tmp)
+            self.failed(e, epoch=epoch, step=step, reason=reason)
+
+    def failed(self, e: BaseException, *, epoch: int, step: int, reason: str) -> None:
+        """Report a write that failed (disk full, permissions): training goes on."""
+        self.last_error = f"{type(e).__name__}: {e}"
+        with self._lock:
+            self._done.append(CheckpointFailed(epoch=epoch, step=step, error=self.last_error, reason=reason))
+
     def _write(self, state, name, epoch, step, metrics, reason, stall) -> None:
         t0 = time.perf_counter()
         try:
             size = fsutil.atomic_write(self.folder / name, lambda f: self.save_fn(state, f))
-            entry = Entry(file=name, epoch=epoch, step=step, metrics=metrics, time=time.time(),
-                          bytes=size, reason=reason)
-            entries = [e for e in self.entries() if e.file != name] + [entry]
-            keep, delete = decide(self.policy, entries)
-            best = best_entry(keep, self.monitor, self.mode)
-            keep = [Entry(**{**e.to_dict(), "best": best is not None and e.file == best.file}) for e in keep]
-            self._write_index(keep)  # the index first: a deleted file is never listed
-            events: list[Event] = []
-            for e in delete:
-                try:
-                    (self.folder / e.file).unlink(missing_ok=True)
-                    events.append(CheckpointDeleted(file=f"checkpoint/{e.file}"))
-                except OSError:
-                    pass
-            is_best = best is not None and best.file == name
-            saved = CheckpointSaved(file=f"checkpoint/{name}", epoch=epoch, step=step, metrics=metrics,
-                                    bytes=size, best=is_best, reason=reason, stall=stall,
-                                    write=time.perf_counter() - t0)
-            with self._lock:
-                self._done.append(saved)
-                self._done.extend(events)
-            self.last_error = ""
+            self._commit(name, size, epoch, step, metrics, reason, stall, t0)
         except Exception as e:  # disk full, permissions: reported, training goes on
-            self.last_error = f"{type(e).__name__}: {e}"
-            with self._lock:
-                self._done.append(CheckpointFailed(epoch=epoch, step=step, error=self.last_error,
-                                                   reason=reason))
+            self.failed(e, epoch=epoch, step=step, reason=reason)
+
+    def _commit(self, name, size, epoch, step, metrics, reason, stall, t0) -> None:
+        """A complete checkpoint is in place: list it, apply retention, queue the events (`stall` None:
+        the loop waited for the whole write)."""
+        entry = Entry(file=name, epoch=epoch, step=step, metrics=metrics, time=time.time(),
+                      bytes=size, reason=reason)
+        entries = [e for e in self.entries() if e.file != name] + [entry]
+        keep, delete = decide(self.policy, entries)
+        best = best_entry(keep, self.monitor, self.mode)
+        keep = [Entry(**{**e.to_dict(), "best": best is not None and e.file == best.file}) for e in keep]
+        self._write_index(keep)  # the index first: a deleted file is never listed
+        events: list[Event] = []
+        for e in delete:
+            try:
+                fsutil.remove(self.folder / e.file)
+                events.append(CheckpointDeleted(file=f"checkpoint/{e.file}"))
+            except OSError:
+                pass
+        is_best = best is not None and best.file == name
+        write = time.perf_counter() - t0
+        saved = CheckpointSaved(file=f"checkpoint/{name}", epoch=epoch, step=step, metrics=metrics,
+                                bytes=size, best=is_best, reason=reason, stall=write if stall is None else stall,
+                                write=write)
+        with self._lock:
+            self._done.append(saved)
+            self._done.extend(events)
+        self.last_error = ""
 
     def _write_index(self, entries: list[Entry]) -> None:
         entries = sorted(entries, key=lambda e: (e.step, e.epoch, e.time))
@@ -220,6 +279,9 @@ class Checkpointer:
 def check_weights_file(path: str | os.PathLike) -> Any:
     """Load a weights file with weights_only=True; CheckpointError when missing, refused or torn."""
     path = Path(path)
+    if is_sharded_checkpoint(path):
+        raise CheckpointError(f"{path}: a sharded (fsdp) checkpoint directory; give a weights file such as "
+                              "the run's model.pt")
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:

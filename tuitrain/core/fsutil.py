@@ -1,13 +1,15 @@
 """Atomic, durable file writes: temporary file in the same folder, fsync, os.replace, fsync folder.
 
 A reader (or a process restarted after `kill -9`) sees the old file or the new one, never half of
-one. Must not import torch or textual.
+one. A directory (a sharded checkpoint) is written the same way: filled under a temporary name, then
+renamed into place (`replace_dir`). Must not import torch or textual.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any, Callable, IO
@@ -61,8 +63,44 @@ def atomic_write_json(path: str | os.PathLike, obj: Any) -> int:
     return atomic_write_text(path, json.dumps(obj, indent=2, default=str) + "\n")
 
 
+def remove(path: str | os.PathLike) -> None:
+    """Delete a file or a whole directory; nothing when it is already gone."""
+    path = Path(path)
+    try:
+        path.unlink(missing_ok=True)
+    except (IsADirectoryError, PermissionError):  # a directory (macOS says EPERM)
+        if not path.is_dir():
+            raise
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def tree_size(path: str | os.PathLike) -> int:
+    """Bytes of a file, or of every file under a directory."""
+    path = Path(path)
+    if not path.is_dir():
+        return path.stat().st_size
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def replace_dir(tmp: str | os.PathLike, path: str | os.PathLike) -> int:
+    """Rename the complete directory `tmp` to `path` (replacing an older one of that name); returns its
+    size. os.replace cannot replace a non-empty directory, so an older one is first renamed aside."""
+    tmp, path = Path(tmp), Path(path)
+    fsync_dir(tmp)
+    old = None
+    if path.exists():
+        old = path.with_name(f"{TMP_PREFIX}old-{path.name}")
+        remove(old)
+        os.replace(path, old)
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+    if old is not None:
+        remove(old)
+    return tree_size(path)
+
+
 def remove_leftovers(folder: str | os.PathLike) -> list[Path]:
-    """Delete temporary files a killed writer left behind; returns what was removed."""
+    """Delete temporary files and directories a killed writer left behind; returns what was removed."""
     removed = []
     folder = Path(folder)
     if not folder.is_dir():
@@ -70,7 +108,10 @@ def remove_leftovers(folder: str | os.PathLike) -> list[Path]:
     for p in folder.iterdir():
         if p.name.startswith(TMP_PREFIX):
             try:
-                p.unlink()
+                if p.is_dir() and not p.is_symlink():
+                    shutil.rmtree(p)
+                else:
+                    p.unlink()
                 removed.append(p)
             except OSError:
                 pass

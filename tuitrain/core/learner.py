@@ -25,7 +25,6 @@ from .data import ResumableLoader, build_loader, rng_state, seed_everything
 from .early_stopping import EarlyStopping
 from .events import (ControlReceived, EpochCompleted, EpochStarted, MetricsLogged, OutputPrinted, RunFailed,
                      RunFinished, RunPaused, RunResumed, RunStarted)
-from .fsutil import atomic_write
 from .learner_checkpoint import CheckpointMixin
 from .metrics import MetricSet, StepOutput
 from .optimization import OptimizationMixin
@@ -310,8 +309,7 @@ class Learner(OptimizationMixin, CheckpointMixin):
                 reason = stop.reason
                 status, code = ("interrupted", EXIT_INTERRUPTED) if reason == "stopped" else ("completed", EXIT_OK)
             self._final_checkpoint("end" if status == "completed" else "stop")
-            if self.model_path is not None:
-                atomic_write(self.model_path, lambda f: torch.save(self.raw_model.state_dict(), f))
+            self._save_model()
         except KeyboardInterrupt:  # a second Ctrl+C: leave now, earlier checkpoints stay valid
             reason, status, code = "killed", "interrupted", EXIT_INTERRUPTED
             self._finish_checkpoints()

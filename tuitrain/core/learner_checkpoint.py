@@ -10,9 +10,12 @@ from __future__ import annotations
 import time
 import warnings
 
+import torch
+
 from . import checkpoint as ckpt
 from .data import rng_state, set_rng_state
 from .events import CheckpointStarted
+from .fsutil import atomic_write
 
 
 class CheckpointMixin:
@@ -50,14 +53,18 @@ class CheckpointMixin:
         t0 = time.perf_counter()
         snap = ckpt.snapshot(self.state_dict())
         stall = time.perf_counter() - t0
-        if s.stage == "done":
-            metrics = dict(s.epoch_metrics)
-        else:
-            metrics = {f"train/{k}": v for k, v in s.last_logged.items()}
-        self.checkpointer.save(snap, epoch=s.epoch, step=s.step, metrics=metrics, reason=reason, stall=stall)
+        self.checkpointer.save(snap, epoch=s.epoch, step=s.step, metrics=self._checkpoint_metrics(),
+                               reason=reason, stall=stall)
         self._last_ckpt_step = (s.epoch, s.step, s.stage)
         if not self.checkpointer.background:
             self._flush_checkpoint_events()
+
+    def _checkpoint_metrics(self) -> dict:
+        """The metrics an index row holds: the epoch's at its end, else the last logged training values."""
+        s = self.state
+        if s.stage == "done":
+            return dict(s.epoch_metrics)
+        return {f"train/{k}": v for k, v in s.last_logged.items()}
 
     def _flush_checkpoint_events(self) -> None:
         if self.checkpointer is not None:
@@ -65,17 +72,14 @@ class CheckpointMixin:
                 self.bus.emit(e)
 
     def load_state_dict(self, data: dict) -> None:
-        self.raw_model.load_state_dict(data["model"])
-        for kind, mine in (("optimizer", self.optimizers), ("scheduler", self.schedulers)):
-            saved = data[kind + "s"]
-            names = data.get(kind + "_names") or list(mine)[:len(saved)]  # older files: by position
-            by_name = dict(zip(names, saved))
-            for name, obj in mine.items():
-                if name not in by_name:
-                    if kind == "scheduler" and not saved:
-                        continue  # a scheduler added since: it starts fresh, as before
-                    raise ValueError(f"the checkpoint has no {kind} {name!r} (it has: {', '.join(names) or 'none'})")
-                obj.load_state_dict(by_name[name])
+        if data.get("sharded_dir"):  # a sharded (fsdp) checkpoint: DCP reshards to this run's layout
+            from .strategies.sharded import load_shards
+
+            load_shards(self.raw_model, self.optimizers, data["sharded_dir"])
+        else:
+            self.raw_model.load_state_dict(data["model"])
+            self._load_named("optimizer", self.optimizers, data)
+        self._load_named("scheduler", self.schedulers, data)
         if self.scaler is not None and data.get("scaler"):
             self.scaler.load_state_dict(data["scaler"])
         for k, ms in self.metric_sets.items():
@@ -100,6 +104,23 @@ class CheckpointMixin:
             s.epoch, s.batch, s.stage = s.epoch + 1, 0, "train"
         self._last_ckpt_step = (s.epoch, s.step, s.stage)
 
+    @staticmethod
+    def _load_named(kind: str, mine: dict, data: dict) -> None:
+        """Optimizers or schedulers from `data`, matched by name (older files: by position)."""
+        saved = data[kind + "s"]
+        names = data.get(kind + "_names") or list(mine)[:len(saved)]
+        by_name = dict(zip(names, saved))
+        for name, obj in mine.items():
+            if name not in by_name:
+                if kind == "scheduler" and not saved:
+                    continue  # a scheduler added since: it starts fresh, as before
+                raise ValueError(f"the checkpoint has no {kind} {name!r} (it has: {', '.join(names) or 'none'})")
+            obj.load_state_dict(by_name[name])
+
+    def _save_model(self) -> None:
+        """The final model.pt: the plain state_dict (a sharded model gathers it first, on every rank)."""
+        if self.model_path is not None:
+            atomic_write(self.model_path, lambda f: torch.save(self.raw_model.state_dict(), f))
 
     def _final_checkpoint(self, reason: str) -> None:
         try:

@@ -1,8 +1,10 @@
-"""Multi-process training strategies on torch.distributed: DDP spawned by tuitrain or launched by torchrun.
+"""Multi-process training strategies on torch.distributed: DDP or FSDP, spawned by tuitrain or launched
+by torchrun.
 
 `ddp.py` holds what runs inside each rank (the process group, the DDP Learner, the agreed control
-flags); `launch.py` starts ranks and carries their events to the parent. This module only reads the
-environment and the config, so importing it costs nothing (no torch). Must not import textual.
+flags); `fsdp.py` builds the FSDP2 Learner on it and `sharded.py` reads and writes its sharded
+checkpoints; `launch.py` starts ranks and carries their events to the parent. This module only reads
+the environment and the config, so importing it costs nothing (no torch). Must not import textual.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ def quiet_rank() -> bool:
 
 
 def distributed_wanted(cfg: Any) -> bool:
-    return torchrun_env() is not None or (cfg.train.strategy == "ddp" and cfg.train.devices > 1)
+    """Several processes: under torchrun, or ddp/fsdp with devices > 1 (one device trains as "single")."""
+    return torchrun_env() is not None or (cfg.train.strategy in ("ddp", "fsdp") and cfg.train.devices > 1)
 
 
 def check_config(cfg: Any) -> None:
@@ -38,16 +41,15 @@ def check_config(cfg: Any) -> None:
     from ...config import ConfigError
 
     t = cfg.train
-    if t.strategy == "fsdp":
-        raise ConfigError('strategy "fsdp" is not available yet; use "ddp" or "single"', file=cfg.source,
-                          key="train.strategy")
     if not distributed_wanted(cfg):
         return
+    name = "fsdp" if t.strategy == "fsdp" else "ddp"
     if getattr(cfg.model, "named", None):
-        raise ConfigError("ddp trains one model; several models ([model.NAME] tables) need strategy \"single\"",
-                          file=cfg.source, key="train.strategy")
+        raise ConfigError(f"{name} trains one model; several models ([model.NAME] tables) need strategy "
+                          "\"single\"", file=cfg.source, key="train.strategy")
     if t.device == "mps" or t.device.startswith("mps"):
-        raise ConfigError("ddp runs on CPU (gloo) or CUDA (NCCL), not on mps", file=cfg.source, key="train.device")
+        raise ConfigError(f"{name} runs on CPU (gloo) or CUDA (NCCL), not on mps", file=cfg.source,
+                          key="train.device")
     if torchrun_env() is not None:
         return
     if t.device.startswith("cuda") or t.device == "auto":
@@ -58,6 +60,6 @@ def check_config(cfg: Any) -> None:
             raise ConfigError(f"device {t.device!r} requested but CUDA is not available", file=cfg.source,
                               key="train.device")
         if n and t.devices > n:
-            raise ConfigError(f"devices = {t.devices} but only {n} CUDA device(s): ddp uses one GPU per "
+            raise ConfigError(f"devices = {t.devices} but only {n} CUDA device(s): {name} uses one GPU per "
                               f"process (set device = \"cpu\" for CPU processes)", file=cfg.source,
                               key="train.devices")

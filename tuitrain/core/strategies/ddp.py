@@ -1,7 +1,8 @@
 """What runs inside each rank of a DDP run: the process group, the DDP Learner and the agreed control flags.
 
-- `DistContext`: rank, world size, device and backend (gloo on CPU, NCCL with one GPU per rank), and
-  how each rank shards its data (`EpochSampler.shard`).
+- `DistContext`: rank, world size, device and backend (gloo on CPU, NCCL with one GPU per rank), the
+  strategy ("ddp", or "fsdp": fsdp.py builds on this file), and how each rank shards its data
+  (`EpochSampler.shard`).
 - `SyncedInterrupter`: the loop's control flags, changed only when rank 0 broadcasts them, so every
   rank stops, pauses and checkpoints at the same step boundary. Rank 0 reads its requests from an
   `inbox` Interrupter (signals, dashboard, `tuitrain stop`, or the parent process of spawned ranks).
@@ -44,16 +45,29 @@ class DistContext:
     device: torch.device
     backend: str
     control_group: Any = None  # CPU (gloo) group for control flags and RNG states; None: the default group
+    strategy: str = "ddp"  # or "fsdp"
 
     @property
     def learner(self):
         """The Learner class to build, with this context bound (what `Run.build` calls)."""
         ctx = self
+        if self.strategy == "fsdp":
+            from .fsdp import FSDPLearner as cls
+        else:
+            cls = DDPLearner
 
         def make(*args, **kwargs):
-            return DDPLearner(*args, dist_ctx=ctx, **kwargs)
+            return cls(*args, dist_ctx=ctx, **kwargs)
 
         return make
+
+    def prepare_model(self, model: torch.nn.Module) -> None:
+        """Before the optimizer is built: FSDP shards the parameters in place (the optimizer must hold
+        the shards); DDP wraps the model later, in its Learner."""
+        if self.strategy == "fsdp":
+            from .fsdp import shard_model
+
+            shard_model(model, self)
 
     def shard(self, loader: ResumableLoader | None, split: str) -> None:
         """Give this rank its share of each epoch: training padded to equal length (every rank runs the
@@ -71,6 +85,13 @@ class DistContext:
         if s.world_size == self.world_size:
             return
         mode = "uneven" if split == "valid" else ("drop" if loader.loader.drop_last else "pad")
+        if mode == "uneven" and self.strategy == "fsdp" and s.dataset_length < self.world_size:
+            import warnings  # every FSDP forward needs every rank: each needs at least one item
+
+            warnings.warn(f"the {split} data has {s.dataset_length} item(s) for {self.world_size} processes: "
+                          "items are repeated so that every rank has one, and counted more than once",
+                          stacklevel=2)
+            mode = "pad"
         s.shard(self.rank, self.world_size, mode)
 
     def all_sum(self, values: list[float]) -> list[float]:
@@ -93,7 +114,7 @@ def pick_device(spec: str, local_rank: int) -> tuple[torch.device, str]:
 
 
 def init_distributed(rank: int, world_size: int, local_rank: int, device_spec: str,
-                     init_method: str | None = None) -> DistContext:
+                     init_method: str | None = None, strategy: str = "ddp") -> DistContext:
     """Join the process group (`init_method` None: torchrun's env:// variables)."""
     device, backend = pick_device(device_spec, local_rank)
     if device.type == "cuda":
@@ -106,7 +127,7 @@ def init_distributed(rank: int, world_size: int, local_rank: int, device_spec: s
     dist.init_process_group(**kwargs)
     # with NCCL, the small host-side exchanges go through a gloo group: no device sync per step
     control = dist.new_group(backend="gloo", timeout=dist_timeout()) if backend == "nccl" else None
-    return DistContext(rank, world_size, local_rank, device, backend, control)
+    return DistContext(rank, world_size, local_rank, device, backend, control, strategy)
 
 
 def shutdown_distributed(ended_well: bool = True) -> None:
@@ -315,6 +336,13 @@ class DDPLearner(Learner):
             ms.reducer = ctx.all_sum
         self._rank_rngs: list | None = None
         self._train_total = 0
+        self.env_extra.setdefault("strategy", ctx.strategy)
+        self.env_extra.setdefault("world_size", ctx.world_size)
+        self._wrap_model()
+
+    def _wrap_model(self) -> None:
+        """Wrap the model in DDP for training (FSDPLearner: already sharded, nothing to wrap)."""
+        ctx = self.dist
         device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
         self._ddp = DistributedDataParallel(_StepDispatch(self.raw_model), device_ids=device_ids)
         own = getattr(type(self.raw_model), "train_step", None)

@@ -1,6 +1,6 @@
-"""Starting the ranks of a DDP run and carrying their events to the one process that owns the output.
+"""Starting the ranks of a DDP or FSDP run and carrying their events to the one process that owns the output.
 
-Spawned (`strategy = "ddp"`, `devices = N`): the parent keeps the run directory, the sinks, the
+Spawned (`strategy = "ddp"` or `"fsdp"`, `devices = N`): the parent keeps the run directory, the sinks, the
 headless console or the dashboard and the control channel; it starts N ranks (spawn context), sends
 rank 0 the control requests it receives, re-emits rank 0's events (and what the other ranks must
 report) on its bus, and watches the ranks: when one fails or dies, the others are killed within
@@ -41,6 +41,11 @@ class WorkerSpec:
     wants_steps: bool
 
 
+def strategy_of(cfg) -> str:
+    """"fsdp", or "ddp" (also what torchrun gives a config whose strategy is "single")."""
+    return "fsdp" if cfg.train.strategy == "fsdp" else "ddp"
+
+
 def execute_distributed(run) -> int:
     """`Run.execute` for a distributed run: torchrun's rank, or the parent of spawned ranks."""
     from . import torchrun_env
@@ -57,7 +62,7 @@ def execute_distributed(run) -> int:
 def _torchrun(run, rank: int, world: int, local_rank: int) -> int:
     from .ddp import init_distributed, shutdown_distributed
 
-    run.dist = init_distributed(rank, world, local_rank, run.cfg.train.device)
+    run.dist = init_distributed(rank, world, local_rank, run.cfg.train.device, strategy=strategy_of(run.cfg))
     code = 1
     try:
         # rank 0 is an ordinary run, its Learner a DDPLearner
@@ -160,7 +165,8 @@ def worker_main(rank: int, spec: WorkerSpec, events, control) -> None:
                         apply_command(run.interrupter, command, source)
 
             threading.Thread(target=listen, name="tuitrain-control-in", daemon=True).start()
-        run.dist = init_distributed(rank, spec.world_size, rank, cfg.train.device, spec.init_method)
+        run.dist = init_distributed(rank, spec.world_size, rank, cfg.train.device, spec.init_method,
+                                    strategy_of(cfg))
         code = _train_quietly(run, spec.resume_path, bus,
                               on_built=lambda learner, train: monitors.append(_rank_monitor(bus, rank, learner, train)))
     except BaseException as e:  # setting up the rank failed: report it like a failure in training
@@ -299,7 +305,7 @@ def _supervise(run, bus, procs: list, events, control) -> int:
                 trouble_since = trouble_since or time.monotonic()
             return
         if isinstance(ev, RunStarted):  # the run is this process: its pid is the one to signal
-            ev = replace(ev, pid=os.getpid(), env={**ev.env, "strategy": "ddp", "world_size": world})
+            ev = replace(ev, pid=os.getpid(), env={**ev.env, "strategy": strategy_of(run.cfg), "world_size": world})
         if type(ev).persistent:
             bus.emit(ev)
         else:
