@@ -91,3 +91,24 @@ def test_broken_nvml_means_no_gpus(monkeypatch):
     mon = DeviceMonitor(lambda e: None)
     assert mon.sample().gpus == []
     mon.close()
+
+
+def test_cpu_percents_come_from_one_reading_of_proc_stat_per_sample():
+    from collections import namedtuple
+
+    from tuitrain.core.devices import _cpu_percents
+
+    T = namedtuple("T", "user system idle iowait")
+    first = [T(100, 0, 100, 0), T(0, 0, 200, 0)]
+    pct, per_core, kept = _cpu_percents(None)  # no previous reading: zeros, and this one kept
+    assert len(per_core) == len(kept) and pct == 0.0
+    second = [T(175, 0, 125, 0), T(10, 10, 270, 10)]  # core 0: 75 of 100 busy; core 1: 20 of 100
+    import tuitrain.core.devices as devices
+
+    real = devices.psutil.cpu_times
+    devices.psutil.cpu_times = lambda percpu=True: second
+    try:
+        pct, per_core, kept = _cpu_percents(first)
+    finally:
+        devices.psutil.cpu_times = real
+    assert per_core == [75.0, 20.0] and pct == 47.5 and kept is second

@@ -159,7 +159,7 @@ def apply_command(interrupter: Interrupter, command: str, source: str) -> None:
 class ControlWatcher:
     """Polls RUN_DIR/control/ on a daemon thread and applies the commands it finds."""
 
-    def __init__(self, run_dir: str | os.PathLike, interrupter: Interrupter, interval: float = 0.2) -> None:
+    def __init__(self, run_dir: str | os.PathLike, interrupter: Interrupter, interval: float = 0.5) -> None:
         self.dir = control_dir(run_dir)
         self.interrupter = interrupter
         self.interval = interval

@@ -88,18 +88,25 @@ def _torch_allocated() -> dict[int, int]:
         return {}
 
 
-def _rss(proc: psutil.Process) -> int:
-    total = 0
-    try:
-        total = proc.memory_info().rss
-        for child in proc.children(recursive=True):  # data-loader workers count as ours
-            try:
-                total += child.memory_info().rss
-            except (psutil.Error, OSError):
-                pass
-    except (psutil.Error, OSError):
-        pass
-    return total
+CHILDREN_EVERY = 10  # samples between scans for child processes (a scan reads every process's stat)
+
+
+def _cpu_percents(last: list | None) -> tuple[float, list[float], list]:
+    """(whole machine %, per core %, times to pass next time) from one read of /proc/stat: every
+    file a sampling thread reads hands the GIL back and forth with the training thread."""
+    now = psutil.cpu_times(percpu=True)
+    if not last or len(last) != len(now):
+        return 0.0, [0.0] * len(now), now
+    per_core = []
+    busy_all = total_all = 0.0
+    for a, b in zip(last, now):
+        total = sum(b) - sum(a)
+        idle = (b.idle + getattr(b, "iowait", 0.0)) - (a.idle + getattr(a, "iowait", 0.0))
+        busy = max(0.0, total - idle)
+        per_core.append(100.0 * busy / total if total > 0 else 0.0)
+        busy_all += busy
+        total_all += total
+    return (100.0 * busy_all / total_all if total_all > 0 else 0.0), per_core, now
 
 
 def default_interval() -> float:
@@ -124,6 +131,9 @@ class DeviceMonitor:
         self.rank = rank
         self.progress = progress
         self._last: tuple[float, int, int] | None = None
+        self._cpu_times: list | None = None
+        self._children: list[psutil.Process] = []
+        self._samples = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._nvml: _Nvml | None = None
@@ -159,13 +169,14 @@ class DeviceMonitor:
             process_cpu: float | None = float(self._proc.cpu_percent(interval=None))
         except (psutil.Error, OSError):
             process_cpu = None
+        cpu, per_core, self._cpu_times = _cpu_percents(self._cpu_times)
         return DevicesSampled(
-            cpu=float(psutil.cpu_percent(interval=None)),
-            cpu_per_core=[float(x) for x in psutil.cpu_percent(interval=None, percpu=True)],
+            cpu=cpu,
+            cpu_per_core=per_core,
             memory=float(vm.percent),
             memory_used=int(vm.total - vm.available),
             memory_total=int(vm.total),
-            rss=_rss(self._proc),
+            rss=self._rss(),
             gpus=gpus,
             rank=self.rank,
             process_cpu=process_cpu,
@@ -174,11 +185,30 @@ class DeviceMonitor:
             time=time.time(),
         )
 
+    def _rss(self) -> int:
+        """This process and its children (data-loader workers), whose list is refreshed every
+        CHILDREN_EVERY samples."""
+        try:
+            total = self._proc.memory_info().rss
+        except (psutil.Error, OSError):
+            return 0
+        if self._samples % CHILDREN_EVERY == 0:
+            try:
+                self._children = self._proc.children(recursive=True)
+            except (psutil.Error, OSError):
+                self._children = []
+        self._samples += 1
+        for child in self._children:
+            try:
+                total += child.memory_info().rss
+            except (psutil.Error, OSError):
+                pass
+        return total
+
     def _run(self) -> None:
         try:
-            # cpu_percent measures since the previous call: prime it so the first sample is real
-            psutil.cpu_percent(interval=None)
-            psutil.cpu_percent(interval=None, percpu=True)
+            # CPU percentages measure since the previous reading: prime them so the first sample is real
+            self._cpu_times = psutil.cpu_times(percpu=True)
             self._proc.cpu_percent(interval=None)
         except Exception:
             pass
