@@ -30,7 +30,7 @@ class JsonlWriter:
 
     step_events = False  # the EventBus spares it StepStarted/StepCompleted: it ignores them
 
-    def __init__(self, run_dir: str | os.PathLike, flush_interval: float = 0.2) -> None:
+    def __init__(self, run_dir: str | os.PathLike, flush_interval: float = 0.5) -> None:
         self.path = Path(run_dir) / FILENAME
         self.flush_interval = flush_interval
         self._file = open(self.path, "ab", buffering=0)
@@ -38,6 +38,7 @@ class JsonlWriter:
         self._pending: list[bytes] = []
         self._last_flush = time.monotonic()
         self._flusher: threading.Thread | None = None
+        self._flusher_idle = False  # waiting for a first pending line (not on a timer)
         self._closed = False
         self._error: OSError | None = None  # a failed background flush, raised on the next call
         self._mend_torn_tail()
@@ -72,7 +73,7 @@ class JsonlWriter:
                     os.fsync(self._file.fileno())
             else:
                 self._start_flusher()
-                if len(self._pending) == 1:  # the flusher sleeps until a first line waits; one wake-up
+                if self._flusher_idle:  # on a timer it finds the lines itself: no wake-up per line
                     self._cond.notify()
 
     def flush(self) -> None:
@@ -102,7 +103,9 @@ class JsonlWriter:
         with self._cond:
             while not self._closed:
                 if not self._pending:
+                    self._flusher_idle = True
                     self._cond.wait()
+                    self._flusher_idle = False
                     continue
                 due = self._last_flush + self.flush_interval - time.monotonic()
                 if due > 0:
