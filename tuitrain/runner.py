@@ -202,12 +202,7 @@ class Run:
         if not devices:
             return []
         monitor = DeviceMonitor(bus.emit)
-
-        def start_monitor(event, state):  # after RunStarted, so that the stream opens with it
-            if isinstance(event, RunStarted):  # start() is idempotent
-                monitor.start()
-
-        bus.subscribe(start_monitor, steps=False)
+        bus.subscribe(monitor.start_on_run_started, steps=False)
         return [monitor]
 
     def execute(self) -> int:

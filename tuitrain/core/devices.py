@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 import psutil
 
-from tuitrain.core.events import DevicesSampled, Event
+from tuitrain.core.events import DevicesSampled, Event, RunStarted
 
 
 class _Nvml:
@@ -145,6 +145,11 @@ class DeviceMonitor:
         self._thread = threading.Thread(target=self._run, name="tuitrain-devices", daemon=True)
         self._thread.start()
         return self
+
+    def start_on_run_started(self, event: Event, state: object = None) -> None:
+        """A callback: starts sampling at RunStarted, so that the event stream opens with it."""
+        if isinstance(event, RunStarted):  # start() is idempotent
+            self.start()
 
     def sample(self) -> DevicesSampled:
         """One reading now (also usable without the thread)."""

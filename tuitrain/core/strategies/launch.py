@@ -194,12 +194,7 @@ def _rank_monitor(bus, rank: int, learner, train):
         return step, step * per_step
 
     monitor = DeviceMonitor(bus.emit, rank=rank, progress=progress)
-
-    def start(event, state):  # after RunStarted, so that the parent's stream opens with it
-        if isinstance(event, RunStarted):
-            monitor.start()
-
-    bus.subscribe(start, steps=False)
+    bus.subscribe(monitor.start_on_run_started, steps=False)
     return monitor
 
 
