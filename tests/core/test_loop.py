@@ -259,3 +259,50 @@ def test_epoch_started_after_a_midepoch_resume_names_the_epochs_first_step(tmp_p
     assert resumed.fit(data(n=20), resume=latest_checkpoint(tmp_path)).exit_code == 0
     started = [e for e in events if isinstance(e, EpochStarted)]
     assert [(e.epoch, e.step) for e in started] == [(2, 5)]
+
+
+def test_the_plain_loop_and_the_general_loop_train_and_log_the_same(monkeypatch):
+    """Without per-step callbacks the common case runs TrainPhase._run_plain; with one it runs the
+    general loop. Same data, model and seed: bitwise the same parameters, logged values and counts."""
+    from tuitrain.core.phases import TrainPhase
+
+    plain_calls = []
+    original = TrainPhase._run_plain
+
+    def spy(self, *args):
+        plain_calls.append(1)
+        return original(self, *args)
+
+    monkeypatch.setattr(TrainPhase, "_run_plain", spy)
+
+    def run(per_step: bool):
+        seen = []
+
+        def record(event, state):
+            if isinstance(event, (MetricsLogged, PhaseCompleted)):
+                seen.append(event)
+
+        record.step_events = per_step
+        g = torch.Generator().manual_seed(3)
+        ds = TensorDataset(torch.randn(22, 3, generator=g), torch.randint(0, 4, (22,), generator=g))
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(3, 8), nn.ReLU(), nn.Linear(8, 4))
+        learner = Learner(model, torch.optim.AdamW(model.parameters(), lr=0.01), loss_fn=nn.CrossEntropyLoss(),
+                          train_metrics=["loss", "lr"], valid_metrics=["loss", "accuracy"], callbacks=[record],
+                          device="cpu", batch_size=4, epochs=2, seed=5, log_every_n_steps=2)
+        result = learner.fit(ds, ds)
+        assert result.exit_code == 0, result.error
+        logged = [(type(e).__name__, e.split, e.step, e.metrics, getattr(e, "items", None)) for e in seen]
+        return [p.detach().clone() for p in model.parameters()], logged, learner.state
+
+    calls_before = len(plain_calls)
+    general_params, general_logged, general_state = run(per_step=True)
+    assert len(plain_calls) == calls_before  # a per-step callback: the general loop
+    plain_params, plain_logged, plain_state = run(per_step=False)
+    assert len(plain_calls) == calls_before + 2  # one per epoch
+    for a, b in zip(general_params, plain_params):
+        assert torch.equal(a, b)
+    assert plain_logged == general_logged
+    assert [e for e in plain_logged if e[0] == "MetricsLogged" and e[1] == "train"][0][2] == 2
+    assert (plain_state.step, plain_state.batch) == (general_state.step, general_state.batch) == (12, 0)
+    assert plain_state.last.loss is not None and plain_state.last.target.shape[0] == 2  # the last, short batch

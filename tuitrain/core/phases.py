@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from .events import MetricsLogged, PhaseCompleted, PhaseStarted, StepCompleted, StepStarted
-from .metrics import StepOutput
+from .metrics import Loss, StepOutput
 
 if TYPE_CHECKING:
     from .learner import Learner, TrainState
@@ -87,12 +87,19 @@ class Phase:
             raise ValueError("no loss function: set [loss] target or give the model a train_step")
         return StepOutput(loss=learner.loss_fn(output, target), output=output, target=target)
 
+    def _plain_parts(self, learner: "Learner"):
+        """(model, loss function) when batches take the default (inputs, targets) step; else None."""
+        if type(self).step is not Phase.step or self._own_step(learner) is not None or learner.loss_fn is None:
+            return None
+        return learner.model, learner.loss_fn
+
     def bound_step(self, learner: "Learner"):
         """`step` bound to `learner` for one epoch's loop: `fn(batch) -> StepOutput`. For the default
         (inputs, targets) step with a loss function, the model and loss are looked up once, not per batch."""
-        if type(self).step is not Phase.step or self._own_step(learner) is not None or learner.loss_fn is None:
+        parts = self._plain_parts(learner)
+        if parts is None:
             return functools.partial(self.step, learner)
-        model, loss_fn, step = learner.model, learner.loss_fn, self.step
+        (model, loss_fn), step = parts, self.step
 
         def plain(batch):
             if (type(batch) is tuple or type(batch) is list) and len(batch) == 2:
@@ -174,6 +181,10 @@ class TrainPhase(Phase):
         ckpt = lr.checkpointer
         ckpt_every = ckpt.every_n_steps if ckpt is not None else 0
         max_steps = lr.max_steps
+        if (accum == 1 and not manual and autocast is None and optimizer_step is None and not wants_steps
+                and self._plain_parts(lr) is not None
+                and all(type(m) is Loss for m in metrics.batch_metrics)):
+            return self._run_plain(lr, loader, state, start_batch, metrics, total)
         n = 0
         try:
             for batch in loader.epoch_iter(state.epoch, start_batch):
@@ -238,6 +249,73 @@ class TrainPhase(Phase):
                 lr.optimizer_step()
             state.step += 1
             metrics.step_done()
+        return self.finish(lr, state, metrics)
+
+
+    def _run_plain(self, lr: "Learner", loader, state: "TrainState", start_batch: int, metrics,
+                   total: int) -> dict:
+        """`run` for the common case, step for step the same: the default (inputs, targets) step, a
+        plain optimizer step per batch, the loss as the only per-batch metric and no per-step
+        callbacks. It makes no call that case does not need (no StepOutput, no metric dispatch)."""
+        model, loss_fn = self._plain_parts(lr)
+        loss_metric = metrics.batch_metrics[0] if metrics.batch_metrics else None
+        check_finite = lr.check_every_step  # CPU: the loss is read back per step, for free
+        if loss_metric is None:
+            add_loss = None
+        else:
+            add_loss = loss_metric._add_float if check_finite else loss_metric._add
+        opt_step, zero_grad = lr.optimizer.step, lr.optimizer.zero_grad
+        ctx, interrupter, ckpt = metrics.ctx, lr.interrupter, lr.checkpointer
+        ckpt_every = ckpt.every_n_steps if ckpt is not None else 0
+        log_every, max_steps = lr.log_every_n_steps, lr.max_steps
+        move, device, non_blocking = lr.move_batches, lr.device, lr.non_blocking
+        isfinite, Tensor = math.isfinite, torch.Tensor
+        i = start_batch
+        loss = output = target = None
+        n = 0
+        try:
+            for batch in loader.epoch_iter(state.epoch, start_batch):
+                if move:
+                    batch = move_to(batch, device, non_blocking)
+                try:
+                    if not isinstance(batch, (list, tuple)) or len(batch) != 2:
+                        self.step(lr, batch)  # raises the default step's error for other batch shapes
+                    inputs, target = batch
+                    output = model(inputs)
+                    loss = loss_fn(output, target)
+                    n = target.shape[0] if isinstance(target, Tensor) and target.dim() else batch_size_of(batch)
+                    loss.backward()
+                    if check_finite:
+                        v = loss.item()
+                        if not isfinite(v):
+                            raise NonFiniteLoss(v, state.epoch, state.step + 1)
+                        if add_loss is not None:
+                            add_loss(v, n, n)
+                    elif add_loss is not None:
+                        add_loss(loss, n, n)
+                    ctx.window_items += n
+                except CancelStep:
+                    pass
+                i += 1
+                state.batch = i
+                opt_step()
+                zero_grad(set_to_none=True)
+                step = state.step = state.step + 1
+                ctx.window_steps += 1
+                if step % log_every == 0:
+                    state.last = StepOutput(loss, output, target, n)
+                    lr.log_step(metrics, self.split, state, i, total)
+                if ckpt_every and step % ckpt_every == 0:
+                    lr._ckpt_step_due = True
+                if interrupter.pending or lr._ckpt_step_due or (ckpt is not None and ckpt.has_events):
+                    state.last = StepOutput(loss, output, target, n)
+                    lr.at_boundary(state)
+                if max_steps and step >= max_steps:
+                    state.stop_reason = "max_steps"
+                    break
+        except CancelEpoch:
+            pass
+        state.last = StepOutput(loss, output, target, n) if loss is not None else state.last
         return self.finish(lr, state, metrics)
 
 

@@ -57,6 +57,7 @@ class HeadlessConsole:
     """Writes a run's progress as plain lines to `stream` (the user's stderr output to `err`)."""
 
     step_events = True  # StepStarted/StepCompleted drive the progress line between logged steps
+    batch_events = True  # it may get the frequent events in batches (EventBus)
 
     def __init__(self, stream: TextIO | None = None, err: TextIO | None = None, interval: float = 1.0,
                  clock: Callable[[], float] = time.monotonic) -> None:

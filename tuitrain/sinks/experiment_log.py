@@ -44,6 +44,7 @@ class ExperimentLog:
     """Appends a readable account of the run to `run_dir/experiment.log`."""
 
     step_events = False  # the EventBus spares it StepStarted/StepCompleted: it ignores them
+    batch_events = True  # it may get the frequent events in batches (EventBus)
 
     def __init__(self, run_dir: str | os.PathLike) -> None:
         self.path = Path(run_dir) / FILENAME

@@ -60,6 +60,7 @@ class MetricFileLogger:
     """
 
     step_events = False  # the EventBus spares it StepStarted/StepCompleted: it ignores them
+    batch_events = True  # it may get the frequent events in batches (EventBus)
 
     def __init__(self, run_dir: str | os.PathLike, flush_interval: float = 1.0,
                  clock: Callable[[], float] = time.monotonic) -> None:

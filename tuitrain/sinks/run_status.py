@@ -78,6 +78,7 @@ class RunStatusWriter:
     every `interval` seconds for step progress."""
 
     step_events = False  # the EventBus spares it StepStarted/StepCompleted: it ignores them
+    batch_events = True  # it may get the frequent events in batches (EventBus)
 
     def __init__(self, run_dir: str | os.PathLike, interval: float = 5.0,
                  clock: Callable[[], float] = time.monotonic) -> None:

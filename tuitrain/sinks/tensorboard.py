@@ -40,6 +40,7 @@ class TensorBoardSink:
     """Writes every numeric logged metric as a scalar; flushes per epoch and at the end."""
 
     step_events = False  # the EventBus spares it StepStarted/StepCompleted: it ignores them
+    batch_events = True  # it may get the frequent events in batches (EventBus)
 
     def __init__(self, run_dir: str | os.PathLike, log_dir: str | os.PathLike | None = None) -> None:
         self.log_dir = Path(log_dir) if log_dir is not None else Path(run_dir) / "tensorboard"

@@ -147,7 +147,8 @@ def worker_main(rank: int, spec: WorkerSpec, events, control) -> None:
 
     code = 1
     bus = EventBus()
-    bus.subscribe(_QueueSink(events, rank), steps=rank == 0 and spec.wants_steps)
+    steps = rank == 0 and spec.wants_steps  # a sink that takes per-step events keeps them in order
+    bus.subscribe(_QueueSink(events, rank), steps=steps, batched=not steps)
     monitors: list = []
     try:
         run = Run(cfg, Path(spec.run_dir), headless=True)

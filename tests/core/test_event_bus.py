@@ -1,0 +1,82 @@
+"""The EventBus: immediate and batched callbacks, order, and when a batch is delivered."""
+
+from __future__ import annotations
+
+import time
+
+from tuitrain.core.callbacks import EventBus
+from tuitrain.core.events import CheckpointSaved, DevicesSampled, MetricsLogged, OutputPrinted, PhaseStarted
+
+
+def logged(step: int) -> MetricsLogged:
+    return MetricsLogged(split="train", epoch=1, step=step, metrics={"loss": 1.0 / step}, scope="step")
+
+
+class Recorder:
+    batch_events = True
+    step_events = False
+
+    def __init__(self) -> None:
+        self.seen: list = []
+        self.closed = False
+
+    def __call__(self, event, state) -> None:
+        self.seen.append(event)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_batched_callback_gets_frequent_events_when_another_event_comes():
+    bus = EventBus(batch_interval=60)
+    now, later = [], Recorder()
+    bus.subscribe(lambda e, s: now.append(e), steps=False)
+    bus.subscribe(later)
+    for step in range(1, 6):
+        bus.emit(logged(step))
+    bus.emit(OutputPrinted(text="hello", stream="stdout"))
+    assert len(now) == 6 and later.seen == []  # queued: metrics and output may wait
+    started = PhaseStarted(phase="valid", split="valid", epoch=1, step=5, batches=3)
+    bus.emit(started)
+    assert later.seen == now and later.seen[-1] is started  # same events, same order
+    assert [e.step for e in later.seen[:5]] == [1, 2, 3, 4, 5]
+
+
+def test_batch_is_delivered_once_its_oldest_event_is_older_than_the_interval():
+    bus = EventBus(batch_interval=0.05)
+    rec = Recorder()
+    bus.subscribe(rec)
+    bus.emit(logged(1))
+    bus.emit(logged(2))
+    assert rec.seen == []
+    time.sleep(0.06)
+    bus.emit(DevicesSampled(cpu=1.0, cpu_per_core=[1.0], memory=1.0, memory_used=1, memory_total=2, rss=1))  # a device sample from the monitor thread delivers stale lines
+    assert [type(e).__name__ for e in rec.seen] == ["MetricsLogged", "MetricsLogged", "DevicesSampled"]
+
+
+def test_close_delivers_what_is_queued_before_closing_the_callbacks():
+    bus = EventBus(batch_interval=60)
+    rec = Recorder()
+    bus.subscribe(rec)
+    bus.emit(logged(7))
+    bus.close()
+    assert [e.step for e in rec.seen] == [7] and rec.closed
+
+
+def test_a_failing_batched_callback_is_reported_once_and_others_still_get_every_event():
+    bus = EventBus(batch_interval=60)
+    good = Recorder()
+
+    def broken(event, state):
+        raise RuntimeError("disk on fire")
+
+    broken.batch_events = True
+    bus.subscribe(broken)
+    bus.subscribe(good)
+    bus.emit(logged(1))
+    bus.emit(CheckpointSaved(file="c.pt", epoch=1, step=1, metrics={}, bytes=1, best=False, reason="step",
+                             stall=0.0, write=0.0))
+    assert [type(e).__name__ for e in good.seen][:2] == ["MetricsLogged", "CheckpointSaved"]
+    assert len(bus.errors) == 2  # one per event kind it failed on, each said once
+    bus.deliver()  # the report is printed output: it comes with the next batch
+    assert any("disk on fire" in e.text for e in good.seen if isinstance(e, OutputPrinted))
