@@ -35,7 +35,7 @@ sys.path.insert(0, str(HERE.parent))
 import bench_dashboard as steps_bench  # noqa: E402
 
 # in, hidden, batch; total steps and the step the clock starts at
-SIZES = {"tiny": dict(d_in=32, hidden=64, batch=32, steps=12000, warmup=2000),
+SIZES = {"tiny": dict(d_in=32, hidden=64, batch=32, steps=20000, warmup=8000),
          "medium": dict(d_in=784, hidden=1024, batch=128, steps=1200, warmup=200)}
 TARGETS = {("tiny", "headless"): 1.03, ("medium", "headless"): 1.01,
            ("tiny", "dashboard"): 1.08, ("medium", "dashboard"): 1.08}

@@ -2,7 +2,9 @@
 
 A callback is any callable taking `(event, state)`; dispatch inside it with `match event:`.
 Per-step events (StepStarted/StepCompleted) only reach callbacks subscribed with `steps=True`,
-so that file sinks cost nothing per step. Callbacks subscribed with `batched=True` (the built-in sinks)
+so that file sinks cost nothing per step; a callback subscribed with `steps="sampled"` (a screen's
+progress bar) gets a StepCompleted at most every `STEP_SAMPLE_INTERVAL` seconds, carrying the items of
+every step since the last one, and the loop keeps its fast path. Callbacks subscribed with `batched=True` (the built-in sinks)
 get every event in the same order, but in batches: the frequent events (logged metrics, device
 samples, printed output) wait in a queue until any other event comes or `BATCH_INTERVAL` has passed,
 so that the training loop pays a list append, not a JSON line and a file write, per logged step.
@@ -24,6 +26,8 @@ Callback = Callable[[Event, Any], None]
 BATCHABLE = (MetricsLogged, DevicesSampled, OutputPrinted)
 #: seconds a batchable event may wait in the queue (checked whenever an event is emitted)
 BATCH_INTERVAL = 0.25
+#: seconds between the StepCompleted events that `steps="sampled"` callbacks get
+STEP_SAMPLE_INTERVAL = 0.1
 
 
 class CallbackBase:
@@ -49,7 +53,8 @@ class EventBus:
         self._lock = threading.RLock()
         self._all: list[Callback] = []  # called at once
         self._batched: list[Callback] = []
-        self._steps: list[Callback] = []
+        self._steps: list[Callback] = []  # every step
+        self._sampled: list[Callback] = []  # a step now and then
         self._queue: list[Event] = []
         self._queued_at = 0.0  # when the oldest queued event came
         self.batch_interval = batch_interval
@@ -58,19 +63,36 @@ class EventBus:
         for cb in callbacks:
             self.subscribe(cb)
 
-    def subscribe(self, callback: Callback, steps: bool | None = None, batched: bool | None = None) -> None:
+    def subscribe(self, callback: Callback, steps: bool | str | None = None, batched: bool | None = None) -> None:
+        """`steps`: True (every per-step event), "sampled" (see the module docstring) or False; None
+        reads the callback's `step_events` attribute (default True)."""
         if steps is None:
-            steps = bool(getattr(callback, "step_events", True))
+            steps = getattr(callback, "step_events", True)
+        if steps not in (True, False, "sampled"):
+            raise ValueError(f"steps must be True, False or 'sampled', not {steps!r}")
         if batched is None:
             batched = bool(getattr(callback, "batch_events", False))
         with self._lock:
             (self._batched if batched else self._all).append(callback)
-            if steps:
+            if steps == "sampled":
+                self._sampled.append(callback)
+            elif steps:
                 self._steps.append(callback)
 
     @property
     def wants_steps(self) -> bool:
+        """A callback takes every per-step event: the loop emits them all."""
         return bool(self._steps)
+
+    @property
+    def wants_sampled_steps(self) -> bool:
+        """Only sampled callbacks take per-step events: the loop emits one every STEP_SAMPLE_INTERVAL."""
+        return bool(self._sampled) and not self._steps
+
+    @property
+    def step_mode(self) -> bool | str:
+        """What the callbacks want, as `subscribe` takes it: True, "sampled" or False."""
+        return True if self._steps else "sampled" if self._sampled else False
 
     def emit(self, event: Event) -> None:
         with self._lock:
@@ -95,6 +117,8 @@ class EventBus:
     def emit_step(self, event: Event) -> None:
         with self._lock:
             for cb in self._steps:
+                self._call(cb, event)
+            for cb in self._sampled:
                 self._call(cb, event)
 
     def _call(self, cb: Callback, event: Event) -> None:

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import functools
 import math
+import time
 from typing import TYPE_CHECKING, Any
 
 import torch
 
+from .callbacks import STEP_SAMPLE_INTERVAL
 from .events import MetricsLogged, PhaseCompleted, PhaseStarted, StepCompleted, StepStarted
 from .metrics import Loss, StepOutput
 
@@ -44,6 +46,31 @@ class NonFiniteLoss(Exception):
     def __init__(self, value: float, epoch: int, step: int) -> None:
         super().__init__(f"loss is {value} at step {step} (epoch {epoch}); training stopped")
         self.value, self.epoch, self.step = value, epoch, step
+
+
+class StepSampler:
+    """For callbacks subscribed with `steps="sampled"`: a StepCompleted every STEP_SAMPLE_INTERVAL
+    seconds, carrying the items of every step since the last one. `of(bus, phase)` is None when no
+    callback needs it."""
+
+    __slots__ = ("emit", "phase", "items", "due")
+
+    def __init__(self, emit, phase: str) -> None:
+        self.emit, self.phase = emit, phase
+        self.items = 0
+        self.due = 0.0  # the first step is reported at once
+
+    @classmethod
+    def of(cls, bus, phase: str) -> "StepSampler | None":
+        return cls(bus.emit_step, phase) if bus.wants_sampled_steps else None
+
+    def __call__(self, epoch: int, step: int, batch: int, items: int) -> None:
+        self.items += items
+        now = time.perf_counter()
+        if now >= self.due:
+            self.due = now + STEP_SAMPLE_INTERVAL
+            self.emit(StepCompleted(phase=self.phase, epoch=epoch, step=step, batch=batch, items=self.items))
+            self.items = 0
 
 
 def batch_size_of(batch: Any) -> int:
@@ -185,6 +212,7 @@ class TrainPhase(Phase):
                 and self._plain_parts(lr) is not None
                 and all(type(m) is Loss for m in metrics.batch_metrics)):
             return self._run_plain(lr, loader, state, start_batch, metrics, total)
+        sample = StepSampler.of(bus, self.name)
         n = 0
         try:
             for batch in loader.epoch_iter(state.epoch, start_batch):
@@ -233,6 +261,8 @@ class TrainPhase(Phase):
                     if wants_steps:
                         bus.emit_step(StepCompleted(phase=self.name, epoch=state.epoch, step=step, batch=i,
                                                     items=n))
+                    elif sample is not None:
+                        sample(state.epoch, step, i, n)
                     if step % log_every == 0:
                         lr.log_step(metrics, self.split, state, i, total)
                     if ckpt_every and step % ckpt_every == 0:
@@ -255,8 +285,8 @@ class TrainPhase(Phase):
     def _run_plain(self, lr: "Learner", loader, state: "TrainState", start_batch: int, metrics,
                    total: int) -> dict:
         """`run` for the common case, step for step the same: the default (inputs, targets) step, a
-        plain optimizer step per batch, the loss as the only per-batch metric and no per-step
-        callbacks. It makes no call that case does not need (no StepOutput, no metric dispatch)."""
+        plain optimizer step per batch, the loss as the only per-batch metric and no callback that
+        takes every step (sampled ones may). It makes no call that case does not need (no StepOutput, no metric dispatch)."""
         model, loss_fn = self._plain_parts(lr)
         loss_metric = metrics.batch_metrics[0] if metrics.batch_metrics else None
         check_finite = lr.check_every_step  # CPU: the loss is read back per step, for free
@@ -270,6 +300,7 @@ class TrainPhase(Phase):
         log_every, max_steps = lr.log_every_n_steps, lr.max_steps
         move, device, non_blocking = lr.move_batches, lr.device, lr.non_blocking
         isfinite, Tensor = math.isfinite, torch.Tensor
+        sample = StepSampler.of(lr.bus, self.name)
         i = start_batch
         loss = output = target = None
         n = 0
@@ -302,6 +333,8 @@ class TrainPhase(Phase):
                 zero_grad(set_to_none=True)
                 step = state.step = state.step + 1
                 ctx.window_steps += 1
+                if sample is not None:
+                    sample(state.epoch, step, i, n)
                 if step % log_every == 0:
                     state.last = StepOutput(loss, output, target, n)
                     lr.log_step(metrics, self.split, state, i, total)
@@ -351,6 +384,7 @@ class ValidPhase(Phase):
         metrics = lr.metric_sets[self.split]
         bus, interrupter = lr.bus, lr.interrupter
         wants_steps = bus.wants_steps
+        sample = StepSampler.of(bus, self.name)
         total = loader.batches_per_epoch()
         self.begin(lr, state, metrics, total, fresh=True)
         try:
@@ -374,6 +408,8 @@ class ValidPhase(Phase):
                     if wants_steps:
                         bus.emit_step(StepCompleted(phase=self.name, epoch=state.epoch, step=state.step,
                                                     batch=i + 1, items=n))
+                    elif sample is not None:
+                        sample(state.epoch, state.step, i + 1, n)
                     if interrupter.pending:
                         lr.at_boundary(state)
         except CancelEpoch:

@@ -51,6 +51,9 @@ PROGRESS_INTERVAL = 0.5  # seconds between progress-panel refreshes while only c
 UI_SHARE = 0.025
 PACE_WINDOW = 2.0  # seconds over which the UI thread's CPU time is measured
 MAX_SLOW = 4.0
+# The plot is the costliest redraw (plotext builds a figure in 20-60 ms): while training runs, the
+# next one waits until the last one's cost is at most this share of the time since.
+PLOT_SHARE = 0.015
 DRAIN_LIMIT = 5000  # events folded per tick (~40 ms): a long events.jsonl loads without freezing keys
 
 # a theme file may name the Textual base theme (buttons, footer, dialogs) in a comment
@@ -266,7 +269,7 @@ class DashboardApp(App[int]):
             for stream, text in st.take_lines():
                 log.add(stream, text)
         if "plot" in dirty:
-            if now - self._last_plot >= self.plot_interval * self.slow or st.ended:
+            if now - self._last_plot >= self._plot_wait() or st.ended:
                 self._last_plot = now
                 self._replot()
             else:
@@ -274,6 +277,15 @@ class DashboardApp(App[int]):
         if "result" in dirty and st.ended and (self.watching or self.worker_done):
             self._show_result()
         self._dirty = keep
+
+    def _plot_wait(self) -> float:
+        """Seconds between plot refreshes: the interval, spread out by `slow`, and while training runs
+        in this process at least the last figure's build cost over PLOT_SHARE."""
+        wait = self.plot_interval * self.slow
+        st = self.state
+        if not (st.ended or st.paused or self.watching):
+            wait = max(wait, self.query_one(MetricPlot).build_cost / PLOT_SHARE)
+        return wait
 
     def _pace(self, now: float) -> None:
         """Every PACE_WINDOW seconds: the screen's share of a core sets `slow` (see UI_SHARE)."""

@@ -20,6 +20,9 @@ from tuitrain.core.events import Event, StepCompleted, StepStarted
 class EventBridge:
     """Thread-safe event buffer: `bridge(event, state)` from any thread, `drain()` from the UI."""
 
+    #: a progress bar needs a step now and then, not every one (the loop keeps its fast path)
+    step_events = "sampled"
+
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._events: deque[Event] = deque()

@@ -38,7 +38,7 @@ class WorkerSpec:
     resume_path: str | None
     world_size: int
     init_method: str
-    wants_steps: bool
+    wants_steps: bool | str  # what the parent's callbacks take: True, "sampled" or False
 
 
 def strategy_of(cfg) -> str:
@@ -147,7 +147,8 @@ def worker_main(rank: int, spec: WorkerSpec, events, control) -> None:
 
     code = 1
     bus = EventBus()
-    steps = rank == 0 and spec.wants_steps  # a sink that takes per-step events keeps them in order
+    steps = spec.wants_steps if rank == 0 else False
+    # a sink that takes per-step events keeps them in order with the rest: not batched
     bus.subscribe(_QueueSink(events, rank), steps=steps, batched=not steps)
     monitors: list = []
     try:
@@ -221,7 +222,7 @@ def _spawn(run) -> int:
     try:
         threads = run._attach(bus, devices=False)  # each rank samples its own (see _rank_monitor)
         spec = WorkerSpec(cfg, str(run.run_dir), str(run.resume_path) if run.resume_path else None, world,
-                          f"tcp://127.0.0.1:{_free_port()}", bus.wants_steps)
+                          f"tcp://127.0.0.1:{_free_port()}", bus.step_mode)
         for r in range(world):
             p = ctx.Process(target=worker_main, args=(r, spec, events, control if r == 0 else None),
                             name=f"tuitrain-rank-{r}")

@@ -7,6 +7,8 @@ component classes for the series, so a theme file restyles the plot too.
 
 from __future__ import annotations
 
+import time
+
 from plotext._dict import themes as _plotext_themes
 from textual_plotext import PlotextPlot
 
@@ -79,6 +81,7 @@ class MetricPlot(PlotextPlot):
         self._version = 0  # bumped by each replot: render() rebuilds the figure only then
         self._rendered: tuple | None = None
         self.builds = 0  # figures built, for tests
+        self.build_cost = 0.0  # CPU seconds the last figure took to build
 
     def _register_theme(self, app_theme_name: str) -> None:
         self._rendered = None
@@ -106,9 +109,10 @@ class MetricPlot(PlotextPlot):
             series = state.metric_series(metric, split) if metric else None
             if series is not None:
                 xs, ys = series.points(limit)
-                # braille draws 2 dots per column: more points than that only cost time
+                # braille draws 2 dots per column: a column's min and max are all it can show, and
+                # plotext's cost grows with the points (it draws each segment dot by dot)
                 if self.size.width:  # unknown before the first layout: draw everything
-                    xs, ys = thin(xs, ys, max(20, 2 * self.size.width))
+                    xs, ys = thin(xs, ys, max(10, self.size.width))
                 if xs:
                     self.points[split] = (xs, ys)
         lo = min((xs[0] for xs, _ in self.points.values()), default=None)
@@ -154,7 +158,9 @@ class MetricPlot(PlotextPlot):
         # is the dashboard's costliest work, so it happens only for new data, a new size or colours
         key = (self._version, self.size, self.app.theme, self.colors)
         if self._rendered is None or self._rendered[0] != key:
+            t0 = time.thread_time()
             self._rendered = (key, super().render())
+            self.build_cost = time.thread_time() - t0
             self.builds += 1
         return self._rendered[1]
 
