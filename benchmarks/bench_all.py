@@ -35,8 +35,8 @@ sys.path.insert(0, str(HERE.parent))
 import bench_dashboard as steps_bench  # noqa: E402
 
 # in, hidden, batch; total steps and the step the clock starts at
-SIZES = {"tiny": dict(d_in=32, hidden=64, batch=32, steps=20000, warmup=8000),
-         "medium": dict(d_in=784, hidden=1024, batch=128, steps=1200, warmup=200)}
+SIZES = {"tiny": dict(d_in=32, hidden=64, batch=32, steps=22000, warmup=10000),
+         "medium": dict(d_in=784, hidden=1024, batch=128, steps=1650, warmup=450)}
 TARGETS = {("tiny", "headless"): 1.03, ("medium", "headless"): 1.01,
            ("tiny", "dashboard"): 1.08, ("medium", "dashboard"): 1.08}
 
