@@ -169,10 +169,13 @@ def hand_step(folder: Path, kind: str, steps: int) -> float:
     d_in, hidden, d_out, batch = MODELS[kind]
     script = folder / "hand_ddp.py"
     script.write_text(HAND)
-    out = subprocess.run([sys.executable, str(script), str(folder), str(d_in), str(hidden), str(d_out), str(batch),
-                          str(batch * WORLD * steps), str(WARMUP), str(_free_port())], cwd=folder, env=_env(),
-                         check=True, capture_output=True, text=True)
-    return float(out.stdout.strip().splitlines()[-1])
+    for attempt in range(3):  # a free port found by bind() can be taken again before gloo binds it
+        out = subprocess.run([sys.executable, str(script), str(folder), str(d_in), str(hidden), str(d_out),
+                              str(batch), str(batch * WORLD * steps), str(WARMUP), str(_free_port())], cwd=folder,
+                             env=_env(), capture_output=True, text=True)
+        if out.returncode == 0:
+            return float(out.stdout.strip().splitlines()[-1])
+    raise RuntimeError(f"the hand-written DDP script failed 3 times:\n{out.stderr[-3000:]}")
 
 
 def main() -> None:

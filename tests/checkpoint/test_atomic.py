@@ -349,3 +349,53 @@ def test_fit_resume_from_an_unlisted_file_in_the_checkpoint_folder(tmp_path):
     result = learner().fit(data, resume=mine)
     assert mine.exists(), "a resume must never delete the file it resumes from"
     assert result.status == "completed", result.error
+
+
+def test_snapshot_copies_into_the_last_snapshot_and_each_file_holds_its_own_step(tmp_path):
+    """The loop's copy reuses the previous checkpoint's CPU tensors (no fresh, page-faulting memory),
+    yet every file written in the background holds the state of its own step."""
+    from collections import OrderedDict
+
+    import torch
+
+    from tuitrain.core.checkpoint import snapshot
+
+    live = {"model": OrderedDict(w=torch.ones(3, 4)), "optimizers": [{"m": torch.zeros(2)}], "step": 1,
+            "rng": (torch.arange(3, dtype=torch.uint8),)}
+    first = snapshot(live)
+    assert first["model"]["w"].data_ptr() != live["model"]["w"].data_ptr()  # a copy, not a view
+    live["model"]["w"].add_(1)
+    live["optimizers"][0]["m"] = torch.zeros(5)  # a new shape cannot reuse: allocated
+    second = snapshot(live, first)
+    assert second["model"]["w"].data_ptr() == first["model"]["w"].data_ptr()
+    assert second["rng"][0].data_ptr() == first["rng"][0].data_ptr() and isinstance(second["rng"], tuple)
+    assert torch.equal(second["model"]["w"], torch.full((3, 4), 2.0))
+    assert second["optimizers"][0]["m"].shape == (5,)
+
+    # through the learner: checkpoints every step, each file with its own weights
+    import torch.nn as nn
+    from torch.utils.data import TensorDataset
+
+    from tuitrain.core.checkpoint import Checkpointer
+    from tuitrain.core.learner import Learner
+
+    torch.manual_seed(0)
+    model = nn.Linear(4, 1)
+    g = torch.Generator().manual_seed(1)
+    ds = TensorDataset(torch.randn(24, 4, generator=g), torch.randn(24, 1, generator=g))
+    weights = {}
+
+    def record(event, state):
+        if type(event).__name__ == "StepCompleted":
+            weights[event.step] = model.weight.detach().clone()
+
+    ckpt = Checkpointer(tmp_path / "checkpoint", every_n_steps=1, every_n_epochs=0, keep_last=10, keep_best=0)
+    learner = Learner(model, torch.optim.SGD(model.parameters(), lr=0.5), loss_fn=nn.MSELoss(), callbacks=[record],
+                      device="cpu", batch_size=4, epochs=1, shuffle=False, checkpointer=ckpt)
+    assert learner.fit(ds).exit_code == 0
+    files = sorted((tmp_path / "checkpoint").glob("epoch-*-step-*.pt"))
+    assert len(files) == 6
+    for f in files:
+        data = torch.load(f, weights_only=True)
+        step = int(f.stem.split("-")[-1])
+        assert torch.equal(data["model"]["weight"], weights[step]), f.name

@@ -37,19 +37,27 @@ class CheckpointError(Exception):
     """A checkpoint that cannot be used: missing, not a tuitrain checkpoint, or not weights-only."""
 
 
-def snapshot(obj: Any) -> Any:
-    """A deep copy with every tensor detached and copied to CPU memory (the loop's only stall)."""
+def snapshot(obj: Any, reuse: Any = None) -> Any:
+    """A deep copy with every tensor detached and copied to CPU memory (the loop's only stall).
+
+    `reuse`, an earlier snapshot of the same structure that nothing reads any more, lends its tensors:
+    a tensor of the same shape and dtype is copied into, not allocated, so the copy causes no page
+    faults (fresh memory is zeroed by the kernel page by page, which costs as much as the copy)."""
     if isinstance(obj, torch.Tensor):
+        if (isinstance(reuse, torch.Tensor) and reuse.shape == obj.shape and reuse.dtype == obj.dtype
+                and reuse.device.type == "cpu" and reuse.is_contiguous() and obj.layout == torch.strided):
+            return reuse.copy_(obj.detach())
         return obj.detach().to("cpu", copy=True)
     if isinstance(obj, dict):  # keeps OrderedDict (state_dict) as it is: weights_only allows it
         out = type(obj)() if type(obj) in (dict, OrderedDict) else {}
+        prev = reuse if isinstance(reuse, dict) else {}
         for k, v in obj.items():
-            out[k] = snapshot(v)
+            out[k] = snapshot(v, prev.get(k))
         return out
-    if isinstance(obj, list):
-        return [snapshot(v) for v in obj]
-    if isinstance(obj, tuple):
-        return tuple(snapshot(v) for v in obj)
+    if isinstance(obj, (list, tuple)):
+        prev = reuse if isinstance(reuse, (list, tuple)) and len(reuse) == len(obj) else [None] * len(obj)
+        out = [snapshot(v, p) for v, p in zip(obj, prev)]
+        return out if isinstance(obj, list) else tuple(out)
     return obj
 
 

@@ -219,6 +219,7 @@ class Learner(OptimizationMixin, CheckpointMixin):
         self._epoch_batches = 0
         self._valid_rng: dict | None = None
         self._last_ckpt_step = -1
+        self._last_snapshot = None  # the last checkpoint's CPU copy: the next one copies into it
 
     # --- per-step hooks called by phases -------------------------------------------------------
 

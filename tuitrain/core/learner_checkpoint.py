@@ -51,7 +51,9 @@ class CheckpointMixin:
             return  # this exact state is already on disk (or being written)
         self.bus.emit(CheckpointStarted(epoch=s.epoch, step=s.step, reason=reason))
         t0 = time.perf_counter()
-        snap = ckpt.snapshot(self.state_dict())
+        self.checkpointer.wait()  # the last write is done with its snapshot: this one copies into it
+        snap = ckpt.snapshot(self.state_dict(), self._last_snapshot)
+        self._last_snapshot = snap if self.checkpointer.background else None
         stall = time.perf_counter() - t0
         self.checkpointer.save(snap, epoch=s.epoch, step=s.step, metrics=self._checkpoint_metrics(),
                                reason=reason, stall=stall)
