@@ -278,7 +278,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
 def dumps(d: dict) -> str:
     """One JSON line. Python's float repr is the shortest string that reads back exactly;
     NaN and Infinity are written bare, as Python's json reads them."""
-    return json.dumps(d, separators=(",", ":"), ensure_ascii=False, default=_default)
+    return _ENCODER.encode(d)
 
 
 def _default(obj: Any) -> Any:
@@ -313,3 +313,7 @@ def parse_line(line: str) -> Event | None:
 
 def is_finite(x: float) -> bool:
     return not (math.isnan(x) or math.isinf(x))
+
+
+# one encoder for every line: json.dumps with options builds a new one per call
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=_default)

@@ -68,6 +68,7 @@ class MetricFileLogger:
         self.flush_interval = flush_interval
         self._clock = clock
         self._files: dict[tuple[str, int, str], IO[str]] = {}
+        self._open: dict[tuple[str, int, str, str], IO[str]] = {}  # (split, epoch, metric, scope) -> file
         self._epoch_of: dict[str, int] = {}  # split -> the epoch whose files are open
         self._stepped: set[str] = {"train"}  # splits with step values: their aggregates go to .epoch.log
         self._last_flush = clock()
@@ -100,17 +101,23 @@ class MetricFileLogger:
                 self.close()
 
     def _file(self, split: str, epoch: int, metric: str, scope: str) -> IO[str]:
+        f = self._open.get((split, epoch, metric, scope))  # per logged value: no file name work
+        if f is not None:
+            return f
         key = (split, epoch, metric_filename(metric, scope))
         f = self._files.get(key)
         if f is None:
             path = self.path(split, epoch, metric, scope)
             path.parent.mkdir(parents=True, exist_ok=True)
             f = self._files[key] = open(path, "a", encoding="utf-8", newline="\n")
+        self._open[(split, epoch, metric, scope)] = f
         return f
 
     def _close_split(self, split: str) -> None:
         for key in [k for k in self._files if k[0] == split]:
             self._files.pop(key).close()
+        for key in [k for k in self._open if k[0] == split]:
+            del self._open[key]
         self._epoch_of.pop(split, None)
 
     def flush(self) -> None:
@@ -122,4 +129,5 @@ class MetricFileLogger:
         for f in self._files.values():
             f.close()
         self._files.clear()
+        self._open.clear()
         self._epoch_of.clear()
