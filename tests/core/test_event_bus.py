@@ -80,3 +80,48 @@ def test_a_failing_batched_callback_is_reported_once_and_others_still_get_every_
     assert len(bus.errors) == 2  # one per event kind it failed on, each said once
     bus.deliver()  # the report is printed output: it comes with the next batch
     assert any("disk on fire" in e.text for e in good.seen if isinstance(e, OutputPrinted))
+
+
+def test_sampled_callbacks_get_a_phase_s_first_steps_then_one_step_per_interval_with_every_item():
+    """steps="sampled": the loop keeps its fast path; the callback gets the first steps of each phase
+    (a screen can show a speed even for short phases) and then one StepCompleted per interval."""
+    import torch
+    from torch import nn
+    from torch.utils.data import TensorDataset
+
+    from tuitrain.core.events import StepCompleted
+    from tuitrain.core.learner import Learner
+    from tuitrain.core.phases import StepSampler, TrainPhase
+
+    got = []
+
+    def progress(event, state):
+        if isinstance(event, StepCompleted):
+            got.append(event)
+
+    bus = EventBus()
+    bus.subscribe(progress, steps="sampled")
+    assert bus.step_mode == "sampled" and bus.wants_sampled_steps and not bus.wants_steps
+    used_plain = []
+    plain = TrainPhase._run_plain
+    g = torch.Generator().manual_seed(0)
+    ds = TensorDataset(torch.randn(400, 3, generator=g), torch.randn(400, 1, generator=g))
+    torch.manual_seed(0)
+    model = nn.Linear(3, 1)
+    phase = TrainPhase()
+    phase._run_plain = lambda *a: used_plain.append(1) or plain(phase, *a)
+    learner = Learner(model, torch.optim.SGD(model.parameters(), lr=0.01), loss_fn=nn.MSELoss(), bus=bus,
+                      device="cpu", batch_size=4, epochs=2, train_phase=phase)
+    assert learner.fit(ds).exit_code == 0
+    assert used_plain == [1, 1]  # the fast loop ran in both epochs
+    train = [e for e in got if e.phase == "train"]
+    for epoch in (1, 2):
+        steps = [e.step for e in train if e.epoch == epoch]
+        first = (epoch - 1) * 100
+        assert steps[:StepSampler.FIRST] == [first + 1, first + 2, first + 3]
+        assert len(steps) < 100  # sampled, not every step
+    # every step's items are counted once: 100 steps of 4 items per epoch, up to the last sample
+    last = max(e.step for e in train if e.epoch == 1)
+    assert sum(e.items for e in train if e.epoch == 1) == 4 * last
+    with __import__("pytest").raises(ValueError):
+        bus.subscribe(progress, steps="sometimes")

@@ -49,16 +49,19 @@ class NonFiniteLoss(Exception):
 
 
 class StepSampler:
-    """For callbacks subscribed with `steps="sampled"`: a StepCompleted every STEP_SAMPLE_INTERVAL
-    seconds, carrying the items of every step since the last one. `of(bus, phase)` is None when no
-    callback needs it."""
+    """For callbacks subscribed with `steps="sampled"`: the first FIRST steps of a phase, then a
+    StepCompleted every STEP_SAMPLE_INTERVAL seconds, each carrying the items of every step since the
+    last one (a screen measures a phase's speed from a few steps, even when the phase is short).
+    `of(bus, phase)` is None when no callback needs it."""
 
-    __slots__ = ("emit", "phase", "items", "due")
+    FIRST = 3
+    __slots__ = ("emit", "phase", "items", "due", "first")
 
     def __init__(self, emit, phase: str) -> None:
         self.emit, self.phase = emit, phase
         self.items = 0
-        self.due = 0.0  # the first step is reported at once
+        self.due = 0.0
+        self.first = self.FIRST
 
     @classmethod
     def of(cls, bus, phase: str) -> "StepSampler | None":
@@ -67,7 +70,8 @@ class StepSampler:
     def __call__(self, epoch: int, step: int, batch: int, items: int) -> None:
         self.items += items
         now = time.perf_counter()
-        if now >= self.due:
+        if now >= self.due or self.first:
+            self.first = max(0, self.first - 1)
             self.due = now + STEP_SAMPLE_INTERVAL
             self.emit(StepCompleted(phase=self.phase, epoch=epoch, step=step, batch=batch, items=self.items))
             self.items = 0

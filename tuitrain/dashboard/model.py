@@ -65,7 +65,9 @@ class DashboardState:
         self.latest: dict[str, float] = {}  # "train/loss" -> newest value
         self.epoch_steps: list[int] = []  # global step at each completed epoch, for boundary lines
         # throughput: (time, step, items) of recent training steps in the current stretch
-        self._ticks: deque[tuple[float, int, int]] = deque(maxlen=RATE_WINDOW + 1)
+        # (time, step, items, stretch): a stretch is training without a gap (validation, a pause)
+        self._ticks: deque[tuple[float, int, int, int]] = deque(maxlen=RATE_WINDOW + 1)
+        self._stretch = 0
         self._train_steps_seen = 0
         self._last_rates: tuple[float | None, float | None] = (None, None)
         self._step_events = False  # live runs send StepCompleted; files only MetricsLogged
@@ -113,13 +115,15 @@ class DashboardState:
         """
         if self._train_steps_seen < WARMUP_STEPS or len(self._ticks) < 3:
             return self._last_rates
-        t0, s0, _ = self._ticks[0]
-        t1, s1, _ = self._ticks[-1]
-        dt = t1 - t0
-        if dt <= 0 or s1 <= s0:
+        # over consecutive ticks of one stretch: short epochs add up, their gaps are left out
+        dt, steps, items, pairs = 0.0, 0, 0, 0
+        ticks = list(self._ticks)
+        for (t0, s0, _, k0), (t1, s1, n1, k1) in zip(ticks, ticks[1:]):
+            if k0 == k1:
+                dt, steps, items, pairs = dt + t1 - t0, steps + s1 - s0, items + n1, pairs + 1
+        if pairs < 2 or dt <= 0 or steps <= 0:
             return self._last_rates
-        items = sum(i for _, _, i in list(self._ticks)[1:])
-        self._last_rates = (items / dt, (s1 - s0) / dt)
+        self._last_rates = (items / dt, steps / dt)
         return self._last_rates
 
     def eta(self) -> float | None:
@@ -219,7 +223,7 @@ class DashboardState:
                 self.batch, self.batches = 0, event.batches
                 self.activity = "validating" if event.split == "valid" else "running" if event.phase == "train" else event.phase
                 if event.split == "train":
-                    self._ticks.clear()  # the gap since the last training step was not training
+                    self._stretch += 1  # the gap since the last training step was not training
                 elif event.split == "valid":
                     self._validated_epoch = max(self._validated_epoch, event.epoch)
                 return {"progress"}
@@ -266,7 +270,7 @@ class DashboardState:
                 return {"progress"}
             case RunResumed():
                 self.paused = False
-                self._ticks.clear()  # paused time is not training time
+                self._stretch += 1  # paused time is not training time
                 return {"progress"}
             case OutputPrinted():
                 self._log(event.stream, event.text)
@@ -316,5 +320,5 @@ class DashboardState:
     def _tick(self, t: float, step: int, items: int, steps: int = 1) -> None:
         if self._ticks and step <= self._ticks[-1][1]:
             return  # a repeated step (validation reports the current step)
-        self._ticks.append((t, step, items))
+        self._ticks.append((t, step, items, self._stretch))
         self._train_steps_seen += max(steps, 1)
