@@ -50,7 +50,8 @@ def test_batch_is_delivered_once_its_oldest_event_is_older_than_the_interval():
     bus.emit(logged(2))
     assert rec.seen == []
     time.sleep(0.06)
-    bus.emit(DevicesSampled(cpu=1.0, cpu_per_core=[1.0], memory=1.0, memory_used=1, memory_total=2, rss=1))  # a device sample from the monitor thread delivers stale lines
+    # a device sample from the monitor thread delivers the stale lines
+    bus.emit(DevicesSampled(cpu=1.0, cpu_per_core=[1.0], memory=1.0, memory_used=1, memory_total=2, rss=1))
     assert [type(e).__name__ for e in rec.seen] == ["MetricsLogged", "MetricsLogged", "DevicesSampled"]
 
 

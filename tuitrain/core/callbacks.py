@@ -3,11 +3,12 @@
 A callback is any callable taking `(event, state)`; dispatch inside it with `match event:`.
 Per-step events (StepStarted/StepCompleted) only reach callbacks subscribed with `steps=True`,
 so that file sinks cost nothing per step; a callback subscribed with `steps="sampled"` (a screen's
-progress bar) gets a StepCompleted at most every `STEP_SAMPLE_INTERVAL` seconds, carrying the items of
-every step since the last one, and the loop keeps its fast path. Callbacks subscribed with `batched=True` (the built-in sinks)
-get every event in the same order, but in batches: the frequent events (logged metrics, device
-samples, printed output) wait in a queue until any other event comes or `BATCH_INTERVAL` has passed,
-so that the training loop pays a list append, not a JSON line and a file write, per logged step.
+progress bar) gets a StepCompleted for the first steps of each phase and then at most every
+`STEP_SAMPLE_INTERVAL` seconds, carrying the items of every step since the last one, and the loop
+keeps its fast path. Callbacks subscribed with `batched=True` (the built-in sinks) get every event in
+the same order, but in batches: the frequent events (logged metrics, device samples, printed output)
+wait in a queue until any other event comes or `BATCH_INTERVAL` has passed, so that the training
+loop pays a list append, not a JSON line and a file write, per logged step.
 Must not import torch or textual.
 """
 
@@ -99,11 +100,11 @@ class EventBus:
             for cb in self._all:
                 self._call(cb, event)
             if self._batched:
-                queue = self._queue
+                queue, now = self._queue, time.monotonic()
                 if not queue:
-                    self._queued_at = time.monotonic()
+                    self._queued_at = now
                 queue.append(event)
-                if not isinstance(event, BATCHABLE) or time.monotonic() - self._queued_at >= self.batch_interval:
+                if not isinstance(event, BATCHABLE) or now - self._queued_at >= self.batch_interval:
                     self.deliver()
 
     def deliver(self) -> None:

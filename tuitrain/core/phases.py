@@ -200,22 +200,22 @@ class TrainPhase(Phase):
         log_every = lr.log_every_n_steps
         check_finite = lr.check_every_step
         self.begin(lr, state, metrics, total, fresh=start_batch == 0)
+        autocast, backward, optimizer_step = lr.loop_parts()
+        if (accum == 1 and not manual and autocast is None and optimizer_step is None and not wants_steps
+                and self._plain_parts(lr) is not None
+                and all(type(m) is Loss for m in metrics.batch_metrics)):
+            return self._run_plain(lr, loader, state, start_batch, metrics, total)
         i = start_batch
         in_group = 0
         group_div = float(min(accum, total - i)) if total else float(accum)
         # locals: this loop runs per batch, and attribute lookups are most of its own cost
         step_fn, items_of, update, ctx = self.bound_step(lr), self.items_of, metrics.update, metrics.ctx
-        autocast, backward, optimizer_step = lr.loop_parts()
         if optimizer_step is None:  # the plain form, inlined below: step, then clear the gradients
             opt_step, zero_grad = lr.optimizer.step, lr.optimizer.zero_grad
         move, device, non_blocking = lr.move_batches, lr.device, lr.non_blocking
         ckpt = lr.checkpointer
         ckpt_every = ckpt.every_n_steps if ckpt is not None else 0
         max_steps = lr.max_steps
-        if (accum == 1 and not manual and autocast is None and optimizer_step is None and not wants_steps
-                and self._plain_parts(lr) is not None
-                and all(type(m) is Loss for m in metrics.batch_metrics)):
-            return self._run_plain(lr, loader, state, start_batch, metrics, total)
         sample = StepSampler.of(bus, self.name)
         n = 0
         try:
@@ -285,12 +285,12 @@ class TrainPhase(Phase):
             metrics.step_done()
         return self.finish(lr, state, metrics)
 
-
     def _run_plain(self, lr: "Learner", loader, state: "TrainState", start_batch: int, metrics,
                    total: int) -> dict:
         """`run` for the common case, step for step the same: the default (inputs, targets) step, a
         plain optimizer step per batch, the loss as the only per-batch metric and no callback that
-        takes every step (sampled ones may). It makes no call that case does not need (no StepOutput, no metric dispatch)."""
+        takes every step (sampled ones may). It makes no call that case does not need (no StepOutput
+        and no metric dispatch per batch)."""
         model, loss_fn = self._plain_parts(lr)
         loss_metric = metrics.batch_metrics[0] if metrics.batch_metrics else None
         check_finite = lr.check_every_step  # CPU: the loss is read back per step, for free
