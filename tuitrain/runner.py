@@ -18,6 +18,7 @@ from typing import Callable
 from .config import Config, ConfigError, load_config, validate
 from .core.callbacks import EventBus
 from .core.control import ControlWatcher, Interrupter
+from .core.housekeeping import Housekeeping
 from .core.events import RunFailed, RunStarted
 
 
@@ -201,7 +202,7 @@ class Run:
             bus.subscribe(cb, steps)
         if not devices:
             return []
-        monitor = DeviceMonitor(bus.emit)
+        monitor = DeviceMonitor(bus.emit, housekeeping=bus.housekeeping)
         bus.subscribe(monitor.start_on_run_started, steps=False)
         return [monitor]
 
@@ -217,8 +218,9 @@ class Run:
 
         self.run_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(self.run_dir / "config.toml", self.cfg.to_toml())
-        watcher = ControlWatcher(self.run_dir, self.interrupter).start()
-        bus = EventBus()
+        # one process: the loop does the chores itself while it is quick (no thread: see Housekeeping)
+        bus = EventBus(housekeeping=Housekeeping(inline=self.dist is None))
+        watcher = ControlWatcher(self.run_dir, self.interrupter, housekeeping=bus.housekeeping).start()
         threads: list = []
         try:
             threads = self._attach(bus)

@@ -3,7 +3,7 @@ import time
 
 from sink_run import feed, run_events
 from tuitrain.core.events import MetricsLogged, RunStarted, parse_line
-from tuitrain.sinks.jsonl import JsonlWriter
+from tuitrain.sinks.jsonl import FILENAME, JsonlWriter
 
 
 def read_events(path):
@@ -67,3 +67,24 @@ def test_important_events_are_visible_at_once_and_others_within_the_interval(tmp
     w.close()
     w(MetricsLogged(split="train", epoch=1, step=2, metrics={"loss": 1.0}))  # after close: ignored
     assert len(path.read_text().splitlines()) == 2
+
+
+def test_on_a_bus_the_run_s_writer_writes_each_batch_at_its_end_and_starts_no_thread(tmp_path):
+    from tuitrain.core.callbacks import EventBus
+    from tuitrain.core.housekeeping import Housekeeping
+
+    bus = EventBus(housekeeping=Housekeeping(inline=True), batch_interval=60)
+    w = JsonlWriter(tmp_path, background=False)
+    bus.subscribe(w, steps=False)
+    path = tmp_path / FILENAME
+    for step in range(1, 4):
+        bus.emit(MetricsLogged(split="train", epoch=1, step=step, metrics={"loss": 1.0}))
+    assert path.read_text() == ""  # held by the bus, as a batch
+    bus.deliver()
+    assert [json.loads(line)["step"] for line in path.read_text().splitlines()] == [1, 2, 3]
+    bus.emit(MetricsLogged(split="train", epoch=1, step=4, metrics={"loss": 1.0}))
+    time.sleep(0.6)  # longer than the writer's flush interval: still no thread writes it
+    assert len(path.read_text().splitlines()) == 3
+    assert w._flusher is None
+    bus.close()
+    assert len(path.read_text().splitlines()) == 4

@@ -8,7 +8,10 @@ progress bar) gets a StepCompleted for the first steps of each phase and then at
 keeps its fast path. Callbacks subscribed with `batched=True` (the built-in sinks) get every event in
 the same order, but in batches: the frequent events (logged metrics, device samples, printed output)
 wait in a queue until any other event comes or `BATCH_INTERVAL` has passed, so that the training
-loop pays a list append, not a JSON line and a file write, per logged step.
+loop pays a list append, not a JSON line and a file write, per logged step. A batched callback may
+define `end_batch()`, called after each batch it got (a file sink writes then). When no event comes
+for a while (slow steps, validation) the bus's chore delivers a held batch (see `Housekeeping`:
+the loop's `tick()`, or a thread once the loop is slow).
 Must not import torch or textual.
 """
 
@@ -20,6 +23,7 @@ import traceback
 from typing import Any, Callable, Iterable
 
 from .events import DevicesSampled, Event, MetricsLogged, OutputPrinted
+from .housekeeping import Housekeeping
 
 Callback = Callable[[Event, Any], None]
 
@@ -50,7 +54,10 @@ class EventBus:
     """Delivers each event to every callback, in order (thread-safe); batched callbacks get the
     frequent events in batches (see the module docstring)."""
 
-    def __init__(self, callbacks: Iterable[Callback] = (), batch_interval: float = BATCH_INTERVAL) -> None:
+    def __init__(self, callbacks: Iterable[Callback] = (), batch_interval: float = BATCH_INTERVAL,
+                 housekeeping: Housekeeping | None = None) -> None:
+        #: the run's periodic chores; emitting an event ticks it
+        self.housekeeping = housekeeping if housekeeping is not None else Housekeeping()
         self._lock = threading.RLock()
         self._all: list[Callback] = []  # called at once
         self._batched: list[Callback] = []
@@ -61,6 +68,12 @@ class EventBus:
         self.batch_interval = batch_interval
         self.state: Any = None
         self.errors: list[str] = []
+        self._wake = threading.Condition(self._lock)
+        self._chore = False  # the chore that delivers batches no later event delivered: added
+        self._ticker: threading.Thread | None = None  # that chore's thread
+        self._ticker_idle = False
+        self._closed = False
+        self._end_batch: list[Callable[[], None]] = []
         for cb in callbacks:
             self.subscribe(cb)
 
@@ -75,6 +88,9 @@ class EventBus:
             batched = bool(getattr(callback, "batch_events", False))
         with self._lock:
             (self._batched if batched else self._all).append(callback)
+            end_batch = getattr(callback, "end_batch", None) if batched else None
+            if end_batch is not None:
+                self._end_batch.append(end_batch)
             if steps == "sampled":
                 self._sampled.append(callback)
             elif steps:
@@ -103,17 +119,64 @@ class EventBus:
                 queue, now = self._queue, time.monotonic()
                 if not queue:
                     self._queued_at = now
+                    if not self._chore:
+                        self._chore = True
+                        self.housekeeping.add(self.batch_interval, self._deliver_stale, self._start_ticker)
+                    elif self._ticker_idle:
+                        self._wake.notify()
                 queue.append(event)
                 if not isinstance(event, BATCHABLE) or now - self._queued_at >= self.batch_interval:
                     self.deliver()
+            self.housekeeping.tick()
+
+    def tick(self) -> None:
+        """The loop comes by (a validation batch, a pause): chores that are due run now."""
+        self.housekeeping.tick()
+
+    def _deliver_stale(self) -> None:
+        with self._lock:
+            if self._queue and time.monotonic() - self._queued_at >= self.batch_interval:
+                self.deliver()
+
+    def _start_ticker(self) -> None:
+        with self._lock:
+            if self._closed or self._ticker is not None:
+                return
+            self._ticker = threading.Thread(target=self._ticker_loop, name="tuitrain-events", daemon=True)
+            self._ticker.start()
+
+    def _ticker_loop(self) -> None:
+        # on a thread: a batch no later event delivered goes out at 2x the interval (the loop's
+        # own emits deliver the others first)
+        with self._lock:
+            while not self._closed:
+                if not self._queue:
+                    self._ticker_idle = True
+                    self._wake.wait()
+                    self._ticker_idle = False
+                    continue
+                due = self._queued_at + 2 * self.batch_interval - time.monotonic()
+                if due > 0:
+                    self._wake.wait(due)
+                else:
+                    self.deliver()
 
     def deliver(self) -> None:
-        """Hand the queued events to the batched callbacks now."""
+        """Hand the queued events to the batched callbacks now: each callback takes the whole batch,
+        in order, before the next (its code and data stay in the CPU's caches)."""
         with self._lock:
             queue, self._queue = self._queue, []
-            for event in queue:
-                for cb in self._batched:
-                    self._call(cb, event)
+            if not queue:
+                return
+            call = self._call
+            for cb in self._batched:
+                for event in queue:
+                    call(cb, event)
+            for end_batch in self._end_batch:
+                try:
+                    end_batch()
+                except Exception:  # reported by the callback's next call, if it persists
+                    pass
 
     def emit_step(self, event: Event) -> None:
         with self._lock:
@@ -121,6 +184,7 @@ class EventBus:
                 self._call(cb, event)
             for cb in self._sampled:
                 self._call(cb, event)
+        self.housekeeping.tick()
 
     def _call(self, cb: Callback, event: Event) -> None:
         try:
@@ -135,6 +199,8 @@ class EventBus:
 
     def close(self) -> None:
         with self._lock:
+            self._closed = True
+            self._wake.notify_all()
             self.deliver()
             for cb in self._all + self._batched:
                 close = getattr(cb, "close", None)

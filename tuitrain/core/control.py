@@ -13,7 +13,10 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import TYPE_CHECKING, Callable, Protocol
+
+if TYPE_CHECKING:
+    from .housekeeping import Housekeeping
 
 COMMANDS = ("stop", "pause", "resume", "toggle_pause", "checkpoint")
 
@@ -159,10 +162,12 @@ def apply_command(interrupter: Interrupter, command: str, source: str) -> None:
 class ControlWatcher:
     """Polls RUN_DIR/control/ on a daemon thread and applies the commands it finds."""
 
-    def __init__(self, run_dir: str | os.PathLike, interrupter: Interrupter, interval: float = 0.5) -> None:
+    def __init__(self, run_dir: str | os.PathLike, interrupter: Interrupter, interval: float = 0.5,
+                 housekeeping: Housekeeping | None = None) -> None:
         self.dir = control_dir(run_dir)
         self.interrupter = interrupter
         self.interval = interval
+        self.housekeeping = housekeeping  # given: a chore of the run's (inline while the loop is quick)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -170,9 +175,21 @@ class ControlWatcher:
         self.dir.mkdir(parents=True, exist_ok=True)
         for stale in self.dir.iterdir():  # commands meant for an earlier, dead process
             stale.unlink(missing_ok=True)
+        if self.housekeeping is None:
+            self._start_thread()
+        else:
+            self.housekeeping.add(self.interval, self._poll_chore, self._start_thread)
+        return self
+
+    def _start_thread(self) -> None:
+        if self._thread is not None or self._stop.is_set():
+            return
         self._thread = threading.Thread(target=self._run, name="tuitrain-control", daemon=True)
         self._thread.start()
-        return self
+
+    def _poll_chore(self) -> None:
+        if not self._stop.is_set():
+            self.poll_once()
 
     def poll_once(self) -> int:
         n = 0

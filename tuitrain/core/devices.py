@@ -12,11 +12,14 @@ import os
 import sys
 import threading
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import psutil
 
 from tuitrain.core.events import DevicesSampled, Event, RunStarted
+
+if TYPE_CHECKING:
+    from tuitrain.core.housekeeping import Housekeeping
 
 
 class _Nvml:
@@ -125,7 +128,8 @@ class DeviceMonitor:
     """
 
     def __init__(self, emit: Callable[[Event], None], interval: float | None = None, rank: int = 0,
-                 progress: Callable[[], tuple[int, int]] | None = None) -> None:
+                 progress: Callable[[], tuple[int, int]] | None = None,
+                 housekeeping: Housekeeping | None = None) -> None:
         self.emit = emit
         self.interval = default_interval() if interval is None else interval
         self.rank = rank
@@ -138,13 +142,25 @@ class DeviceMonitor:
         self._thread: threading.Thread | None = None
         self._nvml: _Nvml | None = None
         self._proc = psutil.Process(os.getpid())
+        self.housekeeping = housekeeping  # given: a chore of the run's (inline while the loop is quick)
+        self._started = False
 
     def start(self) -> "DeviceMonitor":
-        if self._thread is not None:
+        if self._started:
             return self
+        self._started = True
+        if self.housekeeping is None:
+            self._start_thread()
+        else:
+            self._prime()
+            self.housekeeping.add(self.interval, self._sample_once, self._start_thread)
+        return self
+
+    def _start_thread(self) -> None:
+        if self._thread is not None or self._stop.is_set():
+            return
         self._thread = threading.Thread(target=self._run, name="tuitrain-devices", daemon=True)
         self._thread.start()
-        return self
 
     def start_on_run_started(self, event: Event, state: object = None) -> None:
         """A callback: starts sampling at RunStarted, so that the event stream opens with it."""
@@ -210,18 +226,27 @@ class DeviceMonitor:
                 pass
         return total
 
-    def _run(self) -> None:
+    def _prime(self) -> None:
         try:
             # CPU percentages measure since the previous reading: prime them so the first sample is real
             self._cpu_times = psutil.cpu_times(percpu=True)
             self._proc.cpu_percent(interval=None)
         except Exception:
             pass
+
+    def _sample_once(self) -> None:
+        if self._stop.is_set():
+            return
+        try:
+            self.emit(self.sample())
+        except Exception:  # a failed sample or a failing sink must never end training
+            pass
+
+    def _run(self) -> None:
+        if self._cpu_times is None:
+            self._prime()
         while not self._stop.wait(self.interval):
-            try:
-                self.emit(self.sample())
-            except Exception:  # a failed sample or a failing sink must never end training
-                pass
+            self._sample_once()
 
     def close(self) -> None:
         self._stop.set()

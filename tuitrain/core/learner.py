@@ -248,6 +248,7 @@ class Learner(OptimizationMixin, CheckpointMixin):
             self.bus.emit(RunPaused(epoch=state.epoch, step=state.step))
             while it.paused and not it.stop_requested:
                 it.wait_while_paused(0.1)
+                self.bus.tick()  # the control folder's poll, among others: a resume comes that way
                 for command, source, detail in it.take_log():
                     self.bus.emit(ControlReceived(command=command, source=source, detail=detail))
                 if it.take_checkpoint():

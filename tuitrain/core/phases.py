@@ -387,7 +387,7 @@ class ValidPhase(Phase):
         lr = learner
         metrics = lr.metric_sets[self.split]
         bus, interrupter = lr.bus, lr.interrupter
-        wants_steps = bus.wants_steps
+        wants_steps, tick = bus.wants_steps, bus.tick
         sample = StepSampler.of(bus, self.name)
         total = loader.batches_per_epoch()
         self.begin(lr, state, metrics, total, fresh=True)
@@ -414,6 +414,7 @@ class ValidPhase(Phase):
                                                     batch=i + 1, items=n))
                     elif sample is not None:
                         sample(state.epoch, state.step, i + 1, n)
+                    tick()  # validation emits nothing per batch: the run's chores come by here
                     if interrupter.pending:
                         lr.at_boundary(state)
         except CancelEpoch:

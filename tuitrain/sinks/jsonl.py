@@ -1,8 +1,11 @@
 """`JsonlWriter`: the run's event stream, `events.jsonl`, one `Event.to_json()` line per persistent
 event, which `tuitrain watch` follows live.
 
-Lines are written whole (one write call carries only complete lines), at most ~0.2 s after the
-event, at once for the events a watcher must see without delay, and fsynced when the run ends.
+Lines are written whole (one write call carries only complete lines), at most `flush_interval`
+(0.5 s) after the writer gets the event, at once for the events a watcher must see without delay,
+and fsynced when the run ends. On an EventBus the writer gets the frequent events (logged metrics,
+device samples) in batches (every 0.25 s) and writes each batch whole at its end (`end_batch`); the
+run's writer (`background=False`) then starts no thread of its own.
 Must not import torch or textual.
 """
 
@@ -29,10 +32,14 @@ class JsonlWriter:
     """Appends every persistent event to `run_dir/events.jsonl` (a resumed run appends)."""
 
     step_events = False  # the EventBus spares it StepStarted/StepCompleted: it ignores them
+    batch_events = True  # it may get the frequent events in batches (EventBus)
 
-    def __init__(self, run_dir: str | os.PathLike, flush_interval: float = 0.5) -> None:
+    def __init__(self, run_dir: str | os.PathLike, flush_interval: float = 0.5, background: bool = True) -> None:
+        """`background`: a thread writes lines held back when no later call comes; False leaves
+        them to `end_batch()` (an EventBus calls it after every batch), `flush()` or the next call."""
         self.path = Path(run_dir) / FILENAME
         self.flush_interval = flush_interval
+        self.background = background
         self._file = open(self.path, "ab", buffering=0)
         self._cond = threading.Condition()
         self._pending: list[bytes] = []
@@ -71,7 +78,7 @@ class JsonlWriter:
                 self._flush_locked(now)
                 if isinstance(event, (RunFinished, RunFailed)):
                     os.fsync(self._file.fileno())
-            else:
+            elif self.background:
                 self._start_flusher()
                 if self._flusher_idle:  # on a timer it finds the lines itself: no wake-up per line
                     self._cond.notify()
@@ -80,6 +87,16 @@ class JsonlWriter:
         with self._cond:
             if not self._closed:
                 self._flush_locked(time.monotonic())
+
+    def end_batch(self) -> None:
+        """The EventBus delivered a batch: write its lines now (a failure is raised by the next call)."""
+        with self._cond:
+            if self._closed or not self._pending:
+                return
+            try:
+                self._flush_locked(time.monotonic())
+            except OSError as e:
+                self._error, self._pending = e, []
 
     def _flush_locked(self, now: float) -> None:
         if self._pending:

@@ -1,0 +1,155 @@
+"""Housekeeping: a run's chores done by the loop itself (no thread) while it comes by often, and on
+threads once it does not; and a real headless run that trains with no helper thread at all."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import tuitrain.core.housekeeping as housekeeping_module
+from tuitrain.core.callbacks import EventBus
+from tuitrain.core.control import FileControl
+from tuitrain.core.events import DevicesSampled, MetricsLogged, RunStarted
+from tuitrain.core.housekeeping import Housekeeping
+from tuitrain.runner import prepare_run
+
+
+def helper_threads() -> list[str]:
+    return sorted(t.name for t in threading.enumerate() if t.name.startswith("tuitrain-"))
+
+
+class Chore:
+    def __init__(self) -> None:
+        self.runs: list[str] = []  # the thread each run happened on
+        self.thread: threading.Thread | None = None
+        self.stop = threading.Event()
+
+    def __call__(self) -> None:
+        self.runs.append(threading.current_thread().name)
+
+    def start_thread(self) -> None:
+        def loop():
+            while not self.stop.wait(0.01):
+                self()
+
+        self.thread = threading.Thread(target=loop, name="chore-thread", daemon=True)
+        self.thread.start()
+
+
+def test_inline_chores_run_at_ticks_when_due_and_on_no_thread():
+    hk = Housekeeping(inline=True, max_gap=5)
+    chore = Chore()
+    hk.add(0.05, chore, chore.start_thread)
+    hk.tick()
+    assert chore.runs == []  # not due yet
+    deadline = time.monotonic() + 0.3
+    while time.monotonic() < deadline:
+        hk.tick()
+        time.sleep(0.005)
+    # every 0.05 s over 0.3 s, each on the ticking thread
+    assert 4 <= len(chore.runs) <= 7 and set(chore.runs) == {threading.current_thread().name}
+    assert chore.thread is None and hk.inline
+
+
+def test_a_long_gap_between_ticks_moves_every_chore_to_its_thread():
+    hk = Housekeeping(inline=True, max_gap=0.1)
+    a, b = Chore(), Chore()
+    hk.add(0.02, a, a.start_thread)
+    hk.add(0.02, b, b.start_thread)
+    hk.tick()
+    time.sleep(0.15)  # a slow step
+    hk.tick()
+    try:
+        assert not hk.inline and a.thread is not None and b.thread is not None
+        time.sleep(0.1)
+        assert "chore-thread" in a.runs and "chore-thread" in b.runs
+        ran = len(a.runs)
+        hk.tick()  # ticks do nothing any more
+        assert a.runs.count(threading.current_thread().name) == 0 and len(a.runs) >= ran
+    finally:
+        a.stop.set()
+        b.stop.set()
+
+
+def test_without_inline_a_chore_gets_its_thread_at_once():
+    hk = Housekeeping()
+    chore = Chore()
+    hk.add(0.02, chore, chore.start_thread)
+    try:
+        assert chore.thread is not None and chore.thread.is_alive()
+    finally:
+        chore.stop.set()
+
+
+def test_a_chore_that_emits_and_adds_a_chore_does_not_tick_inside_itself():
+    hk = Housekeeping(inline=True, max_gap=5)
+    bus = EventBus(housekeeping=hk)
+    got = []
+    recorder = lambda e, s: got.append(e)  # noqa: E731
+    recorder.batch_events = True
+    bus.subscribe(recorder, steps=False)
+    nested = []
+
+    def emitting_chore():  # like the device monitor's: its event queues, the bus adds its chore
+        bus.emit(DevicesSampled(cpu=1.0, cpu_per_core=[1.0], memory=1.0, memory_used=1, memory_total=2, rss=1))
+        nested.append(len(got))
+
+    hk.add(0.0, emitting_chore, lambda: None)
+    time.sleep(0.01)
+    bus.tick()
+    assert nested == [0]  # the chore ran once, its event is held for a batch
+    time.sleep(bus.batch_interval + 0.05)
+    bus.tick()  # now the bus's own chore delivers the held batch, with no later event
+    assert [type(e).__name__ for e in got][:1] == ["DevicesSampled"]
+    assert not [t for t in threading.enumerate() if t.name == "tuitrain-events"]
+    bus.close()
+
+
+def test_a_headless_run_trains_with_no_helper_thread_yet_samples_devices_and_obeys_control(
+        tiny, forget_tinyproj, monkeypatch):
+    monkeypatch.setenv("TUITRAIN_DEVICES_INTERVAL", "0.05")
+    run = prepare_run(tiny.config, ["model.sleep=0.01", "train.epochs=12", "checkpoint.every_n_epochs=0"])
+    seen: list[tuple[int, list[str]]] = []
+    devices = []
+
+    def watch(event, state):
+        if isinstance(event, MetricsLogged) and event.scope == "step" and event.split == "train":
+            seen.append((event.step, helper_threads()))
+            if event.step == 3:  # as `tuitrain checkpoint RUN` does
+                FileControl(run.run_dir).send("checkpoint", "test")
+        elif isinstance(event, DevicesSampled):
+            devices.append(event)
+
+    run.subscribe(watch, steps=False)
+    assert run.execute() == 0
+    # a checkpoint's writer thread may still run after a save; nothing else does
+    assert all(set(names) <= {"tuitrain-checkpoint"} for _, names in seen), seen
+    assert len(devices) >= 2  # sampled by the loop itself
+    index = (run.run_dir / "checkpoint" / "index.json").read_text()
+    assert '"request"' in index  # the control folder was polled by the loop
+
+
+def test_slow_steps_move_the_chores_to_threads_which_keep_their_pace(tiny, forget_tinyproj, monkeypatch):
+    monkeypatch.setenv("TUITRAIN_DEVICES_INTERVAL", "0.05")
+    monkeypatch.setattr(housekeeping_module, "MAX_GAP", 0.15)
+    run = prepare_run(tiny.config, ["model.sleep=0.3", "train.epochs=1", "train.max_steps=4",
+                                    "checkpoint.every_n_epochs=0"])
+    order: list[str] = []
+    threads_at: dict[int, list[str]] = {}
+
+    def watch(event, state):
+        if isinstance(event, MetricsLogged) and event.scope == "step" and event.split == "train":
+            order.append(f"step{event.step}")
+            threads_at[event.step] = helper_threads()
+        elif isinstance(event, DevicesSampled):
+            order.append("devices")
+        elif isinstance(event, RunStarted):
+            order.append("start")
+
+    run.subscribe(watch, steps=False)
+    assert run.execute() == 0
+    assert threads_at[1] == [] or "tuitrain-devices" in threads_at[1]
+    assert "tuitrain-devices" in threads_at[3] and "tuitrain-control" in threads_at[3]
+    # while step 4 slept (0.3 s) the device thread sampled every 0.05 s
+    between = order[order.index("step3") + 1:order.index("step4")]
+    assert between.count("devices") >= 3, order
