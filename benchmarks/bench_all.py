@@ -2,7 +2,9 @@
 
 Per-step time: a hand-written loop, `tuitrain run --headless`, `tuitrain run` with the dashboard live
 in a pseudo-terminal, and PyTorch Lightning (when installed), each its own process with one torch
-thread, interleaved round by round (so drift hits all alike), median of the rounds. Each runs long
+thread, in rounds (the order rotated from round to round). A ratio is the median over the rounds
+of each run's time over the hand-written run of its own round: the VM's speed drifts from minute to
+minute by as much as the smallest targets, and a round's runs share its drift. Each runs long
 enough to reach its steady state, and is timed between a warm-up step and its last step (setup,
 first frames and the final checkpoint left out of all of them alike).
 
@@ -10,7 +12,7 @@ Then: RSS growth over a million logged steps, the dashboard's work per frame at 
 history, `tuitrain --help`, the time to the first step, the loop's stall per checkpoint against a
 CPU copy of the state, and tuitrain DDP against a hand-written DDP script (2 gloo ranks).
 
-    python benchmarks/bench_all.py [--repeats 3] [--quick] [--skip ddp,checkpoint,...]
+    python benchmarks/bench_all.py [--repeats 5] [--quick] [--skip ddp,checkpoint,...]
 
 Exit status 0 when every target is met, 1 otherwise.
 """
@@ -118,30 +120,33 @@ def lightning_step(m: dict) -> float:
 
 def per_step(report: Report, repeats: int, scale: float) -> None:
     have_lightning = importlib.util.find_spec("pytorch_lightning") is not None
-    print(f"per-step time, 1 torch thread, each a process, interleaved, median of {repeats}"
+    print(f"per-step time, 1 torch thread, each a process; {repeats} rounds, the order rotated each round; "
+          "ratio: the median over rounds of each run's time over its round's hand-written run"
           + ("" if have_lightning else " (PyTorch Lightning is not installed: left out)"))
     for kind, size in SIZES.items():
         m = dict(size)
         m["steps"] = max(m["warmup"] + 200, int(m["steps"] * scale))
         model = {k: m[k] for k in ("d_in", "hidden", "batch")}
-        res: dict[str, list[float]] = {"hand-written": [], "headless": [], "dashboard": []}
+        runners = {"hand-written": lambda tmp: steps_bench.hand(m["steps"], model, m["warmup"]),
+                   "headless": lambda tmp: steps_bench.tuitrain(m["steps"], model, tmp, False, m["warmup"]),
+                   "dashboard": lambda tmp: steps_bench.tuitrain(m["steps"], model, tmp, True, m["warmup"])}
         if have_lightning:
-            res["lightning"] = []
+            runners["lightning"] = lambda tmp: lightning_step(m)
+        names = list(runners)
+        res: dict[str, list[float]] = {name: [] for name in names}
         with tempfile.TemporaryDirectory() as tmp:
-            for _ in range(repeats):
-                res["hand-written"].append(steps_bench.hand(m["steps"], model, m["warmup"]))
-                res["headless"].append(steps_bench.tuitrain(m["steps"], model, Path(tmp), False, m["warmup"]))
-                res["dashboard"].append(steps_bench.tuitrain(m["steps"], model, Path(tmp), True, m["warmup"]))
-                if have_lightning:
-                    res["lightning"].append(lightning_step(m))
-        base = statistics.median(res["hand-written"])
+            for r in range(repeats):  # rotated: no variant always runs first, or right after another
+                for name in names[r % len(names):] + names[:r % len(names)]:
+                    res[name].append(runners[name](Path(tmp)))
         print(f" {kind}: MLP {m['d_in']}-{m['hidden']}-10, batch {m['batch']}, steps {m['warmup']}..{m['steps']} "
               f"timed; runs (µs): " + ", ".join(f"{k} {[round(x * 1e6) for x in v]}" for k, v in res.items()))
+        hand = res["hand-written"]
         for name, xs in res.items():
             med = statistics.median(xs)
+            ratio = statistics.median(x / h for x, h in zip(xs, hand))
             target = TARGETS.get((kind, name))
-            report.add(f"{kind} {name}", f"{med * 1e6:8.1f} µs {med / base:6.3f}x",
-                       f"<= {target:.2f}x" if target else "", None if target is None else med / base <= target)
+            report.add(f"{kind} {name}", f"{med * 1e6:8.1f} µs {ratio:6.3f}x",
+                       f"<= {target:.2f}x" if target else "", None if target is None else ratio <= target)
 
 
 def frame_cost(points: int) -> float:
@@ -219,8 +224,9 @@ def checkpoint_stall(report: Report, repeats: int) -> None:
     for _ in range(repeats):
         st, _, size = bench_checkpoint.timed_run(2048, 300, 50)
         stalls += st
-    copy = bench_checkpoint.copy_time(2048)
+    copy, warm = bench_checkpoint.copy_times(2048)
     stall = statistics.median(stalls)
+    report.add("CPU copy of the state, into memory in use", f"{warm * 1e3:.1f} ms")
     report.add(f"stall per checkpoint ({size / 1e6:.0f} MB)", f"{stall * 1e3:.1f} ms {stall / copy:.2f}x copy",
                "<= 1.2x", stall / copy <= 1.2)
 
@@ -245,7 +251,7 @@ def ddp(report: Report, repeats: int) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--quick", action="store_true", help="shorter runs, for trying the command (not for figures)")
     ap.add_argument("--skip", default="", help="comma-separated: steps, memory, startup, checkpoint, ddp")
     args = ap.parse_args(argv)
@@ -263,9 +269,9 @@ def main(argv=None) -> int:
     if "startup" not in skip:
         startup(report)
     if "checkpoint" not in skip:
-        checkpoint_stall(report, args.repeats)
+        checkpoint_stall(report, min(args.repeats, 3))
     if "ddp" not in skip:
-        ddp(report, args.repeats)
+        ddp(report, min(args.repeats, 3))
     print(f"\n({time.time() - t0:.0f} s)")
     return report.summary()
 
