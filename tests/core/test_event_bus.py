@@ -126,3 +126,29 @@ def test_sampled_callbacks_get_a_phase_s_first_steps_then_one_step_per_interval_
     assert sum(e.items for e in train if e.epoch == 1) == 4 * last
     with __import__("pytest").raises(ValueError):
         bus.subscribe(progress, steps="sometimes")
+
+
+def test_without_later_events_the_delivery_thread_sends_a_batch_then_ends_when_idle(monkeypatch):
+    import threading
+
+    import tuitrain.core.callbacks as callbacks
+
+    monkeypatch.setattr(callbacks, "TICKER_IDLE", 0.1)
+    bus = EventBus(batch_interval=0.05)  # no inline housekeeping: the bus gets its own thread
+    rec = Recorder()
+    bus.subscribe(rec)
+
+    def ticker():
+        return [t for t in threading.enumerate() if t.name == "tuitrain-events" and t is bus._ticker]
+
+    for round_ in (1, 2):  # the second time, a new thread is started
+        bus.emit(logged(round_))
+        assert ticker()
+        deadline = time.monotonic() + 5
+        while len(rec.seen) < round_ and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert [e.step for e in rec.seen] == list(range(1, round_ + 1))  # no later event was needed
+        while bus._ticker is not None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert bus._ticker is None  # idle: the thread ended
+    bus.close()

@@ -14,8 +14,13 @@ from tuitrain.core.housekeeping import Housekeeping
 from tuitrain.runner import prepare_run
 
 
-def helper_threads() -> list[str]:
-    return sorted(t.name for t in threading.enumerate() if t.name.startswith("tuitrain-"))
+def helper_threads(before: frozenset = frozenset()) -> list[str]:
+    """This process's tuitrain threads, but those in `before` (an earlier test's bus may still have one)."""
+    return sorted(t.name for t in threading.enumerate() if t.name.startswith("tuitrain-") and t not in before)
+
+
+def threads_now() -> frozenset:
+    return frozenset(threading.enumerate())
 
 
 class Chore:
@@ -82,6 +87,7 @@ def test_without_inline_a_chore_gets_its_thread_at_once():
 
 
 def test_a_chore_that_emits_and_adds_a_chore_does_not_tick_inside_itself():
+    before = threads_now()
     hk = Housekeeping(inline=True, max_gap=5)
     bus = EventBus(housekeeping=hk)
     got = []
@@ -101,7 +107,7 @@ def test_a_chore_that_emits_and_adds_a_chore_does_not_tick_inside_itself():
     time.sleep(bus.batch_interval + 0.05)
     bus.tick()  # now the bus's own chore delivers the held batch, with no later event
     assert [type(e).__name__ for e in got][:1] == ["DevicesSampled"]
-    assert not [t for t in threading.enumerate() if t.name == "tuitrain-events"]
+    assert not [t for t in threading.enumerate() if t.name == "tuitrain-events" and t not in before]
     bus.close()
 
 
@@ -111,10 +117,11 @@ def test_a_headless_run_trains_with_no_helper_thread_yet_samples_devices_and_obe
     run = prepare_run(tiny.config, ["model.sleep=0.01", "train.epochs=12", "checkpoint.every_n_epochs=0"])
     seen: list[tuple[int, list[str]]] = []
     devices = []
+    before = threads_now()
 
     def watch(event, state):
         if isinstance(event, MetricsLogged) and event.scope == "step" and event.split == "train":
-            seen.append((event.step, helper_threads()))
+            seen.append((event.step, helper_threads(before)))
             if event.step == 3:  # as `tuitrain checkpoint RUN` does
                 FileControl(run.run_dir).send("checkpoint", "test")
         elif isinstance(event, DevicesSampled):
@@ -136,11 +143,12 @@ def test_slow_steps_move_the_chores_to_threads_which_keep_their_pace(tiny, forge
                                     "checkpoint.every_n_epochs=0"])
     order: list[str] = []
     threads_at: dict[int, list[str]] = {}
+    before = threads_now()
 
     def watch(event, state):
         if isinstance(event, MetricsLogged) and event.scope == "step" and event.split == "train":
             order.append(f"step{event.step}")
-            threads_at[event.step] = helper_threads()
+            threads_at[event.step] = helper_threads(before)
         elif isinstance(event, DevicesSampled):
             order.append("devices")
         elif isinstance(event, RunStarted):

@@ -33,6 +33,8 @@ BATCHABLE = (MetricsLogged, DevicesSampled, OutputPrinted)
 BATCH_INTERVAL = 0.25
 #: seconds between the StepCompleted events that `steps="sampled"` callbacks get
 STEP_SAMPLE_INTERVAL = 0.1
+#: seconds a bus's delivery thread (when it has one) waits with nothing queued before it ends
+TICKER_IDLE = 10.0
 
 
 class CallbackBase:
@@ -124,6 +126,8 @@ class EventBus:
                         self.housekeeping.add(self.batch_interval, self._deliver_stale, self._start_ticker)
                     elif self._ticker_idle:
                         self._wake.notify()
+                    elif self._ticker is None and not self.housekeeping.inline:
+                        self._start_ticker()  # it ended, idle
                 queue.append(event)
                 if not isinstance(event, BATCHABLE) or now - self._queued_at >= self.batch_interval:
                     self.deliver()
@@ -147,19 +151,23 @@ class EventBus:
 
     def _ticker_loop(self) -> None:
         # on a thread: a batch no later event delivered goes out at 2x the interval (the loop's
-        # own emits deliver the others first)
+        # own emits deliver the others first); ends after TICKER_IDLE s with nothing queued (a bus
+        # nobody closed leaves no thread behind), and the next queued event starts another
         with self._lock:
             while not self._closed:
                 if not self._queue:
                     self._ticker_idle = True
-                    self._wake.wait()
+                    self._wake.wait(TICKER_IDLE)
                     self._ticker_idle = False
+                    if not self._queue:
+                        break
                     continue
                 due = self._queued_at + 2 * self.batch_interval - time.monotonic()
                 if due > 0:
                     self._wake.wait(due)
                 else:
                     self.deliver()
+            self._ticker = None
 
     def deliver(self) -> None:
         """Hand the queued events to the batched callbacks now: each callback takes the whole batch,
