@@ -85,7 +85,8 @@ def test_a_failing_batched_callback_is_reported_once_and_others_still_get_every_
 
 def test_sampled_callbacks_get_a_phase_s_first_steps_then_one_step_per_interval_with_every_item():
     """steps="sampled": the loop keeps its fast path; the callback gets the first steps of each phase
-    (a screen can show a speed even for short phases) and then one StepCompleted per interval."""
+    (a screen can show a speed even for short phases), then one StepCompleted per interval, and the
+    phase's last step."""
     import torch
     from torch import nn
     from torch.utils.data import TensorDataset
@@ -120,10 +121,10 @@ def test_sampled_callbacks_get_a_phase_s_first_steps_then_one_step_per_interval_
         steps = [e.step for e in train if e.epoch == epoch]
         first = (epoch - 1) * 100
         assert steps[:StepSampler.FIRST] == [first + 1, first + 2, first + 3]
+        assert steps[-1] == first + 100  # the phase's last step too (a speed over the whole phase)
         assert len(steps) < 100  # sampled, not every step
-    # every step's items are counted once: 100 steps of 4 items per epoch, up to the last sample
-    last = max(e.step for e in train if e.epoch == 1)
-    assert sum(e.items for e in train if e.epoch == 1) == 4 * last
+        # every step's items are counted once: 100 steps of 4 items per epoch
+        assert sum(e.items for e in train if e.epoch == epoch) == 4 * 100
     with __import__("pytest").raises(ValueError):
         bus.subscribe(progress, steps="sometimes")
 

@@ -55,13 +55,14 @@ class StepSampler:
     `of(bus, phase)` is None when no callback needs it."""
 
     FIRST = 3
-    __slots__ = ("emit", "phase", "items", "due", "first")
+    __slots__ = ("emit", "phase", "items", "due", "first", "held")
 
     def __init__(self, emit, phase: str) -> None:
         self.emit, self.phase = emit, phase
         self.items = 0
         self.due = 0.0
         self.first = self.FIRST
+        self.held: tuple[int, int, int] | None = None  # the last step, when not reported
 
     @classmethod
     def of(cls, bus, phase: str) -> "StepSampler | None":
@@ -73,6 +74,19 @@ class StepSampler:
         if now >= self.due or self.first:
             self.first = max(0, self.first - 1)
             self.due = now + STEP_SAMPLE_INTERVAL
+            self.emit(StepCompleted(phase=self.phase, epoch=epoch, step=step, batch=batch, items=self.items))
+            self.items = 0
+            self.held = None
+        else:
+            self.held = (epoch, step, batch)
+
+    def flush(self) -> None:
+        """At the phase's end: report its last step when it was held back, so that a phase shorter
+        than the interval is measured from its first steps to its last, not by its first steps alone
+        (slower, after validation or a checkpoint)."""
+        if self.held is not None:
+            epoch, step, batch = self.held
+            self.held = None
             self.emit(StepCompleted(phase=self.phase, epoch=epoch, step=step, batch=batch, items=self.items))
             self.items = 0
 
@@ -283,6 +297,8 @@ class TrainPhase(Phase):
                 lr.optimizer_step()
             state.step += 1
             metrics.step_done()
+        if sample is not None:
+            sample.flush()
         return self.finish(lr, state, metrics)
 
     def _run_plain(self, lr: "Learner", loader, state: "TrainState", start_batch: int, metrics,
@@ -353,6 +369,8 @@ class TrainPhase(Phase):
         except CancelEpoch:
             pass
         state.last = StepOutput(loss, output, target, n) if loss is not None else state.last
+        if sample is not None:
+            sample.flush()
         return self.finish(lr, state, metrics)
 
 
@@ -421,4 +439,6 @@ class ValidPhase(Phase):
             pass
         finally:
             lr.model.train()
+        if sample is not None:
+            sample.flush()
         return self.finish(lr, state, metrics)
