@@ -306,3 +306,31 @@ def test_the_plain_loop_and_the_general_loop_train_and_log_the_same(monkeypatch)
     assert [e for e in plain_logged if e[0] == "MetricsLogged" and e[1] == "train"][0][2] == 2
     assert (plain_state.step, plain_state.batch) == (general_state.step, general_state.batch) == (12, 0)
     assert plain_state.last.loss is not None and plain_state.last.target.shape[0] == 2  # the last, short batch
+
+
+def test_fit_freezes_the_heap_while_training_and_unfreezes_it_after():
+    """What exists when training starts is left out of the collector's passes, for the run only."""
+    import gc
+
+    import torch
+    from torch import nn
+    from torch.utils.data import TensorDataset
+
+    from tuitrain.core.events import MetricsLogged
+    from tuitrain.core.learner import Learner
+
+    frozen_during = []
+
+    def watch(event, state):
+        if isinstance(event, MetricsLogged) and event.scope == "step":
+            frozen_during.append(gc.get_freeze_count())
+
+    before = gc.get_freeze_count()
+    g = torch.Generator().manual_seed(0)
+    ds = TensorDataset(torch.randn(64, 3, generator=g), torch.randn(64, 1, generator=g))
+    model = nn.Linear(3, 1)
+    learner = Learner(model, torch.optim.SGD(model.parameters(), lr=0.01), loss_fn=nn.MSELoss(), device="cpu",
+                      batch_size=8, epochs=1, log_every_n_steps=2, callbacks=[watch])
+    assert learner.fit(ds).exit_code == 0
+    assert frozen_during and min(frozen_during) > max(before, 1000)  # the model, torch, ... at least
+    assert gc.get_freeze_count() == 0
