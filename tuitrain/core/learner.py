@@ -312,8 +312,7 @@ class Learner(OptimizationMixin, CheckpointMixin):
             # what exists now lives as long as the run: the collector stops walking it (unless the
             # program froze the heap itself: its freeze is left alone)
             frozen = self.freeze_gc and gc.isenabled() and gc.get_freeze_count() == 0
-            if frozen:
-                gc.collect()
+            if frozen:  # (no collection first: garbage frozen now is collected after the unfreeze)
                 gc.freeze()
             try:
                 reason = self._epochs(train, valid)
