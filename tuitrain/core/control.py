@@ -13,10 +13,9 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Protocol
+from typing import Callable, Protocol
 
-if TYPE_CHECKING:
-    from .housekeeping import Housekeeping
+from .housekeeping import Housekeeping
 
 COMMANDS = ("stop", "pause", "resume", "toggle_pause", "checkpoint")
 
@@ -175,10 +174,8 @@ class ControlWatcher:
         self.dir.mkdir(parents=True, exist_ok=True)
         for stale in self.dir.iterdir():  # commands meant for an earlier, dead process
             stale.unlink(missing_ok=True)
-        if self.housekeeping is None:
-            self._start_thread()
-        else:
-            self.housekeeping.add(self.interval, self._poll_chore, self._start_thread)
+        # no housekeeping given: one that starts the thread at once
+        (self.housekeeping or Housekeeping()).add(self.interval, self._poll_chore, self._start_thread)
         return self
 
     def _start_thread(self) -> None:

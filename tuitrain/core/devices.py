@@ -12,14 +12,12 @@ import os
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 import psutil
 
 from tuitrain.core.events import DevicesSampled, Event, RunStarted
-
-if TYPE_CHECKING:
-    from tuitrain.core.housekeeping import Housekeeping
+from tuitrain.core.housekeeping import Housekeeping
 
 
 class _Nvml:
@@ -149,11 +147,9 @@ class DeviceMonitor:
         if self._started:
             return self
         self._started = True
-        if self.housekeeping is None:
-            self._start_thread()
-        else:
-            self._prime()
-            self.housekeeping.add(self.interval, self._sample_once, self._start_thread)
+        self._prime()
+        # no housekeeping given: one that starts the thread at once
+        (self.housekeeping or Housekeeping()).add(self.interval, self._sample_once, self._start_thread)
         return self
 
     def _start_thread(self) -> None:
@@ -243,8 +239,6 @@ class DeviceMonitor:
             pass
 
     def _run(self) -> None:
-        if self._cpu_times is None:
-            self._prime()
         while not self._stop.wait(self.interval):
             self._sample_once()
 
