@@ -1,5 +1,9 @@
 """The benchmarks' user project: an MLP and random classification data (no tuitrain imports)."""
 
+import atexit
+import os
+import time
+
 import torch
 from torch import nn
 from torch.utils.data import TensorDataset
@@ -19,3 +23,50 @@ def datasets(n=96000, d_in=32, d_out=10, seed=0):
     x = torch.randn(n, d_in, generator=g)
     y = torch.randint(0, d_out, (n,), generator=g)
     return TensorDataset(x, y), None
+
+
+class Baton:
+    """Lockstep with a second process (see bench_lockstep.py): before every `turn`-th forward pass
+    this process hands the turn over through one pipe and waits for it on another. Only its own
+    turns are timed: the two processes alternate every few tenths of a second, so drifts in the
+    machine's speed fall on both alike."""
+
+    def __init__(self, spec: str) -> None:
+        rfd, wfd, turn, skip, out = spec.split(",", 4)
+        self.rfd, self.wfd, self.turn, self.skip, self.out = int(rfd), int(wfd), int(turn), int(skip), out
+        self.calls = 0
+        self.times: list[float] = []
+        self.t0 = 0.0
+        self.free = False  # the other process has ended: no more waiting
+        self.second = os.environ.get("BENCH_BATON_SECOND") == "1"  # waits for the turn before its first
+        atexit.register(self.save)
+
+    def save(self) -> None:
+        with open(self.out, "w") as f:
+            f.write(" ".join(repr(t) for t in self.times[self.skip:]))
+
+    def before_forward(self) -> None:
+        c = self.calls
+        self.calls = c + 1
+        if c % self.turn:
+            return
+        now = time.perf_counter()
+        if c:
+            self.times.append(now - self.t0)
+            if not self.free:
+                os.write(self.wfd, b"x")
+        if not self.free and (c or self.second):
+            self.free = os.read(self.rfd, 1) == b""
+        self.t0 = time.perf_counter()
+
+
+class LockstepNet(Net):
+    """`Net` taking turns with another process (BENCH_BATON=rfd,wfd,turn,skip,outfile)."""
+
+    def __init__(self, d_in=32, hidden=64, d_out=10):
+        super().__init__(d_in, hidden, d_out)
+        self.baton = Baton(os.environ["BENCH_BATON"])
+
+    def forward(self, x):
+        self.baton.before_forward()
+        return self.body(x)
