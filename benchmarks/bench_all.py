@@ -177,7 +177,7 @@ def frame_cost(points: int) -> float:
             for _ in range(7):
                 t0 = time.perf_counter()
                 plot.show(state, "loss", "full")
-                plot.render()
+                plot.frame()
                 times.append(time.perf_counter() - t0)
                 await pilot.pause()
 

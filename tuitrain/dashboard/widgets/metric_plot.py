@@ -10,6 +10,11 @@ from __future__ import annotations
 import time
 
 from plotext._dict import themes as _plotext_themes
+from plotext._utility import colors_to_ansi
+from rich.segment import Segment
+from rich.style import Style
+from rich.text import Text
+from textual.strip import Strip
 from textual_plotext import PlotextPlot
 
 from tuitrain.dashboard.model import DashboardState
@@ -50,6 +55,38 @@ def thin(xs: list[float], ys: list[float], buckets: int) -> tuple[list[float], l
             out_x.append(xs[i])
             out_y.append(ys[i])
     return out_x, out_y
+
+
+_STYLES: dict[tuple, Style] = {}
+
+
+def cell_style(fullground, style, background) -> Style:
+    """The Rich style of a plotext cell's colours: the style plotext's ANSI codes decode to, found
+    once per combination (a figure has a handful)."""
+    key = tuple(tuple(c) if isinstance(c, list) else c for c in (fullground, style, background))
+    found = _STYLES.get(key)
+    if found is None:
+        text = Text.from_ansi(colors_to_ansi(fullground, style, background) + "x")
+        found = _STYLES[key] = Style.combine(span.style for span in text.spans)
+    return found
+
+
+def matrix_strips(matrix) -> list[Strip]:
+    """A built plotext matrix as Textual strips, top row first: runs of cells with the same colours
+    become one segment each. plotext's own output is an ANSI string that Rich would parse back and
+    Textual convert again, three times the work for the same cells."""
+    strips = []
+    marker, fg, st, bg = matrix.marker, matrix.fullground, matrix.style, matrix.background
+    for row in reversed(range(matrix.rows)):
+        m, f, s, b = marker[row], fg[row], st[row], bg[row]
+        segments = []
+        start, cols = 0, len(m)
+        for col in range(1, cols + 1):
+            if col == cols or f[col] != f[start] or s[col] != s[start] or b[col] != b[start]:
+                segments.append(Segment("".join(m[start:col]), cell_style(f[start], s[start], b[start])))
+                start = col
+        strips.append(Strip(segments, cols))
+    return strips
 
 
 def short_step(step: int) -> str:
@@ -153,16 +190,29 @@ class MetricPlot(PlotextPlot):
         self._version += 1
         self.refresh()
 
-    def render(self):
-        # Textual re-renders on layout passes triggered by other panels; building a plotext figure
-        # is the dashboard's costliest work, so it happens only for new data, a new size or colours
+    def frame(self) -> list[Strip]:
+        """The figure's lines, top first. Textual re-renders on layout passes triggered by other
+        panels; building a plotext figure is the dashboard's costliest work, so it happens only for
+        new data, a new size or colours."""
         key = (self._version, self.size, self.app.theme, self.colors)
         if self._rendered is None or self._rendered[0] != key:
             t0 = time.thread_time()
-            self._rendered = (key, super().render())
+            plot, (width, height) = self._plot, self.size
+            plot.plotsize(width, height)  # as PlotextPlot.render sizes and themes the figure
+            plot._set_size(width, height)
+            plot.theme(self._get_plotext_theme_name(self.app.theme))
+            plot._set_sizes()  # plotext's build() without its ANSI text
+            plot._build_matrix()
+            self._rendered = (key, matrix_strips(plot.monitor.matrix))
             self.build_cost = time.thread_time() - t0
             self.builds += 1
         return self._rendered[1]
+
+    def render_line(self, y: int) -> Strip:
+        lines = self.frame()
+        if y < len(lines):
+            return lines[y].crop_extend(0, self.size.width, self.rich_style)
+        return Strip.blank(self.size.width, self.rich_style)
 
     def on_resize(self) -> None:
         self._rendered = None
