@@ -23,6 +23,9 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from tuitrain.core import heap  # noqa: E402
 WARMUP = 200
 MODELS = {"tiny": dict(d_in=32, hidden=64, batch=32), "medium": dict(d_in=784, hidden=1024, batch=128)}
 
@@ -89,9 +92,18 @@ print((time.perf_counter() - t0) / (i - {warmup}))
 """
 
 
-def env() -> dict:
+def env(glibc_defaults: bool = False) -> dict:
+    """The runs' environment. glibc's malloc gets the thresholds `tuitrain run` sets for itself
+    (tuitrain.core.heap), for the hand-written runs as much as tuitrain's, unless `glibc_defaults`:
+    every loop compared keeps freed memory for its next step, and the ratios are the loops' own
+    costs. (Seeing these variables, tuitrain leaves the allocator as they set it.)"""
     e = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TERM="xterm-256color", COLUMNS="120", LINES="40")
     e["PYTHONPATH"] = os.pathsep.join([str(HERE.parent), str(HERE)])
+    for k in heap.USER_KNOBS:
+        e.pop(k, None)
+    if not glibc_defaults:
+        e["MALLOC_TRIM_THRESHOLD_"] = str(heap.TRIM_THRESHOLD)
+        e["MALLOC_MMAP_THRESHOLD_"] = str(heap.MMAP_THRESHOLD)
     return e
 
 
@@ -104,9 +116,10 @@ def per_step_from_events(run_dir: Path, steps: int, warmup: int = WARMUP) -> flo
     return (marks[steps] - marks[warmup]) / (steps - warmup)
 
 
-def hand(steps: int, m: dict, warmup: int = WARMUP) -> float:
+def hand(steps: int, m: dict, warmup: int = WARMUP, glibc_defaults: bool = False) -> float:
     code = HAND.format(here=str(HERE), n=m["batch"] * steps, warmup=warmup, **m)
-    out = subprocess.run([sys.executable, "-c", code], env=env(), capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", code], env=env(glibc_defaults), capture_output=True, text=True,
+                         check=True)
     return float(out.stdout.strip())
 
 

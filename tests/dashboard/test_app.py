@@ -512,6 +512,31 @@ async def test_redraws_give_way_when_the_screen_takes_more_than_its_share_of_a_c
 
 
 @sync
+async def test_the_screen_wakes_less_often_while_training_runs_and_at_once_when_paused():
+    """While training runs in this process the drain timer fires every BUSY_DRAIN_INTERVAL (each
+    wake takes the GIL from training); paused, it goes back to the quick interval."""
+    from tuitrain.core.events import RunPaused, RunResumed
+    from tuitrain.dashboard import app as app_module
+
+    events = recorded_run(epochs=1, total_epochs=3, end="running")
+    source = ReplaySource(events)
+    app = make_app(events, source=source)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app._drain_every == app_module.BUSY_DRAIN_INTERVAL)
+        timer = app._drain_timer
+        assert timer is not None and timer._interval == app_module.BUSY_DRAIN_INTERVAL
+        source.push(RunPaused(epoch=1, step=20))
+        await until(pilot, lambda: app.state.paused)
+        await until(pilot, lambda: app._drain_every == app.drain_interval)
+        assert app._drain_timer is not timer and app._drain_timer._interval == app.drain_interval
+        source.push(RunResumed(epoch=1, step=20, paused_for=1.0))
+        await until(pilot, lambda: app._drain_every == app_module.BUSY_DRAIN_INTERVAL)
+        more = recorded_run(epochs=2, total_epochs=3, end="running")[len(events):]
+        source.push(*more)  # still drained, a quarter of a second apart
+        await until(pilot, lambda: app.state.step == 40)
+
+
+@sync
 async def test_devices_panel_shows_one_row_per_rank_with_its_cpu_and_throughput():
     from dataclasses import replace
 

@@ -20,6 +20,7 @@ from typing import Iterable, Sequence
 import torch
 
 from . import checkpoint as ckpt
+from . import heap
 from .callbacks import EventBus
 from .control import Interrupter
 from .data import ResumableLoader, build_loader, rng_state, seed_everything
@@ -135,6 +136,10 @@ class Learner(OptimizationMixin, CheckpointMixin):
     #: unfrozen when it ends: the collector's full passes, which walked those hundreds of thousands
     #: of objects (50-80 ms each, a few per run, some in the middle of a checkpoint), skip them
     freeze_gc = True
+    #: keep memory freed by one step in the process for the next (glibc's trim and mmap thresholds
+    #: raised, see `tuitrain.core.heap`), and give it back when training ends: a step's large blocks
+    #: otherwise return to the kernel and come back page fault by page fault
+    keep_freed_memory = True
 
     def __init__(self, model: torch.nn.Module | dict, optimizer: torch.optim.Optimizer | dict, *, loss_fn=None,
                  scheduler=None, scheduler_interval: str | dict = "step",
@@ -314,6 +319,7 @@ class Learner(OptimizationMixin, CheckpointMixin):
             frozen = self.freeze_gc and gc.isenabled() and gc.get_freeze_count() == 0
             if frozen:  # (no collection first: garbage frozen now is collected after the unfreeze)
                 gc.freeze()
+            kept = self.keep_freed_memory and heap.keep_freed_memory()
             try:
                 reason = self._epochs(train, valid)
                 status, code = "completed", EXIT_OK
@@ -323,6 +329,8 @@ class Learner(OptimizationMixin, CheckpointMixin):
             finally:
                 if frozen:
                     gc.unfreeze()
+                if kept:
+                    heap.release_freed_memory()
             self._final_checkpoint("end" if status == "completed" else "stop")
             self._save_model()
         except KeyboardInterrupt:  # a second Ctrl+C: leave now, earlier checkpoints stay valid

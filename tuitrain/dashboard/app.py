@@ -24,6 +24,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.theme import Theme
+from textual.timer import Timer
 from textual.widgets import Footer, Static
 
 from tuitrain.core.control import Controller, FileControl
@@ -54,6 +55,10 @@ MAX_SLOW = 4.0
 # The plot is the costliest redraw (plotext builds a figure in 20-60 ms): while training runs, the
 # next one waits until the last one's cost is at most this share of the time since.
 PLOT_SHARE = 0.015
+# While training runs in this process the screen wakes less often: each wake takes the GIL from the
+# training thread (a forced switch, and Textual's message loop takes it several times over), and
+# the bus hands the frequent events over every 0.25 s anyway. Paused, ended or watching: 1/15 s.
+BUSY_DRAIN_INTERVAL = 0.25
 DRAIN_LIMIT = 5000  # events folded per tick (~40 ms): a long events.jsonl loads without freezing keys
 
 # a theme file may name the Textual base theme (buttons, footer, dialogs) in a comment
@@ -138,6 +143,8 @@ class DashboardApp(App[int]):
         self.notice = notice
         self.clock = clock
         self.drain_interval = drain_interval
+        self._drain_every = drain_interval  # the drain timer's interval now (see BUSY_DRAIN_INTERVAL)
+        self._drain_timer: Timer | None = None
         self.plot_interval = plot_interval
         self.hard_exit = hard_exit or _restore_terminal_and_exit
         self.bridge = EventBridge()
@@ -203,7 +210,7 @@ class DashboardApp(App[int]):
             self.source.backlog = self.bridge.__len__  # a file reader waits for the screen
         self.source.open(self.bridge)
         self.run_worker(self._work, name="tuitrain-source", thread=True, exit_on_error=False)
-        self.set_interval(self.drain_interval, self.drain, name="drain")
+        self._drain_timer = self.set_interval(self._drain_every, self.drain, name="drain")
         self.set_interval(1.0, self._every_second, name="clock")
         self.drain()
 
@@ -238,6 +245,14 @@ class DashboardApp(App[int]):
 
     def drain(self) -> None:
         """Fold what the bridge holds into the state and refresh the panels that changed."""
+        every = self.drain_interval
+        st = self.state
+        if not (self.watching or self.worker_done or st.ended or st.paused):
+            every = max(every, BUSY_DRAIN_INTERVAL)
+        if every != self._drain_every and self._drain_timer is not None:
+            self._drain_timer.stop()
+            self._drain_every = every
+            self._drain_timer = self.set_interval(every, self.drain, name="drain")
         batch = self.bridge.drain(DRAIN_LIMIT)
         if batch:
             self._dirty |= self.state.apply(batch)

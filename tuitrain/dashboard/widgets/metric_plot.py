@@ -117,6 +117,7 @@ class MetricPlot(PlotextPlot):
         self.boundaries: list[int] = []
         self._version = 0  # bumped by each replot: render() rebuilds the figure only then
         self._rendered: tuple | None = None
+        self._lines: list[Strip] = []  # the frame of the render pass under way
         self.builds = 0  # figures built, for tests
         self.build_cost = 0.0  # CPU seconds the last figure took to build
 
@@ -191,9 +192,9 @@ class MetricPlot(PlotextPlot):
         self.refresh()
 
     def frame(self) -> list[Strip]:
-        """The figure's lines, top first. Textual re-renders on layout passes triggered by other
-        panels; building a plotext figure is the dashboard's costliest work, so it happens only for
-        new data, a new size or colours."""
+        """The figure's lines, top first, each the widget's width. Textual re-renders on layout
+        passes triggered by other panels; building a plotext figure is the dashboard's costliest
+        work, so it happens only for new data, a new size or colours."""
         key = (self._version, self.size, self.app.theme, self.colors)
         if self._rendered is None or self._rendered[0] != key:
             t0 = time.thread_time()
@@ -203,16 +204,21 @@ class MetricPlot(PlotextPlot):
             plot.theme(self._get_plotext_theme_name(self.app.theme))
             plot._set_sizes()  # plotext's build() without its ANSI text
             plot._build_matrix()
-            self._rendered = (key, matrix_strips(plot.monitor.matrix))
+            style = self.rich_style
+            lines = [strip.crop_extend(0, width, style) for strip in matrix_strips(plot.monitor.matrix)]
+            lines += [Strip.blank(width, style)] * (height - len(lines))
+            self._rendered = (key, lines)
             self.build_cost = time.thread_time() - t0
             self.builds += 1
         return self._rendered[1]
 
+    def render_lines(self, crop):
+        self._lines = self.frame()  # once per pass: the key's colours are looked up through the DOM
+        return super().render_lines(crop)
+
     def render_line(self, y: int) -> Strip:
-        lines = self.frame()
-        if y < len(lines):
-            return lines[y].crop_extend(0, self.size.width, self.rich_style)
-        return Strip.blank(self.size.width, self.rich_style)
+        lines = self._lines
+        return lines[y] if y < len(lines) else Strip.blank(self.size.width, self.rich_style)
 
     def on_resize(self) -> None:
         self._rendered = None

@@ -1,0 +1,55 @@
+"""Freed memory kept in the process while training: a step's large blocks are not handed back to
+the kernel and faulted in again page by page (glibc on Linux)."""
+
+import subprocess
+import sys
+
+import pytest
+
+from tuitrain.core import heap
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux") or heap._glibc() is None,
+                                reason="glibc's mallopt")
+
+# a short fit, then page faults while 3 MB blocks are taken four at a time and freed, as a step's
+# activations and gradients are
+PROBE = """
+import os, resource, sys, torch
+from torch.utils.data import TensorDataset
+from tuitrain import Learner
+from tuitrain.core import heap
+Learner.keep_freed_memory = sys.argv[1] == "keep"
+model = torch.nn.Linear(4, 2)
+lr = Learner(model, torch.optim.SGD(model.parameters(), lr=0.1), loss_fn=torch.nn.CrossEntropyLoss(), device="cpu",
+             batch_size=16)
+assert lr.fit(TensorDataset(torch.randn(64, 4), torch.randint(0, 2, (64,)))).exit_code == 0
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(50):
+    xs = [torch.ones(3 << 18) for _ in range(4)]  # 3 MB each, touched
+    del xs
+print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before, heap._kept)
+"""
+
+
+def faults(mode: str, **env) -> tuple[int, bool]:
+    import os
+
+    e = {k: v for k, v in os.environ.items() if k not in heap.USER_KNOBS}
+    out = subprocess.run([sys.executable, "-c", PROBE, mode], env={**e, **env}, capture_output=True, text=True,
+                         check=True).stdout.split()
+    return int(out[0]), out[1] == "True"
+
+
+def test_after_fit_freed_blocks_stay_in_the_process():
+    n, kept = faults("keep")
+    assert kept and n < 10_000  # the first round's 3072 pages, not each round's again
+
+
+def test_without_it_each_block_comes_back_from_the_kernel():
+    n, kept = faults("off")
+    assert not kept and n > 50 * 1000
+
+
+def test_the_users_own_glibc_settings_are_left_alone():
+    n, kept = faults("keep", MALLOC_TRIM_THRESHOLD_="131072")
+    assert not kept and n > 50 * 1000
