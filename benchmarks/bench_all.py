@@ -5,8 +5,9 @@ in a pseudo-terminal, and PyTorch Lightning (when installed), each its own proce
 thread and glibc's malloc set to keep freed memory as `tuitrain run` sets it for itself (so the
 ratios are the loops' own costs; a hand-written loop with glibc's defaults runs too, to show what
 that setting is worth), in rounds (the order rotated from round to round). A ratio is the median
-over the rounds of each run's time over the hand-written run of its own round: the VM's speed drifts from minute to
-minute by as much as the smallest targets, and a round's runs share its drift. Each runs long
+over the rounds of each run's time over the hand-written run of its own round: the VM's speed
+drifts from minute to minute by as much as the smallest targets, and a round's runs share its
+drift. Each runs long
 enough to reach its steady state, and is timed between a warm-up step and its last step (setup,
 first frames and the final checkpoint left out of all of them alike).
 

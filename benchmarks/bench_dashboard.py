@@ -92,19 +92,24 @@ print((time.perf_counter() - t0) / (i - {warmup}))
 """
 
 
-def env(glibc_defaults: bool = False) -> dict:
-    """The runs' environment. glibc's malloc gets the thresholds `tuitrain run` sets for itself
-    (tuitrain.core.heap), for the hand-written runs as much as tuitrain's, unless `glibc_defaults`:
-    every loop compared keeps freed memory for its next step, and the ratios are the loops' own
-    costs. (Seeing these variables, tuitrain leaves the allocator as they set it.)"""
-    e = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TERM="xterm-256color", COLUMNS="120", LINES="40")
-    e["PYTHONPATH"] = os.pathsep.join([str(HERE.parent), str(HERE)])
+def allocator_env(e: dict, glibc_defaults: bool = False) -> dict:
+    """`e` with glibc's malloc given the thresholds `tuitrain run` sets for itself (tuitrain.core.heap),
+    for the hand-written runs as much as tuitrain's, unless `glibc_defaults`: every loop compared keeps
+    freed memory for its next step, and the ratios are the loops' own costs. (Seeing these variables,
+    tuitrain leaves the allocator as they set it.)"""
     for k in heap.USER_KNOBS:
         e.pop(k, None)
     if not glibc_defaults:
         e["MALLOC_TRIM_THRESHOLD_"] = str(heap.TRIM_THRESHOLD)
         e["MALLOC_MMAP_THRESHOLD_"] = str(heap.MMAP_THRESHOLD)
     return e
+
+
+def env(glibc_defaults: bool = False) -> dict:
+    """The runs' environment: one torch thread, a 120x40 terminal, the allocator as `allocator_env`."""
+    e = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TERM="xterm-256color", COLUMNS="120", LINES="40")
+    e["PYTHONPATH"] = os.pathsep.join([str(HERE.parent), str(HERE)])
+    return allocator_env(e, glibc_defaults)
 
 
 def per_step_from_events(run_dir: Path, steps: int, warmup: int = WARMUP) -> float:

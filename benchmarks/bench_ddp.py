@@ -24,8 +24,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from tuitrain.core import heap  # noqa: E402
+from bench_dashboard import allocator_env  # noqa: E402
 
 MODELS = {"tiny": (32, 64, 10, 32), "medium": (784, 1024, 10, 128)}  # in, hidden, out, batch per rank
 WARMUP = 100
@@ -138,12 +139,8 @@ if __name__ == "__main__":
 
 def _env(sync_every: int = 0) -> dict:
     """Both scripts' ranks with glibc's malloc keeping freed memory, as tuitrain's ranks set it for
-    themselves (see bench_dashboard.env): the ratio is the loops' own cost."""
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONPATH=str(ROOT))
-    for k in heap.USER_KNOBS:
-        env.pop(k, None)
-    env["MALLOC_TRIM_THRESHOLD_"] = str(heap.TRIM_THRESHOLD)
-    env["MALLOC_MMAP_THRESHOLD_"] = str(heap.MMAP_THRESHOLD)
+    themselves (see bench_dashboard.allocator_env): the ratio is the loops' own cost."""
+    env = allocator_env(dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONPATH=str(ROOT)))
     env.pop("TUITRAIN_DDP_SYNC_EVERY", None)
     if sync_every:
         env["TUITRAIN_DDP_SYNC_EVERY"] = str(sync_every)

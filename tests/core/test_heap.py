@@ -1,6 +1,7 @@
 """Freed memory kept in the process while training: a step's large blocks are not handed back to
 the kernel and faulted in again page by page (glibc on Linux)."""
 
+import os
 import subprocess
 import sys
 
@@ -32,8 +33,6 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before, heap._kept)
 
 
 def faults(mode: str, **env) -> tuple[int, bool]:
-    import os
-
     e = {k: v for k, v in os.environ.items() if k not in heap.USER_KNOBS}
     out = subprocess.run([sys.executable, "-c", PROBE, mode], env={**e, **env}, capture_output=True, text=True,
                          check=True).stdout.split()

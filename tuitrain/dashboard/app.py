@@ -259,7 +259,6 @@ class DashboardApp(App[int]):
         dirty = self._dirty
         if not dirty:
             return
-        st = self.state
         now = time.monotonic()
         self._pace(now)
         keep: set[str] = set()  # what waits for its turn

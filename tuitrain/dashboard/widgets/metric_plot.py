@@ -115,7 +115,7 @@ class MetricPlot(PlotextPlot):
         self.window = "full"
         self.points: dict[str, tuple[list[float], list[float]]] = {}  # what was plotted, for tests
         self.boundaries: list[int] = []
-        self._version = 0  # bumped by each replot: render() rebuilds the figure only then
+        self._version = 0  # bumped by each replot: frame() rebuilds the figure only then
         self._rendered: tuple | None = None
         self._lines: list[Strip] = []  # the frame of the render pass under way
         self.builds = 0  # figures built, for tests
