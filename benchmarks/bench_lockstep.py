@@ -7,15 +7,17 @@ the drifts of a shared machine's speed, which move by several per cent every few
 both alike. Only one of them computes at any moment. The ratio of a lockstep run is the sum of the
 tuitrain process's timed turns over the hand-written process's; the figure is the median of runs.
 
-On this VM the tiny model's ratio lands within about ±1 % from run to run, the medium one's within
-about ±4 %, no better than separate runs: `--control` puts a second hand-written loop in tuitrain's
-place and shows the same spread, so it is the machine's (the two processes' speeds drift apart for
-tens of seconds at a time), not tuitrain's.
+Both processes are pinned to one CPU (`--cpu`, the last one by default). Unpinned, each tends to
+stay on the core it last ran on, and this VM's two cores drift apart in speed for tens of seconds at
+a time: `--control` (a second hand-written loop in tuitrain's place) then spread ±2-4 % on the
+medium model, no better than separate runs. Pinned, both see the same core, and the control lands
+within about ±0.6 % (0.995-1.006x over five runs). tuitrain headless trains on its main thread and
+starts no other busy thread, so sharing a CPU costs it nothing that the hand-written loop escapes.
 
 Headless only: the dashboard's screen thread would go on drawing during the other process's turn,
 and its cost would be counted against the hand-written loop.
 
-    python benchmarks/bench_lockstep.py [--repeats 3] [--model tiny|medium|both]
+    python benchmarks/bench_lockstep.py [--repeats 5] [--model tiny|medium|both] [--control] [--cpu N|none]
 """
 
 from __future__ import annotations
@@ -39,9 +41,16 @@ SIZES = {"tiny": dict(d_in=32, hidden=64, batch=32, turn=400, turns=60, skip=10)
          "medium": dict(d_in=784, hidden=1024, batch=128, turn=40, turns=45, skip=8)}
 
 
-def lockstep(kind: str, tmp: Path, tuitrain_first: bool = False, control: bool = False) -> tuple[float, float]:
+def default_cpu() -> int:
+    """The CPU lockstep runs pin to: the last one this process may use."""
+    return max(os.sched_getaffinity(0))
+
+
+def lockstep(kind: str, tmp: Path, tuitrain_first: bool = False, control: bool = False,
+             cpu: int | None = None) -> tuple[float, float]:
     """One lockstep run: (tuitrain's seconds per step, the hand-written loop's). `control`: a second
-    hand-written loop in tuitrain's place (the method's own noise)."""
+    hand-written loop in tuitrain's place (the method's own noise). `cpu`: both processes run on
+    that CPU only (None: wherever the kernel puts them)."""
     m = SIZES[kind]
     steps = m["turn"] * m["turns"]
     model = {k: m[k] for k in ("d_in", "hidden", "batch")}
@@ -58,13 +67,14 @@ def lockstep(kind: str, tmp: Path, tuitrain_first: bool = False, control: bool =
                     BENCH_BATON_SECOND="1" if tuitrain_first else "0")
     tt_env = dict(steps_bench.env(), BENCH_BATON=f"{a_r},{b_w},{spec},{outs[1]}",
                   BENCH_BATON_SECOND="0" if tuitrain_first else "1")
+    pin = None if cpu is None else (lambda: os.sched_setaffinity(0, {cpu}))
     hand = subprocess.Popen([sys.executable, "-c", hand_code], env=hand_env, pass_fds=(b_r, a_w),
-                            stdout=subprocess.DEVNULL)
+                            stdout=subprocess.DEVNULL, preexec_fn=pin)
     tt_cmd = ([sys.executable, "-c", hand_code] if control else
               [sys.executable, "-m", "tuitrain", "run", str(cfg), "--headless", "--run-dir",
                str(tmp / f"run-{time.time_ns()}")])
     tt = subprocess.Popen(tt_cmd, env=tt_env, pass_fds=(a_r, b_w), stdout=subprocess.DEVNULL,
-                          stderr=subprocess.DEVNULL)
+                          stderr=subprocess.DEVNULL, preexec_fn=pin)
     for fd in (a_r, a_w, b_r, b_w):  # only the two processes hold the pipes: one's exit frees the other
         os.close(fd)
     if hand.wait() or tt.wait():
@@ -76,16 +86,19 @@ def lockstep(kind: str, tmp: Path, tuitrain_first: bool = False, control: bool =
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--model", choices=["tiny", "medium", "both"], default="both")
     ap.add_argument("--control", action="store_true",
                     help="a second hand-written loop in tuitrain's place: how far apart two identical runs land")
+    ap.add_argument("--cpu", default=str(default_cpu()),
+                    help="the CPU both processes are pinned to (default: the last one), or none")
     args = ap.parse_args(argv)
+    cpu = None if args.cpu == "none" else int(args.cpu)
     kinds = list(SIZES) if args.model == "both" else [args.model]
     with tempfile.TemporaryDirectory() as tmp:
         for kind in kinds:
             # who starts alternates: the first and second process are not alike
-            runs = [lockstep(kind, Path(tmp), r % 2 == 1, args.control) for r in range(args.repeats)]
+            runs = [lockstep(kind, Path(tmp), r % 2 == 1, args.control, cpu) for r in range(args.repeats)]
             ratios = [t / h for t, h in runs]
             name = "hand-written again" if args.control else "tuitrain headless"
             print(f"{kind}: {name} {statistics.median(t for t, _ in runs) * 1e6:.1f} µs/step, "
