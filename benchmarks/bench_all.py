@@ -13,8 +13,9 @@ first frames and the final checkpoint left out of all of them alike).
 
 The headless targets are judged in lockstep instead (bench_lockstep.py): tuitrain and the
 hand-written loop as two live processes pinned to one CPU, taking turns of a few tenths of a second;
-two identical hand-written loops measured that way land within about ±0.6 % of each other, against
-±3-5 % for separate runs, and the medium model's target is 1 %. The control runs too.
+two identical hand-written loops measured that way land within about ±1 % of each other run by run,
+and the medians of a few runs within 0.5 %, against ±3-5 % for separate runs; the medium model's
+target is 1 %. The control runs too.
 
 Then: RSS growth over a million logged steps, the dashboard's work per frame at 1k and 1M points of
 history, `tuitrain --help`, the time to the first step, the loop's stall per checkpoint against a

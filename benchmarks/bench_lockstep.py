@@ -11,11 +11,11 @@ Both processes are pinned to one CPU (`--cpu`, the last one by default). Unpinne
 stay on the core it last ran on, and this VM's two cores drift apart in speed for tens of seconds at
 a time: `--control` (a second hand-written loop in tuitrain's place) then spread ±2-4 % on the
 medium model, no better than separate runs. Pinned, both see the same core, and the control lands
-within about ±0.6 % (0.995-1.006x over five runs). tuitrain headless trains on its main thread and
+within about ±1 % run by run (0.987-1.012x over 15 runs), the medians of a few runs within 0.5 %. tuitrain headless trains on its main thread and
 starts no other busy thread, so sharing a CPU costs it nothing that the hand-written loop escapes.
-Who starts matters by about 1 % (tuitrain's ratio on the medium model: ~1.018x when the
-hand-written loop starts, ~1.005x when tuitrain does; the control shows a smaller skew): runs
-alternate, and an even number of them weighs both orders alike.
+Who starts may matter: in one run of bench_all (L) tuitrain's medium ratio was ~1.018x whenever the
+hand-written loop started and ~1.005x whenever tuitrain did (the next run, M, showed no such skew).
+Runs alternate, and an even number of them weighs both orders alike.
 
 Headless only: the dashboard's screen thread would go on drawing during the other process's turn,
 and its cost would be counted against the hand-written loop.
