@@ -112,6 +112,14 @@ def env(glibc_defaults: bool = False) -> dict:
     return allocator_env(e, glibc_defaults)
 
 
+def write_config(tmp: Path, steps: int, m: dict, name: str = "bench.toml", model: str = "benchproj:Net") -> Path:
+    """The runs' config (CONFIG) in `tmp`, for `steps` steps of model size `m`, training `model`."""
+    cfg = tmp / name
+    cfg.write_text(CONFIG.format(runs=(tmp / "runs").as_posix(), n=m["batch"] * steps, **m)
+                   .replace('"benchproj:Net"', f'"{model}"'))
+    return cfg
+
+
 def per_step_from_events(run_dir: Path, steps: int, warmup: int = WARMUP) -> float:
     marks = {}
     for line in (run_dir / "events.jsonl").read_text().splitlines():
@@ -129,8 +137,7 @@ def hand(steps: int, m: dict, warmup: int = WARMUP, glibc_defaults: bool = False
 
 
 def tuitrain(steps: int, m: dict, tmp: Path, dashboard: bool, warmup: int = WARMUP) -> float:
-    cfg = tmp / "bench.toml"
-    cfg.write_text(CONFIG.format(runs=(tmp / "runs").as_posix(), n=m["batch"] * steps, **m))
+    cfg = write_config(tmp, steps, m)
     run_dir = tmp / f"run-{time.time_ns()}"
     cmd = [sys.executable, "-m", "tuitrain", "run", str(cfg), "--run-dir", str(run_dir)]
     if not dashboard:

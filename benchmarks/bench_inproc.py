@@ -22,7 +22,6 @@ import argparse
 import ast
 import atexit
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -45,11 +44,11 @@ SIZES = {"tiny": dict(d_in=32, hidden=64, batch=32, turn=400, turns=50, skip=8),
 
 class InprocNet(benchproj.Net):
     """The MLP, with a hand-written loop's turns run from its forward pass (BENCH_INPROC:
-    "turn,skip,batch,out")."""
+    "turn,skip,batch,turns,out": `turns` the hand-written loop's data lasts for)."""
 
     def __init__(self, d_in=32, hidden=64, d_out=10):
         super().__init__(d_in, hidden, d_out)
-        turn, skip, batch, self.out = os.environ["BENCH_INPROC"].split(",", 3)
+        turn, skip, batch, turns, self.out = os.environ["BENCH_INPROC"].split(",", 4)
         self.turn, self.skip = int(turn), int(skip)
         self.calls = 0
         self.tuitrain_times: list[float] = []
@@ -57,7 +56,7 @@ class InprocNet(benchproj.Net):
         self.t_end: float | None = None  # when the last hand-written turn ended
         # the hand-written loop: the same model, optimizer, loss and kind of data, its own copies
         g = torch.Generator().manual_seed(1)
-        n = int(batch) * self.turn * int(os.environ.get("BENCH_INPROC_TURNS", "60"))
+        n = int(batch) * self.turn * int(turns)
         data = TensorDataset(torch.randn(n, d_in, generator=g), torch.randint(0, d_out, (n,), generator=g))
         self.h_model = benchproj.Net(d_in, hidden, d_out)
         self.h_opt = torch.optim.AdamW(self.h_model.parameters(), lr=1e-3)
@@ -109,12 +108,9 @@ def inproc(kind: str, tmp: Path) -> tuple[float, float]:
     m = SIZES[kind]
     steps = m["turn"] * m["turns"]
     model = {k: m[k] for k in ("d_in", "hidden", "batch")}
-    cfg = tmp / "inproc.toml"
-    cfg.write_text(steps_bench.CONFIG.format(runs=(tmp / "runs").as_posix(), n=m["batch"] * steps, **model)
-                   .replace('"benchproj:Net"', '"bench_inproc:InprocNet"'))
+    cfg = steps_bench.write_config(tmp, steps, model, "inproc.toml", "bench_inproc:InprocNet")
     out = tmp / f"inproc-{time.time_ns()}.txt"
-    env = dict(steps_bench.env(), BENCH_INPROC=f"{m['turn']},{m['skip']},{m['batch']},{out}",
-               BENCH_INPROC_TURNS=str(m["turns"] + 1))
+    env = dict(steps_bench.env(), BENCH_INPROC=f"{m['turn']},{m['skip']},{m['batch']},{m['turns'] + 1},{out}")
     subprocess.run([sys.executable, "-m", "tuitrain", "run", str(cfg), "--headless", "--run-dir",
                     str(tmp / f"run-{time.time_ns()}")], env=env, check=True, stdout=subprocess.DEVNULL,
                    stderr=subprocess.DEVNULL)
@@ -128,14 +124,13 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=4)
     ap.add_argument("--model", choices=["tiny", "medium", "both"], default="both")
     args = ap.parse_args(argv)
+    from bench_lockstep import print_runs  # here: the model's module, imported by tuitrain, stays light
+
     kinds = list(SIZES) if args.model == "both" else [args.model]
     with tempfile.TemporaryDirectory() as tmp:
         for kind in kinds:
             runs = [inproc(kind, Path(tmp)) for _ in range(args.repeats)]
-            ratios = [t / h for t, h in runs]
-            print(f"{kind}: tuitrain headless {statistics.median(t for t, _ in runs) * 1e6:.1f} µs/step, "
-                  f"hand-written in the same process {statistics.median(h for _, h in runs) * 1e6:.1f}; "
-                  f"ratio median {statistics.median(ratios):.3f}x of {[round(r, 3) for r in ratios]}")
+            print_runs(kind, "tuitrain headless", "hand-written in the same process", runs)
     return 0
 
 

@@ -11,8 +11,9 @@ Both processes are pinned to one CPU (`--cpu`, the last one by default). Unpinne
 stay on the core it last ran on, and this VM's two cores drift apart in speed for tens of seconds at
 a time: `--control` (a second hand-written loop in tuitrain's place) then spread ±2-4 % on the
 medium model, no better than separate runs. Pinned, both see the same core, and the control lands
-within about ±1 % run by run (0.987-1.012x over 15 runs), the medians of a few runs within 0.5 %. tuitrain headless trains on its main thread and
-starts no other busy thread, so sharing a CPU costs it nothing that the hand-written loop escapes.
+within about ±1 % run by run (0.987-1.012x over 15 runs), the medians of a few runs within 0.5 %.
+tuitrain headless trains on its main thread and starts no other busy thread, so sharing a CPU costs
+it nothing that the hand-written loop escapes.
 Who starts may matter: in one run of bench_all (L) tuitrain's medium ratio was ~1.018x whenever the
 hand-written loop started and ~1.005x whenever tuitrain did (the next run, M, showed no such skew).
 Runs alternate, and an even number of them weighs both orders alike.
@@ -57,9 +58,7 @@ def lockstep(kind: str, tmp: Path, tuitrain_first: bool = False, control: bool =
     m = SIZES[kind]
     steps = m["turn"] * m["turns"]
     model = {k: m[k] for k in ("d_in", "hidden", "batch")}
-    cfg = tmp / "lockstep.toml"
-    cfg.write_text(steps_bench.CONFIG.format(runs=(tmp / "runs").as_posix(), n=m["batch"] * steps, **model)
-                   .replace('"benchproj:Net"', '"benchproj:LockstepNet"'))
+    cfg = steps_bench.write_config(tmp, steps, model, "lockstep.toml", "benchproj:LockstepNet")
     hand_code = steps_bench.HAND.format(here=str(HERE), n=m["batch"] * steps, warmup=1, **model) \
         .replace("benchproj.Net(", "benchproj.LockstepNet(")
     a_r, a_w = os.pipe()  # hand -> tuitrain
@@ -87,6 +86,14 @@ def lockstep(kind: str, tmp: Path, tuitrain_first: bool = False, control: bool =
     return sum(t[:n]) / (n * m["turn"]), sum(h[:n]) / (n * m["turn"])
 
 
+def print_runs(kind: str, name: str, other: str, runs: list[tuple[float, float]]) -> None:
+    """One line for a model's runs, each (seconds per step, the hand-written loop's): medians and ratios."""
+    ratios = [t / h for t, h in runs]
+    print(f"{kind}: {name} {statistics.median(t for t, _ in runs) * 1e6:.1f} µs/step, "
+          f"{other} {statistics.median(h for _, h in runs) * 1e6:.1f}; ratio median "
+          f"{statistics.median(ratios):.3f}x of {[round(r, 3) for r in ratios]}")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=6, help="runs; who starts alternates (use an even number)")
@@ -102,11 +109,7 @@ def main(argv=None) -> int:
         for kind in kinds:
             # who starts alternates: the first and second process are not alike
             runs = [lockstep(kind, Path(tmp), r % 2 == 1, args.control, cpu) for r in range(args.repeats)]
-            ratios = [t / h for t, h in runs]
-            name = "hand-written again" if args.control else "tuitrain headless"
-            print(f"{kind}: {name} {statistics.median(t for t, _ in runs) * 1e6:.1f} µs/step, "
-                  f"hand-written {statistics.median(h for _, h in runs) * 1e6:.1f}; ratio median "
-                  f"{statistics.median(ratios):.3f}x of {[round(r, 3) for r in ratios]}")
+            print_runs(kind, "hand-written again" if args.control else "tuitrain headless", "hand-written", runs)
     return 0
 
 
