@@ -12,7 +12,8 @@ from typing import Any, Iterator
 
 import torch
 from torch.utils.data import (BatchSampler, DataLoader, Dataset, IterableDataset, RandomSampler,
-                              Sampler, SequentialSampler)
+                              Sampler, SequentialSampler, TensorDataset)
+from torch.utils.data._utils.collate import default_collate
 
 
 def _mix(seed: int, epoch: int, salt: int = 0) -> int:
@@ -119,6 +120,40 @@ class ResumableLoader:
         return iter(self.loader)
 
 
+class WholeBatches(Dataset):
+    """A TensorDataset whose batches are fetched whole: one `index_select` per tensor, where the
+    default fetch takes `batch_size` items one by one and stacks them (default_collate). Same
+    samples, same order, same values, dtypes and layout (a list of contiguous tensors, as
+    default_collate makes of tuples); ~40 us instead of ~300 us for 128 rows of 784 floats, 8 us
+    instead of 74 us for 32 rows of 32. Used only where nothing can tell the difference: a plain
+    TensorDataset of contiguous strided tensors, the default collate_fn, no worker processes."""
+
+    def __init__(self, dataset: TensorDataset) -> None:
+        self.dataset = dataset
+        self.tensors = dataset.tensors
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index):
+        return self.dataset[index]
+
+    def __getitems__(self, indices: list[int]) -> list[torch.Tensor]:
+        rows = torch.as_tensor(indices, dtype=torch.long)
+        return [t.index_select(0, rows) for t in self.tensors]
+
+    @staticmethod
+    def fits(data: Any, collate_fn=default_collate, num_workers: int = 0) -> bool:
+        return (type(data) is TensorDataset and collate_fn is default_collate and num_workers == 0
+                and len(data.tensors) > 0
+                and all(t.layout == torch.strided and t.is_contiguous() for t in data.tensors))
+
+
+def _whole_batch(batch: list[torch.Tensor]) -> list[torch.Tensor]:
+    """collate_fn of a WholeBatches loader: the batch comes collated."""
+    return batch
+
+
 def build_loader(data: Any, *, batch_size: int, shuffle: bool, num_workers: int = 0, seed: int = 0,
                  drop_last: bool = False, pin_memory: bool = False) -> ResumableLoader | None:
     """A ResumableLoader from a Dataset or a DataLoader (rebuilt on an EpochSampler when its sampler is
@@ -137,8 +172,11 @@ def build_loader(data: Any, *, batch_size: int, shuffle: bool, num_workers: int 
     if not isinstance(data, Dataset) and not hasattr(data, "__getitem__"):
         raise TypeError(f"expected a Dataset or a DataLoader, got {type(data).__name__}")
     sampler = EpochSampler(len(data), shuffle=shuffle, seed=seed)
+    collate = None
+    if WholeBatches.fits(data, num_workers=num_workers):
+        data, collate = WholeBatches(data), _whole_batch
     loader = DataLoader(data, batch_size=batch_size, sampler=sampler, num_workers=num_workers,
-                        drop_last=drop_last, pin_memory=pin_memory, worker_init_fn=_WorkerSeeder(),
+                        collate_fn=collate, drop_last=drop_last, pin_memory=pin_memory, worker_init_fn=_WorkerSeeder(),
                         generator=torch.Generator(), persistent_workers=False)
     return ResumableLoader(loader, sampler, seed)
 
@@ -153,14 +191,17 @@ def _adopt(loader: DataLoader, seed: int) -> ResumableLoader:
                                                       or loader.sampler._num_samples is not None):
         return ResumableLoader(loader, None, seed)
     sampler = EpochSampler(len(loader.dataset), shuffle=isinstance(loader.sampler, RandomSampler), seed=seed)
+    dataset, collate = loader.dataset, loader.collate_fn
+    if WholeBatches.fits(dataset, collate, loader.num_workers):
+        dataset, collate = WholeBatches(dataset), _whole_batch
     kwargs = dict(batch_size=loader.batch_size, sampler=sampler, num_workers=loader.num_workers,
-                  collate_fn=loader.collate_fn, pin_memory=loader.pin_memory, drop_last=loader.drop_last,
+                  collate_fn=collate, pin_memory=loader.pin_memory, drop_last=loader.drop_last,
                   timeout=loader.timeout, worker_init_fn=_WorkerSeeder(loader.worker_init_fn),
                   generator=torch.Generator(), persistent_workers=loader.persistent_workers)
     if loader.num_workers > 0:
         kwargs["prefetch_factor"] = loader.prefetch_factor
         kwargs["multiprocessing_context"] = loader.multiprocessing_context
-    return ResumableLoader(DataLoader(loader.dataset, **kwargs), sampler, seed)
+    return ResumableLoader(DataLoader(dataset, **kwargs), sampler, seed)
 
 
 # --- global RNG state ----------------------------------------------------------------------------
