@@ -140,6 +140,8 @@ def per_step(report: Report, repeats: int, scale: float) -> None:
         runners = {"hand-written": lambda tmp: steps_bench.hand(m["steps"], model, m["warmup"]),
                    "hand-written, glibc defaults": lambda tmp: steps_bench.hand(m["steps"], model, m["warmup"],
                                                                                 glibc_defaults=True),
+                   "hand-written, whole batches": lambda tmp: steps_bench.hand(m["steps"], model, m["warmup"],
+                                                                               fetch="whole"),
                    "headless": lambda tmp: steps_bench.tuitrain(m["steps"], model, tmp, False, m["warmup"]),
                    "dashboard": lambda tmp: steps_bench.tuitrain(m["steps"], model, tmp, True, m["warmup"])}
         if have_lightning:
@@ -164,11 +166,18 @@ def per_step(report: Report, repeats: int, scale: float) -> None:
         plain = res["hand-written, glibc defaults"]
         ratio = statistics.median(x / h for x, h in zip(res["headless"], plain))
         report.add(f"{kind} headless vs hand-written, glibc defaults", f"{ratio:6.3f}x")
+        # the loops alone: against a hand-written loop that fetches its batches as tuitrain does
+        whole = res["hand-written, whole batches"]
+        for name in ("headless", "dashboard"):
+            ratio = statistics.median(x / h for x, h in zip(res[name], whole))
+            report.add(f"{kind} {name} vs whole-batch hand-written", f"{ratio:6.3f}x")
 
 
-def headless_lockstep(report: Report, repeats: int, control: int) -> None:
+def headless_lockstep(report: Report, repeats: int, control: int, alone: int) -> None:
     """The headless targets: tuitrain and the hand-written loop in lockstep on one CPU (see
-    bench_lockstep.py), whose spread is below the 1 % target; separate runs spread several per cent."""
+    bench_lockstep.py), whose spread is below the 1 % target; separate runs spread several per cent.
+    `alone` runs more against a hand-written loop that fetches its batches whole, as tuitrain does
+    for a TensorDataset: the loops' own difference, without the data path's."""
     import bench_lockstep
 
     cpu = bench_lockstep.default_cpu()
@@ -186,6 +195,12 @@ def headless_lockstep(report: Report, repeats: int, control: int) -> None:
             report.add(f"{kind} headless vs hand-written, lockstep",
                        f"{statistics.median(t for t, _ in runs) * 1e6:8.1f} µs {ratio:6.3f}x",
                        f"<= {target:.2f}x", ratio <= target)
+            if alone:
+                runs = [bench_lockstep.lockstep(kind, Path(tmp), r % 2 == 1, cpu=cpu, fetch="whole")
+                        for r in range(alone + alone % 2)]
+                ratios = [t / h for t, h in runs]
+                report.add(f"{kind} loop alone (whole batches), lockstep",
+                           f"{statistics.median(ratios):6.3f}x of {min(ratios):.3f}-{max(ratios):.3f}")
         if control:  # the method's own spread, where the target is tightest
             runs = [bench_lockstep.lockstep("medium", Path(tmp), r % 2 == 1, control=True, cpu=cpu)
                     for r in range(control + control % 2)]
@@ -309,7 +324,7 @@ def main(argv=None) -> int:
     if "steps" not in skip:
         per_step(report, args.repeats, scale)
     if "lockstep" not in skip:
-        headless_lockstep(report, args.repeats, 0 if args.quick else 4)
+        headless_lockstep(report, args.repeats, 0 if args.quick else 4, 2 if args.quick else 4)
     if "memory" not in skip:
         memory_and_frames(report, scale)
     if "startup" not in skip:

@@ -79,7 +79,7 @@ train, _ = benchproj.datasets(n={n}, d_in={d_in})
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 loss_fn = nn.CrossEntropyLoss()
 t0 = None
-for i, (x, y) in enumerate(DataLoader(train, batch_size={batch}, shuffle=True), start=1):
+for i, (x, y) in enumerate({loader}, start=1):
     loss = loss_fn(model(x), y)
     loss.backward()
     opt.step()
@@ -90,6 +90,19 @@ for i, (x, y) in enumerate(DataLoader(train, batch_size={batch}, shuffle=True), 
         t0 = time.perf_counter()
 print((time.perf_counter() - t0) / (i - {warmup}))
 """
+
+
+# the hand-written loop's data loader: torch's item-by-item fetch (what a hand-written loop does), or
+# the whole-batch fetch tuitrain uses for a TensorDataset (then the two differ by their loops alone)
+LOADERS = {"item": "DataLoader(train, batch_size={batch}, shuffle=True)",
+           "whole": "DataLoader(benchproj.WholeBatches(train), batch_size={batch}, shuffle=True, "
+                    "collate_fn=benchproj.whole_batch)"}
+
+
+def hand_code(steps: int, m: dict, warmup: int = WARMUP, fetch: str = "item") -> str:
+    """The hand-written loop's script for `steps` steps of model size `m`, with the `fetch` loader."""
+    return HAND.format(here=str(HERE), n=m["batch"] * steps, warmup=warmup,
+                       loader=LOADERS[fetch].format(batch=m["batch"]), **m)
 
 
 def allocator_env(e: dict, glibc_defaults: bool = False) -> dict:
@@ -129,10 +142,9 @@ def per_step_from_events(run_dir: Path, steps: int, warmup: int = WARMUP) -> flo
     return (marks[steps] - marks[warmup]) / (steps - warmup)
 
 
-def hand(steps: int, m: dict, warmup: int = WARMUP, glibc_defaults: bool = False) -> float:
-    code = HAND.format(here=str(HERE), n=m["batch"] * steps, warmup=warmup, **m)
-    out = subprocess.run([sys.executable, "-c", code], env=env(glibc_defaults), capture_output=True, text=True,
-                         check=True)
+def hand(steps: int, m: dict, warmup: int = WARMUP, glibc_defaults: bool = False, fetch: str = "item") -> float:
+    out = subprocess.run([sys.executable, "-c", hand_code(steps, m, warmup, fetch)], env=env(glibc_defaults),
+                         capture_output=True, text=True, check=True)
     return float(out.stdout.strip())
 
 

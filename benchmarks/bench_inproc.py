@@ -54,14 +54,16 @@ class InprocNet(benchproj.Net):
         self.tuitrain_times: list[float] = []
         self.hand_times: list[float] = []
         self.t_end: float | None = None  # when the last hand-written turn ended
-        # the hand-written loop: the same model, optimizer, loss and kind of data, its own copies
+        # the hand-written loop: the same model, optimizer, loss, kind of data and fetch, its own copies
         g = torch.Generator().manual_seed(1)
         n = int(batch) * self.turn * int(turns)
         data = TensorDataset(torch.randn(n, d_in, generator=g), torch.randint(0, d_out, (n,), generator=g))
         self.h_model = benchproj.Net(d_in, hidden, d_out)
         self.h_opt = torch.optim.AdamW(self.h_model.parameters(), lr=1e-3)
         self.h_loss = nn.CrossEntropyLoss()
-        self.h_batches = iter(DataLoader(data, batch_size=int(batch), shuffle=True))
+        # fetched whole, as tuitrain fetches a TensorDataset: the two differ by their loops alone
+        self.h_batches = iter(DataLoader(benchproj.WholeBatches(data), batch_size=int(batch), shuffle=True,
+                                         collate_fn=benchproj.whole_batch))
         self.h_step = 0
         atexit.register(self.save)
 

@@ -51,16 +51,16 @@ def default_cpu() -> int:
 
 
 def lockstep(kind: str, tmp: Path, tuitrain_first: bool = False, control: bool = False,
-             cpu: int | None = None) -> tuple[float, float]:
+             cpu: int | None = None, fetch: str = "item") -> tuple[float, float]:
     """One lockstep run: (tuitrain's seconds per step, the hand-written loop's). `control`: a second
     hand-written loop in tuitrain's place (the method's own noise). `cpu`: both processes run on
-    that CPU only (None: wherever the kernel puts them)."""
+    that CPU only (None: wherever the kernel puts them). `fetch`: the hand-written loop's data
+    loader (bench_dashboard.LOADERS): "whole" fetches batches as tuitrain does."""
     m = SIZES[kind]
     steps = m["turn"] * m["turns"]
     model = {k: m[k] for k in ("d_in", "hidden", "batch")}
     cfg = steps_bench.write_config(tmp, steps, model, "lockstep.toml", "benchproj:LockstepNet")
-    hand_code = steps_bench.HAND.format(here=str(HERE), n=m["batch"] * steps, warmup=1, **model) \
-        .replace("benchproj.Net(", "benchproj.LockstepNet(")
+    hand_code = steps_bench.hand_code(steps, model, 1, fetch).replace("benchproj.Net(", "benchproj.LockstepNet(")
     a_r, a_w = os.pipe()  # hand -> tuitrain
     b_r, b_w = os.pipe()  # tuitrain -> hand
     outs = tmp / f"hand-{time.time_ns()}.txt", tmp / f"tuitrain-{time.time_ns()}.txt"
@@ -100,6 +100,8 @@ def main(argv=None) -> int:
     ap.add_argument("--model", choices=["tiny", "medium", "both"], default="both")
     ap.add_argument("--control", action="store_true",
                     help="a second hand-written loop in tuitrain's place: how far apart two identical runs land")
+    ap.add_argument("--fetch", choices=list(steps_bench.LOADERS), default="item",
+                    help="the hand-written loop's fetch: item by item (torch's default) or whole batches (tuitrain's)")
     ap.add_argument("--cpu", default=str(default_cpu()),
                     help="the CPU both processes are pinned to (default: the last one), or none")
     args = ap.parse_args(argv)
@@ -108,7 +110,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for kind in kinds:
             # who starts alternates: the first and second process are not alike
-            runs = [lockstep(kind, Path(tmp), r % 2 == 1, args.control, cpu) for r in range(args.repeats)]
+            runs = [lockstep(kind, Path(tmp), r % 2 == 1, args.control, cpu, args.fetch) for r in range(args.repeats)]
             print_runs(kind, "hand-written again" if args.control else "tuitrain headless", "hand-written", runs)
     return 0
 

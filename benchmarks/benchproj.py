@@ -25,6 +25,29 @@ def datasets(n=96000, d_in=32, d_out=10, seed=0):
     return TensorDataset(x, y), None
 
 
+class WholeBatches(torch.utils.data.Dataset):
+    """A hand-written loop's own whole-batch fetch of a TensorDataset (one index_select per tensor),
+    as tuitrain fetches one: with it, a hand-written loop and tuitrain differ by their loops alone."""
+
+    def __init__(self, dataset):
+        self.dataset = dataset
+
+    def __len__(self):
+        return len(self.dataset)
+
+    def __getitem__(self, i):
+        return self.dataset[i]
+
+    def __getitems__(self, indices):
+        rows = torch.as_tensor(indices)
+        return [t.index_select(0, rows) for t in self.dataset.tensors]
+
+
+def whole_batch(batch):
+    """collate_fn for WholeBatches: the batch comes collated."""
+    return batch
+
+
 class Baton:
     """Lockstep with a second process (see bench_lockstep.py): before every `turn`-th forward pass
     this process hands the turn over through one pipe and waits for it on another. Only its own
