@@ -17,6 +17,11 @@ two identical hand-written loops measured that way land within about ±1 % of ea
 and the medians of a few runs within 0.5 %, against ±3-5 % for separate runs; the medium model's
 target is 1 %. The control runs too.
 
+The targets are against the hand-written loop as people write it (torch's DataLoader, which fetches
+a TensorDataset item by item). tuitrain fetches a plain TensorDataset's batches whole, so it also
+runs, without a verdict, against a hand-written loop that does the same (benchproj.WholeBatches):
+the loops alone.
+
 Then: RSS growth over a million logged steps, the dashboard's work per frame at 1k and 1M points of
 history, `tuitrain --help`, the time to the first step, the loop's stall per checkpoint against a
 CPU copy of the state, and tuitrain DDP against a hand-written DDP script (2 gloo ranks).
