@@ -66,7 +66,9 @@ def test_other_data_keeps_the_item_by_item_fetch():
             return self.tensors[0][i] * 2, self.tensors[1][i]
 
     kept = [TensorDataset(x.t().contiguous().t(), y),  # not contiguous
-            Sub(x, y)]  # its own __getitem__
+            Sub(x, y),  # its own __getitem__
+            TensorDataset(x.clone().requires_grad_(), y),  # a stacked batch's grad_fn would differ
+            TensorDataset(torch.nn.Parameter(x.clone()), y)]  # a Tensor subclass
     for ds in kept:
         loader = build_loader(ds, batch_size=4, shuffle=True)
         assert loader.loader.dataset is ds
@@ -76,3 +78,27 @@ def test_other_data_keeps_the_item_by_item_fetch():
     assert not isinstance(build_loader(own_collate, batch_size=4, shuffle=True).loader.dataset, WholeBatches)
     sub = build_loader(Sub(x, y), batch_size=4, shuffle=False)
     assert torch.equal(next(iter(sub.epoch_iter(1)))[0], x[:4] * 2)
+
+
+def test_the_wrapper_is_still_the_users_tensor_dataset():
+    g = torch.Generator().manual_seed(0)
+    ds = TensorDataset(torch.randn(12, 2, generator=g), torch.arange(12))
+    wrapped = build_loader(ds, batch_size=4, shuffle=False).loader.dataset
+    assert isinstance(wrapped, TensorDataset) and wrapped.dataset is ds and len(wrapped) == 12
+    assert wrapped.tensors is ds.tensors
+    ds.tensors = (ds.tensors[0] * 0, ds.tensors[1])  # seen from then on, as torch's own fetch would
+    assert torch.equal(wrapped.__getitems__([0, 1])[0], torch.zeros(2, 2))
+
+
+def test_a_loader_with_its_own_batch_sampler_keeps_its_batches():
+    """DataLoader(batch_sampler=...) has batch_size None: rebuilt on an EpochSampler it would lose its
+    batching, so it is kept as it is (and still batched)."""
+    from torch.utils.data import BatchSampler, RandomSampler
+
+    ds = TensorDataset(torch.arange(12.0).view(6, 2), torch.arange(6))
+    dl = DataLoader(ds, batch_sampler=BatchSampler(RandomSampler(ds), 4, False))
+    loader = build_loader(dl, batch_size=4, shuffle=False)
+    assert loader.loader is dl
+    batches = list(loader.epoch_iter(1))
+    assert [b[1].shape[0] for b in batches] == [4, 2]
+    assert sorted(torch.cat([b[1] for b in batches]).tolist()) == list(range(6))
