@@ -146,11 +146,11 @@ class WholeBatches(TensorDataset):
         return [t.index_select(0, rows) for t in self.dataset.tensors]
 
     @staticmethod
-    def fits(data: Any, collate_fn=default_collate, num_workers: int = 0) -> bool:
+    def fits(data: Any, collate_fn, num_workers: int) -> bool:
         """A plain TensorDataset of plain, contiguous CPU tensors that need no gradient (a stacked
-        batch's grad_fn would differ), the default collate_fn, no worker processes (whose
-        default_collate writes into shared memory)."""
-        return (type(data) is TensorDataset and collate_fn is default_collate and num_workers == 0
+        batch's grad_fn would differ), the default collate_fn (None or default_collate), no worker
+        processes (whose default_collate writes into shared memory)."""
+        return (type(data) is TensorDataset and collate_fn in (None, default_collate) and num_workers == 0
                 and len(data.tensors) > 0
                 and all(type(t) is torch.Tensor and t.layout == torch.strided and t.device.type == "cpu"
                         and not t.is_nested and not t.is_quantized and not t.requires_grad
@@ -160,6 +160,14 @@ class WholeBatches(TensorDataset):
 def _whole_batch(batch: list[torch.Tensor]) -> list[torch.Tensor]:
     """collate_fn of a WholeBatches loader: the batch comes collated."""
     return batch
+
+
+def _fetch(dataset: Any, collate_fn, num_workers: int) -> tuple[Any, Any]:
+    """The dataset and collate_fn a loader is built on: a TensorDataset that `WholeBatches.fits`
+    wrapped to fetch whole batches, anything else as given."""
+    if WholeBatches.fits(dataset, collate_fn, num_workers):
+        return WholeBatches(dataset), _whole_batch
+    return dataset, collate_fn
 
 
 def build_loader(data: Any, *, batch_size: int, shuffle: bool, num_workers: int = 0, seed: int = 0,
@@ -180,9 +188,7 @@ def build_loader(data: Any, *, batch_size: int, shuffle: bool, num_workers: int 
     if not isinstance(data, Dataset) and not hasattr(data, "__getitem__"):
         raise TypeError(f"expected a Dataset or a DataLoader, got {type(data).__name__}")
     sampler = EpochSampler(len(data), shuffle=shuffle, seed=seed)
-    collate = None
-    if WholeBatches.fits(data, num_workers=num_workers):
-        data, collate = WholeBatches(data), _whole_batch
+    data, collate = _fetch(data, None, num_workers)
     loader = DataLoader(data, batch_size=batch_size, sampler=sampler, num_workers=num_workers,
                         collate_fn=collate, drop_last=drop_last, pin_memory=pin_memory,
                         worker_init_fn=_WorkerSeeder(), generator=torch.Generator(), persistent_workers=False)
@@ -199,9 +205,7 @@ def _adopt(loader: DataLoader, seed: int) -> ResumableLoader:
                                                       or loader.sampler._num_samples is not None):
         return ResumableLoader(loader, None, seed)
     sampler = EpochSampler(len(loader.dataset), shuffle=isinstance(loader.sampler, RandomSampler), seed=seed)
-    dataset, collate = loader.dataset, loader.collate_fn
-    if WholeBatches.fits(dataset, collate, loader.num_workers):
-        dataset, collate = WholeBatches(dataset), _whole_batch
+    dataset, collate = _fetch(loader.dataset, loader.collate_fn, loader.num_workers)
     kwargs = dict(batch_size=loader.batch_size, sampler=sampler, num_workers=loader.num_workers,
                   collate_fn=collate, pin_memory=loader.pin_memory, drop_last=loader.drop_last,
                   timeout=loader.timeout, worker_init_fn=_WorkerSeeder(loader.worker_init_fn),
