@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tuitrain import themes
+from tuitrain.dashboard import themes
 from tuitrain.config import (
     ConfigError, EarlyStoppingConfig, apply_override, check_kwargs, config_from_dict,
     load_config, metric_name, parse_value, resolve_target, validate,

@@ -60,7 +60,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if headless:
         run.install_signal_handlers()
         return run.execute()
-    from .themes import find_theme
+    from .dashboard.themes import find_theme
 
     theme = find_theme(run.cfg.dashboard.theme, run.cfg.base_dir)
     run.install_signal_handlers(sigint=False)  # the dashboard reads Ctrl+C as a key
@@ -101,7 +101,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
     if not sys.stdout.isatty():
         return _error("watch shows the dashboard and needs a terminal; for plain lines read "
                       f"{d / 'experiment.log'} (tail -f) or events.jsonl")
-    from .themes import find_theme
+    from .dashboard.themes import find_theme
 
     theme = None
     if args.theme:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from tuitrain.config_schema import Config, ConfigError, errors_in, suggest
 from tuitrain.config_targets import check_kwargs, resolve_target
-from tuitrain.themes import available_themes, find_theme
+from tuitrain.dashboard.themes import available_themes, find_theme
 
 # what tuitrain passes to a scheduler besides the optimizer, when the config leaves it out
 SCHEDULER_FILLED_IN = ("optimizer", "total_steps", "T_max", "epochs", "steps_per_epoch")

@@ -76,7 +76,7 @@ def prepare_run(config_path: str | os.PathLike, overrides=(), *, run_dir: str | 
     """Every check that can fail before training; raises ConfigError/UsageError (exit 2)."""
     overrides = list(overrides)
     if theme:
-        from .themes import available_themes, find_theme
+        from .dashboard.themes import available_themes, find_theme
 
         if find_theme(theme, Path.cwd()) is None:
             raise ConfigError(f"unknown theme {theme!r}; available: {', '.join(available_themes())}, or a path "

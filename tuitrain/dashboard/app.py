@@ -73,7 +73,7 @@ HIGH_CONTRAST = Theme(
 
 def default_theme() -> Path | None:
     try:
-        from tuitrain.themes import find_theme
+        from tuitrain.dashboard.themes import find_theme
     except ImportError:
         find_theme = None
     if find_theme is not None:
@@ -350,7 +350,7 @@ class DashboardApp(App[int]):
 
     def _check_alive(self) -> None:
         """Watching: a run whose process is gone without a final event was killed."""
-        from tuitrain.runs import run_status
+        from tuitrain.sinks.run_status import live_status as run_status
 
         run_dir = getattr(self.source, "run_dir", None)
         if run_dir is None or run_status(run_dir) in ("running", "unknown"):
@@ -551,7 +551,7 @@ def run_live(run: Any, theme: Path | None) -> int:
 
 def run_watch(run_dir: Path, theme: Path | None) -> int:
     """The dashboard of a run from its files; steers it through FileControl while it is live."""
-    from tuitrain.runs import run_status
+    from tuitrain.sinks.run_status import live_status as run_status
 
     run_dir = Path(run_dir)
     status = run_status(run_dir)

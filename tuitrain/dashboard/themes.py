@@ -13,10 +13,10 @@ SUFFIX = ".tcss"
 
 def theme_dirs() -> list[Path]:
     """Folders holding the shipped themes, existing ones only, first match wins."""
-    here = Path(__file__).resolve().parent
+    package = Path(__file__).resolve().parents[1]  # tuitrain/
     candidates = [
-        here.parent / "themes",  # source checkout or editable install: top-level themes/
-        here / "themes",  # installed wheel: package tuitrain.themes lands next to this module
+        package.parent / "themes",  # source checkout or editable install: top-level themes/
+        package / "themes",  # installed wheel: package tuitrain.themes lands inside tuitrain/
     ]
     dirs: list[Path] = []
     for folder in candidates:
