@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from tuitrain.config import ConfigError
-from tuitrain.build import auto_scale_lr, git_info
-from tuitrain.runner import prepare_run
+from tuitrain.run.build import auto_scale_lr, git_info
+from tuitrain.run.runner import prepare_run
 
 
 def test_auto_scale_lr_scales_linearly_and_says_so():

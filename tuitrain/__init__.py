@@ -2,6 +2,14 @@
 
 The public API. Attributes load lazily so that `tuitrain --help` does not import torch; this package
 never imports textual (the dashboard lives in tuitrain.dashboard and is imported only to open one).
+
+The layers, each importing only those above it in this list (tests/test_layers.py keeps it true):
+  core/       the training engine: Learner, phases, events, control, checkpoints, metrics, strategies/
+  sinks/      what consumes the event stream: run-directory files, the headless console, TensorBoard
+  dashboard/  the Textual app, fed by the same events (live, or from a run's events.jsonl)
+  config/     TOML -> a checked Config: schema, loading and --set, targets, validation
+  run/        a run from a config or a script: build, run directory, launch and supervise ranks
+  cli.py      the `tuitrain` command
 """
 
 from __future__ import annotations
@@ -12,7 +20,7 @@ from typing import Any
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "Learner": "tuitrain.core.learner",
+    "Learner": "tuitrain.run.learner",
     "FitResult": "tuitrain.core.learner",
     "TrainState": "tuitrain.core.learner",
     "TrainPhase": "tuitrain.core.phases",
@@ -31,7 +39,7 @@ _EXPORTS = {
     "CallbackBase": "tuitrain.core.callbacks",
     "load_config": "tuitrain.config",
     "ConfigError": "tuitrain.config",
-    "prepare_run": "tuitrain.runner",
+    "prepare_run": "tuitrain.run.runner",
     "events": "tuitrain.core.events",
 }
 

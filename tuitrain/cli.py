@@ -47,7 +47,7 @@ def _error(msg: str, code: int = EXIT_USAGE) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from .config import ConfigError
-    from .runner import UsageError, prepare_run
+    from .run.runner import UsageError, prepare_run
 
     from .core.strategies import quiet_rank
 
@@ -114,7 +114,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
-    from .runs import format_runs, list_runs
+    from .run.directories import format_runs, list_runs
 
     root = Path(args.dir)
     if not root.is_dir():

@@ -11,7 +11,7 @@ from tuitrain.core.callbacks import EventBus
 from tuitrain.core.control import FileControl
 from tuitrain.core.events import DevicesSampled, MetricsLogged, RunStarted
 from tuitrain.core.housekeeping import Housekeeping
-from tuitrain.runner import prepare_run
+from tuitrain.run.runner import prepare_run
 
 
 def helper_threads(before: frozenset = frozenset()) -> list[str]:

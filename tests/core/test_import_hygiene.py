@@ -11,7 +11,7 @@ def _modules_after(code: str) -> set[str]:
 
 
 def test_core_sinks_runner_import_without_textual():
-    mods = _modules_after("import tuitrain, tuitrain.core.learner, tuitrain.runner, tuitrain.sinks, tuitrain.config")
+    mods = _modules_after("import tuitrain, tuitrain.core.learner, tuitrain.run.runner, tuitrain.sinks, tuitrain.config")
     assert "torch" in mods  # the learner really was imported
     assert not any(m == "textual" or m.startswith("textual.") for m in mods)
 

@@ -9,7 +9,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from tuitrain.core.events import MetricsLogged, PhaseCompleted, RunFinished
 from tuitrain.core.learner import Learner
-from tuitrain.build import fill_scheduler_kwargs
+from tuitrain.run.build import fill_scheduler_kwargs
 
 
 def data(n=10, d=3, seed=0):

@@ -13,7 +13,7 @@ def _modules_after(code: str) -> set[str]:
 
 def test_dashboard_package_and_data_side_do_not_import_textual():
     mods = _modules_after("import tuitrain.dashboard, tuitrain.dashboard.model, tuitrain.dashboard.bridge, "
-                          "tuitrain.dashboard.sources, tuitrain.dashboard.series, tuitrain.runs, "
+                          "tuitrain.dashboard.sources, tuitrain.dashboard.series, tuitrain.run.directories, "
                           "tuitrain.core.devices")
     assert "tuitrain.dashboard.model" in mods
     assert not any(m == "textual" or m.startswith("textual.") for m in mods)

@@ -11,7 +11,7 @@ from tuitrain.dashboard.app import DashboardApp
 from tuitrain.dashboard.sources import RunSource
 from tuitrain.dashboard.widgets.confirm_screen import ConfirmScreen
 from tuitrain.dashboard.widgets.metric_plot import MetricPlot
-from tuitrain.runner import prepare_run
+from tuitrain.run.runner import prepare_run
 
 from .test_app import SIZE, sync, until
 

@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from tuitrain.runs import format_runs, list_runs
+from tuitrain.run.directories import format_runs, list_runs
 
 
 def dead_pid() -> int:

@@ -203,7 +203,7 @@ def test_another_world_size_resumes_from_a_checkpoint_directory(stopped):
 
 def test_fsdp_config_refusals(tiny):
     from tuitrain.config import ConfigError, load_config
-    from tuitrain.core.strategies import check_config, distributed_wanted
+    from tuitrain.run.launch import check_config, distributed_wanted
 
     cfg = load_config(tiny.config, ["train.strategy=fsdp", "train.devices=2", "train.device=mps"])
     with pytest.raises(ConfigError, match="fsdp runs on CPU") as info:

@@ -122,7 +122,7 @@ def test_unknown_metric_without_a_phase_of_ones_own_is_still_an_error(tmp_path):
 
 
 def test_ddp_refuses_several_models(project):
-    from tuitrain.core.strategies import check_config
+    from tuitrain.run.launch import check_config
 
     cfg = load_config(gan_config(project), ["train.strategy=ddp", "train.devices=2"])
     with pytest.raises(ConfigError) as info:
@@ -135,7 +135,7 @@ def events_of(run_dir: Path) -> list[dict]:
 
 
 def test_gan_toml_runs_headless_and_resumes(project, monkeypatch):
-    from tuitrain.runner import prepare_run
+    from tuitrain.run.runner import prepare_run
 
     monkeypatch.chdir(project)
     path = gan_config(project)

@@ -1,7 +1,9 @@
 """The Learner: runs phases over epochs, applies control at step boundaries, checkpoints, emits events.
 
 Everything that leaves the loop is an event on `learner.bus`; the loop reads the `Interrupter` flags at
-step boundaries and never waits on a UI. Must not import textual.
+step boundaries and never waits on a UI. What writes the events somewhere is given to it (`sinks`,
+`callbacks`, or a `bus` that has them): the core imports nothing of tuitrain outside `tuitrain.core`,
+and never textual. `tuitrain.Learner` (tuitrain/run/learner.py) adds a run directory's standard files.
 """
 
 from __future__ import annotations
@@ -153,7 +155,7 @@ class Learner(OptimizationMixin, CheckpointMixin):
                  train_phase: Phase | None = None, valid_phase: Phase | None = None,
                  capture_output: bool = False, config: dict | None = None, experiment: str = "",
                  bus: EventBus | None = None, model_path: str | os.PathLike | None = None,
-                 env: dict | None = None, notes: Sequence[str] = ()) -> None:
+                 env: dict | None = None, notes: Sequence[str] = (), sinks: Iterable = ()) -> None:
         if grad_accumulation < 1 or epochs < 0 or max_steps < 0 or log_every_n_steps < 1 or validate_every < 1:
             raise ValueError("grad_accumulation, log_every_n_steps, validate_every must be >= 1; epochs, "
                              "max_steps >= 0")
@@ -204,12 +206,8 @@ class Learner(OptimizationMixin, CheckpointMixin):
                 checkpointer = ckpt.Checkpointer(self.run_dir / "checkpoint")
         if bus is None:
             bus = EventBus()
-            if self.run_dir is not None:  # a bus given by the caller already has its sinks
-                from ..sinks.standard import standard_sinks  # files only; no screen
-
-                self.run_dir.mkdir(parents=True, exist_ok=True)
-                for sink in standard_sinks(self.run_dir):
-                    bus.subscribe(sink, steps=False)
+        for sink in sinks:  # writers of the event stream (files, a console): persistent events only
+            bus.subscribe(sink, steps=False)
         self.bus = bus
         for cb in callbacks:
             self.bus.subscribe(cb)

@@ -10,8 +10,9 @@ from __future__ import annotations
 import inspect
 from pathlib import Path
 
-from tuitrain.config_schema import Config, ConfigError, errors_in, suggest
-from tuitrain.config_targets import check_kwargs, resolve_target
+from tuitrain.config.loading import chain_parts, check_values, named_parts
+from tuitrain.config.schema import Config, ConfigError, errors_in, suggest
+from tuitrain.config.targets import check_kwargs, resolve_target
 from tuitrain.dashboard.themes import available_themes, find_theme
 
 # what tuitrain passes to a scheduler besides the optimizer, when the config leaves it out
@@ -21,16 +22,15 @@ SCHEDULER_FILLED_IN = ("optimizer", "total_steps", "T_max", "epochs", "steps_per
 def validate(cfg: Config) -> None:
     """Raise ConfigError on the first problem found; the optimizer gets `params` and the
     scheduler `optimizer` as their first positional argument."""
-    from tuitrain.config import check_values  # config imports this module at its end
 
     with errors_in(cfg.source, cfg.set_keys):
         check_values(cfg)
-        for key, section in [*_parts(cfg.model, "model"), ("data", cfg.data), ("loss", cfg.loss)]:
+        for key, section in [*named_parts(cfg.model, "model"), ("data", cfg.data), ("loss", cfg.loss)]:
             fn = resolve_target(section.target, cfg.base_dir, f"{key}.target")
             check_kwargs(fn, section.kwargs, key, target=section.target)
-        for key, opt in _parts(cfg.optimizer, "optimizer"):
+        for key, opt in named_parts(cfg.optimizer, "optimizer"):
             _validate_optimizer(cfg, opt, key)
-        for key, sched in _parts(cfg.scheduler, "scheduler"):
+        for key, sched in named_parts(cfg.scheduler, "scheduler"):
             _validate_scheduler(cfg, sched, key)
         for key in ("train.phase", "train.valid_phase"):
             if spec := getattr(cfg.train, key.split(".")[1]):
@@ -63,16 +63,10 @@ def _validate_phase(cfg: Config, spec: str, key: str) -> None:
     if cls.training != training:
         raise ConfigError(f"{spec!r} is a {'validation' if cls.training is False else 'training'} phase; "
                           f"{key} needs a {'training' if training else 'validation'} one", key=key)
-    if training and len(_parts(cfg.model, "model")) > 1 and not getattr(cls, "manual_optimization", False):
+    if training and len(named_parts(cfg.model, "model")) > 1 and not getattr(cls, "manual_optimization", False):
         raise ConfigError(f"{spec!r} leaves the optimizer step to tuitrain, which cannot step several models' "
                           "optimizers: subclass tuitrain.CustomTrainPhase", key=key)
     check_kwargs(cls, {}, key, target=spec)
-
-
-def _parts(section, name: str) -> list:
-    from tuitrain.config import _parts as parts
-
-    return parts(section, name)
 
 
 def _validate_optimizer(cfg: Config, opt, key: str = "optimizer") -> None:
@@ -92,7 +86,6 @@ def _validate_optimizer(cfg: Config, opt, key: str = "optimizer") -> None:
 
 def _validate_scheduler(cfg: Config, sched, key: str = "scheduler") -> None:
     if sched.chain:
-        from tuitrain.config import chain_parts
 
         for part_key, part, _, _ in chain_parts(sched, key):
             _validate_scheduler(cfg, part, part_key)

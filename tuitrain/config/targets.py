@@ -14,7 +14,7 @@ from importlib.machinery import PathFinder
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from tuitrain.config_schema import ConfigError, suggest
+from tuitrain.config.schema import ConfigError, suggest
 
 
 def split_target(spec: str, key: str, file: str | None = None) -> tuple[str, str]:

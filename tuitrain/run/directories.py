@@ -1,64 +1,38 @@
-"""`tuitrain ls`: find run directories (folders holding run.json) and format one line per run.
+"""Run directories: where a new run goes, which runs an experiment holds, and `tuitrain ls`.
 
-Reads run.json with plain json so that listing runs stays fast. Must not import torch or textual.
+A run directory is `<experiment.dir>/<experiment.name>/<YYYYmmdd-HHMMSS>`. Listing reads run.json
+with plain json (`tuitrain.sinks.run_status`), so `ls` stays fast. Must not import torch or textual.
 """
 
 from __future__ import annotations
 
-import json
+import datetime as _dt
 import math
-import os
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-
-def pid_alive(pid: Any) -> bool:
-    """True when a process with this pid exists (on this machine)."""
-    try:
-        pid = int(pid)
-    except (TypeError, ValueError):
-        return False
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # exists, owned by someone else
-        return True
-    except OSError:
-        return False
-    return True
+from tuitrain.sinks.run_status import live_status, read_run
 
 
-def read_run_json(run_dir: Path) -> dict:
-    """run.json as a dict; {} when missing or half-written."""
-    try:
-        data = json.loads((Path(run_dir) / "run.json").read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
+def new_run_dir(cfg: Any) -> Path:
+    """A fresh `<dir>/<name>/<timestamp>` for `cfg.experiment` (suffixed -1, -2 ... when taken)."""
+    root = Path(cfg.experiment.dir) / cfg.experiment.name
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    path = root / stamp
+    n = 1
+    while path.exists():
+        path = root / f"{stamp}-{n}"
+        n += 1
+    return path
 
 
-def run_status(run_dir: Path, info: dict | None = None) -> str:
-    """run.json's status, "killed" for a running run whose process is gone."""
-    try:  # the sinks' reader also knows about runs started on another host
-        from tuitrain.sinks.run_status import live_status
-    except ImportError:
-        live_status = None
-    if live_status is not None:
-        return live_status(run_dir)
-    info = read_run_json(run_dir) if info is None else info
-    status = str(info.get("status") or "unknown")
-    if status == "running" and not pid_alive(info.get("pid")):
-        return "killed"
-    return status
-
-
-def run_is_live(run_dir: Path) -> bool:
-    """A run still training: run.json says running and its process exists."""
-    return run_status(run_dir) == "running"
+def find_runs(root: Path) -> list[Path]:
+    """Run directories (with run.json or a checkpoint folder) under `root`, newest name first."""
+    if not root.is_dir():
+        return []
+    runs = [p for p in root.iterdir() if p.is_dir() and ((p / "run.json").exists() or (p / "checkpoint").is_dir())]
+    return sorted(runs, key=lambda p: p.name, reverse=True)
 
 
 def _timestamp(value: Any) -> float | None:
@@ -74,8 +48,8 @@ def _timestamp(value: Any) -> float | None:
 
 
 def _row(run_dir: Path, root: Path) -> dict:
-    info = read_run_json(run_dir)
-    status = run_status(run_dir, info)
+    info = read_run(run_dir) or {}
+    status = live_status(run_dir)
     started = _timestamp(info.get("started"))
     if started is None:
         try:

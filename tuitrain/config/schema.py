@@ -2,7 +2,7 @@
 
 `parse_config(dict)` turns a TOML document (a plain dict) into a `Config`; `Config.to_dict()` turns
 it back. Nothing here imports user code, torch or textual: target resolution lives in
-config_targets.py, and the loading front (files, --set, validate) in config.py.
+targets.py, and the loading front (files, --set) in loading.py.
 """
 
 from __future__ import annotations
@@ -215,7 +215,7 @@ class Config:
         return out
 
     def to_toml(self) -> str:
-        from tuitrain.config_toml import dumps
+        from tuitrain.config.toml_writer import dumps
 
         return dumps(self.to_dict())
 

@@ -7,7 +7,6 @@ returns the exit code. The CLI and the dashboard drive a `Run`; this module neve
 
 from __future__ import annotations
 
-import datetime as _dt
 import os
 import signal
 import sys
@@ -15,29 +14,22 @@ import traceback
 from pathlib import Path
 from typing import Callable
 
-from .config import Config, ConfigError, load_config, validate
-from .core.callbacks import EventBus
-from .core.control import ControlWatcher, Interrupter
-from .core.housekeeping import Housekeeping
-from .core.events import RunFailed, RunStarted
+from tuitrain.config import Config, ConfigError, load_config, validate
+from tuitrain.core.callbacks import EventBus
+from tuitrain.core.control import ControlWatcher, Interrupter
+from tuitrain.core.events import RunFailed, RunStarted
+from tuitrain.core.housekeeping import Housekeeping
+from tuitrain.run.directories import find_runs, new_run_dir
 
 
 class UsageError(Exception):
     """A bad command line or resume target: exit 2, nothing written."""
 
 
-def find_runs(root: Path) -> list[Path]:
-    """Run directories (with run.json or a checkpoint folder) under `root`, newest name first."""
-    if not root.is_dir():
-        return []
-    runs = [p for p in root.iterdir() if p.is_dir() and ((p / "run.json").exists() or (p / "checkpoint").is_dir())]
-    return sorted(runs, key=lambda p: p.name, reverse=True)
-
-
 def resolve_resume(spec: str, cfg: Config) -> tuple[Path, Path]:
     """(run_dir, checkpoint) for `--resume latest|PATH`; a checkpoint is a file, or a sharded
     checkpoint's directory (strategy "fsdp")."""
-    from .core.checkpoint import is_sharded_checkpoint, latest_checkpoint
+    from tuitrain.core.checkpoint import is_sharded_checkpoint, latest_checkpoint
 
     if spec == "latest":
         root = Path(cfg.experiment.dir) / cfg.experiment.name
@@ -60,23 +52,12 @@ def resolve_resume(spec: str, cfg: Config) -> tuple[Path, Path]:
     raise UsageError(f"--resume {spec}: no such file or run directory")
 
 
-def new_run_dir(cfg: Config) -> Path:
-    root = Path(cfg.experiment.dir) / cfg.experiment.name
-    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    path = root / stamp
-    n = 1
-    while path.exists():
-        path = root / f"{stamp}-{n}"
-        n += 1
-    return path
-
-
 def prepare_run(config_path: str | os.PathLike, overrides=(), *, run_dir: str | None = None,
                 resume: str | None = None, headless: bool = True, theme: str | None = None) -> "Run":
     """Every check that can fail before training; raises ConfigError/UsageError (exit 2)."""
     overrides = list(overrides)
     if theme:
-        from .dashboard.themes import available_themes, find_theme
+        from tuitrain.dashboard.themes import available_themes, find_theme
 
         if find_theme(theme, Path.cwd()) is None:
             raise ConfigError(f"unknown theme {theme!r}; available: {', '.join(available_themes())}, or a path "
@@ -92,13 +73,13 @@ def prepare_run(config_path: str | os.PathLike, overrides=(), *, run_dir: str | 
                               f"{torch.__version__} on this platform; set compile = false", file=cfg.source,
                               key="train.compile")
     try:  # a device this machine does not have is a config error, found before anything is written
-        from .core.learner import resolve_device
+        from tuitrain.core.learner import resolve_device
 
         resolve_device(cfg.train.device)
     except RuntimeError as e:
         raise ConfigError(str(e), file=cfg.source, key="train.device") from None
     if cfg.train.strategy != "single" or os.environ.get("WORLD_SIZE"):
-        from .core.strategies import check_config
+        from tuitrain.run.launch import check_config
 
         check_config(cfg)
     if cfg.log.tensorboard:
@@ -108,7 +89,7 @@ def prepare_run(config_path: str | os.PathLike, overrides=(), *, run_dir: str | 
             raise ConfigError("tensorboard is not installed: pip install 'tuitrain[tensorboard]'",
                               file=cfg.source, key="log.tensorboard")
     if cfg.checkpoint.init_from:
-        from .core.checkpoint import CheckpointError, check_weights_file
+        from tuitrain.core.checkpoint import CheckpointError, check_weights_file
 
         try:
             check_weights_file(cfg.checkpoint.init_from)
@@ -117,10 +98,10 @@ def prepare_run(config_path: str | os.PathLike, overrides=(), *, run_dir: str | 
     ckpt_data = None
     ckpt_path = None
     if resume:
-        from .core.checkpoint import CheckpointError, load_checkpoint
+        from tuitrain.core.checkpoint import CheckpointError, load_checkpoint
 
         rdir, ckpt_path = resolve_resume(resume, cfg)
-        from .sinks.run_status import live_status
+        from tuitrain.sinks.run_status import live_status
 
         if live_status(rdir) == "running":
             raise UsageError(f"--resume {resume}: the run in {rdir} is still live; stop it first "
@@ -134,7 +115,7 @@ def prepare_run(config_path: str | os.PathLike, overrides=(), *, run_dir: str | 
                              f"continues in {rdir}")
         path = rdir
     else:
-        from .core.strategies import quiet_rank
+        from tuitrain.core.strategies import quiet_rank
 
         path = Path(run_dir) if run_dir else new_run_dir(cfg)
         if path.exists() and any(path.iterdir()) and not quiet_rank():  # rank 0 may have made it already
@@ -181,7 +162,7 @@ class Run:
 
     def build(self, bus: EventBus):
         """The user's model, data, loss, optimizer, scheduler, metrics: a Learner and its data."""
-        from .build import build_learner
+        from tuitrain.run.build import build_learner
 
         return build_learner(self, bus)
 
@@ -189,13 +170,13 @@ class Run:
     # --- running -------------------------------------------------------------------------------
 
     def _attach(self, bus: EventBus, devices: bool = True) -> list:
-        from .core.devices import DeviceMonitor
-        from .sinks.standard import standard_sinks
+        from tuitrain.core.devices import DeviceMonitor
+        from tuitrain.sinks.standard import standard_sinks
 
         for sink in standard_sinks(self.run_dir, tensorboard=self.cfg.log.tensorboard):
             bus.subscribe(sink, steps=False)
         if self.headless:
-            from .sinks.console import HeadlessConsole
+            from tuitrain.sinks.console import HeadlessConsole
 
             bus.subscribe(HeadlessConsole(), steps=False)
         for cb, steps in self._callbacks:
@@ -208,11 +189,11 @@ class Run:
 
     def execute(self) -> int:
         """Train; returns 0, 1 or 130. Errors in user code become a RunFailed event, never a raise."""
-        from .core.fsutil import atomic_write_text
-        from .core.strategies import distributed_wanted
+        from tuitrain.core.fsutil import atomic_write_text
+        from tuitrain.run.launch import distributed_wanted
 
         if self.dist is None and distributed_wanted(self.cfg):
-            from .core.strategies.launch import execute_distributed
+            from tuitrain.run.launch import execute_distributed
 
             return execute_distributed(self)
 

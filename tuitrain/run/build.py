@@ -10,8 +10,8 @@ import inspect
 import os
 from pathlib import Path
 
-from .config import resolve_target
-from .core.callbacks import EventBus
+from tuitrain.config import chain_parts, named_parts, resolve_target
+from tuitrain.core.callbacks import EventBus
 
 
 def build_learner(run, bus: EventBus):
@@ -19,11 +19,11 @@ def build_learner(run, bus: EventBus):
     loaders. Runs in the training thread (or rank); errors here are the user's code failing."""
     import torch
 
-    from .core import checkpoint as ckpt
-    from .core.data import build_loader, seed_everything
-    from .core.early_stopping import EarlyStopping
-    from .core.learner import Learner
-    from .core.metrics import TorchMetric
+    from tuitrain.core import checkpoint as ckpt
+    from tuitrain.core.data import build_loader, seed_everything
+    from tuitrain.core.early_stopping import EarlyStopping
+    from tuitrain.core.learner import Learner
+    from tuitrain.core.metrics import TorchMetric
 
     cfg = run.cfg
     if not run.headless and "OMP_NUM_THREADS" not in os.environ and (os.cpu_count() or 1) > 1:
@@ -31,10 +31,8 @@ def build_learner(run, bus: EventBus):
         torch.set_num_threads(max(1, min(torch.get_num_threads(), (os.cpu_count() or 2) - 1)))
     seed_everything(cfg.experiment.seed)
     target = lambda spec, key: resolve_target(spec, cfg.base_dir, key, file=cfg.source)  # noqa: E731
-    from .config import _parts
-
     models = {}
-    for key, m in _parts(cfg.model, "model"):
+    for key, m in named_parts(cfg.model, "model"):
         models[key.partition(".")[2] or "model"] = built = target(m.target, f"{key}.target")(**m.kwargs)
         if not isinstance(built, torch.nn.Module):
             raise TypeError(f"{key}.target {m.target} returned {type(built).__name__}, not a torch.nn.Module")
@@ -166,8 +164,6 @@ def chain_scheduler(optimizer, sched, key: str, target, epochs: int, steps_per_e
     """Windows one after another (a warm-up, then cosine): torch's SequentialLR, each window's
     T_max / total_iters / total_steps filled with its length when left out."""
     import torch
-
-    from .config import chain_parts
 
     total = epochs * steps_per_epoch
     if max_steps:

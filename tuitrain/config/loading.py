@@ -1,7 +1,7 @@
 """Loading a run config: TOML file or dict -> `Config`, `--set` overrides, checks, friendly errors.
 
-The public config API lives here (re-exported from config_schema, config_targets and
-config_validate). Must not import textual, nor torch at import time: `tuitrain --help` stays fast.
+The package's `__init__` re-exports the public config API from here, schema.py, targets.py and
+validation.py. Must not import textual, nor torch at import time: `tuitrain --help` stays fast.
 """
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ import typing
 from pathlib import Path
 from typing import Any, Sequence
 
-from tuitrain.config_schema import (
+from tuitrain.config.schema import (
     OPTIONAL_SECTIONS, PRECISION_ALIASES, RULES, SECTIONS, CheckpointConfig, Config, ConfigError,
     DashboardConfig, DataConfig, EarlyStoppingConfig, ExperimentConfig, LogConfig, LossConfig,
     NOT_KEYS, MetricsConfig, ModelConfig, OptimizerConfig, SchedulerConfig, TrainConfig, check_type,
     describe, errors_in, parts, suggest,
 )
-from tuitrain.config_targets import check_kwargs, metric_name, resolve_target, split_target
+from tuitrain.config.targets import check_kwargs, metric_name, resolve_target, split_target
 
 BUILTIN_METRICS = ("loss", "accuracy", "lr", "throughput", "step_time")
 TOPK_RE = re.compile(r"^top([1-9]\d*)_accuracy$")
@@ -181,10 +181,10 @@ def check_values(cfg: Config) -> None:
     for dotted, rule in RULES.items():
         section_name, key = dotted.split(".")
         section = getattr(cfg, section_name)
-        for where, part in _parts(section, section_name):
+        for where, part in named_parts(section, section_name):
             if message := rule(getattr(part, key)):
                 raise ConfigError(message, key=f"{where}.{key}")
-    for where, model in _parts(cfg.model, "model"):
+    for where, model in named_parts(cfg.model, "model"):
         if not model.target:
             mixed = [k for k, v in model.kwargs.items() if isinstance(v, dict)]
             hint = (f" (or only [model.NAME] tables for several models; [model] also has {mixed[0]!r})"
@@ -194,9 +194,9 @@ def check_values(cfg: Config) -> None:
     if not cfg.data.target:
         raise ConfigError('required: "module:callable" returning (train, valid) datasets',
                           key="data.target")
-    for where, opt in _parts(cfg.optimizer, "optimizer"):
+    for where, opt in named_parts(cfg.optimizer, "optimizer"):
         _one_of_name_or_target(opt, where, "a torch.optim class name")
-    for where, sched in _parts(cfg.scheduler, "scheduler"):
+    for where, sched in named_parts(cfg.scheduler, "scheduler"):
         if sched.chain:
             _check_chain(sched, where)
         else:
@@ -220,7 +220,7 @@ def check_values(cfg: Config) -> None:
     _check_revise_keys(cfg.checkpoint.revise_keys)
 
 
-def _parts(section: Any, name: str) -> list[tuple[str, Any]]:
+def named_parts(section: Any, name: str) -> list[tuple[str, Any]]:
     """(dotted name, table) of a section's [x.NAME] sub-tables, or of the section itself."""
     if section is None:
         return []
@@ -330,13 +330,10 @@ def _check_revise_keys(pairs: list) -> None:
         except re.error as e:
             raise ConfigError(f"bad regex {pair[0]!r}: {e}", key=where) from None
 
-
-from tuitrain.config_validate import validate  # noqa: E402  (it uses check_values above)
-
 __all__ = [
     "BUILTIN_METRICS", "CheckpointConfig", "Config", "ConfigError", "DashboardConfig",
     "DataConfig", "EarlyStoppingConfig", "ExperimentConfig", "LogConfig", "LossConfig",
     "MetricsConfig", "ModelConfig", "OPTIONAL_SECTIONS", "OptimizerConfig", "SchedulerConfig",
     "TrainConfig", "apply_override", "check_kwargs", "check_values", "config_from_dict",
-    "load_config", "metric_name", "parse_value", "resolve_target", "validate",
+    "load_config", "metric_name", "named_parts", "parse_value", "resolve_target",
 ]

@@ -6,7 +6,8 @@ rank 0 the control requests it receives, re-emits rank 0's events (and what the 
 report) on its bus, and watches the ranks: when one fails or dies, the others are killed within
 seconds, its error becomes the run's RunFailed and the exit code is 1.
 torchrun: every rank runs `tuitrain run`; rank 0 is an ordinary run that owns the output, the other
-ranks train quietly. Must not import textual.
+ranks train quietly. What runs inside a rank (the process group, the DDP and FSDP Learners) is the
+core's, in `tuitrain/core/strategies/`. Must not import textual.
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ..events import DevicesSampled, Event, RunFailed, RunFinished, RunStarted
+from tuitrain.config import ConfigError
+from tuitrain.core.events import DevicesSampled, Event, RunFailed, RunFinished, RunStarted
+from tuitrain.core.strategies import torchrun_env
 
 FAIL_GRACE = 2.0  # seconds the other ranks get to report after one fails, before they are killed
 DONE_GRACE = 60.0  # seconds the other ranks get to finish after one exits cleanly
@@ -39,6 +42,39 @@ class WorkerSpec:
     world_size: int
     init_method: str
     wants_steps: bool | str  # what the parent's callbacks take: True, "sampled" or False
+    run_type: type  # the parent's Run class: each rank builds its own Run of it from `cfg`
+
+
+def distributed_wanted(cfg: Any) -> bool:
+    """Several processes: under torchrun, or ddp/fsdp with devices > 1 (one device trains as "single")."""
+    return torchrun_env() is not None or (cfg.train.strategy in ("ddp", "fsdp") and cfg.train.devices > 1)
+
+
+def check_config(cfg: Any) -> None:
+    """ConfigError for a distributed setup that cannot start (called before anything is written)."""
+    t = cfg.train
+    if not distributed_wanted(cfg):
+        return
+    name = "fsdp" if t.strategy == "fsdp" else "ddp"
+    if getattr(cfg.model, "named", None):
+        raise ConfigError(f"{name} trains one model; several models ([model.NAME] tables) need strategy "
+                          "\"single\"", file=cfg.source, key="train.strategy")
+    if t.device == "mps" or t.device.startswith("mps"):
+        raise ConfigError(f"{name} runs on CPU (gloo) or CUDA (NCCL), not on mps", file=cfg.source,
+                          key="train.device")
+    if torchrun_env() is not None:
+        return
+    if t.device.startswith("cuda") or t.device == "auto":
+        import torch
+
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if t.device.startswith("cuda") and n == 0:
+            raise ConfigError(f"device {t.device!r} requested but CUDA is not available", file=cfg.source,
+                              key="train.device")
+        if n and t.devices > n:
+            raise ConfigError(f"devices = {t.devices} but only {n} CUDA device(s): {name} uses one GPU per "
+                              f"process (set device = \"cpu\" for CPU processes)", file=cfg.source,
+                              key="train.devices")
 
 
 def strategy_of(cfg) -> str:
@@ -48,8 +84,6 @@ def strategy_of(cfg) -> str:
 
 def execute_distributed(run) -> int:
     """`Run.execute` for a distributed run: torchrun's rank, or the parent of spawned ranks."""
-    from . import torchrun_env
-
     env = torchrun_env()
     if env is not None:
         return _torchrun(run, *env)
@@ -60,7 +94,7 @@ def execute_distributed(run) -> int:
 
 
 def _torchrun(run, rank: int, world: int, local_rank: int) -> int:
-    from .ddp import init_distributed, shutdown_distributed
+    from tuitrain.core.strategies.ddp import init_distributed, shutdown_distributed
 
     run.dist = init_distributed(rank, world, local_rank, run.cfg.train.device, strategy=strategy_of(run.cfg))
     code = 1
@@ -79,7 +113,7 @@ def _torchrun(run, rank: int, world: int, local_rank: int) -> int:
 def _train_quietly(run, resume_path, bus=None, on_built=None) -> int:
     """Build and fit this rank with nothing but `bus` listening; the exit code.
     `on_built(learner, train_loader)` is called before training starts."""
-    from ..callbacks import EventBus
+    from tuitrain.core.callbacks import EventBus
 
     bus = bus if bus is not None else EventBus()
     try:
@@ -92,7 +126,7 @@ def _train_quietly(run, resume_path, bus=None, on_built=None) -> int:
         return 1
     resume = None
     if resume_path:
-        from ..checkpoint import load_checkpoint
+        from tuitrain.core.checkpoint import load_checkpoint
 
         resume = load_checkpoint(resume_path)
     result = learner.fit(train, valid, resume=resume, resumed_from=resume_path)
@@ -133,7 +167,7 @@ def worker_main(rank: int, spec: WorkerSpec, events, control) -> None:
     os.dup2(fd, 1)  # below Python (C++ warnings, crashes): a file, never the parent's screen
     os.dup2(fd, 2)
     os.close(fd)
-    from .ddp import init_distributed, shutdown_distributed, watch_parent
+    from tuitrain.core.strategies.ddp import init_distributed, shutdown_distributed, watch_parent
 
     watch_parent()
     cfg = spec.cfg
@@ -141,9 +175,8 @@ def worker_main(rank: int, spec: WorkerSpec, events, control) -> None:
         import torch
 
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // spec.world_size))
-    from ...runner import Run
-    from ..callbacks import EventBus
-    from ..control import Interrupter, apply_command
+    from tuitrain.core.callbacks import EventBus
+    from tuitrain.core.control import Interrupter, apply_command
 
     code = 1
     bus = EventBus()
@@ -152,7 +185,7 @@ def worker_main(rank: int, spec: WorkerSpec, events, control) -> None:
     bus.subscribe(_QueueSink(events, rank), steps=steps, batched=not steps)
     monitors: list = []
     try:
-        run = Run(cfg, Path(spec.run_dir), headless=True)
+        run = spec.run_type(cfg, Path(spec.run_dir), headless=True)
         run.interrupter = Interrupter()
         if control is not None:
             def listen():
@@ -187,7 +220,7 @@ def worker_main(rank: int, spec: WorkerSpec, events, control) -> None:
 
 def _rank_monitor(bus, rank: int, learner, train):
     """This rank's devices, CPU and throughput, sampled on a thread: the devices panel's rank rows."""
-    from ..devices import DeviceMonitor
+    from tuitrain.core.devices import DeviceMonitor
 
     per_step = (getattr(train, "batch_size", None) or 0) * max(1, learner.grad_accumulation)
 
@@ -203,9 +236,9 @@ def _rank_monitor(bus, rank: int, learner, train):
 def _spawn(run) -> int:
     import multiprocessing as mp
 
-    from ..callbacks import EventBus
-    from ..control import ControlWatcher
-    from ..fsutil import atomic_write_text
+    from tuitrain.core.callbacks import EventBus
+    from tuitrain.core.control import ControlWatcher
+    from tuitrain.core.fsutil import atomic_write_text
 
     cfg = run.cfg
     world = cfg.train.devices
@@ -222,7 +255,7 @@ def _spawn(run) -> int:
     try:
         threads = run._attach(bus, devices=False)  # each rank samples its own (see _rank_monitor)
         spec = WorkerSpec(cfg, str(run.run_dir), str(run.resume_path) if run.resume_path else None, world,
-                          f"tcp://127.0.0.1:{_free_port()}", bus.step_mode)
+                          f"tcp://127.0.0.1:{_free_port()}", bus.step_mode, type(run))
         for r in range(world):
             p = ctx.Process(target=worker_main, args=(r, spec, events, control if r == 0 else None),
                             name=f"tuitrain-rank-{r}")

@@ -1,0 +1,86 @@
+"""Layers import only downward: core -> sinks -> dashboard -> config -> run -> cli (and the package's
+public API on top). Every import in every module is read from its source, those inside functions too."""
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "tuitrain"
+
+LAYERS = [  # lowest first; a module may import its own layer and those before it
+    ("core", ("tuitrain.core",)),
+    ("sinks", ("tuitrain.sinks",)),
+    ("dashboard", ("tuitrain.dashboard",)),
+    ("config", ("tuitrain.config",)),
+    ("run", ("tuitrain.run",)),
+    ("front", ("tuitrain.cli", "tuitrain.__main__", "tuitrain")),
+]
+
+
+def layer_of(module: str) -> int:
+    for rank, (_, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            if prefix == "tuitrain":
+                if module == "tuitrain":
+                    return rank
+            elif module == prefix or module.startswith(prefix + "."):
+                return rank
+    raise AssertionError(f"{module} belongs to no layer: add it to LAYERS in {__file__}")
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imports_of(path: Path, name: str | None = None) -> list[tuple[int, str]]:
+    """(line, absolute module name) of every tuitrain import in the file (module `name`)."""
+    name = name or module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[:len(base) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            # `from tuitrain.config import loading` may name a submodule: judged by its package alike
+            found.append((node.lineno, target))
+    return [(line, m) for line, m in found if m == "tuitrain" or m.startswith("tuitrain.")]
+
+
+def modules() -> list[Path]:
+    return sorted(p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def test_every_module_belongs_to_a_layer():
+    names = [module_name(p) for p in modules()]
+    assert len(names) > 40
+    for name in names:
+        layer_of(name)
+
+
+def test_no_module_imports_a_layer_above_its_own():
+    upward = []
+    for path in modules():
+        me = module_name(path)
+        mine = layer_of(me)
+        for line, target in imports_of(path):
+            if layer_of(target) > mine:
+                upward.append(f"{path.relative_to(PACKAGE.parent)}:{line}: {me} ({LAYERS[mine][0]}) imports "
+                              f"{target} ({LAYERS[layer_of(target)][0]})")
+    assert not upward, "imports that point up a layer:\n" + "\n".join(upward)
+
+
+def test_the_walker_sees_relative_and_function_level_imports(tmp_path):
+    """The check above can fail: a core module importing the run layer inside a function is caught."""
+    fake = tmp_path / "probe.py"
+    fake.write_text("def f():\n    from ..run import runner\n    import tuitrain.sinks.jsonl\n")
+    found = imports_of(fake, "tuitrain.core.probe")
+    assert [m for _, m in found] == ["tuitrain.run", "tuitrain.sinks.jsonl"]
+    assert all(layer_of(m) > layer_of("tuitrain.core.probe") for _, m in found)
