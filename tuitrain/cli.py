@@ -69,6 +69,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     return run_live(run, theme)
 
 
+EXIT_NOT_DONE = 1  # stop/checkpoint: the run is not live, or did not take the request
+ACK_TIMEOUT = 10.0  # seconds a live run gets to take a command file (its watcher polls every 0.5 s)
+
+
 def _live_run_dir(path: str) -> Path | int:
     from .sinks.run_status import live_status, read_run
 
@@ -78,19 +82,34 @@ def _live_run_dir(path: str) -> Path | int:
         return _error(f"{path}: not a run directory (no run.json)")
     status = live_status(d)
     if status != "running":
-        return _error(f"{path}: the run is not live (status: {status})")
+        return _error(f"{path}: the run is not live (status: {status}); nothing was asked", EXIT_NOT_DONE)
     return d
 
 
 def cmd_control(args: argparse.Namespace, command: str) -> int:
+    """Drop a command file into the live run's control folder, and wait until the run takes it: a
+    request nobody reads is withdrawn and reported, never printed as done."""
+    import time
+
     d = _live_run_dir(args.run_dir)
     if isinstance(d, int):
         return d
     from .core.control import FileControl
 
-    FileControl(d).send(command, source="cli")
-    what = "stop gracefully" if command == "stop" else "write a checkpoint"
-    print(f"asked {d} to {what}")
+    sent = FileControl(d).send(command, source="cli")
+    deadline = time.monotonic() + ACK_TIMEOUT
+    while sent.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    what = "stop gracefully (it saves a checkpoint first)" if command == "stop" else "write a checkpoint"
+    if sent.exists():
+        try:
+            sent.unlink()  # withdrawn: the run's watcher claims a file by renaming it, so only one wins
+        except FileNotFoundError:
+            pass  # taken at the last moment
+        else:
+            return _error(f"{d}: the run did not take the request within {ACK_TIMEOUT:.0f} s (its process "
+                          "does not listen to its control folder); nothing was asked", EXIT_NOT_DONE)
+    print(f"{d}: the run took the request to {what}")
     return 0
 
 

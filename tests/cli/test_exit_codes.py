@@ -154,11 +154,11 @@ def test_ls_lists_the_run(good):
     assert str(N_STEPS) in lines[0]
 
 
-def test_stop_on_a_finished_run_exits_2(good):
+def test_stop_on_a_finished_run_exits_1(good):
     tiny, _, (run,) = good
     for command in ("stop", "checkpoint"):
         r = tiny.cli(command, run)
-        assert r.returncode == 2, r.stdout
+        assert r.returncode == 1, r.stdout
         assert "not live" in r.stderr and "completed" in r.stderr
         assert "Traceback" not in r.stderr
     assert not list((run / "control").glob("*.cmd")) if (run / "control").exists() else True

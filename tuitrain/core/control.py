@@ -196,11 +196,16 @@ class ControlWatcher:
             return 0
         for p in files:
             command = p.stem.split("-", 2)[-1]
+            taken = p.with_suffix(".taken")
+            try:  # claimed by a rename: a sender that withdraws its file (unlink) and this never both win
+                os.replace(p, taken)
+            except FileNotFoundError:
+                continue
             try:
-                source = p.read_text().strip() or "file"
+                source = taken.read_text().strip() or "file"
             except OSError:
                 source = "file"
-            p.unlink(missing_ok=True)
+            taken.unlink(missing_ok=True)
             apply_command(self.interrupter, command, source)
             n += 1
         return n

@@ -1,27 +1,180 @@
-"""`tuitrain.Learner`: the core Learner as a script uses it, writing a run directory's standard files.
+"""`tuitrain.Learner`: the core Learner as a script uses it, with a run directory, a screen and controls.
 
-The core's Learner (tuitrain/core/learner.py) writes nothing by itself: whoever builds it passes the
-sinks in. Given `run_dir` and no `bus`, this one passes the files every run directory gets
-(events.jsonl, metric files, experiment.log, run.json), as `tuitrain run` does. Must not import textual.
+The core's Learner (tuitrain/core/learner.py) writes and shows nothing by itself: whoever builds it
+passes the sinks in. This one, for scripts:
+- given `run_dir` (and no `bus`), writes the files every run directory gets (events.jsonl, metric
+  files, experiment.log, run.json) as `tuitrain run` does, and obeys `tuitrain stop` / `checkpoint`
+  through the run directory's control folder while it trains;
+- `fit(..., dashboard="auto")` shows the dashboard on a terminal (the loop on a background thread), the
+  headless console lines elsewhere, nothing with False; Ctrl+C and SIGTERM stop gracefully, as under
+  the CLI. textual is imported only when a dashboard opens.
 """
 
 from __future__ import annotations
 
 import functools
+import signal
+import sys
+import threading
 from pathlib import Path
+from typing import Any, Callable
 
+from tuitrain.core.control import ControlWatcher, Interrupter
+from tuitrain.core.learner import EXIT_FAILED, FitResult
 from tuitrain.core.learner import Learner as CoreLearner
 from tuitrain.sinks.standard import standard_sinks
+
+SCREENS = ("auto", True, False)
+
+
+def in_notebook() -> bool:
+    """A Jupyter kernel: its stdout may claim a terminal, but no dashboard can draw there."""
+    shell = sys.modules.get("IPython")
+    get = getattr(shell, "get_ipython", None)
+    try:
+        return get is not None and get() is not None and "IPKernelApp" in get().config
+    except Exception:
+        return False
+
+
+def has_terminal() -> bool:
+    try:
+        return sys.stdout is not None and sys.stdout.isatty() and not in_notebook()
+    except (AttributeError, ValueError):
+        return False
+
+
+def screen_for(dashboard: Any) -> str:
+    """"dashboard", "console" or "none" for fit's `dashboard` argument; ValueError when impossible."""
+    if dashboard not in SCREENS or not isinstance(dashboard, (str, bool)):
+        raise ValueError(f"dashboard must be \"auto\", True or False, not {dashboard!r}")
+    if dashboard is False:
+        return "none"
+    if has_terminal():
+        return "dashboard"
+    if dashboard is True:
+        raise ValueError("fit(dashboard=True) needs a terminal, and stdout is not one (or this is a "
+                         "notebook); use dashboard=\"auto\" for progress lines, or False for silence")
+    return "console"
+
+
+class _Signals:
+    """Ctrl+C and SIGTERM as under the CLI while a fit runs: the first asks for a graceful stop (a
+    checkpoint is saved), a second Ctrl+C leaves at once (KeyboardInterrupt). Main thread only."""
+
+    def __init__(self, interrupter: Interrupter, sigint: bool) -> None:
+        self.interrupter = interrupter
+        self.sigint = sigint
+        self.count = 0
+        self.saved: dict[int, Any] = {}
+
+    def on_term(self, signum, frame) -> None:
+        self.interrupter.request_stop("signal", signal.Signals(signum).name)
+
+    def on_int(self, signum, frame) -> None:
+        self.count += 1
+        if self.count > 1:
+            raise KeyboardInterrupt
+        self.interrupter.request_stop("signal", "SIGINT")
+
+    def __enter__(self) -> "_Signals":
+        if threading.current_thread() is threading.main_thread():
+            self.saved[signal.SIGTERM] = signal.signal(signal.SIGTERM, self.on_term)
+            if self.sigint:
+                self.saved[signal.SIGINT] = signal.signal(signal.SIGINT, self.on_int)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for signum, handler in self.saved.items():
+            signal.signal(signum, handler)
+
+
+class _FitUnderDashboard:
+    """What the dashboard drives (`subscribe`, `execute`, `interrupter`, `run_dir`): one `fit`."""
+
+    def __init__(self, learner: "Learner", fit: Callable[[], FitResult]) -> None:
+        self.learner = learner
+        self.interrupter = learner.interrupter
+        self.run_dir = learner.run_dir
+        self._fit = fit
+        self.result: FitResult | None = None
+        self.started = False
+        self.done = threading.Event()
+
+    def subscribe(self, callback: Callable, steps: bool | str | None = None) -> None:
+        self.learner.bus.subscribe(callback, steps)
+
+    def execute(self) -> int:
+        self.started = True
+        try:
+            self.result = self._fit()
+        finally:
+            self.done.set()
+        return self.result.exit_code
 
 
 class Learner(CoreLearner):
     __doc__ = CoreLearner.__doc__
 
     @functools.wraps(CoreLearner.__init__)  # help() and IDEs show the core's keyword arguments
-    def __init__(self, *args, run_dir=None, bus=None, sinks=None, **kwargs) -> None:
+    def __init__(self, *args, run_dir=None, bus=None, sinks=None, experiment: str = "", **kwargs) -> None:
         if sinks is None:
             sinks = []
             if run_dir is not None and bus is None:  # a bus given by the caller already has its sinks
                 Path(run_dir).mkdir(parents=True, exist_ok=True)
                 sinks = standard_sinks(run_dir)
-        super().__init__(*args, run_dir=run_dir, bus=bus, sinks=sinks, **kwargs)
+        if not experiment and run_dir is not None:
+            experiment = Path(run_dir).resolve().name  # what experiment.log and run.json call the run
+        super().__init__(*args, run_dir=run_dir, bus=bus, sinks=sinks, experiment=experiment, **kwargs)
+
+    def fit(self, train_data, valid_data=None, resume=None, resumed_from=None, *, dashboard: Any = "auto",
+            theme: str | Path | None = None) -> FitResult:
+        """Train; returns a FitResult (errors in user code do not raise: status "failed").
+
+        `dashboard`: "auto" shows the dashboard when stdout is a terminal (not in a notebook) and the
+        headless console's progress lines otherwise; True demands a terminal (ValueError without one);
+        False prints nothing. Under the dashboard, fit returns once the user leaves it. `theme`: a
+        shipped theme's name or a .tcss file. `resume`: a checkpoint path or a loaded checkpoint."""
+        screen = screen_for(dashboard)
+        theme_file = None
+        if screen == "dashboard":
+            from tuitrain.dashboard.themes import available_themes, find_theme
+
+            theme_file = find_theme(str(theme or "dark"), Path.cwd())
+            if theme_file is None:
+                raise ValueError(f"unknown theme {theme!r}; available: {', '.join(available_themes())}, or a "
+                                 "path to a .tcss file")
+        watcher = None
+        if self.run_dir is not None:  # `tuitrain stop/checkpoint RUN_DIR` reach this run
+            watcher = ControlWatcher(self.run_dir, self.interrupter, housekeeping=self.bus.housekeeping).start()
+        core_fit = functools.partial(super().fit, train_data, valid_data, resume, resumed_from)
+        try:
+            if screen == "dashboard":
+                return self._fit_under_dashboard(core_fit, theme_file)
+            if screen == "console":
+                from tuitrain.sinks.console import HeadlessConsole
+
+                self.bus.subscribe(HeadlessConsole(), steps=False)
+            with _Signals(self.interrupter, sigint=True):
+                return core_fit()
+        finally:
+            if watcher is not None:
+                watcher.close()
+
+    def _fit_under_dashboard(self, core_fit: Callable[[], FitResult], theme: Path | None) -> FitResult:
+        from tuitrain.dashboard.app import run_live
+
+        captured = self.capture_output
+        self.capture_output = True  # what the user's code prints goes to the output panel, not over the screen
+        run = _FitUnderDashboard(self, core_fit)
+        try:
+            with _Signals(self.interrupter, sigint=False):  # the dashboard reads Ctrl+C as a key
+                code = run_live(run, theme)
+            if run.started:
+                run.done.wait()  # leaving asked for a stop: the loop ends at its next step boundary
+        finally:
+            self.capture_output = captured
+        if run.result is not None:
+            return run.result
+        return FitResult(self.raw_model, "failed", EXIT_FAILED if code != 130 else code, "failed", {}, {},
+                         error="training ended without a result")

@@ -1,0 +1,242 @@
+"""`tuitrain.Learner` from a script: what fit shows (dashboard, console lines, nothing), and a run
+directory that obeys `tuitrain stop` / `tuitrain checkpoint` and is named after its folder."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import pty
+import select
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import TensorDataset
+
+import tuitrain
+from tests.conftest import cli_env, read_events, wait_for
+
+
+def _data(n=64, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 4, generator=g)
+    return TensorDataset(x, (x[:, 0] > 0).long())
+
+
+def _learner(**kw):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    return tuitrain.Learner(model, torch.optim.SGD(model.parameters(), lr=0.1), loss_fn=nn.CrossEntropyLoss(),
+                            batch_size=16, **kw)
+
+
+def test_fit_without_a_terminal_prints_the_headless_console_lines(capsys, tmp_path):
+    result = _learner(epochs=2, run_dir=tmp_path / "run").fit(_data(), _data(seed=1))
+    out = capsys.readouterr().out
+    assert result.status == "completed"
+    assert "epoch 1/2" in out and "epoch 2/2" in out, out
+    assert "valid" in out and "loss" in out
+    assert "\r" not in out and "\x1b[" not in out  # plain lines
+
+
+def test_fit_with_dashboard_false_prints_nothing(capsys):
+    result = _learner(epochs=1).fit(_data(), dashboard=False)
+    captured = capsys.readouterr()
+    assert result.status == "completed"
+    assert captured.out == "" and captured.err == ""
+
+
+def test_fit_with_dashboard_true_demands_a_terminal(capsys):
+    learner = _learner(epochs=1)
+    with pytest.raises(ValueError, match="needs a terminal"):
+        learner.fit(_data(), dashboard=True)
+    assert learner.state.step == 0  # nothing trained
+    with pytest.raises(ValueError, match="auto"):
+        learner.fit(_data(), dashboard="yes")
+
+
+def test_experiment_of_an_api_run_is_its_folder_name(tmp_path):
+    _learner(epochs=1, run_dir=tmp_path / "my-exp").fit(_data(), dashboard=False)
+    assert json.loads((tmp_path / "my-exp" / "run.json").read_text())["experiment"] == "my-exp"
+    assert "my-exp" in (tmp_path / "my-exp" / "experiment.log").read_text().splitlines()[0]
+
+
+def test_fit_under_the_dashboard_returns_after_the_user_leaves(monkeypatch, tmp_path):
+    """fit(dashboard=True) with the app driven by Pilot: trains on its thread, ends on the summary,
+    `q` leaves, and fit returns the FitResult."""
+    from textual.pilot import Pilot  # noqa: F401  (textual is there: the app is what is tested)
+
+    import tuitrain.run.learner as api
+    from tuitrain.dashboard import app as app_module
+    from tuitrain.dashboard.widgets.result_screen import ResultScreen
+
+    seen = {}
+
+    async def drive(self):
+        async with self.run_test(size=(120, 40)) as pilot:
+            for _ in range(600):
+                await pilot.pause(0.05)
+                if isinstance(self.screen, ResultScreen):
+                    break
+            seen["result_screen"] = isinstance(self.screen, ResultScreen)
+            seen["steps"] = self.state.step
+            await pilot.press("q")
+            for _ in range(100):
+                if not self.is_running:
+                    break
+                await pilot.pause(0.05)
+
+    monkeypatch.setattr(api, "has_terminal", lambda: True)
+    monkeypatch.setattr(app_module.DashboardApp, "run", lambda self: asyncio.run(drive(self)))
+    learner = _learner(epochs=2, run_dir=tmp_path / "run")
+    result = learner.fit(_data(), _data(seed=1), dashboard=True)
+    assert seen == {"result_screen": True, "steps": 8}
+    assert result.status == "completed" and result.exit_code == 0
+    assert learner.capture_output is False  # the user's setting is back
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["status"] == "completed"
+
+
+SCRIPT = '''
+import json, sys, time
+import torch
+from torch import nn
+from torch.utils.data import TensorDataset
+import tuitrain
+
+class Slow(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 2)
+    def forward(self, x):
+        time.sleep(0.02)
+        return self.lin(x)
+
+torch.manual_seed(0)
+x = torch.randn(64, 4)
+data = TensorDataset(x, (x[:, 0] > 0).long())
+model = Slow()
+learner = tuitrain.Learner(model, torch.optim.SGD(model.parameters(), lr=0.1), loss_fn=nn.CrossEntropyLoss(),
+                           batch_size=8, epochs=500, run_dir=sys.argv[1])
+result = learner.fit(data, dashboard=sys.argv[2] if sys.argv[2] == "auto" else sys.argv[2] == "True")
+with open(sys.argv[1] + ".result", "w") as f:
+    json.dump({"status": result.status, "exit_code": result.exit_code}, f)
+'''
+
+
+def _script(tmp_path):
+    path = tmp_path / "train.py"
+    path.write_text(textwrap.dedent(SCRIPT))
+    return path
+
+
+def _steps(run_dir) -> int:
+    try:
+        return json.loads((run_dir / "run.json").read_text()).get("step", 0)
+    except (OSError, ValueError):
+        return 0
+
+
+def _tuitrain(*args, cwd):
+    return subprocess.run([sys.executable, "-m", "tuitrain", *map(str, args)], capture_output=True, text=True,
+                          cwd=cwd, env=cli_env(), timeout=60)
+
+
+def test_a_script_learner_obeys_tuitrain_checkpoint_and_stop(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, str(_script(tmp_path)), str(run_dir), "False"], cwd=tmp_path,
+                            env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: _steps(run_dir) >= 3, timeout=240, what="the script to train")  # torch imports first
+        r = _tuitrain("checkpoint", run_dir, cwd=tmp_path)
+        assert r.returncode == 0 and "took the request" in r.stdout, r.stderr
+        wait_for(lambda: (run_dir / "checkpoint" / "index.json").exists(), what="the requested checkpoint")
+        r = _tuitrain("stop", run_dir, cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert json.loads((tmp_path / "run.result").read_text()) == {"status": "interrupted", "exit_code": 130}
+    info = json.loads((run_dir / "run.json").read_text())
+    assert info["status"] == "interrupted"
+    index = json.loads((run_dir / "checkpoint" / "index.json").read_text())
+    assert [e["reason"] for e in index][0] == "request" and index[-1]["step"] == info["step"]
+    sources = {(e["command"], e["source"]) for e in read_events(run_dir) if e["event"] == "ControlReceived"}
+    assert {("checkpoint", "cli"), ("stop", "cli")} <= sources
+    assert not list((run_dir / "control").glob("*.cmd"))
+    r = _tuitrain("stop", run_dir, cwd=tmp_path)  # over now: said so, exit 1
+    assert r.returncode == 1 and "not live" in r.stderr
+
+
+def test_stop_on_a_live_run_that_does_not_listen_exits_1_and_withdraws_the_request(tmp_path, monkeypatch):
+    """A process that says it is running (run.json, its pid alive) but polls no control folder."""
+    from tuitrain.cli import main
+    import tuitrain.cli as cli
+
+    run_dir = tmp_path / "deaf"
+    run_dir.mkdir()
+    (run_dir / "run.json").write_text(json.dumps({"status": "running", "pid": os.getpid()}))
+    monkeypatch.setattr(cli, "ACK_TIMEOUT", 0.5)
+    assert main(["stop", str(run_dir)]) == 1
+    assert not list((run_dir / "control").glob("*.cmd"))  # withdrawn: nobody will act on it later
+
+
+def _pump(fd: int, seconds: float) -> bytes:
+    out = b""
+    end = time.time() + seconds
+    while time.time() < end:
+        r, _, _ = select.select([fd], [], [], 0.05)
+        if r:
+            try:
+                out += os.read(fd, 65536)
+            except OSError:
+                break
+    return out
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="needs a pty")
+def test_a_script_in_a_terminal_shows_the_dashboard_and_stops_from_outside(tmp_path):
+    run_dir = tmp_path / "run"
+    cmd = [sys.executable, str(_script(tmp_path)), str(run_dir), "auto"]
+    env = dict(cli_env(), TERM="xterm-256color", COLUMNS="100", LINES="30")
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.chdir(tmp_path)
+        os.execvpe(cmd[0], cmd, env)
+    try:
+        screen = b""
+        deadline = time.time() + 240  # torch imports first
+        while time.time() < deadline and _steps(run_dir) < 3:
+            screen += _pump(fd, 0.2)
+        screen += _pump(fd, 1.0)
+        assert b"\x1b[?1049h" in screen  # the alternate screen: the dashboard, not plain lines
+        assert b"checkpoints" in screen and b"progress" in screen
+        r = _tuitrain("stop", run_dir, cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+        wait_for(lambda: json.loads((run_dir / "run.json").read_text())["status"] == "interrupted", timeout=60,
+                 what="the run to stop")
+        screen = _pump(fd, 1.0)
+        os.write(fd, b"q")  # the dashboard stays on the summary until the user leaves
+        code = None
+        deadline = time.time() + 30
+        while time.time() < deadline and code is None:
+            _pump(fd, 0.1)
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                code = os.waitstatus_to_exitcode(status)
+        assert code == 0  # the script itself ends normally, with fit's result written
+        assert json.loads((tmp_path / "run.result").read_text()) == {"status": "interrupted", "exit_code": 130}
+    finally:
+        try:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
+        os.close(fd)
