@@ -21,6 +21,7 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "Learner": "tuitrain.run.learner",
+    "Monitor": "tuitrain.run.monitor",
     "FitResult": "tuitrain.core.learner",
     "TrainState": "tuitrain.core.learner",
     "TrainPhase": "tuitrain.core.phases",

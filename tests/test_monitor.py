@@ -1,0 +1,119 @@
+"""`tuitrain.Monitor` around a loop of the user's own: the run directory it writes, the controls it
+obeys (stop, pause, checkpoint through the control folder, as `tuitrain stop/checkpoint` send them),
+and what an exception in the block leaves behind."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+import torch
+
+from tests.conftest import read_events, wait_for
+from tuitrain import Monitor
+from tuitrain.core.control import FileControl
+
+
+def _run_json(run_dir):
+    return json.loads((run_dir / "run.json").read_text())
+
+
+def test_a_loop_under_monitor_writes_a_run_directory(tmp_path, capsys):
+    model = torch.nn.Linear(3, 1)
+    with Monitor(experiment="mine", config={"lr": 0.1, "layers": 2}, dir=tmp_path, dashboard=False) as mon:
+        for step in range(1, 31):
+            loss = torch.tensor(1.0 / step)
+            mon.log(step, loss=loss, lr=0.1)  # a 0-d tensor and a float
+            if step % 10 == 0:
+                mon.log(step, split="valid", loss=2.0 / step)
+        saved = mon.save_checkpoint({"model": model.state_dict(), "step": 30})
+    run_dir = mon.run_dir
+    assert run_dir.parent == tmp_path / "mine"
+    info = _run_json(run_dir)
+    assert info["status"] == "completed" and info["exit_code"] == 0 and info["experiment"] == "mine"
+    assert "lr = 0.1" in (run_dir / "config.toml").read_text()
+    events = read_events(run_dir)
+    train = [e for e in events if e["event"] == "MetricsLogged" and e["split"] == "train"]
+    assert [e["step"] for e in train] == list(range(1, 31))
+    assert train[-1]["metrics"] == {"loss": pytest.approx(1 / 30), "lr": 0.1}
+    valid = [e["metrics"]["loss"] for e in events if e["event"] == "MetricsLogged" and e["split"] == "valid"]
+    assert valid == pytest.approx([0.2, 0.1, 2 / 30])
+    assert events[-1]["event"] == "RunFinished"
+    state = torch.load(saved, weights_only=True)
+    assert torch.equal(state["model"]["weight"], model.weight) and state["step"] == 30
+    index = json.loads((run_dir / "checkpoint" / "index.json").read_text())
+    assert [e["file"] for e in index] == [saved.name]
+    assert capsys.readouterr().out == ""  # dashboard=False: tuitrain prints nothing
+
+
+def test_prints_in_the_block_reach_experiment_log_and_the_console_lines(tmp_path, capsys):
+    with Monitor(run_dir=tmp_path / "r", dashboard="auto") as mon:  # no terminal here: console lines
+        print("hello from the loop")
+        mon.log(1, loss=0.5)
+    assert "hello from the loop" in (tmp_path / "r" / "experiment.log").read_text()
+    assert "hello from the loop" in capsys.readouterr().out
+    assert _run_json(tmp_path / "r")["experiment"] == "r"  # named after its folder
+
+
+def test_an_exception_in_the_block_fails_the_run_and_propagates(tmp_path):
+    with pytest.raises(RuntimeError, match="boom"):
+        with Monitor(run_dir=tmp_path / "r", dashboard=False) as mon:
+            mon.log(1, loss=0.5)
+            raise RuntimeError("boom")
+    info = _run_json(tmp_path / "r")
+    assert info["status"] == "failed" and info["exit_code"] == 1 and "boom" in info["error"]
+
+
+def test_stop_checkpoint_and_pause_from_the_control_folder(tmp_path):
+    """What `tuitrain stop/checkpoint` and the dashboard's keys send, taken by a loop under Monitor."""
+    run_dir = tmp_path / "r"
+    control = FileControl(run_dir)
+    seen = {"checkpoints": 0, "paused_in_log": 0.0}
+
+    def steer(mon):  # as another shell would: each command once the one before it has been taken
+        control.request_checkpoint("cli")
+        control.send("pause", "cli")
+        wait_for(lambda: mon.interrupter.paused, timeout=60, what="the pause")
+        time.sleep(1.0)
+        control.send("resume", "cli")
+        wait_for(lambda: not mon.interrupter.paused, timeout=60, what="the resume")
+        time.sleep(0.2)
+        control.request_stop("cli")
+    with Monitor(run_dir=run_dir, dashboard=False) as mon:
+        step = 0
+        asked = False
+        while not mon.stop_requested and step < 100_000:
+            step += 1
+            t0 = time.monotonic()
+            mon.log(step, loss=1.0 / step)
+            seen["paused_in_log"] = max(seen["paused_in_log"], time.monotonic() - t0)
+            if mon.checkpoint_requested:
+                mon.save_checkpoint({"step": torch.tensor(step)})
+                seen["checkpoints"] += 1
+            if step == 5 and not asked:
+                asked = True
+                threading.Thread(target=steer, args=(mon,), daemon=True).start()
+            time.sleep(0.005)
+    info = _run_json(run_dir)
+    assert info["status"] == "interrupted" and info["exit_code"] == 130
+    assert seen["checkpoints"] == 1
+    assert seen["paused_in_log"] >= 0.5  # the loop waited inside log while paused
+    kinds = [e["event"] for e in read_events(run_dir)]
+    assert "RunPaused" in kinds and "RunResumed" in kinds and "CheckpointSaved" in kinds
+    commands = {e["command"] for e in read_events(run_dir) if e["event"] == "ControlReceived"}
+    assert {"checkpoint", "pause", "resume", "stop"} <= commands
+    wait_for(lambda: not list((run_dir / "control").glob("*.cmd")), what="every command taken")
+
+
+def test_log_costs_the_loop_little(tmp_path):
+    """Not a timing target (that is benchmarks/bench_monitor.py): log never reads a value or writes
+    a file on the caller's thread, so a call stays well under a millisecond even on a loaded machine."""
+    with Monitor(run_dir=tmp_path / "r", dashboard=False) as mon:
+        t0 = time.perf_counter()
+        for step in range(1, 5_001):
+            mon.log(step, loss=0.1)
+        per_call = (time.perf_counter() - t0) / 5_000
+    assert per_call < 1e-3
+    assert len([e for e in read_events(tmp_path / "r") if e["event"] == "MetricsLogged"]) == 5_000
