@@ -80,6 +80,7 @@ class Monitor:
         self._closing = False
         self._t0 = 0.0
         self._last: dict[str, dict[str, float]] = {}
+        self._summary: dict[str, dict] = {}  # "split/name" -> min, max, last (the run's summary table)
         self._stack = contextlib.ExitStack()
         self._viewer: subprocess.Popen | None = None
 
@@ -138,6 +139,11 @@ class Monitor:
                 except (TypeError, ValueError, RuntimeError):
                     continue  # not a number: left out rather than stopping the run
             self._last.setdefault(split, {}).update(metrics)
+            for name, v in metrics.items():
+                if v == v:  # NaN has no place in a min or a max
+                    row = self._summary.setdefault(f"{split}/{name}", {"min": v, "min_epoch": 0, "max": v,
+                                                                          "max_epoch": 0, "last": v})
+                    row["min"], row["max"], row["last"] = min(row["min"], v), max(row["max"], v), v
             self.bus.emit(MetricsLogged(split=split, epoch=0, step=step, metrics=metrics, time=t))
         for command, source, detail in self.interrupter.take_log():
             self.bus.emit(ControlReceived(command=command, source=source, detail=detail))
@@ -163,6 +169,10 @@ class Monitor:
         self._checkpointer = ckpt.Checkpointer(self.run_dir / "checkpoint", keep_last=self.keep_last, keep_best=0)
         self._checkpointer.prepare()
         self._watcher = ControlWatcher(self.run_dir, self.interrupter).start()
+        from tuitrain.core.devices import DeviceMonitor
+
+        self._devices = DeviceMonitor(self.bus.emit)  # the devices panel: CPU, memory, GPUs
+        self.bus.subscribe(self._devices.start_on_run_started, steps=False)
         self._t0 = time.monotonic()
         from tuitrain.core.learner import env_info  # torch: the user's loop has imported it already
 
@@ -189,7 +199,7 @@ class Monitor:
         try:
             self._stack.close()  # output capture and signal handlers end here
         finally:
-            summary = {f"{split}/{k}": {"last": v} for split, vals in self._last.items() for k, v in vals.items()}
+            summary = dict(self._summary)
             if exc is not None and not isinstance(exc, KeyboardInterrupt):
                 self.bus.emit(RunFailed(error=f"{type(exc).__name__}: {exc}",
                                         traceback="".join(traceback.format_exception(exc_type, exc, tb)),
@@ -201,6 +211,7 @@ class Monitor:
                                           reason="stopped" if stopped else "completed", duration=duration,
                                           summary=summary, best={}))
             self._watcher.close()
+            self._devices.close()
             self.bus.close()
             self._close_viewer()
         return False  # an exception in the block propagates
