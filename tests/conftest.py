@@ -238,3 +238,19 @@ def last_train_step(run_dir: Path) -> int:
         if e.get("split") == "train":
             step = max(step, int(e.get("step", 0)))
     return step
+
+
+def read_pty(fd: int, seconds: float) -> bytes:
+    """What a program in a pseudo-terminal wrote during `seconds` (the screen's raw bytes)."""
+    import select
+
+    out = b""
+    end = time.time() + seconds
+    while time.time() < end:
+        r, _, _ = select.select([fd], [], [], 0.05)
+        if r:
+            try:
+                out += os.read(fd, 65536)
+            except OSError:
+                break
+    return out

@@ -7,7 +7,6 @@ import asyncio
 import json
 import os
 import pty
-import select
 import signal
 import subprocess
 import sys
@@ -20,7 +19,7 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 import tuitrain
-from tests.conftest import cli_env, read_events, wait_for
+from tests.conftest import cli_env, read_events, read_pty, wait_for
 
 
 def _data(n=64, seed=0):
@@ -188,19 +187,6 @@ def test_stop_on_a_live_run_that_does_not_listen_exits_1_and_withdraws_the_reque
     assert not list((run_dir / "control").glob("*.cmd"))  # withdrawn: nobody will act on it later
 
 
-def _pump(fd: int, seconds: float) -> bytes:
-    out = b""
-    end = time.time() + seconds
-    while time.time() < end:
-        r, _, _ = select.select([fd], [], [], 0.05)
-        if r:
-            try:
-                out += os.read(fd, 65536)
-            except OSError:
-                break
-    return out
-
-
 @pytest.mark.skipif(sys.platform == "win32", reason="needs a pty")
 def test_a_script_in_a_terminal_shows_the_dashboard_and_stops_from_outside(tmp_path):
     run_dir = tmp_path / "run"
@@ -214,20 +200,20 @@ def test_a_script_in_a_terminal_shows_the_dashboard_and_stops_from_outside(tmp_p
         screen = b""
         deadline = time.time() + 240  # torch imports first
         while time.time() < deadline and _steps(run_dir) < 3:
-            screen += _pump(fd, 0.2)
-        screen += _pump(fd, 1.0)
+            screen += read_pty(fd, 0.2)
+        screen += read_pty(fd, 1.0)
         assert b"\x1b[?1049h" in screen  # the alternate screen: the dashboard, not plain lines
         assert b"checkpoints" in screen and b"progress" in screen
         r = _tuitrain("stop", run_dir, cwd=tmp_path)
         assert r.returncode == 0, r.stderr
         wait_for(lambda: json.loads((run_dir / "run.json").read_text())["status"] == "interrupted", timeout=60,
                  what="the run to stop")
-        screen = _pump(fd, 1.0)
+        screen = read_pty(fd, 1.0)
         os.write(fd, b"q")  # the dashboard stays on the summary until the user leaves
         code = None
         deadline = time.time() + 30
         while time.time() < deadline and code is None:
-            _pump(fd, 0.1)
+            read_pty(fd, 0.1)
             done, status = os.waitpid(pid, os.WNOHANG)
             if done:
                 code = os.waitstatus_to_exitcode(status)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import pty
-import select
 import signal
 import sys
 import termios
@@ -17,21 +16,8 @@ import pytest
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="needs a pty")
 
 
-def _pump(fd: int, seconds: float) -> bytes:
-    out = b""
-    end = time.time() + seconds
-    while time.time() < end:
-        r, _, _ = select.select([fd], [], [], 0.05)
-        if r:
-            try:
-                out += os.read(fd, 65536)
-            except OSError:
-                break
-    return out
-
-
 def test_sigterm_under_the_dashboard_stops_gracefully_and_restores_the_terminal(tiny):
-    from tests.conftest import cli_env
+    from tests.conftest import cli_env, read_pty
 
     run_dir = tiny.root / "run"
     cmd = [sys.executable, "-m", "tuitrain", "run", str(tiny.config), "--run-dir", str(run_dir),
@@ -46,7 +32,7 @@ def test_sigterm_under_the_dashboard_stops_gracefully_and_restores_the_terminal(
         deadline = time.time() + 60
         screen = b""
         while time.time() < deadline:  # until it trains, with the dashboard on screen
-            screen += _pump(fd, 0.2)
+            screen += read_pty(fd, 0.2)
             info = run_dir / "run.json"
             if info.exists() and json.loads(info.read_text() or "{}").get("step", 0) >= 3:
                 break
@@ -55,7 +41,7 @@ def test_sigterm_under_the_dashboard_stops_gracefully_and_restores_the_terminal(
         code = None
         deadline = time.time() + 30
         while time.time() < deadline and code is None:
-            _pump(fd, 0.1)
+            read_pty(fd, 0.1)
             done, status = os.waitpid(pid, os.WNOHANG)
             if done:
                 code = os.waitstatus_to_exitcode(status)
