@@ -1,0 +1,68 @@
+"""The end of a run on the dashboard: the source's work returning (`on_training_ended`), the
+result screen, a watched run whose process is gone, and the dashboard turning read-only.
+
+`EndingMixin` is one part of `DashboardApp` (tuitrain/dashboard/app.py) and works on its
+attributes. Like the rest of the dashboard, this module must not import the run layer
+(`tuitrain.config`, `tuitrain.run*`, `tuitrain.runner`, `tuitrain.build`, `tuitrain.runs`,
+`tuitrain.cli`): only `tuitrain.core`, `tuitrain.sinks` and `tuitrain.dashboard`.
+"""
+
+from __future__ import annotations
+
+from textual.widgets import Static
+
+from tuitrain.dashboard.messages import TrainingEnded
+from tuitrain.dashboard.widgets.control_bar import ControlBar
+from tuitrain.dashboard.widgets.result_screen import ResultScreen
+
+
+class EndingMixin:
+    """How `DashboardApp` shows the end of a run and stops steering it."""
+
+    def _check_alive(self) -> None:
+        """Watching: a run whose process is gone without a final event was killed."""
+        from tuitrain.sinks.run_status import live_status as run_status
+
+        run_dir = getattr(self.source, "run_dir", None)
+        if run_dir is None or run_status(run_dir) in ("running", "unknown"):
+            return
+        if self.controller is not None:
+            self._read_only("the run's process is gone; keys that steer are off")
+        if run_status(run_dir) == "killed":
+            self.state.final = "killed"
+            self._refresh_progress()
+
+    def _read_only(self, why: str) -> None:
+        self.controller = None
+        self.query_one(ControlBar).set_enabled(False)
+        self.query_one("#notice", Static).update(why)
+
+    def on_training_ended(self, message: TrainingEnded) -> None:
+        self.worker_done = True
+        self.exit_code = message.exit_code
+        if message.error and self.state.failed is None:
+            from tuitrain.core.events import RunFailed
+
+            self.bridge(RunFailed(error=message.error, traceback=message.traceback,
+                                  epoch=self.state.epoch, step=self.state.step), None)
+        while self.bridge.pending():  # the last events, the final one included, may still sit there
+            self.drain()
+        if not self.watching:
+            if self.leave_when_done:
+                self.leave()
+                return
+            if self.state.ended:
+                self._show_result()
+            else:  # work returned without a final event (a fake or a crashed core)
+                self.query_one("#notice", Static).update(f"training ended, exit code {self.exit_code}")
+                self.state.final = self.state.final or ("completed" if self.exit_code == 0 else "interrupted")
+                self._refresh_progress()
+                self._show_result()
+            self.query_one(ControlBar).set_enabled(False)
+
+    def _show_result(self) -> None:
+        if self._result_shown:
+            return
+        self._result_shown = True
+        self._replot()
+        self.push_screen(ResultScreen(self.state, self.exit_code))

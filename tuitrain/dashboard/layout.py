@@ -1,0 +1,125 @@
+"""The dashboard's layout: the widgets it composes, their titles and theme, the title bar, and how
+the screen gives way in small terminals (`COMPACT`, `TOO_SMALL`); the theme helpers
+`default_theme` and `base_theme_of`, and the built-in `HIGH_CONTRAST` theme.
+
+`LayoutMixin` is one part of `DashboardApp` (tuitrain/dashboard/app.py) and works on its
+attributes. Like the rest of the dashboard, this module must not import the run layer
+(`tuitrain.config`, `tuitrain.run*`, `tuitrain.runner`, `tuitrain.build`, `tuitrain.runs`,
+`tuitrain.cli`): only `tuitrain.core`, `tuitrain.sinks` and `tuitrain.dashboard`.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from rich.text import Text
+from textual import events
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.theme import Theme
+from textual.widgets import Footer, Static
+
+from tuitrain.dashboard.widgets.checkpoint_list import CheckpointList
+from tuitrain.dashboard.widgets.control_bar import ControlBar
+from tuitrain.dashboard.widgets.devices_panel import DevicesPanel
+from tuitrain.dashboard.widgets.metric_plot import MetricPlot
+from tuitrain.dashboard.widgets.output_log import OutputLog
+from tuitrain.dashboard.widgets.progress_panel import ProgressPanel
+
+DASHBOARD_TCSS = Path(__file__).with_name("dashboard.tcss")
+COMPACT = (100, 32)  # below this width or height the side panels shrink
+TOO_SMALL = (50, 12)  # below this the dashboard gives way to a notice
+
+# a theme file may name the Textual base theme (buttons, footer, dialogs) in a comment
+_BASE_THEME = re.compile(r"textual-theme:\s*([A-Za-z0-9_-]+)")
+
+HIGH_CONTRAST = Theme(
+    name="tuitrain-high-contrast", primary="#ffff00", secondary="#00ffff", accent="#ff00ff",
+    foreground="#ffffff", background="#000000", surface="#000000", panel="#000000",
+    success="#00ff00", warning="#ffff00", error="#ff0000", dark=True,
+)
+
+
+def default_theme() -> Path | None:
+    try:
+        from tuitrain.dashboard.themes import find_theme
+    except ImportError:
+        find_theme = None
+    if find_theme is not None:
+        found = find_theme("dark")
+        if found is not None:
+            return found
+    for folder in (Path(__file__).resolve().parents[2] / "themes", Path(__file__).resolve().parents[1] / "themes"):
+        if (folder / "dark.tcss").is_file():
+            return folder / "dark.tcss"
+    return None
+
+
+def base_theme_of(theme: Path | None) -> str:
+    if theme is None:
+        return "textual-dark"
+    try:
+        m = _BASE_THEME.search(Path(theme).read_text(encoding="utf-8", errors="replace"))
+    except OSError:
+        return "textual-dark"
+    return m.group(1) if m else "textual-dark"
+
+
+class LayoutMixin:
+    """`DashboardApp`'s widgets and how they are laid out, titled and themed."""
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="title-bar")
+        with Horizontal(id="main"):
+            with Vertical(id="plot-column"):
+                yield MetricPlot(id="plot", classes="panel")
+                yield OutputLog(id="log", classes="panel")
+            with VerticalScroll(id="side"):
+                yield ProgressPanel(id="progress", classes="panel")
+                yield DevicesPanel(id="devices", classes="panel")
+                yield CheckpointList(clock=self.clock, id="checkpoints", classes="panel")
+        with Horizontal(id="bottom-bar"):
+            yield ControlBar(id="controls")
+            yield Static(self.notice, id="notice")
+        yield Static("The terminal is too small for the dashboard: make it larger (at least 50x12).\n"
+                     "Training goes on; q leaves.", id="too-small")
+        yield Footer()
+
+    def _set_up_panels(self) -> None:
+        """On mount: the theme, the panels' titles, the layout for the terminal's size, and the
+        control bar off when nothing can be steered."""
+        if self._base_theme == HIGH_CONTRAST.name:
+            self.register_theme(HIGH_CONTRAST)
+        try:
+            self.theme = self._base_theme
+        except Exception:
+            self.theme = "textual-dark"  # an unknown base theme name must not stop the dashboard
+        self.query_one("#plot").border_title = "metrics"
+        self.query_one("#log").border_title = "output"
+        self.query_one("#progress").border_title = "progress"
+        self.query_one("#devices").border_title = "devices"
+        self.query_one("#checkpoints").border_title = "checkpoints"
+        self._title()
+        self._layout_for(self.size.width, self.size.height)
+        if self.controller is None:
+            self.query_one(ControlBar).set_enabled(False)
+
+    def on_resize(self, event: events.Resize) -> None:
+        self._layout_for(event.size.width, event.size.height)
+
+    def _layout_for(self, width: int, height: int) -> None:
+        self.set_class(width < COMPACT[0] or height < COMPACT[1], "-compact")
+        self.set_class(width < TOO_SMALL[0] or height < TOO_SMALL[1], "-too-small")
+
+    def _title(self) -> None:
+        st = self.state
+        name = st.experiment or "tuitrain"
+        where = st.run_dir or (str(getattr(self.source, "run_dir", "")) if self.watching else "")
+        mode = "watching" if self.watching else "live"
+        key = (name, where, mode)
+        if key == self._title_shown:
+            return
+        self._title_shown = key
+        text = Text.assemble((f" {name}", "bold"), f"  {where}" if where else "", f"  [{mode}]")
+        self.query_one("#title-bar", Static).update(text, layout=False)  # one line, always

@@ -1,0 +1,146 @@
+"""The event stream and the pacing of redraws: `drain` folds what the bridge holds into the state
+and refreshes the panels that changed, no more often than the screen can afford while training
+runs in this process (`UI_SHARE`, `PACE_WINDOW`, `MAX_SLOW`, `PLOT_SHARE`, `BUSY_DRAIN_INTERVAL`,
+`DRAIN_LIMIT`, `PROGRESS_INTERVAL`); the progress and plot refreshes, and the once-a-second clock.
+
+`PacingMixin` is one part of `DashboardApp` (tuitrain/dashboard/app.py) and works on its
+attributes. Like the rest of the dashboard, this module must not import the run layer
+(`tuitrain.config`, `tuitrain.run*`, `tuitrain.runner`, `tuitrain.build`, `tuitrain.runs`,
+`tuitrain.cli`): only `tuitrain.core`, `tuitrain.sinks` and `tuitrain.dashboard`.
+"""
+
+from __future__ import annotations
+
+import time
+
+from tuitrain.dashboard.widgets.checkpoint_list import CheckpointList
+from tuitrain.dashboard.widgets.control_bar import ControlBar
+from tuitrain.dashboard.widgets.devices_panel import DevicesPanel
+from tuitrain.dashboard.widgets.metric_plot import MetricPlot
+from tuitrain.dashboard.widgets.output_log import OutputLog
+from tuitrain.dashboard.widgets.progress_panel import ProgressPanel
+
+PROGRESS_INTERVAL = 0.5  # seconds between progress-panel refreshes while only counters move
+# Redraws run on the UI thread and hold the GIL that the training thread needs: while training runs,
+# the screen may use this share of one core. When it uses more, refreshes of the plot and the
+# counters are spread out (up to MAX_SLOW times their interval); paused or ended, they are not.
+UI_SHARE = 0.025
+PACE_WINDOW = 2.0  # seconds over which the UI thread's CPU time is measured
+MAX_SLOW = 4.0
+# The plot is the costliest redraw (plotext builds a figure in 20-60 ms): while training runs, the
+# next one waits until the last one's cost is at most this share of the time since.
+PLOT_SHARE = 0.015
+# While training runs in this process the screen wakes less often: each wake takes the GIL from the
+# training thread (a forced switch, and Textual's message loop takes it several times over), and
+# the bus hands the frequent events over every 0.25 s anyway. Paused, ended or watching: 1/15 s.
+BUSY_DRAIN_INTERVAL = 0.25
+DRAIN_LIMIT = 5000  # events folded per tick (~40 ms): a long events.jsonl loads without freezing keys
+
+
+class PacingMixin:
+    """`DashboardApp`'s drain of the event stream and the pace of its redraws."""
+
+    def drain(self) -> None:
+        """Fold what the bridge holds into the state and refresh the panels that changed."""
+        every = self.drain_interval
+        st = self.state
+        if not (self.watching or self.worker_done or st.ended or st.paused):
+            every = max(every, BUSY_DRAIN_INTERVAL)
+        if every != self._drain_every and self._drain_timer is not None:
+            self._drain_timer.stop()
+            self._drain_every = every
+            self._drain_timer = self.set_interval(every, self.drain, name="drain")
+        batch = self.bridge.drain(DRAIN_LIMIT)
+        if batch:
+            self._dirty |= self.state.apply(batch)
+        dirty = self._dirty
+        if not dirty:
+            return
+        now = time.monotonic()
+        self._pace(now)
+        keep: set[str] = set()  # what waits for its turn
+        if "progress" in dirty:
+            # a change of state (paused, stopping, checkpointing, ended) shows at once; counters wait
+            status = (st.activity, st.paused, st.stopping, st.checkpointing, st.final, st.epoch)
+            if (now - self._last_progress >= PROGRESS_INTERVAL * self.slow or status != self._status_shown
+                    or st.ended):
+                self._status_shown = status
+                self._last_progress = now
+                self._refresh_progress()
+                if st.experiment:
+                    self._title()
+            else:
+                keep.add("progress")
+        if "devices" in dirty:
+            self.query_one(DevicesPanel).show(st.devices, st.env)
+        if "checkpoints" in dirty:
+            self.query_one(CheckpointList).show(st.checkpoints, st.best_file, st.monitor)
+        if "log" in dirty:
+            log = self.query_one(OutputLog)
+            for stream, text in st.take_lines():
+                log.add(stream, text)
+        if "plot" in dirty:
+            if now - self._last_plot >= self._plot_wait() or st.ended:
+                self._last_plot = now
+                self._replot()
+            else:
+                keep.add("plot")
+        if "result" in dirty and st.ended and (self.watching or self.worker_done):
+            self._show_result()
+        self._dirty = keep
+
+    def _plot_wait(self) -> float:
+        """Seconds between plot refreshes: the interval, spread out by `slow`, and while training runs
+        in this process at least the last figure's build cost over PLOT_SHARE."""
+        wait = self.plot_interval * self.slow
+        st = self.state
+        if not (st.ended or st.paused or self.watching):
+            wait = max(wait, self.query_one(MetricPlot).build_cost / PLOT_SHARE)
+        return wait
+
+    def _pace(self, now: float) -> None:
+        """Every PACE_WINDOW seconds: the screen's share of a core sets `slow` (see UI_SHARE)."""
+        elapsed = now - self._pace_at
+        if elapsed < PACE_WINDOW:
+            return
+        cpu = self.cpu_clock()
+        share = (cpu - self._pace_cpu) / elapsed
+        self._pace_at, self._pace_cpu = now, cpu
+        if not self._paced:  # the first window holds the screen's start-up (compose, first frames)
+            self._paced = True
+            return
+        if self.state.ended or self.state.paused or self.watching:
+            self.slow = 1.0  # nothing to give way to: no training, or it runs in another process
+        else:  # converges where the screen takes its share; at most doubles per window
+            self.slow = min(MAX_SLOW, max(1.0, self.slow * min(2.0, share / self.ui_share)))
+
+    def _refresh_progress(self) -> None:
+        st = self.state
+        note = ""
+        if self.leave_when_done and not st.ended:
+            note = "leaving when stopped"
+        elif self.interrupts and not st.ended:
+            note = "Ctrl+C again ends the process"
+        self.query_one(ProgressPanel).show(st, note)
+        self.query_one(ControlBar).set_paused(st.paused)
+        if st.ended and self.controller is not None and self.watching:
+            self._read_only("the run has ended; keys that steer are off")
+
+    def _replot(self) -> None:
+        names = self.state.metric_names
+        if not self.metric and names:
+            self.metric = names[0]
+        plot = self.query_one(MetricPlot)
+        plot.show(self.state, self.metric, self.window)
+        where = f"{names.index(self.metric) + 1}/{len(names)}" if self.metric in names else "-"
+        window = "recent window" if self.window == "recent" else "full history"
+        title = f"{self.metric or 'metrics'} ({where}) · {window}"
+        if title != self._plot_title:  # each assignment is a repaint
+            self._plot_title = plot.border_title = title
+            plot.border_subtitle = "Tab ←→ metric · ↑↓ window"
+
+    def _every_second(self) -> None:
+        self._dirty.add("progress")  # elapsed time and ETA move without events; drain paces it
+        self.query_one(CheckpointList).render_rows()  # ages
+        if self.watching and not self.state.ended and getattr(self.source, "caught_up", False):
+            self._check_alive()
