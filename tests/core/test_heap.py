@@ -25,7 +25,7 @@ Learner.keep_freed_memory = sys.argv[1] == "keep"
 model = torch.nn.Linear(4, 2)
 lr = Learner(model, torch.optim.SGD(model.parameters(), lr=0.1), loss_fn=torch.nn.CrossEntropyLoss(), device="cpu",
              batch_size=16)
-assert lr.fit(TensorDataset(torch.randn(64, 4), torch.randint(0, 2, (64,)))).exit_code == 0
+assert lr.fit(TensorDataset(torch.randn(64, 4), torch.randint(0, 2, (64,))), dashboard=False).exit_code == 0
 before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 for _ in range(10):
     xs = [torch.ones(6 << 20) for _ in range(4)]  # 24 MB each, touched
