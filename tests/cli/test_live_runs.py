@@ -25,7 +25,7 @@ def index(run) -> list[dict]:
         return []
 
 
-def wait_exit(proc: subprocess.Popen, timeout: float = 30) -> int:
+def wait_exit(proc: subprocess.Popen, timeout: float = 120) -> int:
     try:
         return proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
