@@ -6,7 +6,6 @@ with plain json (`tuitrain.sinks.run_status`), so `ls` stays fast. Must not impo
 
 from __future__ import annotations
 
-import datetime as _dt
 import math
 from datetime import datetime
 from pathlib import Path
@@ -17,8 +16,12 @@ from tuitrain.sinks.run_status import live_status, read_run
 
 def new_run_dir(cfg: Any) -> Path:
     """A fresh `<dir>/<name>/<timestamp>` for `cfg.experiment` (suffixed -1, -2 ... when taken)."""
-    root = Path(cfg.experiment.dir) / cfg.experiment.name
-    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return fresh_run_dir(Path(cfg.experiment.dir) / cfg.experiment.name)
+
+
+def fresh_run_dir(root: Path) -> Path:
+    """`root/<YYYYmmdd-HHMMSS>`, suffixed -1, -2 ... when that folder is taken."""
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     path = root / stamp
     n = 1
     while path.exists():

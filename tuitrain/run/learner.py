@@ -13,15 +13,15 @@ passes the sinks in. This one, for scripts:
 from __future__ import annotations
 
 import functools
-import signal
 import sys
 import threading
 from pathlib import Path
 from typing import Any, Callable
 
-from tuitrain.core.control import ControlWatcher, Interrupter
+from tuitrain.core.control import ControlWatcher
 from tuitrain.core.learner import EXIT_FAILED, FitResult
 from tuitrain.core.learner import Learner as CoreLearner
+from tuitrain.run.signals import StopOnSignals
 from tuitrain.sinks.standard import standard_sinks
 
 SCREENS = ("auto", True, False)
@@ -56,37 +56,6 @@ def screen_for(dashboard: Any) -> str:
         raise ValueError("fit(dashboard=True) needs a terminal, and stdout is not one (or this is a "
                          "notebook); use dashboard=\"auto\" for progress lines, or False for silence")
     return "console"
-
-
-class _Signals:
-    """Ctrl+C and SIGTERM as under the CLI while a fit runs: the first asks for a graceful stop (a
-    checkpoint is saved), a second Ctrl+C leaves at once (KeyboardInterrupt). Main thread only."""
-
-    def __init__(self, interrupter: Interrupter, sigint: bool) -> None:
-        self.interrupter = interrupter
-        self.sigint = sigint
-        self.count = 0
-        self.saved: dict[int, Any] = {}
-
-    def on_term(self, signum, frame) -> None:
-        self.interrupter.request_stop("signal", signal.Signals(signum).name)
-
-    def on_int(self, signum, frame) -> None:
-        self.count += 1
-        if self.count > 1:
-            raise KeyboardInterrupt
-        self.interrupter.request_stop("signal", "SIGINT")
-
-    def __enter__(self) -> "_Signals":
-        if threading.current_thread() is threading.main_thread():
-            self.saved[signal.SIGTERM] = signal.signal(signal.SIGTERM, self.on_term)
-            if self.sigint:
-                self.saved[signal.SIGINT] = signal.signal(signal.SIGINT, self.on_int)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        for signum, handler in self.saved.items():
-            signal.signal(signum, handler)
 
 
 class _FitUnderDashboard:
@@ -155,7 +124,7 @@ class Learner(CoreLearner):
                 from tuitrain.sinks.console import HeadlessConsole
 
                 self.bus.subscribe(HeadlessConsole(), steps=False)
-            with _Signals(self.interrupter, sigint=True):
+            with StopOnSignals(self.interrupter, sigint=True):
                 return core_fit()
         finally:
             if watcher is not None:
@@ -168,7 +137,7 @@ class Learner(CoreLearner):
         self.capture_output = True  # what the user's code prints goes to the output panel, not over the screen
         run = _FitUnderDashboard(self, core_fit)
         try:
-            with _Signals(self.interrupter, sigint=False):  # the dashboard reads Ctrl+C as a key
+            with StopOnSignals(self.interrupter, sigint=False):  # the dashboard reads Ctrl+C as a key
                 code = run_live(run, theme)
             if run.started:
                 run.done.wait()  # leaving asked for a stop: the loop ends at its next step boundary

@@ -19,7 +19,6 @@ panel instead of over the screen. Must not import textual.
 from __future__ import annotations
 
 import contextlib
-import datetime as _dt
 import json
 import os
 import subprocess
@@ -37,7 +36,9 @@ from tuitrain.core.events import (ControlReceived, MetricsLogged, RunFailed, Run
                                   RunStarted)
 from tuitrain.core.fsutil import atomic_write_text
 from tuitrain.core.output import capture_output
-from tuitrain.run.learner import _Signals, screen_for
+from tuitrain.run.directories import fresh_run_dir
+from tuitrain.run.learner import screen_for
+from tuitrain.run.signals import StopOnSignals
 from tuitrain.sinks.standard import standard_sinks
 
 FLUSH_INTERVAL = 0.2  # seconds between the Monitor thread's passes over what `log` appended
@@ -62,11 +63,7 @@ class Monitor:
                  keep_last: int = 3) -> None:
         self.screen = screen_for(dashboard)
         if run_dir is None:
-            root = Path(dir) / (experiment or "monitor")
-            stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-            run_dir, n = root / stamp, 1
-            while run_dir.exists():
-                run_dir, n = root / f"{stamp}-{n}", n + 1
+            run_dir = fresh_run_dir(Path(dir) / (experiment or "monitor"))
         self.run_dir = Path(run_dir)
         self.experiment = experiment or self.run_dir.resolve().name
         self.config = dict(config or {})
@@ -181,7 +178,7 @@ class Monitor:
         self.bus.emit(RunStarted(run_dir=str(self.run_dir), experiment=self.experiment, epochs=0, max_steps=0,
                                  steps_per_epoch=0, batch_size=0, pid=os.getpid(),
                                  env=env_info(torch.device("cpu")), config=self.config))
-        self._stack.enter_context(_Signals(self.interrupter, sigint=True))
+        self._stack.enter_context(StopOnSignals(self.interrupter, sigint=True))
         if self.screen == "dashboard":
             self._open_viewer()
         if self.screen != "none":  # prints go to experiment.log (and the screen's output panel)

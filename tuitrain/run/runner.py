@@ -8,7 +8,6 @@ returns the exit code. The CLI and the dashboard drive a `Run`; this module neve
 from __future__ import annotations
 
 import os
-import signal
 import sys
 import traceback
 from pathlib import Path
@@ -20,6 +19,7 @@ from tuitrain.core.control import ControlWatcher, Interrupter
 from tuitrain.core.events import RunFailed, RunStarted
 from tuitrain.core.housekeeping import Housekeeping
 from tuitrain.run.directories import find_runs, new_run_dir
+from tuitrain.run.signals import StopOnSignals
 
 
 class UsageError(Exception):
@@ -135,7 +135,6 @@ class Run:
         self.resume_path = resume_path
         self.interrupter = Interrupter()
         self._callbacks: list[tuple[Callable, bool | None]] = []
-        self._sigint_count = 0
         self.result = None
         self.dist = None  # a rank of a distributed run: its DistContext (core/strategies/ddp.py)
 
@@ -145,18 +144,9 @@ class Run:
     # --- signals (main thread only) ------------------------------------------------------------
 
     def install_signal_handlers(self, sigint: bool = True) -> None:
-        def on_term(signum, frame):
-            self.interrupter.request_stop("signal", signal.Signals(signum).name)
-
-        def on_int(signum, frame):
-            self._sigint_count += 1
-            if self._sigint_count > 1:
-                raise KeyboardInterrupt
-            self.interrupter.request_stop("signal", "SIGINT")
-
-        signal.signal(signal.SIGTERM, on_term)
-        if sigint:
-            signal.signal(signal.SIGINT, on_int)
+        """SIGTERM (and SIGINT unless the dashboard reads Ctrl+C as a key) stop gracefully; a second
+        SIGINT raises KeyboardInterrupt. Kept for the life of the process."""
+        StopOnSignals(self.interrupter, sigint).__enter__()
 
     # --- building ------------------------------------------------------------------------------
 
