@@ -132,7 +132,7 @@ class TinyProject:
         return sorted(p for p in d.iterdir() if p.is_dir()) if d.is_dir() else []
 
     # the helpers below, as methods, so that test files need no import of this conftest
-    def cli(self, *args, timeout: float = 300) -> subprocess.CompletedProcess:
+    def cli(self, *args, timeout: float = 600) -> subprocess.CompletedProcess:
         return tuitrain(*args, cwd=self.root, timeout=timeout)
 
     def cli_bg(self, *args) -> subprocess.Popen:
@@ -172,7 +172,7 @@ def cli_env() -> dict:
     return env
 
 
-def tuitrain(*args: str | os.PathLike, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+def tuitrain(*args: str | os.PathLike, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess:
     """`python -m tuitrain ARGS` to completion; stdout is a pipe, so `run` is headless."""
     return subprocess.run([sys.executable, "-m", "tuitrain", *map(str, args)], cwd=cwd, env=cli_env(),
                           capture_output=True, text=True, timeout=timeout)
@@ -209,7 +209,7 @@ def step_losses(events: list[dict]) -> dict[int, float]:
     return out
 
 
-def wait_for(predicate, timeout: float = 120.0, interval: float = 0.05, what: str = "condition"):
+def wait_for(predicate, timeout: float = 300.0, interval: float = 0.05, what: str = "condition"):
     """Poll `predicate` until it returns something truthy; fail the test after `timeout` seconds."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

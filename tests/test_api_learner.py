@@ -143,7 +143,7 @@ def _steps(run_dir) -> int:
 
 def _tuitrain(*args, cwd):
     return subprocess.run([sys.executable, "-m", "tuitrain", *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd, env=cli_env(), timeout=60)
+                          cwd=cwd, env=cli_env(), timeout=300)
 
 
 def test_a_script_learner_obeys_tuitrain_checkpoint_and_stop(tmp_path):
@@ -157,7 +157,7 @@ def test_a_script_learner_obeys_tuitrain_checkpoint_and_stop(tmp_path):
         wait_for(lambda: (run_dir / "checkpoint" / "index.json").exists(), what="the requested checkpoint")
         r = _tuitrain("stop", run_dir, cwd=tmp_path)
         assert r.returncode == 0, r.stderr
-        assert proc.wait(timeout=60) == 0
+        assert proc.wait(timeout=300) == 0
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -206,7 +206,7 @@ def test_a_script_in_a_terminal_shows_the_dashboard_and_stops_from_outside(tmp_p
         assert b"checkpoints" in screen and b"progress" in screen
         r = _tuitrain("stop", run_dir, cwd=tmp_path)
         assert r.returncode == 0, r.stderr
-        wait_for(lambda: json.loads((run_dir / "run.json").read_text())["status"] == "interrupted", timeout=60,
+        wait_for(lambda: json.loads((run_dir / "run.json").read_text())["status"] == "interrupted",
                  what="the run to stop")
         screen = read_pty(fd, 1.0)
         os.write(fd, b"q")  # the dashboard stays on the summary until the user leaves

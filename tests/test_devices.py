@@ -32,7 +32,7 @@ def test_thread_emits_about_once_per_interval():
             done.set()
 
     mon = DeviceMonitor(emit, interval=0.05, rank=3).start()
-    assert done.wait(5)
+    assert done.wait(60)
     mon.close()
     n = len(got)
     assert all(isinstance(e, DevicesSampled) and e.rank == 3 for e in got)

@@ -75,10 +75,10 @@ def test_stop_checkpoint_and_pause_from_the_control_folder(tmp_path):
     def steer(mon):  # as another shell would: each command once the one before it has been taken
         control.request_checkpoint("cli")
         control.send("pause", "cli")
-        wait_for(lambda: mon.interrupter.paused, timeout=60, what="the pause")
+        wait_for(lambda: mon.interrupter.paused, what="the pause")
         time.sleep(1.0)
         control.send("resume", "cli")
-        wait_for(lambda: not mon.interrupter.paused, timeout=60, what="the resume")
+        wait_for(lambda: not mon.interrupter.paused, what="the resume")
         time.sleep(0.2)
         control.request_stop("cli")
     with Monitor(run_dir=run_dir, dashboard=False) as mon:
@@ -117,3 +117,37 @@ def test_log_costs_the_loop_little(tmp_path):
         per_call = (time.perf_counter() - t0) / 5_000
     assert per_call < 1e-3
     assert len([e for e in read_events(tmp_path / "r") if e["event"] == "MetricsLogged"]) == 5_000
+
+
+def test_the_dashboard_shows_a_monitored_loop_by_its_steps_without_epochs(tmp_path):
+    """No epochs in a loop of one's own: the progress panel counts steps against `max_steps` and gives
+    items/s only from the `batch_size` the loop passed."""
+    import asyncio
+
+    from tests.dashboard.test_app import SIZE, shown, until
+    from tuitrain.dashboard.app import DashboardApp
+    from tuitrain.dashboard.sources import FileSource
+    from tuitrain.dashboard.widgets.progress_panel import ProgressPanel
+
+    def loop(run_dir, **sizes):
+        with Monitor(run_dir=run_dir, dashboard=False, **sizes) as mon:
+            for step in range(1, 21):
+                time.sleep(0.01)
+                mon.log(step, loss=1.0 / step)
+
+    async def panel(run_dir):
+        app = DashboardApp(FileSource(run_dir, poll=0.02), None, watch=True)
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: app.state.ended)
+            await pilot.pause()
+            return shown(app.query_one(ProgressPanel))
+
+    loop(tmp_path / "sized", max_steps=20, batch_size=8)
+    sized = asyncio.run(panel(tmp_path / "sized"))
+    assert "Step  20 / 20" in sized and "items/s" in sized and "it/s" in sized and "Epoch" not in sized
+    loop(tmp_path / "bare")
+    bare = asyncio.run(panel(tmp_path / "bare"))
+    assert "Step  20 " in bare and "/ 20" not in bare and "items/s" not in bare and "it/s" in bare
+    assert "Epoch" not in bare
+    with pytest.raises(ValueError, match="max_steps"):
+        Monitor(run_dir=tmp_path / "bad", dashboard=False, max_steps=-1)

@@ -31,6 +31,8 @@ def _parser() -> argparse.ArgumentParser:
     w = sub.add_parser("watch", help="the dashboard of a live or finished run, from its files")
     w.add_argument("run_dir", metavar="RUN_DIR")
     w.add_argument("--theme", metavar="NAME|FILE.tcss")
+    # Monitor's viewer: the run is the parent's, so Ctrl+C stops it instead of leaving the viewer
+    w.add_argument("--owned", action="store_true", help=argparse.SUPPRESS)
     s = sub.add_parser("stop", help="ask a live run to stop gracefully (it saves a checkpoint)")
     s.add_argument("run_dir", metavar="RUN_DIR")
     c = sub.add_parser("checkpoint", help="ask a live run to write a checkpoint now")
@@ -129,7 +131,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
             return _error(f"--theme {args.theme}: no such theme")
     from .dashboard.app import run_watch
 
-    return run_watch(d, theme)
+    return run_watch(d, theme, owned=args.owned)
 
 
 def cmd_ls(args: argparse.Namespace) -> int:

@@ -193,12 +193,12 @@ def test_index_lists_only_complete_files_while_a_write_is_running(tmp_path):
 
     def slow_save(obj, f):
         inside.set()
-        assert release.wait(10)
+        assert release.wait(60)
         torch.save(obj, f)
 
     ck.save_fn = slow_save
     ck.save(state(2.0), epoch=1, step=2, metrics={}, reason="step")
-    assert inside.wait(10)
+    assert inside.wait(60)
     try:
         listed = [e.file for e in read_index(folder)]
         assert listed == ["epoch-0001-step-00000001.pt"]

@@ -319,7 +319,7 @@ def test_help_is_fast_and_imports_no_torch(tiny):
     )
     import subprocess
 
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30, cwd=tiny.root)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tiny.root)
     assert r.returncode == 0, r.stderr
     for command in ("run", "watch", "stop", "checkpoint", "ls"):
         assert command in r.stdout

@@ -25,7 +25,7 @@ def index(run) -> list[dict]:
         return []
 
 
-def wait_exit(proc: subprocess.Popen, timeout: float = 120) -> int:
+def wait_exit(proc: subprocess.Popen, timeout: float = 300) -> int:
     try:
         return proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -85,7 +85,7 @@ def test_checkpoint_and_stop_commands_steer_a_live_run(tiny, reap):
 
     r = tiny.cli("checkpoint", run)
     assert r.returncode == 0, r.stderr
-    requested = tiny.wait_for(lambda: [e for e in index(run) if e["reason"] == "request"], timeout=20,
+    requested = tiny.wait_for(lambda: [e for e in index(run) if e["reason"] == "request"],
                               what="a checkpoint with reason 'request' in the index")
     assert (run / "checkpoint" / requested[0]["file"]).is_file()
     assert proc.poll() is None, "a checkpoint request must not end the run"

@@ -43,13 +43,15 @@ def test_batched_callback_gets_frequent_events_when_another_event_comes():
 
 
 def test_batch_is_delivered_once_its_oldest_event_is_older_than_the_interval():
-    bus = EventBus(batch_interval=0.05)
+    now = [1000.0]  # the bus's clock, moved by the test: a stalled machine must not deliver early
+    bus = EventBus(batch_interval=0.05, clock=lambda: now[0])
     rec = Recorder()
     bus.subscribe(rec)
     bus.emit(logged(1))
+    now[0] += 0.02
     bus.emit(logged(2))
     assert rec.seen == []
-    time.sleep(0.06)
+    now[0] += 0.04
     # a device sample from the monitor thread delivers the stale lines
     bus.emit(DevicesSampled(cpu=1.0, cpu_per_core=[1.0], memory=1.0, memory_used=1, memory_total=2, rss=1))
     assert [type(e).__name__ for e in rec.seen] == ["MetricsLogged", "MetricsLogged", "DevicesSampled"]
@@ -134,7 +136,7 @@ def test_without_later_events_the_delivery_thread_sends_a_batch_then_ends_when_i
 
     import tuitrain.core.callbacks as callbacks
 
-    monkeypatch.setattr(callbacks, "TICKER_IDLE", 0.1)
+    monkeypatch.setattr(callbacks, "TICKER_IDLE", 0.5)
     bus = EventBus(batch_interval=0.05)  # no inline housekeeping: the bus gets its own thread
     rec = Recorder()
     bus.subscribe(rec)
@@ -145,7 +147,7 @@ def test_without_later_events_the_delivery_thread_sends_a_batch_then_ends_when_i
     for round_ in (1, 2):  # the second time, a new thread is started
         bus.emit(logged(round_))
         assert ticker()
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 60
         while len(rec.seen) < round_ and time.monotonic() < deadline:
             time.sleep(0.01)
         assert [e.step for e in rec.seen] == list(range(1, round_ + 1))  # no later event was needed

@@ -68,7 +68,7 @@ def shown(widget) -> str:
     return "\n".join(strip.text for strip in strips)
 
 
-async def until(pilot, condition, timeout: float = 5.0) -> None:
+async def until(pilot, condition, timeout: float = 60.0) -> None:
     for _ in range(int(timeout / 0.05)):
         if condition():
             return
@@ -128,8 +128,7 @@ async def test_new_events_are_drained_while_running():
     source = ReplaySource(events)
     app = make_app(events, source=source)
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause()
-        assert len(app.query_one(MetricPlot).points["train"][0]) == 20
+        await until(pilot, lambda: len(app.query_one(MetricPlot).points["train"][0]) == 20)
         more = recorded_run(epochs=2, total_epochs=3, end="running")[len(events):]
         threading.Thread(target=source.push, args=tuple(more)).start()  # from another thread, like training
         await until(pilot, lambda: app.state.step == 40)
@@ -407,6 +406,29 @@ async def test_watching_a_live_run_steers_it_through_the_controller(tmp_path):
 
 
 @sync
+async def test_a_viewer_that_owns_its_run_stops_it_on_ctrl_c_and_leaves_once_it_ended(tmp_path):
+    """`Monitor`'s viewer (`tuitrain watch --owned`): the loop has no other screen, so Ctrl+C stops it
+    (not only the viewer), q offers no "leave", and the viewer goes once the run's last event came."""
+    events = recorded_run(epochs=1, total_epochs=3, end="running")
+    path = write_jsonl(tmp_path / "events.jsonl", events)
+    ctl = RecordingController()
+    app = DashboardApp(FileSource(tmp_path, poll=0.02), ctl, watch=True, owned=True, clock=lambda: T0)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.state.step == 20)
+        await pilot.press("q")
+        assert isinstance(app.screen, ConfirmScreen) and not app.screen.offer_leave
+        await pilot.press("n")
+        await pilot.press("ctrl+c")
+        await until(pilot, lambda: ctl.calls == [("stop", "dashboard", "ctrl+c")])
+        await pilot.pause(0.3)
+        assert app.is_running and "leaving when stopped" in shown(app.query_one(ProgressPanel))
+        with open(path, "a") as f:  # the loop saw the stop and ended
+            f.write(RunFinished(status="interrupted", exit_code=130, epoch=1, step=20, reason="stopped",
+                                duration=1.0, summary={}, best={}).to_json() + "\n")
+        await until(pilot, lambda: not app.is_running)
+
+
+@sync
 async def test_watching_a_killed_run_says_so_and_stops_steering(tmp_path):
     import json
     import subprocess
@@ -419,7 +441,7 @@ async def test_watching_a_killed_run_says_so_and_stops_steering(tmp_path):
     ctl = RecordingController()
     app = DashboardApp(FileSource(tmp_path, poll=0.02), ctl, watch=True, clock=lambda: T0)
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: app.state.final == "killed", timeout=5)
+        await until(pilot, lambda: app.state.final == "killed")
         assert app.controller is None and "process is gone" in shown(app.query_one("#notice"))
         assert app.query_one(ProgressPanel).status == "killed"
         await pilot.press("c", "q")  # nothing to steer; q leaves without asking
@@ -480,32 +502,40 @@ async def test_redraws_give_way_when_the_screen_takes_more_than_its_share_of_a_c
     from tuitrain.dashboard import app as app_module
 
     cpu = [0.0]
+    now = [1000.0]  # the pace's clock, moved by the test (this machine can stall for a second)
+    window = app_module.PACE_WINDOW
     events = recorded_run(epochs=1, total_epochs=3, end="running")
     source = ReplaySource(events)
-    app = make_app(events, source=source, ui_share=0.025, cpu_clock=lambda: cpu[0])
+    app = make_app(events, source=source, ui_share=0.025, cpu_clock=lambda: cpu[0], pace_clock=lambda: now[0])
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
         assert app.slow == 1.0
         app._paced = True  # past the start-up window, which is not counted
-        cpu[0] += 0.1 * app_module.PACE_WINDOW  # 10% of a core: 4x the share
-        app._pace_at = time.monotonic() - app_module.PACE_WINDOW
+        cpu[0] += 0.1 * window  # 10% of a core: 4x the share
+        now[0] += window
         app._dirty.add("progress")
         app.drain()
-        assert app.slow == pytest.approx(2.0, rel=0.02)  # at most doubles per window
-        cpu[0] += 0.1 * app_module.PACE_WINDOW
-        app._pace_at, app._pace_cpu = time.monotonic() - app_module.PACE_WINDOW, cpu[0] - 0.1 * app_module.PACE_WINDOW
+        assert app.slow == pytest.approx(2.0)  # at most doubles per window
+        cpu[0] += 0.1 * window
+        now[0] += window
         app._dirty.add("progress")
         app.drain()
         assert app.slow == pytest.approx(app_module.MAX_SLOW)
-        before = app.query_one(MetricPlot).builds
+        app._last_plot = now[0]  # the plot was just drawn
+        plot = app.query_one(MetricPlot)
+        before = plot.builds
         more = recorded_run(epochs=2, total_epochs=3, end="running")[len(events):]
         source.push(*more)
         await until(pilot, lambda: app.state.step == 40)
-        await pilot.pause(0.3)  # far less than plot_interval * slow: the new points wait
-        assert app.query_one(MetricPlot).builds == before
+        now[0] += 3.5  # more than plot_interval (1 s), less than plot_interval * slow: the new points wait
+        cpu[0] += 0.1 * 3.5  # the screen still takes 4x its share
+        await pilot.pause(0.3)
+        assert plot.builds == before and app.slow == pytest.approx(app_module.MAX_SLOW)
+        now[0] += app._plot_wait()
+        await until(pilot, lambda: plot.builds > before)  # their turn came
         source.push(RunPaused(epoch=2, step=40))
         await until(pilot, lambda: app.state.paused)
-        app._pace_at -= app_module.PACE_WINDOW  # a quiet window while paused
+        now[0] += window  # a quiet window while paused
         app._dirty.add("progress")
         app.drain()
         assert app.slow == 1.0

@@ -34,13 +34,13 @@ async def test_q_then_y_stops_real_training_gracefully_and_leaves(live_run):
     tiny, run = live_run
     app = DashboardApp(RunSource(run), run.interrupter)
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: app.state.step >= 5, timeout=30)
+        await until(pilot, lambda: app.state.step >= 5)
         assert app.query_one(MetricPlot) is not None
         await pilot.press("q")
         await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
         assert not run.interrupter.stop_requested  # only asked, not yet stopped
         await pilot.press("y")
-        await until(pilot, lambda: not app.is_running, timeout=30)
+        await until(pilot, lambda: not app.is_running)
     assert app.return_value == 130
     info = _finished(run)
     assert info["status"] == "interrupted" and info["exit_code"] == 130
@@ -54,10 +54,10 @@ async def test_ctrl_c_stops_real_training_at_once(live_run):
     tiny, run = live_run
     app = DashboardApp(RunSource(run), run.interrupter)
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: app.state.step >= 3, timeout=30)
+        await until(pilot, lambda: app.state.step >= 3)
         await pilot.press("ctrl+c")
         assert run.interrupter.stop_requested
-        await until(pilot, lambda: not app.is_running, timeout=30)
+        await until(pilot, lambda: not app.is_running)
     assert app.return_value == 130
     assert _finished(run)["status"] == "interrupted"
     assert (run.run_dir / "model.pt").exists()

@@ -29,6 +29,8 @@ def cli_env() -> dict:  # as tests/conftest.py runs the CLI
 DDP = ("--set", "train.strategy=ddp", "--set", "train.devices=2")
 
 CRASH_MODULE = '''
+import time
+
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -46,6 +48,8 @@ class Net(nn.Module):
         if self.training:
             self.calls += 1
             if dist.is_initialized() and dist.get_rank() == self.fail_rank and self.calls == self.fail_at:
+                with open("crashed_at", "w") as f:  # the test times the run's end from here
+                    f.write(repr(time.time()))
                 raise RuntimeError(f"rank {self.fail_rank} exploded on purpose")
         return self.lin(x)
 '''
@@ -122,7 +126,7 @@ def _newest_checkpoint(run_dir: Path) -> dict:
 
 
 def test_ddp_run_completes_with_a_full_run_dir(tiny):
-    r = tiny.cli("run", tiny.config, *DDP, timeout=120)
+    r = tiny.cli("run", tiny.config, *DDP)
     assert r.returncode == 0, r.stdout + r.stderr
     (run,) = tiny.run_dirs()
     for name in ("config.toml", "run.json", "events.jsonl", "experiment.log", "model.pt",
@@ -150,9 +154,9 @@ def test_two_ranks_match_one_process_with_the_same_global_batch(tiny, accum, own
     else:
         common += ("--set", "model.dropout=0.0")
     one = tiny.cli("run", config, *common, "--set", f"data.batch_size={16 // accum}",
-                   "--run-dir", tiny.root / "one", timeout=120)
+                   "--run-dir", tiny.root / "one")
     two = tiny.cli("run", config, *common, *DDP, "--set", f"data.batch_size={8 // accum}",
-                   "--run-dir", tiny.root / "two", timeout=120)
+                   "--run-dir", tiny.root / "two")
     assert one.returncode == 0, one.stderr
     assert two.returncode == 0, two.stdout + two.stderr
     _assert_same_params(_params(tiny.root / "one"), _params(tiny.root / "two"), atol=1e-6)
@@ -169,11 +173,11 @@ def test_stop_and_checkpoint_commands_then_resume_latest_is_exact(tiny):
     p = tiny.cli_bg("run", tiny.config, *DDP, "--set", "model.sleep=0.03", "--set", "train.epochs=40",
                     "--run-dir", run)
     try:
-        tiny.wait_for(lambda: tiny.last_train_step(run) >= 3, timeout=60, what="step 3")
+        tiny.wait_for(lambda: tiny.last_train_step(run) >= 3, what="step 3")
         assert tiny.cli("checkpoint", run).returncode == 0
-        tiny.wait_for(lambda: _saved_after_request(run), timeout=30, what="requested checkpoint")
+        tiny.wait_for(lambda: _saved_after_request(run), what="requested checkpoint")
         assert tiny.cli("stop", run).returncode == 0
-        assert p.wait(60) == 130
+        assert p.wait(300) == 130
     finally:
         p.kill()
     info = json.loads((run / "run.json").read_text())
@@ -187,10 +191,10 @@ def test_stop_and_checkpoint_commands_then_resume_latest_is_exact(tiny):
 
     # resume to a few steps past the stop; dropout draws from each rank's restored RNG
     until = ("--set", "train.epochs=40", "--set", f"train.max_steps={stopped_at + 6}")
-    r = tiny.cli("run", tiny.config, *DDP, *until, "--resume", "latest", timeout=120)
+    r = tiny.cli("run", tiny.config, *DDP, *until, "--resume", "latest")
     assert r.returncode == 0, r.stdout + r.stderr
     assert json.loads((run / "run.json").read_text())["step"] == stopped_at + 6
-    full = tiny.cli("run", tiny.config, *DDP, *until, "--run-dir", tiny.root / "full", timeout=120)
+    full = tiny.cli("run", tiny.config, *DDP, *until, "--run-dir", tiny.root / "full")
     assert full.returncode == 0, full.stderr
     _assert_same_params(_params(run), _params(tiny.root / "full"), atol=0)
 
@@ -202,20 +206,20 @@ def test_pause_then_sigterm_stops_every_rank_with_a_checkpoint(tiny):
     p = tiny.cli_bg("run", tiny.config, *DDP, "--set", "model.sleep=0.03", "--set", "train.epochs=40",
                     "--run-dir", run)
     try:
-        tiny.wait_for(lambda: tiny.last_train_step(run) >= 2, timeout=60, what="step 2")
+        tiny.wait_for(lambda: tiny.last_train_step(run) >= 2, what="step 2")
         ranks = psutil.Process(p.pid).children(recursive=True)
         FileControl(run).send("pause", "test")
-        tiny.wait_for(lambda: _events(run, "RunPaused"), timeout=30, what="RunPaused")
+        tiny.wait_for(lambda: _events(run, "RunPaused"), what="RunPaused")
         step = tiny.last_train_step(run)
         time.sleep(0.6)
         assert tiny.last_train_step(run) == step  # every rank waits (rank 0 alone could not step)
         p.send_signal(signal.SIGTERM)  # stops a paused run too
-        assert p.wait(60) == 130
+        assert p.wait(300) == 130
     finally:
         p.kill()
     info = json.loads((run / "run.json").read_text())
     assert info["status"] == "interrupted" and _newest_checkpoint(run)["step"] == info["step"] >= 2
-    gone, alive = psutil.wait_procs(ranks, timeout=5)
+    gone, alive = psutil.wait_procs(ranks, timeout=60)
     assert not alive
 
 
@@ -224,22 +228,26 @@ def test_a_crashing_rank_ends_the_run_within_seconds(tiny):
     cfg = tiny.write_config("crash.toml", tiny.config_text().replace("tinyproj:Net", "crashproj:Net")
                             .replace("hidden = 16\n", "").replace("dropout = 0.3\n", ""))
     run = tiny.root / "runs" / "tiny" / "crash"
-    t0 = time.monotonic()
     p = tiny.cli_bg("run", cfg, *DDP, "--run-dir", run)
     seen: set = set()
+    crashed = tiny.root / "crashed_at"
     try:
-        while p.poll() is None and time.monotonic() - t0 < 60:
+        t0 = time.monotonic()
+        while p.poll() is None and time.monotonic() - t0 < 300:
             try:
                 seen.update(psutil.Process(p.pid).children(recursive=True))
             except psutil.NoSuchProcess:
                 pass
             time.sleep(0.05)
         assert p.wait(5) == 1
+        ended = time.time()
     finally:
         p.kill()
-    assert time.monotonic() - t0 < 30
+    # the other rank does not wait out the process group's timeout (30 minutes): the run ends within
+    # seconds of the crash (a minute allowed for a loaded machine)
+    assert ended - float(crashed.read_text()) < 60
     assert len(seen) >= 2  # the two ranks were seen, and are gone
-    gone, alive = psutil.wait_procs(list(seen), timeout=5)
+    gone, alive = psutil.wait_procs(list(seen), timeout=60)
     assert not alive, alive
     info = json.loads((run / "run.json").read_text())
     assert info["status"] == "failed" and info["exit_code"] == 1
@@ -248,10 +256,28 @@ def test_a_crashing_rank_ends_the_run_within_seconds(tiny):
     assert "exploded on purpose" in failed["traceback"]
 
 
+def test_ranks_end_when_the_launcher_is_killed_while_they_start(tiny):
+    """kill -9 of `tuitrain run` while its ranks still import torch: they notice their parent is gone
+    once they can, and end, instead of training on as orphans."""
+    p = tiny.cli_bg("run", tiny.config, *DDP, "--set", "model.sleep=0.03", "--set", "train.epochs=40",
+                    "--run-dir", tiny.root / "runs" / "tiny" / "orphans")
+    try:
+        def ranks_started():
+            found = [c for c in psutil.Process(p.pid).children() if "--multiprocessing-fork" in c.cmdline()]
+            return found if len(found) == 2 else None
+
+        ranks = tiny.wait_for(ranks_started, what="the two ranks")
+    finally:
+        p.kill()
+    p.wait()
+    gone, alive = psutil.wait_procs(ranks, timeout=300)  # a loaded machine imports torch in a minute
+    assert not alive, alive
+
+
 def test_torchrun_rank_0_owns_the_run_dir(tiny):
     r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m", "tuitrain",
                         "run", str(tiny.config), "--set", "model.dropout=0.0", "--set", "data.batch_size=8"],
-                       cwd=tiny.root, env=cli_env(), capture_output=True, text=True, timeout=120)
+                       cwd=tiny.root, env=cli_env(), capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
     (run,) = tiny.run_dirs()  # rank 1 made no run directory of its own
     info = json.loads((run / "run.json").read_text())
@@ -263,7 +289,7 @@ def test_each_rank_reports_its_own_cpu_throughput_and_memory(tiny, monkeypatch):
     """Spawned ranks sample themselves: the parent's stream carries DevicesSampled of rank 0 and 1,
     each with its process CPU and, from its second sample on, its own steps and samples per second."""
     monkeypatch.setenv("TUITRAIN_DEVICES_INTERVAL", "0.05")
-    r = tiny.cli("run", tiny.config, *DDP, "--set", "train.epochs=40", timeout=120)
+    r = tiny.cli("run", tiny.config, *DDP, "--set", "train.epochs=40")
     assert r.returncode == 0, r.stdout + r.stderr
     (run,) = tiny.run_dirs()
     samples = _events(run, "DevicesSampled")

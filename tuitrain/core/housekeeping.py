@@ -38,8 +38,10 @@ class _Chore:
 class Housekeeping:
     """Runs chores every `interval` seconds: inline at the loop's `tick()`s, or on threads."""
 
-    def __init__(self, inline: bool = False, max_gap: float | None = None) -> None:
+    def __init__(self, inline: bool = False, max_gap: float | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.inline = inline
+        self.clock = clock  # seconds; a test passes its own
         self.max_gap = MAX_GAP if max_gap is None else max_gap
         self._chores: list[_Chore] = []
         self._next = math.inf  # when the soonest chore is due
@@ -52,7 +54,7 @@ class Housekeeping:
         `interval` seconds (called at once unless inline)."""
         with self._lock:
             if self.inline:
-                chore = _Chore(interval, run, start_thread, time.monotonic() + interval)
+                chore = _Chore(interval, run, start_thread, self.clock() + interval)
                 self._chores.append(chore)
                 self._next = min(self._next, chore.due)
                 return
@@ -65,7 +67,7 @@ class Housekeeping:
             return
         self._ticking = True
         try:
-            now = time.monotonic()
+            now = self.clock()
             last, self._last = self._last, now
             if last is not None and now - last > self.max_gap:
                 self._to_threads()

@@ -82,10 +82,11 @@ class DashboardApp(LayoutMixin, PacingMixin, EndingMixin, App[int]):
     ]
 
     def __init__(self, source: Source, controller: Controller | None = None, theme: Path | None = None, *,
-                 watch: bool = False, notice: str = "", clock: Callable[[], float] = time.time,
+                 watch: bool = False, owned: bool = False, notice: str = "", clock: Callable[[], float] = time.time,
                  drain_interval: float = 1 / 15, plot_interval: float = 1.0,
                  hard_exit: Callable[[App], None] | None = None, use_default_theme: bool = True,
-                 ui_share: float = UI_SHARE, cpu_clock: Callable[[], float] = time.thread_time) -> None:
+                 ui_share: float = UI_SHARE, cpu_clock: Callable[[], float] = time.thread_time,
+                 pace_clock: Callable[[], float] = time.monotonic) -> None:
         if theme is None and use_default_theme:
             theme = default_theme()
         self.theme_path = Path(theme) if theme is not None else None
@@ -94,6 +95,9 @@ class DashboardApp(LayoutMixin, PacingMixin, EndingMixin, App[int]):
         self.source = source
         self.controller = controller
         self.watching = watch
+        # watching the run of the process that started this viewer (`Monitor`): the user has no other
+        # screen for it, so Ctrl+C and q-y stop it and leave once it ended, as a live run's do
+        self.owned = watch and owned
         self.notice = notice
         self.clock = clock
         self.drain_interval = drain_interval
@@ -116,7 +120,8 @@ class DashboardApp(LayoutMixin, PacingMixin, EndingMixin, App[int]):
         self.ui_share = ui_share
         self.cpu_clock = cpu_clock  # this thread's CPU time: what the screen costs
         self.slow = 1.0  # the factor on the refresh intervals (see UI_SHARE)
-        self._pace_at = time.monotonic()
+        self.pace_clock = pace_clock  # seconds, for the pace of redraws
+        self._pace_at = pace_clock()
         self._pace_cpu = cpu_clock()
         self._paced = False
         self._status_shown: tuple = ()
@@ -171,7 +176,8 @@ class DashboardApp(LayoutMixin, PacingMixin, EndingMixin, App[int]):
         if self.controller is None or self.training_over:
             self.leave()
             return
-        self.push_screen(ConfirmScreen("Stop training and leave?", offer_leave=self.watching), self._confirmed)
+        self.push_screen(ConfirmScreen("Stop training and leave?", offer_leave=self.watching and not self.owned),
+                         self._confirmed)
 
     def _confirmed(self, answer: str | None) -> None:
         if answer == "leave":
@@ -181,7 +187,7 @@ class DashboardApp(LayoutMixin, PacingMixin, EndingMixin, App[int]):
                 self.leave()
                 return
             self.controller.request_stop("dashboard", "quit")
-            if self.watching:
+            if self.watching and not self.owned:
                 self.leave()  # the run in the other process stops on its own
             else:
                 self.leave_when_done = True
@@ -189,8 +195,8 @@ class DashboardApp(LayoutMixin, PacingMixin, EndingMixin, App[int]):
                 self.notify("stopping: saving a checkpoint, then leaving", timeout=5)
 
     def action_interrupt(self) -> None:
-        if self.training_over or self.controller is None or self.watching:
-            self.leave()  # watching: Ctrl+C leaves the viewer, the run goes on
+        if self.training_over or self.controller is None or (self.watching and not self.owned):
+            self.leave()  # watching another's run: Ctrl+C leaves the viewer, the run goes on
             return
         self.interrupts += 1
         if self.interrupts > 1:
@@ -226,6 +232,8 @@ class DashboardApp(LayoutMixin, PacingMixin, EndingMixin, App[int]):
         note = ""
         if self.controller is None:
             note = "This run cannot be steered from here: c, p and the buttons are off."
+        elif self.owned:
+            note = "Your loop runs in another process: c, p, q-y and Ctrl+C act on it."
         elif self.watching:
             note = "Watching a run in another process: c, p and q-y act on it; Ctrl+C leaves the viewer."
         self.push_screen(HelpScreen(note))

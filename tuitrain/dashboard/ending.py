@@ -45,7 +45,8 @@ class EndingMixin:
 
             self.bridge(RunFailed(error=message.error, traceback=message.traceback,
                                   epoch=self.state.epoch, step=self.state.step), None)
-        while self.bridge.pending():  # the last events, the final one included, may still sit there
+        # the last events, the final one included, may still sit there (drain does nothing once shutting down)
+        while self.is_running and self.bridge.pending():
             self.drain()
         if not self.watching:
             if self.leave_when_done:

@@ -43,8 +43,9 @@ def run_live(run: Any, theme: Path | None) -> int:
     return 130 if run.interrupter.stop_requested else 1
 
 
-def run_watch(run_dir: Path, theme: Path | None) -> int:
-    """The dashboard of a run from its files; steers it through FileControl while it is live."""
+def run_watch(run_dir: Path, theme: Path | None, owned: bool = False) -> int:
+    """The dashboard of a run from its files; steers it through FileControl while it is live.
+    `owned`: the run is this viewer's parent's (`Monitor`): Ctrl+C stops it (see DashboardApp)."""
     from tuitrain.dashboard.app import DashboardApp
     from tuitrain.sinks.run_status import live_status as run_status
 
@@ -54,7 +55,7 @@ def run_watch(run_dir: Path, theme: Path | None) -> int:
     controller = FileControl(run_dir) if live else None
     notice = {"running": "", "killed": "the run's process is gone: keys that steer are off"}.get(
         status, "finished run: keys that steer are off")
-    app = DashboardApp(FileSource(run_dir, live=live), controller, theme, watch=True, notice=notice)
+    app = DashboardApp(FileSource(run_dir, live=live), controller, theme, watch=True, owned=owned, notice=notice)
     app.run()
     return 0
 

@@ -11,8 +11,6 @@ attributes. Like the rest of the dashboard, this module must not import the run 
 
 from __future__ import annotations
 
-import time
-
 from tuitrain.dashboard.widgets.checkpoint_list import CheckpointList
 from tuitrain.dashboard.widgets.control_bar import ControlBar
 from tuitrain.dashboard.widgets.devices_panel import DevicesPanel
@@ -42,6 +40,8 @@ class PacingMixin:
 
     def drain(self) -> None:
         """Fold what the bridge holds into the state and refresh the panels that changed."""
+        if not self.is_running:  # shutting down: a timer still due finds the panels gone
+            return
         every = self.drain_interval
         st = self.state
         if not (self.watching or self.worker_done or st.ended or st.paused):
@@ -56,7 +56,7 @@ class PacingMixin:
         dirty = self._dirty
         if not dirty:
             return
-        now = time.monotonic()
+        now = self.pace_clock()
         self._pace(now)
         keep: set[str] = set()  # what waits for its turn
         if "progress" in dirty:
@@ -86,6 +86,9 @@ class PacingMixin:
             else:
                 keep.add("plot")
         if "result" in dirty and st.ended and (self.watching or self.worker_done):
+            if self.watching and self.leave_when_done:  # an owned run stopped from here
+                self.leave()
+                return
             self._show_result()
         self._dirty = keep
 
@@ -140,6 +143,8 @@ class PacingMixin:
             plot.border_subtitle = "Tab ←→ metric · ↑↓ window"
 
     def _every_second(self) -> None:
+        if not self.is_running:  # shutting down (see drain)
+            return
         self._dirty.add("progress")  # elapsed time and ETA move without events; drain paces it
         self.query_one(CheckpointList).render_rows()  # ages
         if self.watching and not self.state.ended and getattr(self.source, "caught_up", False):

@@ -43,6 +43,7 @@ class WorkerSpec:
     init_method: str
     wants_steps: bool | str  # what the parent's callbacks take: True, "sampled" or False
     run_type: type  # the parent's Run class: each rank builds its own Run of it from `cfg`
+    parent_pid: int = 0  # the launcher: a rank whose parent is no longer it ends at once
 
 
 def distributed_wanted(cfg: Any) -> bool:
@@ -169,7 +170,7 @@ def worker_main(rank: int, spec: WorkerSpec, events, control) -> None:
     os.close(fd)
     from tuitrain.core.strategies.ddp import init_distributed, shutdown_distributed, watch_parent
 
-    watch_parent()
+    watch_parent(spec.parent_pid)
     cfg = spec.cfg
     if "OMP_NUM_THREADS" not in os.environ and not cfg.train.device.startswith("cuda"):
         import torch
@@ -255,7 +256,7 @@ def _spawn(run) -> int:
     try:
         threads = run._attach(bus, devices=False)  # each rank samples its own (see _rank_monitor)
         spec = WorkerSpec(cfg, str(run.run_dir), str(run.resume_path) if run.resume_path else None, world,
-                          f"tcp://127.0.0.1:{_free_port()}", bus.step_mode, type(run))
+                          f"tcp://127.0.0.1:{_free_port()}", bus.step_mode, type(run), os.getpid())
         for r in range(world):
             p = ctx.Process(target=worker_main, args=(r, spec, events, control if r == 0 else None),
                             name=f"tuitrain-rank-{r}")

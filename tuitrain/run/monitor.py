@@ -55,12 +55,18 @@ class Monitor:
     experiment: the run's name (default: the run folder's name); config: a dict, written to config.toml
     and shown by `tuitrain watch`; run_dir: where the run goes (default `dir/experiment/<timestamp>`);
     dashboard: "auto" (a terminal: the dashboard; else the headless console lines), True (a terminal or
-    ValueError) or False (nothing printed); theme: the dashboard's theme; keep_last: checkpoints kept.
+    ValueError) or False (nothing printed); theme: the dashboard's theme; keep_last: checkpoints kept;
+    max_steps: the steps the loop will take, if known (a progress bar and an ETA); batch_size: items per
+    step, if known (items/s beside it/s).
     """
 
     def __init__(self, experiment: str = "", config: dict | None = None, run_dir: str | os.PathLike | None = None,
                  dashboard: Any = "auto", *, dir: str | os.PathLike = "runs", theme: str | None = None,
-                 keep_last: int = 3) -> None:
+                 keep_last: int = 3, max_steps: int = 0, batch_size: int = 0) -> None:
+        for name, value in (("max_steps", max_steps), ("batch_size", batch_size)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"Monitor({name}=...) takes a whole number of 0 or more, not {value!r}")
+        self.max_steps, self.batch_size = max_steps, batch_size
         self.screen = screen_for(dashboard)
         if run_dir is None:
             run_dir = fresh_run_dir(Path(dir) / (experiment or "monitor"))
@@ -175,8 +181,8 @@ class Monitor:
 
         import torch
 
-        self.bus.emit(RunStarted(run_dir=str(self.run_dir), experiment=self.experiment, epochs=0, max_steps=0,
-                                 steps_per_epoch=0, batch_size=0, pid=os.getpid(),
+        self.bus.emit(RunStarted(run_dir=str(self.run_dir), experiment=self.experiment, epochs=0,
+                                 max_steps=self.max_steps, steps_per_epoch=0, batch_size=self.batch_size, pid=os.getpid(),
                                  env=env_info(torch.device("cpu")), config=self.config))
         self._stack.enter_context(StopOnSignals(self.interrupter, sigint=True))
         if self.screen == "dashboard":
@@ -228,7 +234,7 @@ class Monitor:
     def _open_viewer(self) -> None:
         """`tuitrain watch RUN_DIR` on this terminal; this process's own output goes to a file meanwhile,
         so nothing the loop or a library writes can tear the screen."""
-        cmd = [sys.executable, "-m", "tuitrain", "watch", str(self.run_dir)]
+        cmd = [sys.executable, "-m", "tuitrain", "watch", str(self.run_dir), "--owned"]
         if self.theme:
             cmd += ["--theme", str(self.theme)]
         sys.stdout.flush()

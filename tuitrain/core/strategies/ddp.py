@@ -422,9 +422,13 @@ class DDPLearner(Learner):
                 ms.ctx.window_items = ms.ctx.window_steps = 0
 
 
-def watch_parent(interval: float = 0.5) -> None:
-    """End this process if its parent dies (a spawned rank must never outlive the run)."""
-    ppid = os.getppid()
+def watch_parent(parent_pid: int = 0, interval: float = 0.5) -> None:
+    """End this process if its parent dies (a spawned rank must never outlive the run). `parent_pid`:
+    the launcher's pid, as it told the rank; a parent killed while the rank was still importing torch
+    is caught too (the rank was handed to init by then)."""
+    ppid = parent_pid or os.getppid()
+    if os.getppid() != ppid:
+        os._exit(1)
 
     def loop():
         while True:

@@ -63,14 +63,21 @@ class ProgressPanel(Static):
             grid.add_row("Phase", Text(f"{phase} {min(state.batch, state.batches)}/{state.batches}"))
         else:
             grid.add_row("Phase", Text(f"{phase} {state.batch}" if state.batch else phase))
-        epochs = f"/{state.epochs}" if state.epochs else ""
-        grid.add_row("Epoch", f"{state.epoch}{epochs}")
+        if state.epochs or state.epoch:  # a loop of one's own (Monitor) may have no epochs
+            epochs = f"/{state.epochs}" if state.epochs else ""
+            grid.add_row("Epoch", f"{state.epoch}{epochs}")
         total = state.total_steps
         grid.add_row("Step", f"{state.step:,}" + (f" / {total:,}" if total else ""))
         items, steps = state.rates()
-        speed = "warming up" if items is None and not state.ended else f"{format_rate(items)} items/s"
-        if steps is not None:
-            speed += f" · {format_rate(steps)} it/s"
+        if items is None and not state.ended:
+            speed = "warming up"
+        else:
+            rates = []
+            if state.batch_size:  # unknown to a loop of one's own that did not give it
+                rates.append(f"{format_rate(items)} items/s")
+            if steps is not None:
+                rates.append(f"{format_rate(steps)} it/s")
+            speed = " · ".join(rates) or "-"
         grid.add_row("Speed", speed)
         eta = state.eta()
         grid.add_row("Time", f"{format_duration(state.elapsed())}  ETA {format_duration(eta) if eta is not None else '-'}")
