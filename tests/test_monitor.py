@@ -55,6 +55,7 @@ def test_prints_in_the_block_reach_experiment_log_and_the_console_lines(tmp_path
     assert "hello from the loop" in (tmp_path / "r" / "experiment.log").read_text()
     assert "hello from the loop" in capsys.readouterr().out
     assert _run_json(tmp_path / "r")["experiment"] == "r"  # named after its folder
+    assert "| train | loss   | 0.5000 | 0.5000 |" in (tmp_path / "r" / "experiment.log").read_text()
 
 
 def test_an_exception_in_the_block_fails_the_run_and_propagates(tmp_path):
@@ -128,6 +129,7 @@ def test_the_dashboard_shows_a_monitored_loop_by_its_steps_without_epochs(tmp_pa
     from tuitrain.dashboard.app import DashboardApp
     from tuitrain.dashboard.sources import FileSource
     from tuitrain.dashboard.widgets.progress_panel import ProgressPanel
+    from tuitrain.dashboard.widgets.result_screen import result_body
 
     def loop(run_dir, **sizes):
         with Monitor(run_dir=run_dir, dashboard=False, **sizes) as mon:
@@ -140,6 +142,8 @@ def test_the_dashboard_shows_a_monitored_loop_by_its_steps_without_epochs(tmp_pa
         async with app.run_test(size=SIZE) as pilot:
             await until(pilot, lambda: app.state.ended)
             await pilot.pause()
+            body = result_body(app.state, 0)
+            assert body.startswith("completed · step 20 · ")  # no "epoch 0"
             return shown(app.query_one(ProgressPanel))
 
     loop(tmp_path / "sized", max_steps=20, batch_size=8)
@@ -151,3 +155,69 @@ def test_the_dashboard_shows_a_monitored_loop_by_its_steps_without_epochs(tmp_pa
     assert "Epoch" not in bare
     with pytest.raises(ValueError, match="max_steps"):
         Monitor(run_dir=tmp_path / "bad", dashboard=False, max_steps=-1)
+
+
+MONITORED_LOOP = '''
+import sys, time
+from tuitrain import Monitor
+
+with Monitor(run_dir=sys.argv[1], max_steps=100000, batch_size=4) as mon:
+    step = 0
+    while not mon.stop_requested:
+        step += 1
+        time.sleep(0.02)
+        mon.log(step, loss=1.0 / step)
+'''
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs a pty")
+def test_ctrl_c_in_the_dashboard_of_a_monitored_loop_stops_the_loop(tmp_path):
+    """A person at a terminal: the loop's dashboard comes up, Ctrl+C there stops the loop (not only
+    the viewer), the run ends interrupted and the script ends normally with the terminal back."""
+    import os
+    import pty
+    import sys
+
+    from tests.conftest import cli_env, read_pty
+
+    (tmp_path / "loop.py").write_text(MONITORED_LOOP)
+    run_dir = tmp_path / "run"
+    cmd = [sys.executable, str(tmp_path / "loop.py"), str(run_dir)]
+    env = dict(cli_env(), TERM="xterm-256color", COLUMNS="100", LINES="30")
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.chdir(tmp_path)
+        os.execvpe(cmd[0], cmd, env)
+
+    def logged() -> int:
+        try:
+            return (run_dir / "events.jsonl").read_text().count('"MetricsLogged"')
+        except OSError:
+            return 0
+
+    try:
+        screen = b""
+        deadline = time.time() + 300  # two processes import torch and textual first
+        while time.time() < deadline and not (logged() >= 3 and b"progress" in screen):
+            screen += read_pty(fd, 0.2)
+        assert b"\x1b[?1049h" in screen and b"progress" in screen  # the dashboard, in its own screen
+        os.write(fd, b"\x03")  # Ctrl+C: a key to the dashboard, which holds the terminal in raw mode
+        code = None
+        deadline = time.time() + 300
+        while time.time() < deadline and code is None:
+            screen += read_pty(fd, 0.1)
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                code = os.waitstatus_to_exitcode(status)
+        assert code == 0, screen[-2000:]
+        assert _run_json(run_dir)["status"] == "interrupted"
+        stops = [e for e in read_events(run_dir) if e["event"] == "ControlReceived"]
+        assert [(e["command"], e["source"]) for e in stops] == [("stop", "dashboard")]
+        assert b"\x1b[?1049l" in screen  # the terminal's own screen is back
+    finally:
+        try:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
+        os.close(fd)

@@ -32,3 +32,11 @@ def test_value_and_duration_formats():
     assert format_duration(62.4) == "0:01:02"
     assert format_duration(90061) == "25:01:01"
     assert format_duration(None) == "-"
+
+
+def test_a_summary_without_epochs_has_no_epoch_columns():
+    """Monitor's loop has no epochs: its table is split, metric, min and max."""
+    table = format_summary_table({"train/loss": {"min": 0.5, "max": 2.0, "last": 0.5},
+                                  "valid/loss": {"min": 0.7, "max": 1.9, "last": 0.7}}).splitlines()
+    assert table[0] == "| Split | Metric | Min.   | Max.   |"
+    assert table[2:] == ["| train | loss   | 0.5000 | 2.0000 |", "| valid | loss   | 0.7000 | 1.9000 |"]

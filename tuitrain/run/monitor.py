@@ -144,8 +144,8 @@ class Monitor:
             self._last.setdefault(split, {}).update(metrics)
             for name, v in metrics.items():
                 if v == v:  # NaN has no place in a min or a max
-                    row = self._summary.setdefault(f"{split}/{name}", {"min": v, "min_epoch": 0, "max": v,
-                                                                          "max_epoch": 0, "last": v})
+                    # no epochs in a loop of one's own: the summary table leaves its Epoch columns out
+                    row = self._summary.setdefault(f"{split}/{name}", {"min": v, "max": v, "last": v})
                     row["min"], row["max"], row["last"] = min(row["min"], v), max(row["max"], v), v
             self.bus.emit(MetricsLogged(split=split, epoch=0, step=step, metrics=metrics, time=t))
         for command, source, detail in self.interrupter.take_log():

@@ -84,7 +84,10 @@ def format_summary_table(summary: dict) -> str:
     rows = summary_rows(summary or {})
     if not rows:
         return ""
-    widths = [max(len(HEADERS[c]), *(len(r[c]) for r in rows)) for c in range(len(HEADERS))]
+    headers = HEADERS
+    if all(r[3] == r[5] == "-" for r in rows):  # a loop without epochs (Monitor): no Epoch columns
+        headers, rows = headers[:3] + headers[4:5], [r[:3] + r[4:5] for r in rows]
+    widths = [max(len(headers[c]), *(len(r[c]) for r in rows)) for c in range(len(headers))]
 
     def line(cells: tuple[str, ...], header: bool = False) -> str:
         out = []
@@ -93,6 +96,6 @@ def format_summary_table(summary: dict) -> str:
             out.append(cell.ljust(w) if header or c < 2 else cell.rjust(w))
         return "| " + " | ".join(out) + " |"
 
-    lines = [line(HEADERS, header=True), "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
+    lines = [line(headers, header=True), "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
     lines += [line(r) for r in rows]
     return "\n".join(lines)

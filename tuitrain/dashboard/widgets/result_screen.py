@@ -40,7 +40,8 @@ def result_body(state: DashboardState, exit_code: int | None) -> str:
         return "\n".join(lines)
     fin = state.finished
     if fin is not None:
-        lines.append(f"{REASONS.get(fin.reason, fin.reason)} · epoch {fin.epoch} · step {fin.step} · "
+        epoch = f"epoch {fin.epoch} · " if fin.epoch or state.epochs else ""  # Monitor's loop has none
+        lines.append(f"{REASONS.get(fin.reason, fin.reason)} · {epoch}step {fin.step} · "
                      f"{format_duration(fin.duration)}{code}")
         best = fin.best or {}
         if best.get("file"):
