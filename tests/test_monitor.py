@@ -167,6 +167,8 @@ with Monitor(run_dir=sys.argv[1], max_steps=100000, batch_size=4) as mon:
         step += 1
         time.sleep(0.02)
         mon.log(step, loss=1.0 / step)
+        if mon.checkpoint_requested:
+            mon.save_checkpoint({"step": step})
 '''
 
 
@@ -176,6 +178,7 @@ def test_ctrl_c_in_the_dashboard_of_a_monitored_loop_stops_the_loop(tmp_path):
     the viewer), the run ends interrupted and the script ends normally with the terminal back."""
     import os
     import pty
+    import subprocess
     import sys
 
     from tests.conftest import cli_env, read_pty
@@ -201,6 +204,15 @@ def test_ctrl_c_in_the_dashboard_of_a_monitored_loop_stops_the_loop(tmp_path):
         while time.time() < deadline and not (logged() >= 3 and b"progress" in screen):
             screen += read_pty(fd, 0.2)
         assert b"\x1b[?1049h" in screen and b"progress" in screen  # the dashboard, in its own screen
+        r = subprocess.run([sys.executable, "-m", "tuitrain", "checkpoint", str(run_dir)], env=cli_env(),
+                           capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr  # from another shell: the loop answers it
+        wait_for(lambda: (run_dir / "checkpoint" / "index.json").exists(), what="the requested checkpoint")
+        os.write(fd, b"p")  # pause: the loop waits inside its next mon.log
+        wait_for(lambda: _run_json(run_dir).get("paused"), what="the pause")
+        screen += read_pty(fd, 1.0)
+        names = [e["event"] for e in read_events(run_dir, torn_ok=True)]
+        assert "MetricsLogged" not in names[names.index("RunPaused"):]  # the loop waits
         os.write(fd, b"\x03")  # Ctrl+C: a key to the dashboard, which holds the terminal in raw mode
         code = None
         deadline = time.time() + 300
@@ -211,8 +223,10 @@ def test_ctrl_c_in_the_dashboard_of_a_monitored_loop_stops_the_loop(tmp_path):
                 code = os.waitstatus_to_exitcode(status)
         assert code == 0, screen[-2000:]
         assert _run_json(run_dir)["status"] == "interrupted"
-        stops = [e for e in read_events(run_dir) if e["event"] == "ControlReceived"]
-        assert [(e["command"], e["source"]) for e in stops] == [("stop", "dashboard")]
+        commands = [(e["command"], e["source"]) for e in read_events(run_dir) if e["event"] == "ControlReceived"]
+        assert commands == [("checkpoint", "cli"), ("pause", "dashboard"), ("stop", "dashboard")], commands
+        index = json.loads((run_dir / "checkpoint" / "index.json").read_text())
+        assert [e["reason"] for e in index] == ["request"]
         assert b"\x1b[?1049l" in screen  # the terminal's own screen is back
     finally:
         try:
