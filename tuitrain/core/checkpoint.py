@@ -96,6 +96,9 @@ def load_checkpoint(path: str | os.PathLike) -> dict:
         return data
     if not path.is_file():
         raise CheckpointError(f"{path}: no such checkpoint file")
+    damage = damaged(path)
+    if damage:
+        raise CheckpointError(f"{path}: damaged: {damage}")
     try:
         data = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
@@ -105,6 +108,19 @@ def load_checkpoint(path: str | os.PathLike) -> dict:
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise CheckpointError(f"{path}: not a tuitrain checkpoint (use [checkpoint] init_from for bare weights)")
     return data
+
+
+def damaged(path: str | os.PathLike) -> str:
+    """Why the checkpoint file at `path` cannot be trusted ("" when sound): its sha256 differs from
+    the one its folder's index.json lists. A file the index does not list, or lists without a hash (a
+    checkpoint written before hashes), passes."""
+    path = Path(path)
+    listed = {e.file: e.sha256 for e in read_index(path.parent)}.get(path.name, "")
+    if not listed or not path.is_file():
+        return ""
+    if fsutil.file_sha256(path) != listed:
+        return f"its sha256 differs from the one in {path.parent / INDEX} (bytes changed after it was written)"
+    return ""
 
 
 def read_index(folder: str | os.PathLike) -> list[Entry]:
@@ -119,19 +135,24 @@ def read_index(folder: str | os.PathLike) -> list[Entry]:
             out.append(Entry(file=r["file"], epoch=int(r["epoch"]), step=int(r["step"]),
                              metrics=dict(r.get("metrics") or {}), time=float(r.get("time", 0.0)),
                              bytes=int(r.get("bytes", 0)), best=bool(r.get("best", False)),
-                             reason=str(r.get("reason", ""))))
+                             reason=str(r.get("reason", "")), sha256=str(r.get("sha256", ""))))
         except (KeyError, TypeError, ValueError):
             continue
     return out
 
 
-def latest_checkpoint(folder: str | os.PathLike) -> Path | None:
-    """The newest complete checkpoint listed in the index whose file (or directory) is present."""
+def latest_checkpoint(folder: str | os.PathLike, passed_over: list[tuple[Path, str]] | None = None) -> Path | None:
+    """The newest complete, sound checkpoint listed in the index whose file (or directory) is present;
+    each newer one found damaged is added to `passed_over` as (path, why)."""
     folder = Path(folder)
     for e in sorted(read_index(folder), key=lambda e: (e.step, e.epoch, e.time), reverse=True):
         p = folder / e.file
         if _complete(p):
-            return p
+            why = damaged(p)
+            if not why:
+                return p
+            if passed_over is not None:
+                passed_over.append((p, why))
     return None
 
 
@@ -244,15 +265,17 @@ class Checkpointer:
         t0 = time.perf_counter()
         try:
             size = fsutil.atomic_write(self.folder / name, lambda f: self.save_fn(state, f))
-            self._commit(name, size, epoch, step, metrics, reason, stall, t0)
+            # read back on this thread, never the loop's: what is on disk is what the hash vouches for
+            digest = fsutil.file_sha256(self.folder / name)
+            self._commit(name, size, epoch, step, metrics, reason, stall, t0, digest)
         except Exception as e:  # disk full, permissions: reported, training goes on
             self.failed(e, epoch=epoch, step=step, reason=reason)
 
-    def _commit(self, name, size, epoch, step, metrics, reason, stall, t0) -> None:
+    def _commit(self, name, size, epoch, step, metrics, reason, stall, t0, sha256: str = "") -> None:
         """A complete checkpoint is in place: list it, apply retention, queue the events (`stall` None:
         the loop waited for the whole write)."""
         entry = Entry(file=name, epoch=epoch, step=step, metrics=metrics, time=time.time(),
-                      bytes=size, reason=reason)
+                      bytes=size, reason=reason, sha256=sha256)
         entries = [e for e in self.entries() if e.file != name] + [entry]
         keep, delete = decide(self.policy, entries)
         best = best_entry(keep, self.monitor, self.mode)

@@ -7,6 +7,7 @@ renamed into place (`replace_dir`). Must not import torch or textual.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -72,6 +73,15 @@ def remove(path: str | os.PathLike) -> None:
         if not path.is_dir():
             raise
         shutil.rmtree(path, ignore_errors=True)
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """The file's sha256, hex (read in 1 MiB blocks; hashlib lets go of the GIL while it hashes)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            h.update(block)
+    return h.hexdigest()
 
 
 def tree_size(path: str | os.PathLike) -> int:

@@ -22,10 +22,14 @@ class Entry:
     bytes: int = 0
     best: bool = False
     reason: str = ""
+    sha256: str = ""  # of the file as written; "" for a sharded directory or an older checkpoint
 
     def to_dict(self) -> dict:
-        return {"file": self.file, "epoch": self.epoch, "step": self.step, "metrics": self.metrics,
-                "time": self.time, "bytes": self.bytes, "best": self.best, "reason": self.reason}
+        d = {"file": self.file, "epoch": self.epoch, "step": self.step, "metrics": self.metrics,
+             "time": self.time, "bytes": self.bytes, "best": self.best, "reason": self.reason}
+        if self.sha256:
+            d["sha256"] = self.sha256
+        return d
 
 
 class Policy(Protocol):

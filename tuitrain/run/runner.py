@@ -31,22 +31,31 @@ def resolve_resume(spec: str, cfg: Config) -> tuple[Path, Path]:
     checkpoint's directory (strategy "fsdp")."""
     from tuitrain.core.checkpoint import is_sharded_checkpoint, latest_checkpoint
 
+    passed_over: list[tuple[Path, str]] = []
+
+    def newest_sound(folder: Path) -> Path | None:
+        found = latest_checkpoint(folder, passed_over)
+        for path, why in passed_over:  # said once, on stderr, before the run's own lines
+            print(f"tuitrain: --resume {spec}: passed over {path}: {why}", file=sys.stderr)
+        passed_over.clear()
+        return found
+
     if spec == "latest":
         root = Path(cfg.experiment.dir) / cfg.experiment.name
         for run in find_runs(root):
-            found = latest_checkpoint(run / "checkpoint")
+            found = newest_sound(run / "checkpoint")
             if found is not None:
                 return run, found
-        raise UsageError(f"--resume latest: no complete checkpoint in any run under {root}")
+        raise UsageError(f"--resume latest: no complete, sound checkpoint in any run under {root}")
     p = Path(spec)
     if p.is_file() or is_sharded_checkpoint(p):
         run = p.parent.parent if p.parent.name == "checkpoint" else p.parent
         return run, p
     if p.is_dir():
         folder = p / "checkpoint" if (p / "checkpoint").is_dir() else p
-        found = latest_checkpoint(folder)
+        found = newest_sound(folder)
         if found is None:
-            raise UsageError(f"--resume {spec}: no complete checkpoint listed in {folder}/index.json")
+            raise UsageError(f"--resume {spec}: no complete, sound checkpoint listed in {folder}/index.json")
         run = folder.parent if folder.name == "checkpoint" else folder
         return run, found
     raise UsageError(f"--resume {spec}: no such file or run directory")
