@@ -154,7 +154,8 @@ def test_a_script_learner_obeys_tuitrain_checkpoint_and_stop(tmp_path):
         wait_for(lambda: _steps(run_dir) >= 3, timeout=240, what="the script to train")  # torch imports first
         r = _tuitrain("checkpoint", run_dir, cwd=tmp_path)
         assert r.returncode == 0 and "took the request" in r.stdout, r.stderr
-        wait_for(lambda: (run_dir / "checkpoint" / "index.json").exists(), what="the requested checkpoint")
+        wait_for(lambda: any(e["event"] == "CheckpointSaved" and e["reason"] == "request"
+                             for e in read_events(run_dir, torn_ok=True)), what="the requested checkpoint")
         r = _tuitrain("stop", run_dir, cwd=tmp_path)
         assert r.returncode == 0, r.stderr
         assert proc.wait(timeout=300) == 0
@@ -166,7 +167,8 @@ def test_a_script_learner_obeys_tuitrain_checkpoint_and_stop(tmp_path):
     info = json.loads((run_dir / "run.json").read_text())
     assert info["status"] == "interrupted"
     index = json.loads((run_dir / "checkpoint" / "index.json").read_text())
-    assert [e["reason"] for e in index][0] == "request" and index[-1]["step"] == info["step"]
+    # epochs are short here, so epoch checkpoints come and go around the one that was asked for
+    assert index[-1]["step"] == info["step"] and index[-1]["reason"] == "stop"
     sources = {(e["command"], e["source"]) for e in read_events(run_dir) if e["event"] == "ControlReceived"}
     assert {("checkpoint", "cli"), ("stop", "cli")} <= sources
     assert not list((run_dir / "control").glob("*.cmd"))
