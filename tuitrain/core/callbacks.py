@@ -17,6 +17,7 @@ Must not import torch or textual.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import traceback
@@ -71,6 +72,11 @@ class EventBus:
         self.batch_interval = batch_interval
         self.state: Any = None
         self.errors: list[str] = []
+        #: the first failed write of a callback that stores the run (`stores_run = True`: the run
+        #: directory's files) as (one line, traceback); the loop stops on it (see `on_write_failure`)
+        self.write_failure: tuple[str, str] | None = None
+        #: called once, with that line, on the first such failure (the Learner stops at the next step)
+        self.on_write_failure: list[Callable[[str], None]] = []
         self._wake = threading.Condition(self._lock)
         self._chore = False  # the chore that delivers batches no later event delivered: added
         self._ticker: threading.Thread | None = None  # that chore's thread
@@ -198,13 +204,38 @@ class EventBus:
     def _call(self, cb: Callback, event: Event) -> None:
         try:
             cb(event, self.state)
+        except OSError as e:
+            if getattr(cb, "stores_run", False):  # the run directory cannot be written: stop, say it once
+                self._write_failed(cb, e)
+            else:
+                self._failed(cb, event)
         except Exception:  # a broken sink must not take training down; say so once per sink
-            name = getattr(cb, "__qualname__", type(cb).__name__)
-            msg = f"callback {name} failed on {event.name}:\n{traceback.format_exc()}"
-            if msg not in self.errors:
-                self.errors.append(msg)
-                if not isinstance(event, OutputPrinted):
-                    self.emit(OutputPrinted(text=msg.rstrip(), stream="tuitrain"))
+            self._failed(cb, event)
+
+    def _write_failed(self, cb: Callback, e: OSError) -> None:
+        if self.write_failure is not None:
+            return  # the first failure says it; the others (the same disk) stay quiet
+        from .fsutil import write_fault
+
+        where = getattr(cb, "path", None)  # the file it writes, or the folder of its files
+        if not isinstance(where, (str, os.PathLike)):
+            where = getattr(cb, "run_dir", None)
+            where = where if isinstance(where, (str, os.PathLike)) else None
+        line = write_fault(e, where)
+        self.write_failure = (line, traceback.format_exc())
+        for hook in self.on_write_failure:
+            try:
+                hook(line)
+            except Exception:
+                pass
+
+    def _failed(self, cb: Callback, event: Event) -> None:
+        name = getattr(cb, "__qualname__", type(cb).__name__)
+        msg = f"callback {name} failed on {event.name}:\n{traceback.format_exc()}"
+        if msg not in self.errors:
+            self.errors.append(msg)
+            if not isinstance(event, OutputPrinted):
+                self.emit(OutputPrinted(text=msg.rstrip(), stream="tuitrain"))
 
     def close(self) -> None:
         with self._lock:

@@ -172,6 +172,7 @@ class Checkpointer:
         self._done: list[Event] = []  # events of finished writes, emitted by the loop
         self._entries: list[Entry] | None = None
         self.last_error: str = ""
+        self.last_exception: BaseException | None = None  # the last write's failure (None: it succeeded)
         #: hook for tests: replaces torch.save(obj, fileobj)
         self.save_fn: Callable[[Any, Any], None] = torch.save
 
@@ -258,6 +259,7 @@ class Checkpointer:
     def failed(self, e: BaseException, *, epoch: int, step: int, reason: str) -> None:
         """Report a write that failed (disk full, permissions): training goes on."""
         self.last_error = f"{type(e).__name__}: {e}"
+        self.last_exception = e
         with self._lock:
             self._done.append(CheckpointFailed(epoch=epoch, step=step, error=self.last_error, reason=reason))
 
@@ -297,6 +299,7 @@ class Checkpointer:
             self._done.append(saved)
             self._done.extend(events)
         self.last_error = ""
+        self.last_exception = None
 
     def _write_index(self, entries: list[Entry]) -> None:
         entries = sorted(entries, key=lambda e: (e.step, e.epoch, e.time))
@@ -305,6 +308,13 @@ class Checkpointer:
 
     def best(self) -> Entry | None:
         return best_entry(self.entries(), self.monitor, self.mode)
+
+    def last_complete(self) -> Path | None:
+        """The newest checkpoint in the index whose file (or directory) is in place."""
+        for e in sorted(self.entries(), key=lambda e: (e.step, e.epoch, e.time), reverse=True):
+            if _complete(self.folder / e.file):
+                return self.folder / e.file
+        return None
 
 
 def check_weights_file(path: str | os.PathLike) -> Any:

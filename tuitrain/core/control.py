@@ -25,6 +25,15 @@ class Controller(Protocol):
 
     def request_stop(self, source: str = "api", detail: str = "") -> None: ...
     def toggle_pause(self, source: str = "api") -> None: ...
+    def fail(self, why: str) -> None:
+        """End the run as failed at the next step boundary (the first reason is kept)."""
+        with self._lock:
+            self.failure = self.failure or why
+            self.pending = True
+            self._resume.set()  # a paused loop must wake up to end
+            if self.on_change is not None:
+                self.on_change()
+
     def request_checkpoint(self, source: str = "api") -> None: ...
 
 
@@ -39,6 +48,9 @@ class Interrupter:
         self.stop_source = ""
         self.checkpoint_requested = False
         self.paused = False
+        #: why the run must end as failed at the next step boundary ("" while nothing failed): a
+        #: write of the run directory that failed (see EventBus.on_write_failure)
+        self.failure = ""
         self.pending = False  # any of the above set: the loop's one cheap check
         # (command, source, detail) waiting to be reported as ControlReceived events by the loop
         self._log: list[tuple[str, str, str]] = []
@@ -57,6 +69,15 @@ class Interrupter:
                 self.stop_source = source
             self._resume.set()  # a paused loop must wake up to stop
             self._note("stop", source, detail)
+
+    def fail(self, why: str) -> None:
+        """End the run as failed at the next step boundary (the first reason is kept)."""
+        with self._lock:
+            self.failure = self.failure or why
+            self.pending = True
+            self._resume.set()  # a paused loop must wake up to end
+            if self.on_change is not None:
+                self.on_change()
 
     def request_checkpoint(self, source: str = "api") -> None:
         with self._lock:
@@ -98,7 +119,8 @@ class Interrupter:
             return wanted
 
     def _refresh(self) -> None:
-        self.pending = bool(self.stop_requested or self.checkpoint_requested or self.paused or self._log)
+        self.pending = bool(self.stop_requested or self.checkpoint_requested or self.paused or self._log
+                            or self.failure)
 
     def settle(self) -> None:
         with self._lock:

@@ -261,6 +261,10 @@ class RunFailed(Event):
     exit_code: int = 1
     duration: float = 0.0
     summary: dict = field(default_factory=dict)
+    #: what failed: "" the user's code, "write" the run directory (a full disk...), "memory" out of memory
+    cause: str = ""
+    #: the last complete checkpoint's path ("" when none was written)
+    checkpoint: str = ""
     time: float = field(default_factory=_now)
 
 

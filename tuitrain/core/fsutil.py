@@ -7,6 +7,7 @@ renamed into place (`replace_dir`). Must not import torch or textual.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -73,6 +74,41 @@ def remove(path: str | os.PathLike) -> None:
         if not path.is_dir():
             raise
         shutil.rmtree(path, ignore_errors=True)
+
+
+#: what a failed write of the run directory means, said after the system's own words
+WRITE_FAULTS = {
+    errno.ENOSPC: "the disk is full",
+    errno.EDQUOT: "the disk quota is used up",
+    errno.EIO: "the disk reported an I/O error",
+    errno.EROFS: "the file system is read-only",
+    errno.EACCES: "the folder cannot be written",
+    errno.EPERM: "the folder cannot be written",
+    errno.EFBIG: "the file is larger than the file system allows",
+}
+
+
+def write_fault(e: BaseException, path: str | os.PathLike | None = None) -> str:
+    """One line for a failed write: "cannot write PATH: No space left on device (the disk is full)"."""
+    path = getattr(e, "filename", None) or path
+    where = f" {path}" if path else ""
+    words = getattr(e, "strerror", None) or str(e) or type(e).__name__
+    why = WRITE_FAULTS.get(getattr(e, "errno", None) or 0)
+    return f"cannot write{where}: {words}" + (f" ({why})" if why else "")
+
+
+def overwrite_in_place(path: str | os.PathLike, data: bytes) -> None:
+    """Write `data` over the existing file `path` without a temporary file: its blocks are reused, so
+    this works on a full disk where `atomic_write` cannot (a reader may see it half-written)."""
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.ftruncate(fd, len(data))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def file_sha256(path: str | os.PathLike) -> str:

@@ -27,6 +27,7 @@ from .callbacks import EventBus
 from .control import Interrupter
 from .data import ResumableLoader, build_loader, rng_state, seed_everything
 from .early_stopping import EarlyStopping
+from .fsutil import write_fault
 from .events import (ControlReceived, EpochCompleted, EpochStarted, MetricsLogged, OutputPrinted, RunFailed,
                      RunFinished, RunPaused, RunResumed, RunStarted)
 from .learner_checkpoint import CheckpointMixin
@@ -36,6 +37,22 @@ from .output import capture_output
 from .phases import CancelFitting, NonFiniteLoss, Phase, TrainPhase, ValidPhase
 
 EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
+
+
+class RunDirUnwritable(Exception):
+    """A write of the run directory failed (a full disk, a quota, an I/O error, a read-only folder):
+    the run ends as failed, with this one line, at the next step boundary."""
+
+    def __init__(self, line: str, traceback_text: str = "") -> None:
+        super().__init__(line)
+        self.line, self.traceback_text = line, traceback_text
+
+
+def out_of_memory(e: BaseException) -> bool:
+    """CUDA's (or MPS's) out-of-memory error, or a MemoryError on the CPU."""
+    if isinstance(e, MemoryError) or isinstance(e, getattr(torch, "OutOfMemoryError", ())):
+        return True
+    return isinstance(e, RuntimeError) and "out of memory" in str(e).lower()
 
 
 @dataclass
@@ -209,6 +226,10 @@ class Learner(OptimizationMixin, CheckpointMixin):
         for sink in sinks:  # writers of the event stream (files, a console): persistent events only
             bus.subscribe(sink, steps=False)
         self.bus = bus
+        # a sink that cannot write the run directory (a full disk) ends the run at the next step
+        bus.on_write_failure.append(self.interrupter.fail)
+        if bus.write_failure is not None:
+            self.interrupter.fail(bus.write_failure[0])
         for cb in callbacks:
             self.bus.subscribe(cb)
         self.checkpointer = checkpointer
@@ -243,6 +264,8 @@ class Learner(OptimizationMixin, CheckpointMixin):
     def at_boundary(self, state: TrainState) -> None:
         """Apply control requests and due checkpoints; raises CancelFitting on a stop."""
         it = self.interrupter
+        if it.failure:
+            self._write_failed()
         self._flush_checkpoint_events()
         for command, source, detail in it.take_log():
             self.bus.emit(ControlReceived(command=command, source=source, detail=detail))
@@ -254,7 +277,7 @@ class Learner(OptimizationMixin, CheckpointMixin):
         if it.paused and not it.stop_requested:
             t0 = time.monotonic()
             self.bus.emit(RunPaused(epoch=state.epoch, step=state.step))
-            while it.paused and not it.stop_requested:
+            while it.paused and not it.stop_requested and not it.failure:
                 it.wait_while_paused(0.1)
                 self.bus.tick()  # the control folder's poll, among others: a resume comes that way
                 for command, source, detail in it.take_log():
@@ -269,8 +292,15 @@ class Learner(OptimizationMixin, CheckpointMixin):
         for command, source, detail in it.take_log():
             self.bus.emit(ControlReceived(command=command, source=source, detail=detail))
         it.settle()
+        if it.failure:
+            self._write_failed()
         if it.stop_requested:
             raise CancelFitting("stopped")
+
+    def _write_failed(self) -> None:
+        """A sink could not write the run directory: raise RunDirUnwritable with its line."""
+        line, tb = self.bus.write_failure or (self.interrupter.failure, "")
+        raise RunDirUnwritable(line, tb)
 
     # --- the run -------------------------------------------------------------------------------
 
@@ -301,6 +331,7 @@ class Learner(OptimizationMixin, CheckpointMixin):
                 self.load_state_dict(data)
             if self.checkpointer is not None:
                 self.checkpointer.prepare()
+            self.batch_size = train.batch_size or self.batch_size  # a DataLoader given brings its own
             batches = train.batches_per_epoch()
             steps_per_epoch = -(-batches // self.grad_accumulation) if batches else 0
             if s.stage == "done":
@@ -329,8 +360,13 @@ class Learner(OptimizationMixin, CheckpointMixin):
                     gc.unfreeze()
                 if kept:
                     heap.release_freed_memory()
+            if self.interrupter.failure:  # the run directory failed as the loop ended: no final writes
+                self._write_failed()
             self._final_checkpoint("end" if status == "completed" else "stop")
             self._save_model()
+            self.bus.deliver()  # the files have the whole run before it is called complete
+            if self.interrupter.failure:
+                self._write_failed()
         except KeyboardInterrupt:  # a second Ctrl+C: leave now, earlier checkpoints stay valid
             reason, status, code = "killed", "interrupted", EXIT_INTERRUPTED
             self._finish_checkpoints()
@@ -342,6 +378,15 @@ class Learner(OptimizationMixin, CheckpointMixin):
                                   duration=time.monotonic() - t_start, summary=summary, best=best))
         self.bus.close()
         return FitResult(self.raw_model, status, code, reason, summary, best)
+
+    def _out_of_memory_message(self, e: BaseException) -> str:
+        first = (str(e).strip().splitlines() or [""])[0]
+        what = f"{type(e).__name__}: {first}" if first else type(e).__name__
+        batch, accumulate = (("data.batch_size", "train.grad_accumulation") if self.config.get("data")
+                             else ("batch_size=", "grad_accumulation="))
+        return (f"out of memory in a {self.state.stage} step with batch size {self.batch_size} on "
+                f"{self.device} ({what}); lower {batch}, and raise {accumulate} to keep the same "
+                "effective batch")
 
     def _epochs(self, train: ResumableLoader, valid: ResumableLoader | None) -> str:
         s = self.state
@@ -406,9 +451,23 @@ class Learner(OptimizationMixin, CheckpointMixin):
             pass
         tb = "".join(traceback.format_exception(e))
         msg = str(e) if isinstance(e, NonFiniteLoss) else f"{type(e).__name__}: {e}"
+        cause = ""
+        if isinstance(e, RunDirUnwritable):
+            msg, tb, cause = e.line, e.traceback_text or tb, "write_failed"
+        elif out_of_memory(e):
+            msg, cause = self._out_of_memory_message(e), "out_of_memory"
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
         summary = summarize(s.history)
         epoch, step = (e.epoch, e.step) if isinstance(e, NonFiniteLoss) else (s.epoch, s.step)
+        last = None
+        if self.checkpointer is not None:
+            try:
+                last = self.checkpointer.last_complete()
+            except Exception:
+                pass
         self.bus.emit(RunFailed(error=msg, traceback=tb, epoch=epoch, step=step,
-                                duration=time.monotonic() - t_start, summary=summary))
+                                duration=time.monotonic() - t_start, summary=summary, cause=cause,
+                                checkpoint=str(last or "")))
         self.bus.close()
         return FitResult(self.raw_model, "failed", EXIT_FAILED, "failed", summary, self._best(), error=msg)

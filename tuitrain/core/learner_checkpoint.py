@@ -15,7 +15,7 @@ import torch
 from . import checkpoint as ckpt
 from .data import rng_state, set_rng_state
 from .events import CheckpointStarted
-from .fsutil import atomic_write
+from .fsutil import atomic_write, write_fault
 
 
 class CheckpointMixin:
@@ -122,14 +122,26 @@ class CheckpointMixin:
     def _save_model(self) -> None:
         """The final model.pt: the plain state_dict (a sharded model gathers it first, on every rank)."""
         if self.model_path is not None:
-            atomic_write(self.model_path, lambda f: torch.save(self.raw_model.state_dict(), f))
+            try:
+                atomic_write(self.model_path, lambda f: torch.save(self.raw_model.state_dict(), f))
+            except OSError as e:
+                from .learner import RunDirUnwritable
+
+                raise RunDirUnwritable(write_fault(e, self.model_path)) from e
 
     def _final_checkpoint(self, reason: str) -> None:
         try:
             self.save_checkpoint(reason)
             if self.checkpointer is not None:
                 self.checkpointer.wait()
-                if self.checkpointer.last_error and reason == "end":
+                if self.checkpointer.last_error and reason in ("end", "stop"):
+                    e = self.checkpointer.last_exception
+                    if isinstance(e, OSError):  # a full disk, a read-only folder: said in one line
+                        from .learner import RunDirUnwritable
+
+                        s = self.state
+                        path = self.checkpointer.folder / (ckpt.checkpoint_name(s.epoch, s.step) + ".pt")
+                        raise RunDirUnwritable("the final checkpoint: " + write_fault(e, path))
                     raise RuntimeError(f"the final checkpoint could not be written: {self.checkpointer.last_error}")
         finally:
             self._flush_checkpoint_events()

@@ -91,8 +91,9 @@ class Monitor:
 
     @property
     def stop_requested(self) -> bool:
-        """`q`/`y` or Ctrl+C in the dashboard, Ctrl+C or SIGTERM here, or `tuitrain stop RUN_DIR`."""
-        return self.interrupter.stop_requested
+        """`q`/`y` or Ctrl+C in the dashboard, Ctrl+C or SIGTERM here, or `tuitrain stop RUN_DIR`; or
+        the run directory could not be written (a full disk): the block ends as a failed run."""
+        return self.interrupter.stop_requested or bool(self.interrupter.failure)
 
     @property
     def checkpoint_requested(self) -> bool:
@@ -124,7 +125,7 @@ class Monitor:
         self._flush()
         t0 = time.monotonic()
         self.bus.emit(RunPaused(epoch=0, step=self.step))
-        while it.paused and not it.stop_requested:
+        while it.paused and not it.stop_requested and not it.failure:
             it.wait_while_paused(0.1)
             self._flush()
         self.bus.emit(RunResumed(epoch=0, step=self.step, paused_for=time.monotonic() - t0))
@@ -163,6 +164,7 @@ class Monitor:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self._write_config()
         self.bus = EventBus()
+        self.bus.on_write_failure.append(self.interrupter.fail)
         for sink in standard_sinks(self.run_dir):
             self.bus.subscribe(sink, steps=False)
         if self.screen == "console":
@@ -203,7 +205,14 @@ class Monitor:
             self._stack.close()  # output capture and signal handlers end here
         finally:
             summary = dict(self._summary)
-            if exc is not None and not isinstance(exc, KeyboardInterrupt):
+            self.bus.deliver()
+            failure = self.bus.write_failure
+            if failure is not None:  # the run directory could not be written: one line, no traceback
+                last = self._checkpointer.last_complete()
+                self.bus.emit(RunFailed(error=failure[0], traceback=failure[1], epoch=0, step=self.step,
+                                        duration=duration, summary=summary, cause="write_failed",
+                                        checkpoint=str(last or "")))
+            elif exc is not None and not isinstance(exc, KeyboardInterrupt):
                 self.bus.emit(RunFailed(error=f"{type(exc).__name__}: {exc}",
                                         traceback="".join(traceback.format_exception(exc_type, exc, tb)),
                                         epoch=0, step=self.step, duration=duration, summary=summary))

@@ -152,6 +152,12 @@ class HeadlessConsole:
                 table = format_summary_table(event.summary)
                 if table:
                     self._emit(table)
+                if event.cause:  # the run directory or memory failed, not the user's code: one plain line
+                    where = f"; traceback in {self.run_dir}/experiment.log" \
+                        if self.run_dir and event.cause != "write_failed" else ""
+                    self._emit(f"error: {event.error}; stopped at epoch {event.epoch}, step {event.step}; last "
+                               f"complete checkpoint: {event.checkpoint or 'none'}{where}", self.err)
+                    return
                 where = f"; traceback in {self.run_dir}/experiment.log" if self.run_dir else ""
                 self._emit(f"error: {event.error} (epoch {event.epoch}, step {event.step}){where}", self.err)
 

@@ -43,6 +43,7 @@ def _metrics_text(metrics: dict) -> str:
 class ExperimentLog:
     """Appends a readable account of the run to `run_dir/experiment.log`."""
 
+    stores_run = True  # a failed write (a full disk) ends the run: see EventBus.on_write_failure
     step_events = False  # the EventBus spares it StepStarted/StepCompleted: it ignores them
     batch_events = True  # it may get the frequent events in batches (EventBus)
 

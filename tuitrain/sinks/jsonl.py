@@ -31,6 +31,7 @@ _FLUSH_NOW = (RunStarted, EpochCompleted, CheckpointStarted, CheckpointSaved, Ch
 class JsonlWriter:
     """Appends every persistent event to `run_dir/events.jsonl` (a resumed run appends)."""
 
+    stores_run = True  # a failed write (a full disk) ends the run: see EventBus.on_write_failure
     step_events = False  # the EventBus spares it StepStarted/StepCompleted: it ignores them
     batch_events = True  # it may get the frequent events in batches (EventBus)
 

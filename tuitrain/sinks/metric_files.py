@@ -59,6 +59,7 @@ class MetricFileLogger:
     end of each phase and epoch.
     """
 
+    stores_run = True  # a failed write (a full disk) ends the run: see EventBus.on_write_failure
     step_events = False  # the EventBus spares it StepStarted/StepCompleted: it ignores them
     batch_events = True  # it may get the frequent events in batches (EventBus)
 

@@ -22,7 +22,7 @@ from tuitrain.core.events import (
     CheckpointSaved, EpochCompleted, EpochStarted, Event, MetricsLogged, RunFailed, RunFinished,
     RunPaused, RunResumed, RunStarted,
 )
-from tuitrain.core.fsutil import atomic_write_json
+from tuitrain.core.fsutil import atomic_write_json, overwrite_in_place
 
 FILENAME = "run.json"
 KILLED = "killed"  # live_status of a run whose file says running but whose process is gone
@@ -77,6 +77,7 @@ class RunStatusWriter:
     """Keeps `run_dir/run.json` up to date: at once for run, epoch and checkpoint events, at most
     every `interval` seconds for step progress."""
 
+    stores_run = True  # a failed write (a full disk) ends the run: see EventBus.on_write_failure
     step_events = False  # the EventBus spares it StepStarted/StepCompleted: it ignores them
     batch_events = True  # it may get the frequent events in batches (EventBus)
 
@@ -97,7 +98,13 @@ class RunStatusWriter:
 
     def write(self) -> None:
         self.data["updated"] = iso_time(time.time())
-        atomic_write_json(self.path, self.data)
+        try:
+            atomic_write_json(self.path, self.data)
+        except OSError:
+            if self.data["status"] == "running":
+                raise
+            # the final status on a full disk: over the old file's own blocks, which need no new space
+            overwrite_in_place(self.path, (json.dumps(self.data, indent=2, default=str) + "\n").encode())
         self._last_write = self.clock()
         self._dirty = False
 
@@ -150,7 +157,8 @@ class RunStatusWriter:
                 self.write()
             case RunFailed():
                 d.update(status="failed", exit_code=event.exit_code, ended=iso_time(event.time),
-                         epoch=event.epoch, step=event.step, reason="failed", error=event.error, paused=False)
+                         epoch=event.epoch, step=event.step, reason=event.cause or "failed", error=event.error,
+                         paused=False)
                 self.write()
 
     def close(self) -> None:

@@ -39,6 +39,7 @@ def _scalar(value: Any) -> float | None:
 class TensorBoardSink:
     """Writes every numeric logged metric as a scalar; flushes per epoch and at the end."""
 
+    stores_run = True  # a failed write (a full disk) ends the run: see EventBus.on_write_failure
     step_events = False  # the EventBus spares it StepStarted/StepCompleted: it ignores them
     batch_events = True  # it may get the frequent events in batches (EventBus)
 

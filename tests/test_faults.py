@@ -1,0 +1,170 @@
+"""Faults users meet, injected: a run directory that cannot be written (a full disk), an out-of-memory
+step, a dashboard that crashes, a terminal that goes away. Each ends with one plain line, a run.json
+that says what happened, and checkpoints that all load."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import TensorDataset
+
+import tuitrain
+from tuitrain.core.checkpoint import load_checkpoint, read_index
+from tuitrain.sinks.metric_files import MetricFileLogger
+
+from conftest import STEPS_PER_EPOCH, read_events
+
+
+def _data(n=64):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(n, 4, generator=g)
+    return TensorDataset(x, (x[:, 0] > 0).long())
+
+
+def _learner(run_dir, epochs=6, model=None):
+    torch.manual_seed(0)
+    model = model or nn.Linear(4, 2)
+    return tuitrain.Learner(model, torch.optim.SGD(model.parameters(), lr=0.1), loss_fn=nn.CrossEntropyLoss(),
+                            batch_size=8, epochs=epochs, run_dir=run_dir, log_every_n_steps=1)
+
+
+def _every_checkpoint_loads(run_dir: Path) -> list[str]:
+    folder = run_dir / "checkpoint"
+    files = [e.file for e in read_index(folder)]
+    for name in files:
+        load_checkpoint(folder / name)  # raises on a damaged or partial file
+    return files
+
+
+def test_a_sink_that_hits_a_full_disk_stops_the_run_at_the_next_step_with_one_line(tmp_path, monkeypatch, capfd):
+    run_dir = tmp_path / "run"
+    real = MetricFileLogger.__call__
+    calls = {"n": 0}
+
+    def fills_up(self, event, state=None):
+        calls["n"] += 1
+        if calls["n"] > 40:  # the disk is full from here on
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(self, event, state)
+
+    monkeypatch.setattr(MetricFileLogger, "__call__", fills_up)
+    result = _learner(run_dir, epochs=50).fit(_data(), _data(16), dashboard="auto")
+    out, err = capfd.readouterr()
+    assert result.status == "failed" and result.exit_code == 1
+    assert "No space left on device (the disk is full)" in result.error and str(run_dir) in result.error
+    # stopped at a step boundary soon after, not 50 epochs later
+    info = json.loads((run_dir / "run.json").read_text())
+    assert info["status"] == "failed" and info["reason"] == "write_failed" and info["exit_code"] == 1
+    assert info["epoch"] < 50 and "No space left on device" in info["error"]
+    # one line on stderr, naming the cause and the last complete checkpoint; no traceback anywhere
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, err
+    files = _every_checkpoint_loads(run_dir)
+    assert files and f"last complete checkpoint: {run_dir / 'checkpoint' / files[-1]}" in errors[0]
+    assert "Traceback" not in out + err and "callback" not in err
+    # the traceback is kept where it can still be written
+    assert "OSError: [Errno 28]" in (run_dir / "experiment.log").read_text()
+    failed = [e for e in read_events(run_dir) if e["event"] == "RunFailed"]
+    assert failed[0]["cause"] == "write_failed" and failed[0]["checkpoint"].endswith(files[-1])
+
+
+def test_a_final_checkpoint_that_cannot_be_written_fails_the_run(tmp_path, capfd):
+    run_dir = tmp_path / "run"
+    learner = _learner(run_dir, epochs=2)
+    real = learner.checkpointer.save_fn
+
+    def full_at_the_end(obj, f):
+        if obj["epoch"] == 2:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(obj, f)
+
+    learner.checkpointer.save_fn = full_at_the_end
+    result = learner.fit(_data(), dashboard="auto")
+    err = capfd.readouterr().err
+    assert result.status == "failed" and result.exit_code == 1
+    assert result.error.startswith("the final checkpoint: cannot write ") and "disk is full" in result.error
+    assert json.loads((run_dir / "run.json").read_text())["reason"] == "write_failed"
+    assert _every_checkpoint_loads(run_dir) == ["epoch-0001-step-00000008.pt"]
+    assert "last complete checkpoint: " + str(run_dir / "checkpoint" / "epoch-0001-step-00000008.pt") in err
+
+
+def test_run_json_gets_its_final_status_on_a_disk_with_no_room_for_a_new_file(tmp_path, monkeypatch):
+    from tuitrain.core import fsutil
+    from tuitrain.core.events import RunFailed, RunStarted
+    from tuitrain.sinks import run_status
+
+    writer = run_status.RunStatusWriter(tmp_path)
+    writer(RunStarted(run_dir=str(tmp_path), experiment="x", epochs=1, max_steps=0, steps_per_epoch=1,
+                      batch_size=1, pid=os.getpid()))
+
+    def no_room(path, obj):  # a temporary file cannot be written any more
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(run_status, "atomic_write_json", no_room)
+    writer(RunFailed(error="cannot write x: No space left on device", traceback="", epoch=1, step=3,
+                     cause="write_failed"))
+    info = json.loads((tmp_path / "run.json").read_text())
+    assert info["status"] == "failed" and info["reason"] == "write_failed" and info["step"] == 3
+    assert fsutil.WRITE_FAULTS[errno.ENOSPC] == "the disk is full"
+
+
+def _mount_tmpfs(where: Path, size: str) -> bool:
+    where.mkdir()
+    if os.geteuid() != 0:
+        return False
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], capture_output=True)
+    return r.returncode == 0
+
+
+def test_a_real_full_disk_under_the_cli_ends_in_one_line_and_a_failed_run(tiny, tmp_path):
+    disk = tmp_path / "disk"
+    if not _mount_tmpfs(disk, "3m"):
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    try:
+        cfg = tiny.write_config("full.toml", tiny.config_text().replace(
+            f'dir = "{tiny.runs.as_posix()}"', f'dir = "{disk.as_posix()}"').replace(
+            "epochs = 3", "epochs = 1000").replace("hidden = 16", "hidden = 512"))
+        r = tiny.cli("run", cfg, "--headless")
+        assert r.returncode == 1, r.stderr[-2000:]
+        assert "Traceback" not in r.stdout + r.stderr
+        errors = [line for line in r.stderr.splitlines() if line.startswith("error:")]
+        assert len(errors) == 1 and "No space left on device (the disk is full)" in errors[0], r.stderr[-2000:]
+        (run_dir,) = (disk / "tiny").iterdir()
+        info = json.loads((run_dir / "run.json").read_text())
+        assert info["status"] == "failed" and info["reason"] == "write_failed", info
+        files = _every_checkpoint_loads(run_dir)
+        assert files and f"last complete checkpoint: {run_dir / 'checkpoint' / files[-1]}" in errors[0]
+        ls = tiny.cli("ls", disk / "tiny")
+        assert " failed " in ls.stdout, ls.stdout
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+
+
+def test_out_of_memory_in_a_step_names_the_batch_size_and_the_keys_to_change(tiny):
+    cfg = tiny.write_config("oom.toml", tiny.config_text().replace(
+        'target = "tinyproj:Net"', 'target = "tinyproj:Net"\nfail_at_step = 10').replace(
+        "[data]", "[data]"))
+    (tiny.root / "tinyproj.py").write_text((tiny.root / "tinyproj.py").read_text().replace(
+        'raise RuntimeError(f"tinyproj exploded on purpose at call {self.train_calls}")',
+        'raise MemoryError()'))
+    r = tiny.cli("run", cfg, "--headless")
+    assert r.returncode == 1
+    errors = [line for line in r.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, r.stderr
+    line = errors[0]
+    assert "out of memory in a train step with batch size 16 on cpu (MemoryError)" in line
+    assert "lower data.batch_size, and raise train.grad_accumulation" in line
+    (run_dir,) = tiny.run_dirs()
+    files = _every_checkpoint_loads(run_dir)
+    assert files == [f"epoch-0001-step-{STEPS_PER_EPOCH:08d}.pt"]
+    assert f"last complete checkpoint: {run_dir / 'checkpoint' / files[0]}" in line
+    info = json.loads((run_dir / "run.json").read_text())
+    assert info["status"] == "failed" and info["reason"] == "out_of_memory"
+    assert "Traceback" in (run_dir / "experiment.log").read_text()
