@@ -8,6 +8,7 @@ import errno
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -168,3 +169,153 @@ def test_out_of_memory_in_a_step_names_the_batch_size_and_the_keys_to_change(tin
     info = json.loads((run_dir / "run.json").read_text())
     assert info["status"] == "failed" and info["reason"] == "out_of_memory"
     assert "Traceback" in (run_dir / "experiment.log").read_text()
+
+
+# --- the terminal under the dashboard ---------------------------------------------------------------
+
+LOUD = '''
+from tinyproj import Net
+
+
+class Loud(Net):
+    """Prints now and then, as users' models do."""
+
+    def forward(self, x):
+        out = super().forward(x)
+        if self.training and self.train_calls % 10 == 0:
+            print(f"loud call {self.train_calls}", flush=True)
+        return out
+'''
+
+BROKEN_SCREEN = '''
+import tuitrain.dashboard.app as _app
+
+_drain = _app.DashboardApp.drain
+
+
+def drain(self, *args, **kwargs):
+    if self.state.step >= 40:  # mid-run: a widget fails on what it is given
+        raise ZeroDivisionError("injected screen failure")
+    return _drain(self, *args, **kwargs)
+
+
+_app.DashboardApp.drain = drain
+'''
+
+
+def _dashboard_run(tiny, run_dir, epochs: int, env_extra: dict | None = None):
+    """`tuitrain run` under the dashboard in a pseudo-terminal: (pid, the pty's fd)."""
+    import pty
+
+    from conftest import cli_env
+
+    (tiny.root / "loudproj.py").write_text(LOUD)
+    cmd = [sys.executable, "-m", "tuitrain", "run", str(tiny.config), "--run-dir", str(run_dir),
+           "--set", f"train.epochs={epochs}", "--set", "model.sleep=0.01", "--set", "model.target=loudproj:Loud",
+           "--set", "checkpoint.every_n_epochs=5"]
+    env = dict(cli_env(), TERM="xterm-256color", COLUMNS="100", LINES="30", **(env_extra or {}))
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.chdir(tiny.root)
+        os.execvpe(cmd[0], cmd, env)
+    return pid, fd
+
+
+def _wait_exit(pid: int, fd: int | None, timeout: float = 300) -> tuple[int | None, bytes]:
+    import time
+
+    from conftest import read_pty
+
+    out = b""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        out += read_pty(fd, 0.1) if fd is not None else b""
+        if fd is None:
+            time.sleep(0.1)
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status), out + (read_pty(fd, 0.2) if fd is not None else b"")
+    return None, out
+
+
+def _kill(pid: int) -> None:
+    import signal
+
+    try:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    except (ProcessLookupError, ChildProcessError):
+        pass
+
+
+def _until_training(fd: int, run_dir: Path, steps: int = 3) -> bytes:
+    import time
+
+    from conftest import read_pty, wait_for
+
+    screen = b""
+
+    def trained():
+        nonlocal screen
+        screen += read_pty(fd, 0.1)
+        try:
+            return json.loads((run_dir / "run.json").read_text()).get("step", 0) >= steps
+        except (OSError, ValueError):
+            return False
+
+    wait_for(trained, what="training under the dashboard")
+    return screen
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="needs a pty")
+def test_a_closed_terminal_leaves_training_to_go_on_detached_to_its_end(tiny):
+    from tuitrain.sinks.run_status import live_status
+
+    run_dir = tiny.root / "run"
+    pid, fd = _dashboard_run(tiny, run_dir, epochs=60)
+    try:
+        screen = _until_training(fd, run_dir)
+        assert b"\x1b[" in screen  # the dashboard, not plain lines
+        os.close(fd)  # what a dropped SSH connection or a closed terminal window does: SIGHUP
+        fd = None
+        # the process lives on, training, and its run directory says so (tuitrain watch attaches to it)
+        at_hangup = json.loads((run_dir / "run.json").read_text())["step"]
+        code, _ = _wait_exit(pid, None)
+        assert code == 0, "the run ends with its own exit code once training is done"
+    finally:
+        if fd is not None:
+            os.close(fd)
+        _kill(pid)
+    info = json.loads((run_dir / "run.json").read_text())
+    assert info["status"] == "completed" and info["step"] == 60 * STEPS_PER_EPOCH > at_hangup
+    assert live_status(run_dir) == "completed"
+    log = (run_dir / "experiment.log").read_text()
+    assert "the terminal closed: training goes on detached" in log
+    after = log.split("the terminal closed", 1)[1]
+    # what the model printed after the terminal went away is in experiment.log
+    assert "loud call 420" in after  # its last print (60 epochs of 7 steps)
+    files = _every_checkpoint_loads(run_dir)
+    assert files[-1] == f"epoch-0060-step-{60 * STEPS_PER_EPOCH:08d}.pt"
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="needs a pty")
+def test_a_failing_screen_leaves_training_to_finish_with_console_lines(tiny):
+    inject = tiny.root / "inject"
+    inject.mkdir()
+    (inject / "sitecustomize.py").write_text(BROKEN_SCREEN)
+    run_dir = tiny.root / "run"
+    pid, fd = _dashboard_run(tiny, run_dir, epochs=40, env_extra={"PYTHONPATH": str(inject)})
+    try:
+        code, out = _wait_exit(pid, fd)
+        assert code == 0, out[-3000:]
+    finally:
+        os.close(fd)
+        _kill(pid)
+    text = out.decode(errors="replace")
+    assert "tuitrain: the dashboard failed (ZeroDivisionError: injected screen failure); training goes on" in text
+    assert "training completed: all 40 epochs done" in text  # console lines after the screen went
+    assert "Traceback" not in text  # it is in experiment.log
+    info = json.loads((run_dir / "run.json").read_text())
+    assert info["status"] == "completed" and info["exit_code"] == 0
+    log = (run_dir / "experiment.log").read_text()
+    assert "the dashboard failed (ZeroDivisionError" in log and "raise ZeroDivisionError" in log

@@ -162,6 +162,7 @@ def worker_main(rank: int, spec: WorkerSpec, events, control) -> None:
     # the parent decides on signals (Ctrl+C reaches the whole process group) and forwards a stop
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # a closed terminal: the parent goes on detached, so do we
     log_dir = Path(spec.run_dir) / "ranks"
     log_dir.mkdir(parents=True, exist_ok=True)
     fd = os.open(log_dir / f"rank-{rank}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -246,7 +247,7 @@ def _spawn(run) -> int:
     run.run_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(run.run_dir / "config.toml", cfg.to_toml())
     watcher = ControlWatcher(run.run_dir, run.interrupter).start()
-    bus = EventBus()
+    bus = run.bus = EventBus()
     threads: list = []
     ctx = mp.get_context("spawn")
     with _stderr_with_a_fileno():

@@ -70,6 +70,10 @@ class _FitUnderDashboard:
         self.started = False
         self.done = threading.Event()
 
+    @property
+    def bus(self):
+        return self.learner.bus
+
     def subscribe(self, callback: Callable, steps: bool | str | None = None) -> None:
         self.learner.bus.subscribe(callback, steps)
 

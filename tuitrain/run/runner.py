@@ -145,6 +145,7 @@ class Run:
         self.interrupter = Interrupter()
         self._callbacks: list[tuple[Callable, bool | None]] = []
         self.result = None
+        self.bus: EventBus | None = None  # the run's event bus while it trains (a screen that fails emits on it)
         self.dist = None  # a rank of a distributed run: its DistContext (core/strategies/ddp.py)
 
     def subscribe(self, callback: Callable, steps: bool | None = None) -> None:
@@ -199,7 +200,7 @@ class Run:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(self.run_dir / "config.toml", self.cfg.to_toml())
         # one process: the loop does the chores itself while it is quick (no thread: see Housekeeping)
-        bus = EventBus(housekeeping=Housekeeping(inline=self.dist is None))
+        bus = self.bus = EventBus(housekeeping=Housekeeping(inline=self.dist is None))
         watcher = ControlWatcher(self.run_dir, self.interrupter, housekeeping=bus.housekeeping).start()
         threads: list = []
         try:
