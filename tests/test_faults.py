@@ -319,3 +319,35 @@ def test_a_failing_screen_leaves_training_to_finish_with_console_lines(tiny):
     assert info["status"] == "completed" and info["exit_code"] == 0
     log = (run_dir / "experiment.log").read_text()
     assert "the dashboard failed (ZeroDivisionError" in log and "raise ZeroDivisionError" in log
+
+
+# --- values a screen cannot draw ------------------------------------------------------------------
+
+def test_nan_inf_negative_and_enormous_values_are_drawn_without_an_error():
+    import asyncio
+
+    from tuitrain.core.events import EpochCompleted, EpochStarted, MetricsLogged, RunStarted
+    from tuitrain.dashboard.app import DashboardApp
+    from tuitrain.dashboard.sources import ReplaySource
+
+    values = [1.0, float("nan"), float("inf"), -float("inf"), -3.5, 1e300, 0.0, 2.5e-7, -1e-300, 0.5]
+    events = [RunStarted(run_dir="", experiment="odd", epochs=2, max_steps=0, steps_per_epoch=len(values),
+                         batch_size=4, pid=os.getpid()), EpochStarted(epoch=1, epochs=2, step=0)]
+    for i, v in enumerate(values, 1):
+        events.append(MetricsLogged(split="train", epoch=1, step=i, metrics={"loss": v, "odd": -v}, scope="step",
+                                    batch=i, batches=len(values)))
+    events.append(EpochCompleted(epoch=1, epochs=2, step=len(values), metrics={"valid/loss": float("nan"),
+                                                                               "train/loss": float("inf")},
+                                 duration=1.0))
+
+    async def body():
+        app = DashboardApp(ReplaySource(events), None)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.pause()
+            for key in ("tab", "l", "s", "w", "tab", "l", "enter", "enter"):  # every chart, every way
+                await pilot.press(key)
+                await pilot.pause()
+            assert app.is_running and app.return_code is None
+            app.exit()
+
+    asyncio.run(body())
