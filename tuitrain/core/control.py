@@ -10,6 +10,7 @@ Must not import torch or textual.
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 from pathlib import Path
@@ -19,21 +20,26 @@ from .housekeeping import Housekeeping
 
 COMMANDS = ("stop", "pause", "resume", "toggle_pause", "checkpoint")
 
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(d|h|m|s)")
+_UNIT = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in "2h30m", "45m", "90s", "1d", "1.5h" ("" or "0": none); ValueError otherwise."""
+    t = text.strip().lower().replace(" ", "")
+    if t in ("", "0"):
+        return 0.0
+    parts = _DURATION.findall(t)
+    if not parts or "".join(n + u for n, u in parts) != t:
+        raise ValueError(f"{text!r} is not a duration: write it like \"2h30m\", \"45m\" or \"90s\"")
+    return float(sum(float(n) * _UNIT[u] for n, u in parts))
+
 
 class Controller(Protocol):
     """What a UI needs to steer a run, in-process or through its run directory."""
 
     def request_stop(self, source: str = "api", detail: str = "") -> None: ...
     def toggle_pause(self, source: str = "api") -> None: ...
-    def fail(self, why: str) -> None:
-        """End the run as failed at the next step boundary (the first reason is kept)."""
-        with self._lock:
-            self.failure = self.failure or why
-            self.pending = True
-            self._resume.set()  # a paused loop must wake up to end
-            if self.on_change is not None:
-                self.on_change()
-
     def request_checkpoint(self, source: str = "api") -> None: ...
 
 
@@ -46,6 +52,8 @@ class Interrupter:
         self._resume.set()
         self.stop_requested = False
         self.stop_source = ""
+        #: why a stop ends the run: "stopped" (interrupted, exit 130) or "max_time" (completed, exit 0)
+        self.stop_reason = "stopped"
         self.checkpoint_requested = False
         self.paused = False
         #: why the run must end as failed at the next step boundary ("" while nothing failed): a
@@ -69,6 +77,16 @@ class Interrupter:
                 self.stop_source = source
             self._resume.set()  # a paused loop must wake up to stop
             self._note("stop", source, detail)
+
+    def time_up(self, limit: str = "") -> None:
+        """The run's time budget (`max_time`) is spent: stop gracefully, as a completed run."""
+        with self._lock:
+            if not self.stop_requested:
+                self.stop_requested = True
+                self.stop_source = "max_time"
+                self.stop_reason = "max_time"
+            self._resume.set()
+            self._note("stop", "max_time", limit)
 
     def fail(self, why: str) -> None:
         """End the run as failed at the next step boundary (the first reason is kept)."""

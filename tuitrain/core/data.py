@@ -89,14 +89,39 @@ class _WorkerSeeder:
             self.user_fn(worker_id)
 
 
+def _stateful(obj: Any) -> bool:
+    return callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None))
+
+
 class ResumableLoader:
-    """Wraps a DataLoader built on an EpochSampler: `epoch_iter(epoch, skip_batches)`."""
+    """Wraps a DataLoader built on an EpochSampler: `epoch_iter(epoch, skip_batches)`.
+
+    Streaming data without a sampler resumes mid-epoch when it keeps its own position: a loader with
+    `state_dict()`/`load_state_dict()` (torchdata's StatefulDataLoader), or an IterableDataset with
+    them read in this process (num_workers = 0). `state_dict()` is that position, checkpointed;
+    `restore(state)` hands it back before the resumed epoch's first batch."""
 
     def __init__(self, loader: DataLoader, sampler: EpochSampler | None, seed: int) -> None:
         self.loader = loader
         self.sampler = sampler
         self.seed = seed
         self.batch_size = loader.batch_size or 1
+        self.stateful: Any = None  # what keeps the position of data without a sampler
+        if sampler is None:
+            if _stateful(loader) and type(loader) is not DataLoader:
+                self.stateful = loader
+            elif _stateful(loader.dataset) and isinstance(loader.dataset, IterableDataset) \
+                    and loader.num_workers == 0:
+                self.stateful = loader.dataset
+        self._restore: Any = None
+
+    def state_dict(self) -> Any:
+        """The position of streaming data that keeps one (None otherwise)."""
+        return self.stateful.state_dict() if self.stateful is not None else None
+
+    def restore(self, state: Any) -> None:
+        """The next `epoch_iter` continues from `state` (a `state_dict()` of a checkpoint)."""
+        self._restore = state
 
     def batches_per_epoch(self) -> int:
         if self.sampler is None:
@@ -109,11 +134,15 @@ class ResumableLoader:
         return n // bs if self.loader.drop_last else -(-n // bs)
 
     def epoch_iter(self, epoch: int, skip_batches: int = 0):
+        restore, self._restore = self._restore, None
         if self.sampler is not None:
             self.sampler.set_epoch(epoch, skip_batches * self.batch_size)
+        elif skip_batches and self.stateful is not None and restore is not None:
+            self.stateful.load_state_dict(restore)  # it continues where the checkpoint left it
         elif skip_batches:
-            warnings.warn("this DataLoader's sampler cannot start mid-epoch; the epoch restarts from its "
-                          "first batch", stacklevel=2)
+            warnings.warn("this data cannot start mid-epoch (no sampler tuitrain can position, and no "
+                          "state_dict()/load_state_dict() of its own): the epoch restarts from its first batch",
+                          stacklevel=2)
         gen = self.loader.generator
         if gen is not None:  # worker seeds follow (seed, epoch), not how many epochs ran before
             gen.manual_seed(_mix(self.seed, epoch, 1))

@@ -28,6 +28,7 @@ from .control import Interrupter
 from .data import ResumableLoader, build_loader, rng_state, seed_everything
 from .early_stopping import EarlyStopping
 from .fsutil import write_fault
+from .control import parse_duration
 from .events import (ControlReceived, EpochCompleted, EpochStarted, MetricsLogged, OutputPrinted, RunFailed,
                      RunFinished, RunPaused, RunResumed, RunStarted)
 from .learner_checkpoint import CheckpointMixin
@@ -70,6 +71,7 @@ class TrainState:
     epoch_metrics: dict = field(default_factory=dict)  # this epoch's "split/name" -> value
     last_logged: dict = field(default_factory=dict)
     stop_reason: str = ""
+    time_used: float = 0.0  # seconds of training in earlier sessions of this run (resumes)
 
 
 @dataclass
@@ -122,6 +124,14 @@ def env_info(device: torch.device) -> dict:
     return info
 
 
+def _seconds(t: float) -> str:
+    """3725.0 -> "1h2m5s"."""
+    t = int(round(t))
+    h, rest = divmod(t, 3600)
+    m, s = divmod(rest, 60)
+    return "".join(f"{v}{u}" for v, u in ((h, "h"), (m, "m"), (s, "s")) if v) or "0s"
+
+
 def _own_step(phase: Phase) -> bool:
     return type(phase).step is not Phase.step
 
@@ -172,7 +182,8 @@ class Learner(OptimizationMixin, CheckpointMixin):
                  train_phase: Phase | None = None, valid_phase: Phase | None = None,
                  capture_output: bool = False, config: dict | None = None, experiment: str = "",
                  bus: EventBus | None = None, model_path: str | os.PathLike | None = None,
-                 env: dict | None = None, notes: Sequence[str] = (), sinks: Iterable = ()) -> None:
+                 env: dict | None = None, notes: Sequence[str] = (), sinks: Iterable = (),
+                 max_time: float | str = 0) -> None:
         if grad_accumulation < 1 or epochs < 0 or max_steps < 0 or log_every_n_steps < 1 or validate_every < 1:
             raise ValueError("grad_accumulation, log_every_n_steps, validate_every must be >= 1; epochs, "
                              "max_steps >= 0")
@@ -197,6 +208,10 @@ class Learner(OptimizationMixin, CheckpointMixin):
         self.scheduler_interval = self.scheduler_intervals.get(first, "step")
         self.phase: Phase | None = None  # the phase running now (set by Phase.begin)
         self.epochs, self.max_steps = epochs, max_steps
+        #: seconds of training (over every resume) after which the run stops as completed; 0: none
+        self.max_time = parse_duration(max_time) if isinstance(max_time, str) else float(max_time)
+        if self.max_time < 0:
+            raise ValueError(f"max_time must be 0 or more seconds, not {max_time!r}")
         self.grad_accumulation = grad_accumulation
         self.clip_grad_norm = clip_grad_norm
         self.validate_every = validate_every
@@ -295,7 +310,7 @@ class Learner(OptimizationMixin, CheckpointMixin):
         if it.failure:
             self._write_failed()
         if it.stop_requested:
-            raise CancelFitting("stopped")
+            raise CancelFitting(it.stop_reason)
 
     def _write_failed(self) -> None:
         """A sink could not write the run directory: raise RunDirUnwritable with its line."""
@@ -329,6 +344,10 @@ class Learner(OptimizationMixin, CheckpointMixin):
                 data = resume if isinstance(resume, dict) else ckpt.load_checkpoint(resume)
                 resumed_from = resumed_from or ("" if isinstance(resume, dict) else resume)
                 self.load_state_dict(data)
+            self._train_loader = train
+            if getattr(self, "_resume_data", None) is not None:
+                train.restore(self._resume_data)
+                self._resume_data = None
             if self.checkpointer is not None:
                 self.checkpointer.prepare()
             self.batch_size = train.batch_size or self.batch_size  # a DataLoader given brings its own
@@ -349,13 +368,20 @@ class Learner(OptimizationMixin, CheckpointMixin):
             if frozen:  # (no collection first: garbage frozen now is collected after the unfreeze)
                 gc.freeze()
             kept = self.keep_freed_memory and heap.keep_freed_memory()
+            self._t_session = time.monotonic()
+            timer = self._start_clock()
             try:
                 reason = self._epochs(train, valid)
                 status, code = "completed", EXIT_OK
             except CancelFitting as stop:
                 reason = stop.reason
                 status, code = ("interrupted", EXIT_INTERRUPTED) if reason == "stopped" else ("completed", EXIT_OK)
+                if reason == "max_time":
+                    self.bus.emit(OutputPrinted(text=f"max_time ({_seconds(self.max_time)}) spent: training "
+                                                "stops here, as completed", stream="tuitrain"))
             finally:
+                if timer is not None:
+                    timer.cancel()
                 if frozen:
                     gc.unfreeze()
                 if kept:
@@ -378,6 +404,23 @@ class Learner(OptimizationMixin, CheckpointMixin):
                                   duration=time.monotonic() - t_start, summary=summary, best=best))
         self.bus.close()
         return FitResult(self.raw_model, status, code, reason, summary, best)
+
+    def _start_clock(self):
+        """A timer that stops the run when `max_time` is spent (None without a budget)."""
+        if not self.max_time:
+            return None
+        import threading
+
+        left = self.max_time - self.state.time_used
+        timer = threading.Timer(max(left, 0.0), self.interrupter.time_up, args=(_seconds(self.max_time),))
+        timer.daemon = True
+        timer.start()
+        return timer
+
+    def time_used(self) -> float:
+        """Seconds of training so far, earlier sessions of this run included."""
+        t0 = getattr(self, "_t_session", None)
+        return self.state.time_used + (time.monotonic() - t0 if t0 is not None else 0.0)
 
     def _out_of_memory_message(self, e: BaseException) -> str:
         first = (str(e).strip().splitlines() or [""])[0]

@@ -41,6 +41,9 @@ class CheckpointMixin:
             "history": s.history, "epoch_metrics": s.epoch_metrics,
             "early_stopping": self.early_stopping.state_dict() if self.early_stopping else None,
             "config": self.config,
+            "time_used": self.time_used(),
+            # streaming data's own position, mid-epoch (a stateful loader or iterable dataset)
+            "data": self._data_position() if s.stage == "train" and s.batch else None,  # seconds of training so far: max_time counts on after a resume
         }
 
     def save_checkpoint(self, reason: str) -> None:
@@ -60,6 +63,10 @@ class CheckpointMixin:
         self._last_ckpt_step = (s.epoch, s.step, s.stage)
         if not self.checkpointer.background:
             self._flush_checkpoint_events()
+
+    def _data_position(self):
+        loader = getattr(self, "_train_loader", None)
+        return loader.state_dict() if loader is not None else None
 
     def _checkpoint_metrics(self) -> dict:
         """The metrics an index row holds: the epoch's at its end, else the last logged training values."""
@@ -93,6 +100,8 @@ class CheckpointMixin:
         s.epoch, s.step, s.batch, s.stage = data["epoch"], data["step"], data["batch"], data["stage"]
         s.history = {k: [list(r) for r in v] for k, v in data["history"].items()}
         s.epoch_metrics = dict(data["epoch_metrics"])
+        s.time_used = float(data.get("time_used", 0.0) or 0.0)
+        self._resume_data = data.get("data")
         set_rng_state(data["rng"])
         # the restored optimizer has stepped: no "scheduler.step() before optimizer.step()" warning
         for opt in self.optimizers.values():

@@ -49,6 +49,7 @@ def reason_text(reason: str, epochs: int = 0, max_steps: int = 0) -> str:
         "epochs": f"all {epochs} epochs done" if epochs else "all epochs done",
         "max_steps": f"max_steps {max_steps} reached" if max_steps else "max_steps reached",
         "early_stopping": "early stopping",
+        "max_time": "max_time spent",
         "stopped": "stopped",
     }.get(reason, reason or "done")
 
