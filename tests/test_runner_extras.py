@@ -109,3 +109,16 @@ def test_scheduler_chain_errors_name_the_window(tiny, chain, key):
         prepare_run(tiny.config, [f"scheduler.chain={chain}"])
     assert key in str(err.value)
     assert not tiny.runs.exists()
+
+
+@pytest.mark.parametrize("ddp", [False, True], ids=["one process", "ddp rank 0"])
+def test_what_the_model_prints_while_it_is_built_reaches_experiment_log(tiny, ddp):
+    (tiny.root / "tinyproj.py").write_text((tiny.root / "tinyproj.py").read_text().replace(
+        "        super().__init__()\n", "        super().__init__()\n        print('building the net now')\n", 1))
+    extra = ("--set", "train.strategy=ddp", "--set", "train.devices=2") if ddp else ()
+    r = tiny.cli("run", tiny.config, "--headless", *extra)
+    assert r.returncode == 0, r.stderr[-2000:]
+    (run_dir,) = tiny.run_dirs()
+    log = (run_dir / "experiment.log").read_text()
+    assert "[stdout] building the net now" in log
+    assert "building the net now" in r.stdout  # and the console, as the run's other output

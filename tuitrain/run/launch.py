@@ -111,14 +111,19 @@ def _torchrun(run, rank: int, world: int, local_rank: int) -> int:
     return code
 
 
-def _train_quietly(run, resume_path, bus=None, on_built=None) -> int:
+def _train_quietly(run, resume_path, bus=None, on_built=None, capture: bool = False) -> int:
     """Build and fit this rank with nothing but `bus` listening; the exit code.
-    `on_built(learner, train_loader)` is called before training starts."""
+    `on_built(learner, train_loader)` is called before training starts. `capture`: what the user's
+    code prints while it builds is an event too (rank 0: it reaches experiment.log), as in training."""
+    import contextlib
+
     from tuitrain.core.callbacks import EventBus
+    from tuitrain.core.output import capture_output
 
     bus = bus if bus is not None else EventBus()
     try:
-        learner, train, valid = run.build(bus)
+        with capture_output(bus.emit) if capture else contextlib.nullcontext():
+            learner, train, valid = run.build(bus)
         if on_built is not None:
             on_built(learner, train)
     except Exception as e:
@@ -204,7 +209,7 @@ def worker_main(rank: int, spec: WorkerSpec, events, control) -> None:
             threading.Thread(target=listen, name="tuitrain-control-in", daemon=True).start()
         run.dist = init_distributed(rank, spec.world_size, rank, cfg.train.device, spec.init_method,
                                     strategy_of(cfg))
-        code = _train_quietly(run, spec.resume_path, bus,
+        code = _train_quietly(run, spec.resume_path, bus, capture=rank == 0,
                               on_built=lambda learner, train: monitors.append(_rank_monitor(bus, rank, learner, train)))
     except BaseException as e:  # setting up the rank failed: report it like a failure in training
         bus.emit(RunFailed(error=f"{type(e).__name__}: {e}", traceback="".join(traceback.format_exception(e)),

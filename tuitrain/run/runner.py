@@ -18,6 +18,7 @@ from tuitrain.core.callbacks import EventBus
 from tuitrain.core.control import ControlWatcher, Interrupter
 from tuitrain.core.events import RunFailed, RunStarted
 from tuitrain.core.housekeeping import Housekeeping
+from tuitrain.core.output import capture_output
 from tuitrain.run.directories import find_runs, new_run_dir
 from tuitrain.run.signals import StopOnSignals
 
@@ -206,7 +207,10 @@ class Run:
         try:
             threads = self._attach(bus)
             try:
-                learner, train, valid = self.build(bus)
+                # what the user's code prints while its model, data and optimizer are built is part of
+                # the run: experiment.log and the screen get it, as they get what it prints in training
+                with capture_output(bus.emit):
+                    learner, train, valid = self.build(bus)
             except Exception as e:  # the user's constructors failed: a failed run, with its traceback
                 self._build_failed(bus, e)
                 return 1
