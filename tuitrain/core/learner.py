@@ -27,6 +27,7 @@ from .callbacks import EventBus
 from .control import Interrupter
 from .data import ResumableLoader, build_loader, rng_state, seed_everything
 from .early_stopping import EarlyStopping
+from .ema import WeightAverage
 from .fsutil import write_fault
 from .control import parse_duration
 from .events import (ControlReceived, EpochCompleted, EpochStarted, MetricsLogged, OutputPrinted, RunFailed,
@@ -183,7 +184,7 @@ class Learner(OptimizationMixin, CheckpointMixin):
                  capture_output: bool = False, config: dict | None = None, experiment: str = "",
                  bus: EventBus | None = None, model_path: str | os.PathLike | None = None,
                  env: dict | None = None, notes: Sequence[str] = (), sinks: Iterable = (),
-                 max_time: float | str = 0) -> None:
+                 max_time: float | str = 0, ema_decay: float = 0.0) -> None:
         if grad_accumulation < 1 or epochs < 0 or max_steps < 0 or log_every_n_steps < 1 or validate_every < 1:
             raise ValueError("grad_accumulation, log_every_n_steps, validate_every must be >= 1; epochs, "
                              "max_steps >= 0")
@@ -240,6 +241,10 @@ class Learner(OptimizationMixin, CheckpointMixin):
             bus = EventBus()
         for sink in sinks:  # writers of the event stream (files, a console): persistent events only
             bus.subscribe(sink, steps=False)
+        #: an exponential moving average of the weights (`ema_decay` > 0): validated, checkpointed, in model.pt
+        self.ema = WeightAverage(self.raw_model, ema_decay) if ema_decay else None
+        if self.ema is not None:
+            self.ema.follow(self.optimizers.values())
         self.bus = bus
         # a sink that cannot write the run directory (a full disk) ends the run at the next step
         bus.on_write_failure.append(self.interrupter.fail)
@@ -451,7 +456,8 @@ class Learner(OptimizationMixin, CheckpointMixin):
                 self._valid_rng = rng_state()
             if s.stage == "valid":
                 if valid is not None and e % self.validate_every == 0:
-                    res = self.valid_phase.run(self, valid, s)
+                    with self.ema.swapped_in() if self.ema is not None else contextlib.nullcontext():
+                        res = self.valid_phase.run(self, valid, s)
                     self._record(self.valid_phase.split, res)
                 s.stage = "done"
                 self._valid_rng = None

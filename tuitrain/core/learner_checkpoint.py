@@ -28,7 +28,8 @@ class CheckpointMixin:
         in_valid = s.stage == "valid"
         return {
             "format": ckpt.FORMAT, "version": ckpt.VERSION,
-            "model": self.raw_model.state_dict(),
+            "model": self.ema.model_state() if self.ema is not None else self.raw_model.state_dict(),
+            "ema": self.ema.state_dict() if self.ema is not None else None,
             "optimizers": [o.state_dict() for o in self.optimizers.values()],
             "optimizer_names": list(self.optimizers),
             "schedulers": [sch.state_dict() for sch in self.schedulers.values()],
@@ -89,6 +90,8 @@ class CheckpointMixin:
             self.raw_model.load_state_dict(data["model"])
             self._load_named("optimizer", self.optimizers, data)
         self._load_named("scheduler", self.schedulers, data)
+        if self.ema is not None and data.get("ema"):
+            self.ema.load_state_dict(data["ema"])
         if self.scaler is not None and data.get("scaler"):
             self.scaler.load_state_dict(data["scaler"])
         for k, ms in self.metric_sets.items():
@@ -132,7 +135,11 @@ class CheckpointMixin:
         """The final model.pt: the plain state_dict (a sharded model gathers it first, on every rank)."""
         if self.model_path is not None:
             try:
-                atomic_write(self.model_path, lambda f: torch.save(self.raw_model.state_dict(), f))
+                if self.ema is not None:  # model.pt holds the averaged weights
+                    with self.ema.swapped_in():
+                        atomic_write(self.model_path, lambda f: torch.save(self.raw_model.state_dict(), f))
+                else:
+                    atomic_write(self.model_path, lambda f: torch.save(self.raw_model.state_dict(), f))
             except OSError as e:
                 from .learner import RunDirUnwritable
 
