@@ -88,6 +88,10 @@ class Interrupter:
             self._resume.set()
             self._note("stop", "max_time", limit)
 
+    def visit(self) -> None:
+        """Have the loop come by its step boundary once (the Learner has work there: a validation)."""
+        self.pending = True
+
     def fail(self, why: str) -> None:
         """End the run as failed at the next step boundary (the first reason is kept)."""
         with self._lock:

@@ -114,6 +114,7 @@ class ResumableLoader:
                     and loader.num_workers == 0:
                 self.stateful = loader.dataset
         self._restore: Any = None
+        self.limit = 0  # > 0: at most this many batches an epoch (limit_valid_batches)
 
     def state_dict(self) -> Any:
         """The position of streaming data that keeps one (None otherwise)."""
@@ -124,6 +125,10 @@ class ResumableLoader:
         self._restore = state
 
     def batches_per_epoch(self) -> int:
+        n = self._batches_per_epoch()
+        return min(n, self.limit) if self.limit and n else (self.limit if self.limit and not n else n)
+
+    def _batches_per_epoch(self) -> int:
         if self.sampler is None:
             try:
                 return len(self.loader)
@@ -146,6 +151,10 @@ class ResumableLoader:
         gen = self.loader.generator
         if gen is not None:  # worker seeds follow (seed, epoch), not how many epochs ran before
             gen.manual_seed(_mix(self.seed, epoch, 1))
+        if self.limit:
+            import itertools
+
+            return itertools.islice(iter(self.loader), self.limit)
         return iter(self.loader)
 
 

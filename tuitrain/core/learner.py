@@ -25,13 +25,13 @@ from . import checkpoint as ckpt
 from . import heap
 from .callbacks import EventBus
 from .control import Interrupter
-from .data import ResumableLoader, build_loader, rng_state, seed_everything
+from .data import ResumableLoader, build_loader, rng_state, seed_everything, set_rng_state
 from .early_stopping import EarlyStopping
 from .ema import WeightAverage
 from .fsutil import write_fault
 from .control import parse_duration
-from .events import (ControlReceived, EpochCompleted, EpochStarted, MetricsLogged, OutputPrinted, RunFailed,
-                     RunFinished, RunPaused, RunResumed, RunStarted)
+from .events import (ControlReceived, EpochCompleted, EpochStarted, MetricsLogged, OutputPrinted, PhaseStarted,
+                     RunFailed, RunFinished, RunPaused, RunResumed, RunStarted)
 from .learner_checkpoint import CheckpointMixin
 from .metrics import MetricSet, StepOutput
 from .optimization import OptimizationMixin
@@ -184,7 +184,8 @@ class Learner(OptimizationMixin, CheckpointMixin):
                  capture_output: bool = False, config: dict | None = None, experiment: str = "",
                  bus: EventBus | None = None, model_path: str | os.PathLike | None = None,
                  env: dict | None = None, notes: Sequence[str] = (), sinks: Iterable = (),
-                 max_time: float | str = 0, ema_decay: float = 0.0) -> None:
+                 max_time: float | str = 0, ema_decay: float = 0.0, validate_every_n_steps: int = 0,
+                 limit_valid_batches: int = 0) -> None:
         if grad_accumulation < 1 or epochs < 0 or max_steps < 0 or log_every_n_steps < 1 or validate_every < 1:
             raise ValueError("grad_accumulation, log_every_n_steps, validate_every must be >= 1; epochs, "
                              "max_steps >= 0")
@@ -216,6 +217,17 @@ class Learner(OptimizationMixin, CheckpointMixin):
         self.grad_accumulation = grad_accumulation
         self.clip_grad_norm = clip_grad_norm
         self.validate_every = validate_every
+        for name, value in (("validate_every_n_steps", validate_every_n_steps),
+                            ("limit_valid_batches", limit_valid_batches)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"{name} must be a whole number of 0 or more, not {value!r}")
+        #: > 0: validate every N optimizer steps (and at the end) instead of at the end of epochs
+        self.validate_every_n_steps = validate_every_n_steps
+        self.limit_valid_batches = limit_valid_batches  # > 0: at most this many validation batches
+        self._valid_due = False
+        self._validating = False
+        self._valid_loader = None
+        self._valid_at = -1  # the step of the last validation
         self.log_every_n_steps = log_every_n_steps
         self.seed = seed
         self.batch_size, self.shuffle, self.num_workers = batch_size, shuffle, num_workers
@@ -245,6 +257,8 @@ class Learner(OptimizationMixin, CheckpointMixin):
         self.ema = WeightAverage(self.raw_model, ema_decay) if ema_decay else None
         if self.ema is not None:
             self.ema.follow(self.optimizers.values())
+        if self.validate_every_n_steps and self.optimizer is not None:
+            self.optimizer.register_step_post_hook(self._count_step)
         self.bus = bus
         # a sink that cannot write the run directory (a full disk) ends the run at the next step
         bus.on_write_failure.append(self.interrupter.fail)
@@ -286,10 +300,14 @@ class Learner(OptimizationMixin, CheckpointMixin):
         it = self.interrupter
         if it.failure:
             self._write_failed()
+        if self._valid_due and not self._validating:
+            self._valid_due = False
+            self._validate_mid_epoch(state)
         self._flush_checkpoint_events()
         for command, source, detail in it.take_log():
             self.bus.emit(ControlReceived(command=command, source=source, detail=detail))
-        if self._ckpt_step_due and not (state.stage == "train" and state.batch == self._epoch_batches):
+        if self._ckpt_step_due and not self._validating and not (
+                state.stage == "train" and state.batch == self._epoch_batches):
             self._ckpt_step_due = False  # at an epoch's last step it waits for the epoch's end: one file
             self.save_checkpoint("step")
         if it.take_checkpoint():
@@ -316,6 +334,41 @@ class Learner(OptimizationMixin, CheckpointMixin):
             self._write_failed()
         if it.stop_requested:
             raise CancelFitting(it.stop_reason)
+
+    def _count_step(self, *_) -> None:
+        """The optimizer stepped (its post-hook): a validation is due every N steps."""
+        s = self.state
+        if s.stage == "train" and not self._validating and (s.step + 1) % self.validate_every_n_steps == 0:
+            self._valid_due = True
+            self.interrupter.visit()  # the loop comes by its step boundary, where it runs
+
+    def _validate(self, state: TrainState) -> None:
+        """One validation now (the averaged weights with EMA), recorded as the epoch's valid metrics."""
+        with self.ema.swapped_in() if self.ema is not None else contextlib.nullcontext():
+            res = self.valid_phase.run(self, self._valid_loader, state)
+        self._record(self.valid_phase.split, res)
+        self._valid_at = state.step
+
+    def _validate_mid_epoch(self, state: TrainState) -> None:
+        """`validate_every_n_steps`: validate inside the training phase, which then goes on as if
+        nothing happened (its RNG, its phase); early stopping and "best" checkpoints follow."""
+        if self._valid_loader is None:
+            return
+        rng, phase, name = rng_state(), self.phase, state.phase
+        self._validating = True
+        try:
+            self._validate(state)
+        finally:
+            self._validating = False
+            set_rng_state(rng)
+            self.phase, state.phase = phase, name
+            self.model.train(True)
+        if phase is not None:  # the progress shown is training's again
+            self.bus.emit(PhaseStarted(phase=phase.name, split=phase.split, epoch=state.epoch, step=state.step,
+                                       batches=self._epoch_batches))
+        if self.early_stopping is not None and self.early_stopping.update(state.epoch_metrics, state.epoch):
+            self.bus.emit(OutputPrinted(text=self.early_stopping.message, stream="tuitrain"))
+            raise CancelFitting("early_stopping")
 
     def _write_failed(self) -> None:
         """A sink could not write the run directory: raise RunDirUnwritable with its line."""
@@ -344,7 +397,9 @@ class Learner(OptimizationMixin, CheckpointMixin):
             if self.seed is not None:
                 seed_everything(self.seed)
             train = self._loader(train_data, self.shuffle)
-            valid = self._loader(valid_data, False)
+            valid = self._valid_loader = self._loader(valid_data, False)
+            if valid is not None and self.limit_valid_batches:
+                valid.limit = self.limit_valid_batches
             if resume is not None:  # loaded before prepare(), which tidies the checkpoint folder
                 data = resume if isinstance(resume, dict) else ckpt.load_checkpoint(resume)
                 resumed_from = resumed_from or ("" if isinstance(resume, dict) else resume)
@@ -455,17 +510,19 @@ class Learner(OptimizationMixin, CheckpointMixin):
                 s.stage = "valid"
                 self._valid_rng = rng_state()
             if s.stage == "valid":
-                if valid is not None and e % self.validate_every == 0:
-                    with self.ema.swapped_in() if self.ema is not None else contextlib.nullcontext():
-                        res = self.valid_phase.run(self, valid, s)
-                    self._record(self.valid_phase.split, res)
+                by_steps = self.validate_every_n_steps > 0
+                at_end = e >= self.epochs or (self.max_steps and s.step >= self.max_steps)
+                if valid is not None and s.step != self._valid_at and (
+                        (not by_steps and e % self.validate_every == 0) or (by_steps and at_end)):
+                    self._validate(s)
                 s.stage = "done"
                 self._valid_rng = None
             for name, sched in self.schedulers.items():
                 if self.scheduler_intervals[name] == "epoch":
                     sched.step()
             stop_early = False
-            if self.early_stopping is not None:
+            # by steps, early stopping counts each validation once: where it ran (mid-epoch, or here)
+            if self.early_stopping is not None and (not self.validate_every_n_steps or self._valid_at == s.step):
                 stop_early = self.early_stopping.update(s.epoch_metrics, e)
             self.bus.emit(EpochCompleted(epoch=e, epochs=self.epochs, step=s.step,
                                          metrics=dict(s.epoch_metrics), duration=time.monotonic() - t0))

@@ -74,7 +74,10 @@ class CheckpointMixin:
         s = self.state
         if s.stage == "done":
             return dict(s.epoch_metrics)
-        return {f"train/{k}": v for k, v in s.last_logged.items()}
+        out = {f"train/{k}": v for k, v in s.last_logged.items()}
+        if getattr(self, "_valid_at", -1) == s.step:  # validated at this step: "best" can follow it
+            out.update({k: v for k, v in s.epoch_metrics.items() if k.startswith("valid/")})
+        return out
 
     def _flush_checkpoint_events(self) -> None:
         if self.checkpointer is not None:
