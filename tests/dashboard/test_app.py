@@ -15,6 +15,7 @@ from tuitrain.core.control import Interrupter
 from tuitrain.core.events import ControlReceived, RunFinished
 from tuitrain.dashboard.app import DashboardApp
 from tuitrain.dashboard.sources import FileSource, ReplaySource, RunSource
+from tuitrain.dashboard.widgets.chart_grid import ChartGrid
 from tuitrain.dashboard.widgets.checkpoint_list import CheckpointList
 from tuitrain.dashboard.widgets.confirm_screen import ConfirmScreen
 from tuitrain.dashboard.widgets.devices_panel import DevicesPanel
@@ -68,6 +69,10 @@ def shown(widget) -> str:
     return "\n".join(strip.text for strip in strips)
 
 
+def loss_chart(app) -> MetricPlot:
+    return app.query_one(ChartGrid).charts["loss"]
+
+
 async def until(pilot, condition, timeout: float = 60.0) -> None:
     for _ in range(int(timeout / 0.05)):
         if condition():
@@ -84,14 +89,14 @@ async def test_recorded_run_fills_plot_devices_checkpoints_and_log():
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
-        plot = app.query_one(MetricPlot)
+        plot = app.query_one(ChartGrid).charts["loss"]
         assert plot.metric == "loss"
         train_x, train_y = plot.points["train"]
         assert len(train_x) == 60 and train_x[0] == 1 and train_x[-1] == 60
         assert train_y[0] == pytest.approx(2.0 / 1.1)
         assert plot.points["valid"][0] == [20, 40, 60]
         assert plot.boundaries == [20, 40]  # epoch ends inside the plotted range
-        assert "loss (1/3)" in plot.border_title
+        assert plot.title_text.startswith("loss") and "0.2857" in plot.title_text  # the latest train loss
 
         devices = app.query_one(DevicesPanel)
         assert devices.sample is not None and devices.sample.cpu == 37.5
@@ -128,32 +133,12 @@ async def test_new_events_are_drained_while_running():
     source = ReplaySource(events)
     app = make_app(events, source=source)
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: len(app.query_one(MetricPlot).points["train"][0]) == 20)
+        await until(pilot, lambda: len(loss_chart(app).points["train"][0]) == 20)
         more = recorded_run(epochs=2, total_epochs=3, end="running")[len(events):]
         threading.Thread(target=source.push, args=tuple(more)).start()  # from another thread, like training
         await until(pilot, lambda: app.state.step == 40)
-        await until(pilot, lambda: len(app.query_one(MetricPlot).points["train"][0]) == 40)
+        await until(pilot, lambda: len(loss_chart(app).points["train"][0]) == 40)
         assert app.query_one(ProgressPanel).status == "running"
-
-
-@sync
-async def test_tab_and_arrows_switch_metric_and_window():
-    app = make_app()
-    async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause()
-        plot = app.query_one(MetricPlot)
-        await pilot.press("tab")
-        assert plot.metric == "accuracy" and "valid" in plot.points
-        await pilot.press("right")
-        assert plot.metric == "lr" and "valid" not in plot.points
-        await pilot.press("right")
-        assert plot.metric == "loss"
-        await pilot.press("left")
-        assert plot.metric == "lr"
-        await pilot.press("down")
-        assert plot.window == "recent" and "recent window" in plot.border_title
-        await pilot.press("up")
-        assert plot.window == "full"
 
 
 # --- keys reach the controller ----------------------------------------------------------------
@@ -266,7 +251,7 @@ async def test_summary_screen_after_training_completes_and_q_leaves():
         assert not isinstance(app.screen, ResultScreen)
         await pilot.press("c", "p")
         assert ctl.calls == []
-        await pilot.press("s")
+        await pilot.press("r")
         assert isinstance(app.screen, ResultScreen)
         await pilot.press("q")  # no question once training ended
         await until(pilot, lambda: not app.is_running)
@@ -323,7 +308,7 @@ class FakeRun:
         self.callbacks = []
         self.run_dir = "runs/fake"
 
-    def subscribe(self, callback):
+    def subscribe(self, callback, step_events=True):
         self.callbacks.append(callback)
 
     def execute(self) -> int:
@@ -375,7 +360,7 @@ async def test_watching_a_finished_run_from_its_files(tmp_path):
                        clock=lambda: T0)
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: isinstance(app.screen, ResultScreen))
-        assert app.state.step == 60 and len(app.query_one(MetricPlot).points["train"][0]) == 60
+        assert app.state.step == 60 and len(loss_chart(app).points["train"][0]) == 60
         await pilot.press("escape", "c")
         assert app.is_running  # steering keys only warn
         await pilot.press("q")
@@ -484,14 +469,17 @@ def test_run_live_returns_the_exit_code_without_a_terminal(monkeypatch):
 
 
 @sync
-async def test_many_epochs_draw_at_most_a_dozen_boundary_lines():
+async def test_many_epochs_draw_at_most_a_dozen_boundary_lines_six_columns_apart():
     events = recorded_run(epochs=40, steps_per_epoch=2, end="running")
     app = make_app(events)
-    async with app.run_test(size=SIZE) as pilot:
+    async with app.run_test(size=(200, 60)) as pilot:
         await pilot.pause()
-        plot = app.query_one(MetricPlot)
-        assert 6 <= len(plot.boundaries) <= 12
+        plot = loss_chart(app)
+        assert 2 <= len(plot.boundaries) <= min(12, (plot.size.width - 10) // 6)
         assert set(plot.boundaries) <= set(app.state.epoch_steps)
+        await pilot.press("enter")  # alone, full size: room for a dozen
+        await until(pilot, lambda: len(plot.boundaries) > 6)
+        assert len(plot.boundaries) <= 12
 
 
 @sync
@@ -522,7 +510,7 @@ async def test_redraws_give_way_when_the_screen_takes_more_than_its_share_of_a_c
         app.drain()
         assert app.slow == pytest.approx(app_module.MAX_SLOW)
         app._last_plot = now[0]  # the plot was just drawn
-        plot = app.query_one(MetricPlot)
+        plot = loss_chart(app)
         before = plot.builds
         more = recorded_run(epochs=2, total_epochs=3, end="running")[len(events):]
         source.push(*more)

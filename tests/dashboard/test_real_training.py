@@ -35,7 +35,7 @@ async def test_q_then_y_stops_real_training_gracefully_and_leaves(live_run):
     app = DashboardApp(RunSource(run), run.interrupter)
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: app.state.step >= 5)
-        assert app.query_one(MetricPlot) is not None
+        assert app.query(MetricPlot)
         await pilot.press("q")
         await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
         assert not run.interrupter.stop_requested  # only asked, not yet stopped

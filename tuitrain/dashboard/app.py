@@ -29,6 +29,7 @@ from textual.app import App
 from textual.binding import Binding
 from textual.screen import ModalScreen
 from textual.timer import Timer
+from textual.widgets import Static
 
 from tuitrain.core.control import Controller
 from tuitrain.dashboard.bridge import EventBridge
@@ -39,8 +40,12 @@ from tuitrain.dashboard.messages import TrainingEnded
 from tuitrain.dashboard.model import DashboardState
 from tuitrain.dashboard.pacing import UI_SHARE, PacingMixin
 from tuitrain.dashboard.sources import Source
+from tuitrain.dashboard.charts import compile_filter
+from tuitrain.dashboard.export import export_folder, write_series
+from tuitrain.dashboard.widgets.chart_grid import ChartGrid
 from tuitrain.dashboard.widgets.confirm_screen import ConfirmScreen
 from tuitrain.dashboard.widgets.control_bar import ControlBar
+from tuitrain.dashboard.widgets.filter_screen import FilterScreen
 from tuitrain.dashboard.widgets.help_screen import HelpScreen
 from tuitrain.dashboard.widgets.result_screen import ResultScreen, result_body, result_title
 
@@ -72,12 +77,21 @@ class DashboardApp(LayoutMixin, PacingMixin, EndingMixin, App[int]):
         Binding("p", "pause", "Pause"),
         Binding("q", "quit_request", "Quit"),
         Binding("ctrl+c", "interrupt", "Stop now", priority=True),
-        Binding("tab", "metric(1)", "Metric", priority=True),
-        Binding("shift+tab", "metric(-1)", "Metric", show=False, priority=True),
-        Binding("right", "metric(1)", "Metric", show=False),
-        Binding("left", "metric(-1)", "Metric", show=False),
-        Binding("up,down", "toggle_window", "Window"),
-        Binding("s", "show_result", "Summary", show=False),
+        Binding("tab", "focus_chart(1)", "Chart", show=False, priority=True),
+        Binding("shift+tab", "focus_chart(-1)", "Chart", show=False, priority=True),
+        Binding("right", "focus_chart(1)", "Chart", show=False),
+        Binding("left", "focus_chart(-1)", "Chart", show=False),
+        Binding("down", "focus_row(1)", "Chart", show=False),
+        Binding("up", "focus_row(-1)", "Chart", show=False),
+        Binding("enter", "zoom", "Zoom", show=False),
+        Binding("escape", "unzoom", "Grid", show=False),
+        Binding("l", "chart('log')", "Log"),
+        Binding("s", "chart('smoothing')", "Smooth"),
+        Binding("x", "chart('x_axis')", "X axis"),
+        Binding("w", "chart('window')", "Window"),
+        Binding("slash", "filter", "Filter"),
+        Binding("e", "export", "Export"),
+        Binding("r", "show_result", "Summary", show=False),
         Binding("question_mark", "help", "Keys"),
     ]
 
@@ -107,8 +121,6 @@ class DashboardApp(LayoutMixin, PacingMixin, EndingMixin, App[int]):
         self.hard_exit = hard_exit or _restore_terminal_and_exit
         self.bridge = EventBridge()
         self.state = DashboardState(clock=clock)
-        self.metric = ""
-        self.window = "full"
         self.exit_code: int | None = None  # from the source's work (live) once it returned
         self.worker_done = False
         self.interrupts = 0
@@ -125,10 +137,10 @@ class DashboardApp(LayoutMixin, PacingMixin, EndingMixin, App[int]):
         self._pace_cpu = cpu_clock()
         self._paced = False
         self._status_shown: tuple = ()
-        self._plot_title = ""
         self._result_shown = False
         self._source_closed = False
         self._base_theme = base_theme_of(self.theme_path)
+        self.last_export: Path | None = None
 
     def on_mount(self) -> None:
         self._set_up_panels()
@@ -209,22 +221,89 @@ class DashboardApp(LayoutMixin, PacingMixin, EndingMixin, App[int]):
         self._refresh_progress()
         self.notify("stopping gracefully; Ctrl+C again ends the process", severity="warning", timeout=5)
 
-    def action_metric(self, delta: int) -> None:
+    def _on_dashboard(self) -> bool:
+        """Chart keys act on the main screen only; a question open is cancelled by any key."""
         if isinstance(self.screen, ConfirmScreen):
             self.screen.dismiss("cancel")  # any other key cancels, Tab included
-            return
-        if isinstance(self.screen, ModalScreen):
-            return
-        names = self.state.metric_names
-        if not names:
-            return
-        i = names.index(self.metric) if self.metric in names else 0
-        self.metric = names[(i + delta) % len(names)]
-        self._replot()
+            return False
+        return not isinstance(self.screen, ModalScreen)
 
-    def action_toggle_window(self) -> None:
-        self.window = "recent" if self.window == "full" else "full"
-        self._replot()
+    def action_focus_chart(self, delta: int) -> None:
+        if self._on_dashboard() and self.screen.maximized is None:
+            self.query_one(ChartGrid).move(delta)
+
+    def action_focus_row(self, delta: int) -> None:
+        if self._on_dashboard() and self.screen.maximized is None:
+            grid = self.query_one(ChartGrid)
+            grid.move(delta * grid.columns, wrap=False)
+
+    def action_zoom(self) -> None:
+        """Enter: the focused chart alone, full size; Enter again: back to the grid."""
+        if not self._on_dashboard():
+            return
+        if self.screen.maximized is not None:
+            self.screen.minimize()
+            return
+        chart = self.query_one(ChartGrid).current()
+        if chart is not None:
+            chart.focus()
+            self.screen.maximize(chart, container=False)
+
+    def action_unzoom(self) -> None:
+        if self._on_dashboard() and self.screen.maximized is not None:
+            self.screen.minimize()
+
+    def action_chart(self, tool: str) -> None:
+        """l, s, x, w: a reading tool of the focused chart (the first one when none has the focus)."""
+        if not self._on_dashboard():
+            return
+        grid = self.query_one(ChartGrid)
+        chart = grid.current()
+        if chart is None:
+            return
+        if tool == "log":
+            chart.toggle_log()
+        elif tool == "smoothing":
+            chart.cycle_smoothing()
+        elif tool == "x_axis":
+            chart.cycle_x_axis(self.state.x_axes())
+        elif tool == "window":
+            chart.toggle_window()
+        grid.replot(chart)
+
+    def action_filter(self) -> None:
+        if not self._on_dashboard():
+            return
+        grid = self.query_one(ChartGrid)
+
+        def apply(text: str | None) -> None:
+            if text is None:
+                return
+            grid.set_filter(text)
+            shown = len(grid.visible())
+            if text.strip() and not shown:
+                self.notify(f"no chart matches /{text.strip()}/", severity="warning", timeout=4)
+
+        self.push_screen(FilterScreen(grid.filter_text, lambda text: compile_filter(text)[1]), apply)
+
+    def action_export(self) -> None:
+        """e: the screen as SVG and every series as CSV in RUN_DIR/exports/STAMP/; the path shown."""
+        if not self._on_dashboard():
+            return
+        run_dir = self.state.run_dir or str(getattr(self.source, "run_dir", "") or "")
+        if not run_dir:
+            self.notify("nothing to export into: this run has no run directory", severity="warning", timeout=4)
+            return
+        try:
+            folder = export_folder(run_dir, self.clock())
+            files = write_series(self.state, folder)
+            self.save_screenshot(filename="screen.svg", path=str(folder))
+        except OSError as e:
+            self.notify(f"export failed: {e}", severity="error", timeout=6)
+            return
+        self.last_export = folder
+        self.notify(f"exported the screen and {len(files)} series to {folder}", timeout=6)
+        self.query_one("#notice", Static).update(f"exported to {folder}")
 
     def action_help(self) -> None:
         if isinstance(self.screen, HelpScreen):

@@ -23,7 +23,7 @@ from textual.widgets import Footer, Static
 from tuitrain.dashboard.widgets.checkpoint_list import CheckpointList
 from tuitrain.dashboard.widgets.control_bar import ControlBar
 from tuitrain.dashboard.widgets.devices_panel import DevicesPanel
-from tuitrain.dashboard.widgets.metric_plot import MetricPlot
+from tuitrain.dashboard.widgets.chart_grid import ChartGrid
 from tuitrain.dashboard.widgets.output_log import OutputLog
 from tuitrain.dashboard.widgets.progress_panel import ProgressPanel
 
@@ -66,6 +66,13 @@ def base_theme_of(theme: Path | None) -> str:
     return m.group(1) if m else "textual-dark"
 
 
+def run_state(state) -> str:
+    """The header's word for the run: live, paused, completed, interrupted, failed (or killed)."""
+    if state.final:
+        return state.final
+    return "paused" if state.paused else "live"
+
+
 class LayoutMixin:
     """`DashboardApp`'s widgets and how they are laid out, titled and themed."""
 
@@ -73,7 +80,7 @@ class LayoutMixin:
         yield Static(id="title-bar")
         with Horizontal(id="main"):
             with Vertical(id="plot-column"):
-                yield MetricPlot(id="plot", classes="panel")
+                yield ChartGrid(id="charts")
                 yield OutputLog(id="log", classes="panel")
             with VerticalScroll(id="side"):
                 yield ProgressPanel(id="progress", classes="panel")
@@ -95,7 +102,6 @@ class LayoutMixin:
             self.theme = self._base_theme
         except Exception:
             self.theme = "textual-dark"  # an unknown base theme name must not stop the dashboard
-        self.query_one("#plot").border_title = "metrics"
         self.query_one("#log").border_title = "output"
         self.query_one("#progress").border_title = "progress"
         self.query_one("#devices").border_title = "devices"
@@ -116,7 +122,9 @@ class LayoutMixin:
         st = self.state
         name = st.experiment or "tuitrain"
         where = st.run_dir or (str(getattr(self.source, "run_dir", "")) if self.watching else "")
-        mode = "watching" if self.watching else "live"
+        mode = run_state(st)
+        if self.watching:
+            mode = f"watching · {mode}"
         key = (name, where, mode)
         if key == self._title_shown:
             return

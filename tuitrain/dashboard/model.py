@@ -17,7 +17,12 @@ from tuitrain.core.events import (
     DevicesSampled, EpochCompleted, EpochStarted, Event, MetricsLogged, OutputPrinted, PhaseCompleted,
     PhaseStarted, RunFailed, RunFinished, RunPaused, RunResumed, RunStarted, StepCompleted, StepStarted,
 )
-from tuitrain.dashboard.series import Series
+from tuitrain.dashboard.series import Anchors, Series
+
+# names of metrics where lower is better (the best valid value is their minimum); others: maximum
+LOWER_IS_BETTER = ("loss", "error", "err", "perplexity", "ppl", "mse", "mae", "rmse", "distance", "nll",
+                   "wait", "time", "bpc", "bpd", "cer", "wer")
+X_AXES = ("step", "epoch", "time", "samples")  # what a chart's x axis can be
 
 WARMUP_STEPS = 5  # steps ignored before items/s and ETA are shown (compilation, loader start-up)
 RATE_WINDOW = 50  # training steps the items/s average covers
@@ -64,6 +69,10 @@ class DashboardState:
         self.metric_names: list[str] = []
         self.latest: dict[str, float] = {}  # "train/loss" -> newest value
         self.epoch_steps: list[int] = []  # global step at each completed epoch, for boundary lines
+        # the other x axes, as maps from the global step: seconds since the start, epochs, samples seen
+        self.axes: dict[str, Anchors] = {"epoch": Anchors(), "time": Anchors(), "samples": Anchors()}
+        self.mode = ""  # "min" or "max": the monitored metric's direction, from the config
+        self._samples = 0  # items of training steps seen (StepCompleted)
         # throughput: (time, step, items) of recent training steps in the current stretch
         # (time, step, items, stretch): a stretch is training without a gap (validation, a pause)
         self._ticks: deque[tuple[float, int, int, int]] = deque(maxlen=RATE_WINDOW + 1)
@@ -157,6 +166,23 @@ class DashboardState:
                 return s
         return None
 
+    def lower_is_better(self, name: str) -> bool:
+        if self.monitor and self.mode in ("min", "max") and self.monitor.partition("/")[2] == name:
+            return self.mode == "min"
+        words = name.lower().replace("-", "_").replace("/", "_").split("_")
+        return any(w in LOWER_IS_BETTER or w.endswith("loss") for w in words)
+
+    def best_valid(self, name: str) -> float | None:
+        """The best valid value of a metric so far (its minimum or maximum, see `lower_is_better`)."""
+        s = self.metric_series(name, "valid")
+        if s is None:
+            return None
+        return s.min if self.lower_is_better(name) else s.max
+
+    def x_axes(self) -> list[str]:
+        """The x axes this run has data for, step first."""
+        return ["step"] + [a for a in X_AXES[1:] if self.axes[a]]
+
     def monitored_value(self, metrics: dict) -> float | None:
         if not self.monitor or not isinstance(metrics, dict):
             return None
@@ -209,6 +235,8 @@ class DashboardState:
                     self.started_at = event.time
                 cfg = event.config if isinstance(event.config, dict) else {}
                 self.monitor = str((cfg.get("checkpoint") or {}).get("monitor", "") or "")
+                self.mode = str((cfg.get("checkpoint") or {}).get("mode", "") or "")
+                self._samples = max(self._samples, event.start_step * (event.batch_size or 0))
                 self.validate_every = int((cfg.get("train") or {}).get("validate_every", 1) or 1)
                 self.final, self.stopping, self.paused = "", False, False
                 self.activity = "running"
@@ -236,6 +264,7 @@ class DashboardState:
             case EpochCompleted():
                 if not self.epoch_steps or self.epoch_steps[-1] != event.step:
                     self.epoch_steps.append(event.step)
+                self.axes["epoch"].add(event.step, event.epoch)
                 self.epoch = event.epoch
                 self.latest.update({k: v for k, v in event.metrics.items() if _is_number(v)})
                 return {"progress", "plot"}
@@ -310,6 +339,8 @@ class DashboardState:
             self.latest[f"{event.split}/{name}"] = value
         if event.split == self.split and event.batches:
             self.batch, self.batches = event.batch, event.batches
+        if event.split == "train" and event.scope == "step":
+            self._anchor(event)
         if event.split == "train" and event.scope == "step" and not self._step_events:
             # from a file there are no step events: logged steps are the ticks
             prev = self._ticks[-1][1] if self._ticks else None
@@ -317,8 +348,21 @@ class DashboardState:
             self._tick(event.time, event.step, items, steps=event.step - prev if prev is not None else 1)
         return {"plot", "progress"}
 
+    def _anchor(self, event: MetricsLogged) -> None:
+        """The other x axes at a logged training step."""
+        if self.started_at is not None:
+            self.axes["time"].add(event.step, event.time - self.started_at)
+        if event.batches and event.epoch:
+            self.axes["epoch"].add(event.step, event.epoch - 1 + min(event.batch, event.batches) / event.batches)
+        if self._samples:
+            self.axes["samples"].add(event.step, self._samples)
+        elif self.batch_size and not self._step_events:
+            self.axes["samples"].add(event.step, event.step * self.batch_size)
+
     def _tick(self, t: float, step: int, items: int, steps: int = 1) -> None:
         if self._ticks and step <= self._ticks[-1][1]:
             return  # a repeated step (validation reports the current step)
+        if self._step_events:
+            self._samples += items
         self._ticks.append((t, step, items, self._stretch))
         self._train_steps_seen += max(steps, 1)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from tuitrain.dashboard.widgets.checkpoint_list import CheckpointList
 from tuitrain.dashboard.widgets.control_bar import ControlBar
 from tuitrain.dashboard.widgets.devices_panel import DevicesPanel
-from tuitrain.dashboard.widgets.metric_plot import MetricPlot
+from tuitrain.dashboard.widgets.chart_grid import ChartGrid
 from tuitrain.dashboard.widgets.output_log import OutputLog
 from tuitrain.dashboard.widgets.progress_panel import ProgressPanel
 
@@ -67,8 +67,6 @@ class PacingMixin:
                 self._status_shown = status
                 self._last_progress = now
                 self._refresh_progress()
-                if st.experiment:
-                    self._title()
             else:
                 keep.add("progress")
         if "devices" in dirty:
@@ -79,6 +77,8 @@ class PacingMixin:
             log = self.query_one(OutputLog)
             for stream, text in st.take_lines():
                 log.add(stream, text)
+            if log.count and not log.has_class("-has-lines"):
+                log.add_class("-has-lines")  # the panel takes rows from its first line on
         if "plot" in dirty:
             if now - self._last_plot >= self._plot_wait() or st.ended:
                 self._last_plot = now
@@ -98,7 +98,7 @@ class PacingMixin:
         wait = self.plot_interval * self.slow
         st = self.state
         if not (st.ended or st.paused or self.watching):
-            wait = max(wait, self.query_one(MetricPlot).build_cost / PLOT_SHARE)
+            wait = max(wait, self.query_one(ChartGrid).build_cost() / PLOT_SHARE)
         return wait
 
     def _pace(self, now: float) -> None:
@@ -125,22 +125,13 @@ class PacingMixin:
         elif self.interrupts and not st.ended:
             note = "Ctrl+C again ends the process"
         self.query_one(ProgressPanel).show(st, note)
+        self._title()
         self.query_one(ControlBar).set_paused(st.paused)
         if st.ended and self.controller is not None and self.watching:
             self._read_only("the run has ended; keys that steer are off")
 
     def _replot(self) -> None:
-        names = self.state.metric_names
-        if not self.metric and names:
-            self.metric = names[0]
-        plot = self.query_one(MetricPlot)
-        plot.show(self.state, self.metric, self.window)
-        where = f"{names.index(self.metric) + 1}/{len(names)}" if self.metric in names else "-"
-        window = "recent window" if self.window == "recent" else "full history"
-        title = f"{self.metric or 'metrics'} ({where}) · {window}"
-        if title != self._plot_title:  # each assignment is a repaint
-            self._plot_title = plot.border_title = title
-            plot.border_subtitle = "Tab ←→ metric · ↑↓ window"
+        self.query_one(ChartGrid).show(self.state)
 
     def _every_second(self) -> None:
         if not self.is_running:  # shutting down (see drain)

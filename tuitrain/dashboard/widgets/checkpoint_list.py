@@ -6,6 +6,7 @@ import time
 from pathlib import PurePath
 from typing import Callable
 
+from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
@@ -66,13 +67,19 @@ class CheckpointList(Static):
         # the numbers keep their width; the file name gets what is left, or goes when too little is
         widths = {n: max([len(n)] + [len(cells[n]) for _, cells in rows]) for n in names}
         left = self.content_size.width - sum(widths[n] + 1 for n in names[:-1])
-        columns = names if left >= 8 else names[:-1]
-        shown = (len(rows), tuple(tuple(cells[c] for c in columns) for _, cells in rows), self.best_file)
+        # a file name cut short is no name: too little room beside the numbers, it gets a line of its own
+        below = left < widths["file"] and self.content_size.width > 0
+        columns = names if not below else names[:-1]
+        shown = (len(rows), tuple(tuple(cells[c] for c in names) for _, cells in rows), self.best_file,
+                 below, self.content_size.width)
         if shown == self._shown:
             return  # called every second for the ages: most seconds nothing on screen changes
         # a layout pass re-arranges the whole screen: only when this panel's height changes
-        layout = self._shown is None or self._shown[0] != shown[0]
+        layout = self._shown is None or self._shown[0] != shown[0] or self._shown[3] != shown[3]
         self._shown = shown
+        if below:
+            self.update(self._two_line_rows(rows, columns, widths, header, best), layout=layout)
+            return
         table = Table.grid(padding=(0, 1))
         for name in columns:
             table.add_column(justify="left" if name in ("", "file") else "right", no_wrap=True,
@@ -81,4 +88,19 @@ class CheckpointList(Static):
         table.add_row(*(Text(h, style=header) for h in columns))
         for is_best, cells in rows:
             table.add_row(*(Text(cells[c], style=best if is_best else "") for c in columns))
+
         self.update(table, layout=layout)
+
+    @staticmethod
+    def _two_line_rows(rows, columns, widths, header, best) -> Group:
+        """Each checkpoint's numbers on one line and its whole file name on the next."""
+        def line(cells: dict, style) -> Text:
+            return Text(" ".join(cells[c].ljust(widths[c]) if c == "" else cells[c].rjust(widths[c])
+                                 for c in columns), style=style, no_wrap=True, overflow="ellipsis")
+
+        lines = [line({c: c for c in columns}, header)]
+        for is_best, cells in rows:
+            lines.append(line(cells, best if is_best else ""))
+            lines.append(Text("  " + cells["file"], style=best if is_best else header, no_wrap=True,
+                              overflow="ellipsis"))
+        return Group(*lines)

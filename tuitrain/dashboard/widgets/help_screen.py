@@ -10,13 +10,19 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 KEYS = [
+    ("Tab / Shift+Tab, arrows", "move the focus between charts (a click too)"),
+    ("Enter", "the focused chart alone, full size; Enter or Esc back to the grid"),
+    ("l", "log scale on the focused chart (values <= 0 are left out); again: linear"),
+    ("s", "smoothing of the training series: EMA 0.6, 0.9, 0.99, off (the raw series stays, faint)"),
+    ("x", "x axis: step, epoch, wall time, samples seen (those the run has)"),
+    ("w", "window: full history, then the most recent steps only"),
+    ("/", "show only the charts whose metric names match a regular expression (empty: all)"),
+    ("e", "export: the screen as SVG and every series as CSV, in RUN_DIR/exports/"),
     ("c", "write a checkpoint now"),
     ("p", "pause training; p again resumes"),
     ("q", "stop training and leave (asks y / any other key cancels); once training has ended, leave"),
     ("Ctrl+C", "stop gracefully at once, without asking; a second Ctrl+C ends the process"),
-    ("Tab / ← →", "switch the plotted metric"),
-    ("↑ ↓", "full history or recent window"),
-    ("s", "the summary or error again, once training has ended"),
+    ("r", "the summary or error again, once training has ended"),
     ("?", "this list"),
 ]
 

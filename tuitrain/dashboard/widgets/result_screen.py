@@ -86,4 +86,4 @@ class ResultScreen(ModalScreen[None]):
             yield Static(Text(self.title_text), id="result-title")
             with VerticalScroll(id="result-scroll"):
                 yield Static(Text(self.body_text), id="result-body")
-            yield Static("q leave · Esc back to the dashboard · s this summary again", id="result-keys")
+            yield Static("q leave · Esc back to the dashboard · r this summary again", id="result-keys")

@@ -1,0 +1,50 @@
+"""`e` on the dashboard: a folder under RUN_DIR/exports/ with every series the charts hold as CSV
+(the screen's SVG is written beside them by the app, with Textual's `save_screenshot`).
+
+A series holds every logged value up to its capacity (1024 points); past that, each bucket's
+minimum and maximum, each at its own step (the run's metric files hold everything). Must not import
+textual.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+import time
+from pathlib import Path
+
+from tuitrain.dashboard.model import DashboardState
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def export_folder(run_dir: str | Path, when: float) -> Path:
+    """RUN_DIR/exports/YYYYmmdd-HHMMSS, made anew (-2, -3... when one already has that second)."""
+    base = Path(run_dir) / "exports"
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(when))
+    folder, n = base / stamp, 1
+    while folder.exists():
+        n += 1
+        folder = base / f"{stamp}-{n}"
+    folder.mkdir(parents=True)
+    return folder
+
+
+def write_series(state: DashboardState, folder: Path) -> list[Path]:
+    """One CSV a series, named SPLIT-SCOPE-METRIC.csv: step, then the other x axes the run has
+    (epoch, time in seconds since the start, samples seen), then the value."""
+    axes = [a for a in state.x_axes() if a != "step"]
+    written = []
+    for (split, scope, name), series in sorted(state.series.items()):
+        if not series.count:
+            continue
+        path = folder / f"{split}-{scope}-{_UNSAFE.sub('_', name)}.csv"
+        xs, ys = series.points()
+        with open(path, "w", newline="", encoding="utf-8") as f:
+            out = csv.writer(f)
+            out.writerow(["step"] + axes + [name])
+            for x, y in zip(xs, ys):
+                out.writerow([int(x) if float(x).is_integer() else x]
+                             + [round(state.axes[a](x), 6) for a in axes] + [repr(y)])
+        written.append(path)
+    return written

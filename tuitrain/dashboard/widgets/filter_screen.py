@@ -1,0 +1,54 @@
+"""`FilterScreen`: `/` asks for a regular expression; the charts whose metric names match stay.
+
+Enter applies it (empty: every chart), Esc keeps the current filter. A bad expression is named under
+the field and the screen stays, so that it can be corrected; the app checks it with `check`.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Input, Static
+
+
+class FilterScreen(ModalScreen[str | None]):
+    """Dismissed with the accepted text, or None (Esc)."""
+
+    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+
+    DEFAULT_CSS = """
+    FilterScreen { align: center bottom; }
+    #filter-box { width: 70; max-width: 95%; height: auto; padding: 0 1; margin-bottom: 2; }
+    #filter-error { height: auto; color: $error; }
+    """
+
+    def __init__(self, current: str, check: Callable[[str], str]) -> None:
+        super().__init__()
+        self.current = current
+        self.check = check
+        self.error = ""
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="filter-box"):
+            yield Static("Show the charts whose metric names match (a regular expression; empty: all)",
+                         id="filter-title")
+            yield Input(self.current, placeholder="e.g. loss|acc", id="filter-input")
+            yield Static("", id="filter-error")
+
+    def on_mount(self) -> None:
+        self.query_one(Input).focus()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        self.error = self.check(event.value)
+        if self.error:
+            self.query_one("#filter-error", Static).update(self.error)
+            return
+        self.dismiss(event.value)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
