@@ -360,6 +360,8 @@ async def test_watching_a_finished_run_from_its_files(tmp_path):
                        clock=lambda: T0)
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: isinstance(app.screen, ResultScreen))
+        # the charts are mounted as their metrics arrive, and drawn once mounted
+        await until(pilot, lambda: "train" in loss_chart(app).points)
         assert app.state.step == 60 and len(loss_chart(app).points["train"][0]) == 60
         await pilot.press("escape", "c")
         assert app.is_running  # steering keys only warn

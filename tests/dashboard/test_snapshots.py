@@ -1,5 +1,6 @@
-"""SVG snapshots of the dashboard (pytest-textual-snapshot): the main screen at 80x24 and 120x40
-in each shipped theme, and the end-of-run screens. Times are frozen so the pictures are stable.
+"""SVG snapshots of the dashboard (pytest-textual-snapshot): the main screen at 80x24, 120x40 and
+200x60 in the dark theme and at 120x40 in the others, a chart with log scale and smoothing, a
+chart alone (Enter), and the end-of-run screens. Times are frozen so the pictures are stable.
 
 After a deliberate change of the look: `pytest tests/dashboard/test_snapshots.py --snapshot-update`,
 then look at the SVGs before committing them.
@@ -28,10 +29,22 @@ def dashboard(end: str = "running", theme: str = "dark", epochs: int = 3) -> Das
     return DashboardApp(source, RecordingController(), THEMES / f"{theme}.tcss", clock=lambda: frozen)
 
 
-@pytest.mark.parametrize("theme", ["dark", "light", "high-contrast"])
-@pytest.mark.parametrize("size", [(80, 24), (120, 40)], ids=["80x24", "120x40"])
-def test_main_screen(snap_compare, theme, size):
-    assert snap_compare(dashboard(theme=theme), terminal_size=size)
+@pytest.mark.parametrize("size", [(80, 24), (120, 40), (200, 60)], ids=["80x24", "120x40", "200x60"])
+def test_main_screen(snap_compare, size):
+    assert snap_compare(dashboard(), terminal_size=size)
+
+
+@pytest.mark.parametrize("theme", ["light", "high-contrast"])
+def test_main_screen_themes(snap_compare, theme):
+    assert snap_compare(dashboard(theme=theme), terminal_size=(120, 40))
+
+
+def test_log_scale_and_smoothing(snap_compare):
+    assert snap_compare(dashboard(), press=["l", "s", "s"], terminal_size=(120, 40))
+
+
+def test_one_chart_alone(snap_compare):
+    assert snap_compare(dashboard(), press=["tab", "enter"], terminal_size=(120, 40))
 
 
 def test_summary_screen(snap_compare):

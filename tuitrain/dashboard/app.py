@@ -303,7 +303,7 @@ class DashboardApp(LayoutMixin, PacingMixin, EndingMixin, App[int]):
             return
         self.last_export = folder
         self.notify(f"exported the screen and {len(files)} series to {folder}", timeout=6)
-        self.query_one("#notice", Static).update(f"exported to {folder}")
+        self.query_one("#notice", Static).update(Text(f"exported to {folder}", no_wrap=True, overflow="ellipsis"))
 
     def action_help(self) -> None:
         if isinstance(self.screen, HelpScreen):

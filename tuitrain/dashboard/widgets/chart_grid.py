@@ -17,7 +17,7 @@ class ChartGrid(VerticalScroll):
     """`show(state)` after new values; `set_filter(text)` for `/`; `move(delta)` for the focus keys."""
 
     DEFAULT_CSS = """
-    ChartGrid { layout: grid; grid-size: 1; grid-rows: 12; grid-gutter: 0; height: 1fr; }
+    ChartGrid { layout: grid; grid-size: 1; grid-rows: 12; grid-gutter: 0; height: 1fr; scrollbar-size-vertical: 1; }
     """
 
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
