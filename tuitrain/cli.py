@@ -1,4 +1,4 @@
-"""The `tuitrain` command: argparse front for run, watch, stop, checkpoint and ls.
+"""The `tuitrain` command: argparse front for run, watch, stop, checkpoint, ls and lr-find.
 
 Heavy imports (torch, textual) happen inside the command that needs them, so `tuitrain --help`
 answers fast. The dashboard is imported only when one opens.
@@ -28,8 +28,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="continue the newest run of this experiment, or a checkpoint file / run directory")
     r.add_argument("--run-dir", metavar="DIR", help="write the run here instead of <dir>/<name>/<timestamp>")
     r.add_argument("--theme", metavar="NAME|FILE.tcss", help="dashboard theme (dark, light, high-contrast or a file)")
-    w = sub.add_parser("watch", help="the dashboard of a live or finished run, from its files")
-    w.add_argument("run_dir", metavar="RUN_DIR")
+    w = sub.add_parser("watch", help="the dashboard of a live or finished run, from its files; several runs "
+                                     "(or an experiment folder) compared")
+    w.add_argument("run_dirs", metavar="RUN_DIR", nargs="+")
     w.add_argument("--theme", metavar="NAME|FILE.tcss")
     # Monitor's viewer: the run is the parent's, so Ctrl+C stops it instead of leaving the viewer
     w.add_argument("--owned", action="store_true", help=argparse.SUPPRESS)
@@ -39,6 +40,15 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("run_dir", metavar="RUN_DIR")
     ls = sub.add_parser("ls", help="one line per run: name, started, status, epoch/step, best value")
     ls.add_argument("dir", metavar="DIR", nargs="?", default="runs")
+    lr = sub.add_parser("lr-find", help="learning-rate range test: a plot, the suggested lr and a CSV; "
+                                        "nothing of the run is kept")
+    lr.add_argument("config", metavar="CONFIG.toml")
+    lr.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a config key with a TOML value (repeatable)")
+    lr.add_argument("--min-lr", type=float, default=1e-7, help="where the sweep starts (default 1e-7)")
+    lr.add_argument("--max-lr", type=float, default=10.0, help="where the sweep ends at the latest (default 10)")
+    lr.add_argument("--steps", type=int, default=100, help="optimizer steps in the sweep (default 100)")
+    lr.add_argument("--csv", metavar="PATH", help="where the sweep's CSV goes (default lr-find-<experiment>.csv)")
     return p
 
 
@@ -61,14 +71,18 @@ def cmd_run(args: argparse.Namespace) -> int:
         return _error(str(e))
     if headless:
         run.install_signal_handlers()
-        return run.execute()
-    from .dashboard.themes import find_theme
+        code = run.execute()
+    else:
+        from .dashboard.themes import find_theme
 
-    theme = find_theme(run.cfg.dashboard.theme, run.cfg.base_dir)
-    run.install_signal_handlers(sigint=False)  # the dashboard reads Ctrl+C as a key
-    from .dashboard.app import run_live
+        theme = find_theme(run.cfg.dashboard.theme, run.cfg.base_dir)
+        run.install_signal_handlers(sigint=False)  # the dashboard reads Ctrl+C as a key
+        from .dashboard.app import run_live
 
-    return run_live(run, theme)
+        code = run_live(run, theme)
+    if run.config_error is not None:  # found only while building the user's parts
+        return _error(str(run.config_error))
+    return code
 
 
 EXIT_NOT_DONE = 1  # stop/checkpoint: the run is not live, or did not take the request
@@ -115,13 +129,34 @@ def cmd_control(args: argparse.Namespace, command: str) -> int:
     return 0
 
 
+def _watched_runs(paths: list[str]) -> list[Path] | int:
+    """The run directories that `watch` shows: each path a run directory, or an experiment folder
+    (all its runs, newest first)."""
+    from .run.directories import find_runs
+
+    runs: list[Path] = []
+    for path in paths:
+        d = Path(path)
+        if (d / "events.jsonl").exists() or (d / "run.json").exists():
+            runs.append(d)
+            continue
+        found = find_runs(d)
+        if not found:
+            return _error(f"{path}: not a run directory (no events.jsonl) and no runs under it")
+        runs.extend(found)
+    unique: dict[Path, Path] = {}
+    for run in runs:
+        unique.setdefault(run.resolve(), run)
+    return list(unique.values())
+
+
 def cmd_watch(args: argparse.Namespace) -> int:
-    d = Path(args.run_dir)
-    if not (d / "events.jsonl").exists() and not (d / "run.json").exists():
-        return _error(f"{args.run_dir}: not a run directory (no events.jsonl)")
+    runs = _watched_runs(args.run_dirs)
+    if isinstance(runs, int):
+        return runs
     if not sys.stdout.isatty():
         return _error("watch shows the dashboard and needs a terminal; for plain lines read "
-                      f"{d / 'experiment.log'} (tail -f) or events.jsonl")
+                      f"{runs[0] / 'experiment.log'} (tail -f) or events.jsonl")
     from .dashboard.themes import find_theme
 
     theme = None
@@ -129,9 +164,19 @@ def cmd_watch(args: argparse.Namespace) -> int:
         theme = find_theme(args.theme, Path.cwd())
         if theme is None:
             return _error(f"--theme {args.theme}: no such theme")
+    if len(runs) > 1:
+        from .dashboard.app import run_compare
+
+        return run_compare(runs, theme)
     from .dashboard.app import run_watch
 
-    return run_watch(d, theme, owned=args.owned)
+    return run_watch(runs[0], theme, owned=args.owned)
+
+
+def cmd_lr_find(args: argparse.Namespace) -> int:
+    from .run.lr_find import lr_find_command
+
+    return lr_find_command(args)
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
@@ -159,6 +204,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_watch(args)
         if args.command == "ls":
             return cmd_ls(args)
+        if args.command == "lr-find":
+            return cmd_lr_find(args)
     except KeyboardInterrupt:
         return 130
     return _error(f"unknown command {args.command}")

@@ -48,7 +48,8 @@ def test_a_spent_budget_stops_the_run_as_completed_with_a_final_checkpoint(tmp_p
     info = json.loads((run_dir / "run.json").read_text())
     assert info["status"] == "completed" and info["reason"] == "max_time"
     last = read_index(run_dir / "checkpoint")[-1]
-    assert last.step == info["step"] > 0 and last.reason == "end"
+    # the budget can run out right at an epoch's end, whose checkpoint is then the final one
+    assert last.step == info["step"] > 0 and last.reason in ("end", "epoch")
     assert load_checkpoint(run_dir / "checkpoint" / last.file)["time_used"] >= 1.0
     assert "max_time (1s) spent" in (run_dir / "experiment.log").read_text()
 

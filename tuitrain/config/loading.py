@@ -22,7 +22,7 @@ from tuitrain.config.schema import (
 )
 from tuitrain.config.targets import check_kwargs, metric_name, resolve_target, split_target
 
-BUILTIN_METRICS = ("loss", "accuracy", "lr", "throughput", "step_time")
+BUILTIN_METRICS = ("loss", "accuracy", "lr", "throughput", "step_time", "grad_norm", "data_wait")
 TOPK_RE = re.compile(r"^top([1-9]\d*)_accuracy$")
 
 
@@ -218,6 +218,9 @@ def check_values(cfg: Config) -> None:
             raise ConfigError(f"{monitor!r} is not logged (metrics.{split}: {listed})"
                               + suggest(metric, names[split]), key=key)
     _check_revise_keys(cfg.checkpoint.revise_keys)
+    if cfg.ema is not None and cfg.train.strategy == "fsdp":
+        raise ConfigError("an average of sharded weights is not supported: remove [ema] or use strategy "
+                          "\"ddp\"", key="ema.decay")
 
 
 def named_parts(section: Any, name: str) -> list[tuple[str, Any]]:
@@ -292,15 +295,16 @@ def _check_metrics(items: list, key: str, step_values: bool = False) -> list[str
         where = f"{key}[{i}]"
         if isinstance(item, str):
             known = item in BUILTIN_METRICS or TOPK_RE.match(item)
-            if step_values and not known and not item.isidentifier():
-                raise ConfigError(f"a value the phase's step returns needs a name like 'g_loss', got {item!r}",
-                                  key=where)
-            if not known and not step_values:
+            if not known and not item.isidentifier():
+                raise ConfigError(f"a value the step returns needs a name like 'perplexity', got {item!r}"
+                                  + suggest(item, BUILTIN_METRICS), key=where)
+            # another name is a value the step returns ({"loss": ..., "perplexity": ...}); a near miss
+            # of a built-in name is a typo, unless a phase of the user's returns values by name
+            if not known and not step_values and suggest(item, BUILTIN_METRICS):
                 raise ConfigError(
                     f"unknown metric {item!r}{suggest(item, BUILTIN_METRICS)}; built in: "
-                    f"{', '.join(BUILTIN_METRICS)}, topK_accuracy, or a table with a target "
-                    f"(a phase of your own may also log the values its step returns)",
-                    key=where)
+                    f"{', '.join(BUILTIN_METRICS)}, topK_accuracy, a value your train_step/valid_step "
+                    "returns by name, or a table with a target", key=where)
         elif isinstance(item, dict):
             if "target" not in item:
                 raise ConfigError('a metric table needs target = "module:callable"', key=where)

@@ -77,6 +77,8 @@ class OptimizerConfig:
     name: str = "AdamW"
     target: str = ""
     base_batch_size: int = 0  # > 0: lr scaled by (batch_size x grad_accumulation x processes) / this
+    #: parameter-name substrings ("bias", "norm") whose parameters get weight_decay = 0
+    no_decay: list = field(default_factory=list)
     kwargs: dict = field(default_factory=dict)
     named: dict = field(default_factory=dict)  # [optimizer.NAME]: the optimizer of model NAME
 
@@ -118,12 +120,22 @@ class TrainConfig:
     valid_phase: str = ""
     compile: bool = False  # torch.compile the model(s) (nn.Module.compile: state_dict keys unchanged)
     compile_mode: str = "default"
+    validate_every_n_steps: int = 0  # > 0: validate every N optimizer steps (and at the end)
+    limit_valid_batches: int = 0  # > 0: at most this many validation batches each time
+    max_time: str = ""  # "2h30m": when spent, stop gracefully with a checkpoint (status completed)
 
 
 @dataclass
 class MetricsConfig:
     train: list = field(default_factory=lambda: ["loss", "accuracy", "lr", "throughput"])
     valid: list = field(default_factory=lambda: ["loss", "accuracy"])
+    #: what `throughput` (and the dashboard's items/s) counts: "samples", or "tokens" (the target's elements)
+    throughput_unit: str = "samples"
+
+
+@dataclass
+class EmaConfig:
+    decay: float = 0.999
 
 
 @dataclass
@@ -171,9 +183,10 @@ SECTIONS: dict[str, type] = {
     "log": LogConfig,
     "checkpoint": CheckpointConfig,
     "early_stopping": EarlyStoppingConfig,
+    "ema": EmaConfig,
     "dashboard": DashboardConfig,
 }
-OPTIONAL_SECTIONS = ("scheduler", "early_stopping")
+OPTIONAL_SECTIONS = ("scheduler", "early_stopping", "ema")
 PRECISIONS = ("32", "bf16-mixed", "16-mixed")
 PRECISION_ALIASES = {"16": "16-mixed", "bf16": "bf16-mixed", "32-true": "32", "fp32": "32"}
 STRATEGIES = ("single", "ddp", "fsdp")
@@ -196,6 +209,7 @@ class Config:
     log: LogConfig = field(default_factory=LogConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     early_stopping: EarlyStoppingConfig | None = None
+    ema: EmaConfig | None = None
     dashboard: DashboardConfig = field(default_factory=DashboardConfig)
     path: Path | None = None
     base_dir: Path = field(default_factory=Path.cwd)
@@ -336,6 +350,25 @@ def _target_format(v: str) -> str | None:
     return f'expected "module:callable", got {v!r}{hint}'
 
 
+def _duration(v: str) -> str | None:
+    from tuitrain.core.control import parse_duration
+
+    try:
+        parse_duration(v)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+def _decay(v: float) -> str | None:
+    return None if 0.0 < v < 1.0 else f"must be between 0 and 1 (exclusive), e.g. 0.999; got {v}"
+
+
+def _names(v: list) -> str | None:
+    bad = [x for x in v if not isinstance(x, str) or not x]
+    return f"expected parameter-name substrings such as \"bias\", got {describe(bad[0])}" if bad else None
+
+
 def _monitor_format(v: str) -> str | None:
     split, _, metric = v.partition("/")
     if split in ("train", "valid") and metric:
@@ -366,6 +399,12 @@ RULES: dict[str, Callable[[Any], str | None]] = {
     "optimizer.base_batch_size": _at_least(0),
     "train.devices": _at_least(1),
     "train.validate_every": _at_least(1),
+    "train.validate_every_n_steps": _at_least(0),
+    "train.limit_valid_batches": _at_least(0),
+    "train.max_time": _duration,
+    "optimizer.no_decay": _names,
+    "metrics.throughput_unit": _one_of("samples", "tokens"),
+    "ema.decay": _decay,
     "train.phase": _target_format,
     "train.valid_phase": _target_format,
     "log.every_n_steps": _at_least(1),

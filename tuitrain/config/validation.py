@@ -70,9 +70,17 @@ def _validate_phase(cfg: Config, spec: str, key: str) -> None:
 
 
 def _validate_optimizer(cfg: Config, opt, key: str = "optimizer") -> None:
+    from tuitrain.core.optimization import takes_model
+
     if opt.target:
         fn = resolve_target(opt.target, cfg.base_dir, f"{key}.target")
         what = opt.target
+        if takes_model(fn):  # a factory of the user's that builds its own parameter groups
+            if opt.no_decay:
+                raise ConfigError(f"{what} takes the model and builds its own parameter groups; no_decay "
+                                  "applies to optimizers built from the parameters", key=f"{key}.no_decay")
+            check_kwargs(fn, opt.kwargs, key, provided=("model",), positional=1, target=what)
+            return
     else:
         import torch.optim
 

@@ -185,7 +185,7 @@ class Learner(OptimizationMixin, CheckpointMixin):
                  bus: EventBus | None = None, model_path: str | os.PathLike | None = None,
                  env: dict | None = None, notes: Sequence[str] = (), sinks: Iterable = (),
                  max_time: float | str = 0, ema_decay: float = 0.0, validate_every_n_steps: int = 0,
-                 limit_valid_batches: int = 0) -> None:
+                 limit_valid_batches: int = 0, throughput_unit: str = "samples") -> None:
         if grad_accumulation < 1 or epochs < 0 or max_steps < 0 or log_every_n_steps < 1 or validate_every < 1:
             raise ValueError("grad_accumulation, log_every_n_steps, validate_every must be >= 1; epochs, "
                              "max_steps >= 0")
@@ -267,10 +267,18 @@ class Learner(OptimizationMixin, CheckpointMixin):
         for cb in callbacks:
             self.bus.subscribe(cb)
         self.checkpointer = checkpointer
-        # a phase with its own step may log the extra values it returns under names that are not built in
+        # a name that is not built in is a value the step returns ({"loss": ..., "perplexity": ...});
+        # the other named scalars a step returns are logged too, under their own names
         self.metric_sets = {
-            "train": MetricSet(train_metrics, self.optimizer, step_values=_own_step(self.train_phase)),
-            "valid": MetricSet(valid_metrics, self.optimizer, step_values=_own_step(self.valid_phase))}
+            "train": MetricSet(train_metrics, self.optimizer, step_values=True),
+            "valid": MetricSet(valid_metrics, self.optimizer, step_values=True)}
+        #: the `grad_norm` metric, when asked for: the loop computes the norm on logged steps only
+        self._grad_norm = self.metric_sets["train"].grad_norm
+        if throughput_unit not in ("samples", "tokens"):
+            raise ValueError(f"throughput_unit must be 'samples' or 'tokens', not {throughput_unit!r}")
+        self.throughput_unit = throughput_unit
+        for phase in (self.train_phase, self.valid_phase):
+            phase.count_tokens = throughput_unit == "tokens"
         self._setup_precision(precision)
         self.move_batches = self.device.type != "cpu"
         self.non_blocking = self.device.type == "cuda"

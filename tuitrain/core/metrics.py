@@ -7,6 +7,7 @@ Must not import textual.
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from dataclasses import dataclass
@@ -59,6 +60,8 @@ class Context:
         self.phase_items = 0
         self.phase_steps = 0
         self.phase_time = 0.0
+        self.window_wait = 0.0  # seconds spent waiting for the next batch (data_wait only)
+        self.phase_wait = 0.0
 
 
 class Metric:
@@ -222,7 +225,11 @@ class StepValue(_Ratio):
         value = out.extras.get(self.name) if out.extras else None
         if value is None:
             got = ", ".join(["loss", *(out.extras or {})]) if out.loss is not None else ", ".join(out.extras or {})
-            raise ValueError(f"metric {self.name!r} is not built in ({', '.join(BUILTIN)}, topK_accuracy) "
+            import difflib
+
+            near = difflib.get_close_matches(self.name, BUILTIN, n=1, cutoff=0.6)
+            hint = f" (did you mean {near[0]!r}?)" if near else ""
+            raise ValueError(f"metric {self.name!r}{hint} is not built in ({', '.join(BUILTIN)}, topK_accuracy) "
                              f"and the step returned no {self.name!r} value (it returned: {got or 'nothing'})")
         if not isinstance(value, torch.Tensor):
             value = torch.tensor(float(value), dtype=torch.float64)
@@ -260,6 +267,44 @@ class StepTime(Metric):
 
     def phase(self, ctx: Context) -> float | None:
         return ctx.phase_time / ctx.phase_steps if ctx.phase_steps else None
+
+
+class GradNorm(Metric):
+    """The total norm of the gradients before clipping, computed only on logged steps (the Learner
+    adds it as a device tensor; it is read when the step is logged)."""
+
+    name = "grad_norm"
+
+    def __init__(self) -> None:
+        self._norms: list = []
+        self._last: float | None = None
+
+    def add(self, norm) -> None:
+        self._norms.append(norm.detach() if isinstance(norm, torch.Tensor) else norm)
+
+    def window(self, ctx: Context) -> float | None:
+        if self._norms:  # several optimizers stepped in one step: the norm over all of them
+            norms, self._norms = self._norms, []
+            self._last = math.sqrt(sum(float(n) ** 2 for n in norms))
+        return self._last
+
+    phase = window
+
+    def reset(self) -> None:
+        self._norms = []
+
+
+class DataWait(Metric):
+    """The share of the phase's time spent waiting for the next batch (0: the data is never late;
+    0.5: half the time the device had nothing to do), timed around the loader in the loop."""
+
+    name = "data_wait"
+
+    def window(self, ctx: Context) -> float | None:
+        return min(1.0, ctx.window_wait / ctx.window_time) if ctx.window_time > 0 else None
+
+    def phase(self, ctx: Context) -> float | None:
+        return min(1.0, ctx.phase_wait / ctx.phase_time) if ctx.phase_time > 0 else None
 
 
 class TorchMetric(Metric):
@@ -301,7 +346,7 @@ class TorchMetric(Metric):
 
 
 BUILTIN = {"loss": Loss, "accuracy": Accuracy, "lr": LearningRate, "throughput": Throughput,
-           "step_time": StepTime}
+           "step_time": StepTime, "grad_norm": GradNorm, "data_wait": DataWait}
 _TOPK = re.compile(r"^top(\d+)_accuracy$")
 
 
@@ -331,6 +376,12 @@ class MetricSet:
     def __init__(self, specs=(), optimizer=None, step_values: bool = False) -> None:
         self.metrics: list[Metric] = [make_metric(s, step_values) for s in specs]
         self.batch_metrics = [m for m in self.metrics if type(m).update is not Metric.update]
+        #: the loop times its waits for data (the `data_wait` metric is asked for)
+        self.times_data = any(isinstance(m, DataWait) for m in self.metrics)
+        self.grad_norm = next((m for m in self.metrics if isinstance(m, GradNorm)), None)
+        #: every other scalar a step returns by name is logged as a metric of that name
+        self.adopt_values = True
+        self._seen: frozenset = frozenset()
         self.ctx = Context()
         self.ctx.optimizer = optimizer
         self._window_t0 = self._phase_t0 = time.perf_counter()
@@ -346,13 +397,28 @@ class MetricSet:
             m.reset()
         c = self.ctx
         c.window_items = c.window_steps = c.phase_items = c.phase_steps = 0
-        c.phase_time = 0.0
+        c.phase_time = c.window_wait = c.phase_wait = 0.0
         self._window_t0 = self._phase_t0 = time.perf_counter()
 
     def update(self, out: StepOutput, n: int) -> None:
+        if out.extras and self.adopt_values and out.extras.keys() != self._seen:
+            self._adopt(out.extras)
         for m in self.batch_metrics:
             m.update(out, n)
         self.ctx.window_items += n
+
+    def _adopt(self, extras: dict) -> None:
+        """Log the named scalars a step returns (`{"loss": ..., "perplexity": ...}`) that no metric
+        names yet, from this batch on."""
+        self._seen = frozenset(extras)
+        names = set(self.names)
+        for name, value in extras.items():
+            scalar = (isinstance(value, (int, float)) and not isinstance(value, bool)) or (
+                isinstance(value, torch.Tensor) and value.numel() == 1 and value.is_floating_point())
+            if scalar and name not in names and isinstance(name, str) and name.isidentifier():
+                metric = StepValue(name)
+                self.metrics.append(metric)
+                self.batch_metrics.append(metric)
 
     def step_done(self) -> None:
         self.ctx.window_steps += 1
@@ -364,6 +430,7 @@ class MetricSet:
         c.phase_time += c.window_time
         c.phase_items += c.window_items
         c.phase_steps += c.window_steps
+        c.phase_wait += c.window_wait
         self._window_t0 = now
 
     def _reduce(self) -> None:
@@ -389,6 +456,7 @@ class MetricSet:
             if v is not None:
                 out[m.name] = v
         self.ctx.window_items = self.ctx.window_steps = 0
+        self.ctx.window_wait = 0.0
         return out
 
     def read_phase(self) -> dict[str, float]:
@@ -396,6 +464,7 @@ class MetricSet:
             self._reduce()
         self._close_window()
         self.ctx.window_items = self.ctx.window_steps = 0
+        self.ctx.window_wait = 0.0
         out = {}
         for m in self.metrics:
             v = m.phase(self.ctx)
@@ -413,6 +482,12 @@ class MetricSet:
                 "counters": [c.window_items, c.window_steps, c.phase_items, c.phase_steps, c.phase_time]}
 
     def load_state_dict(self, state: dict) -> None:
+        names = set(self.names)
+        for name, saved in state["metrics"].items():  # values the step returned, adopted before the save
+            if self.adopt_values and name not in names and set(saved) == {"window", "window_count", "total", "count"}:
+                metric = StepValue(name)
+                self.metrics.append(metric)
+                self.batch_metrics.append(metric)
         for m in self.metrics:
             if m.name in state["metrics"]:
                 m.load_state_dict(state["metrics"][m.name])

@@ -34,6 +34,9 @@ class OptimizationMixin:
             self.precision = "bf16-mixed"
         if self.precision in ("bf16-mixed", "bf16"):
             self._autocast_dtype = torch.bfloat16
+            if self.device.type == "cpu" and cpu_bf16() is False:
+                self.notes.append("precision bf16-mixed: this CPU has no native bf16 instructions, so bf16 is "
+                                  "emulated and likely slower than precision \"32\"")
             return
         raise ValueError(f"unknown precision {precision!r}: use '32', 'bf16-mixed' or '16-mixed'")
 
@@ -50,12 +53,28 @@ class OptimizationMixin:
         else:
             loss.backward()
 
+    def _grad_norm_due(self) -> bool:
+        """`grad_norm` is asked for and the step being taken is a logged one."""
+        return self._grad_norm is not None and (self.state.step + 1) % self.log_every_n_steps == 0
+
+    def _clip_and_measure(self, opt, params) -> None:
+        """Clip the gradients (train.clip_grad_norm) and, on a logged step, keep their total norm
+        before clipping for `grad_norm` (a device tensor: read when the step is logged)."""
+        due = self._grad_norm_due()
+        if self.clip_grad_norm <= 0 and not due:
+            return
+        if self.scaler is not None:
+            self.scaler.unscale_(opt)
+        if self.clip_grad_norm > 0:
+            norm = torch.nn.utils.clip_grad_norm_(params, self.clip_grad_norm)
+        else:
+            norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
+        if due:
+            self._grad_norm.add(norm)
+
     def optimizer_step(self) -> None:
         opt = self.optimizer
-        if self.clip_grad_norm > 0:
-            if self.scaler is not None:
-                self.scaler.unscale_(opt)
-            torch.nn.utils.clip_grad_norm_(self.raw_model.parameters(), self.clip_grad_norm)
+        self._clip_and_measure(opt, list(self.raw_model.parameters()))
         if self.scaler is not None:
             self.scaler.step(opt)
             self.scaler.update()
@@ -76,6 +95,7 @@ class OptimizationMixin:
         plain_backward = cls.backward is base.backward and self.scaler is None
         backward = torch.Tensor.backward if plain_backward else self.backward
         plain_step = (cls.optimizer_step is base.optimizer_step and self.scaler is None and self.clip_grad_norm <= 0
+                      and self._grad_norm is None
                       and not (self.scheduler is not None and self.scheduler_interval == "step"))
         return amp, backward, None if plain_step else self.optimizer_step
 
@@ -100,11 +120,7 @@ class OptimizationMixin:
             raise RuntimeError(f"step_optimizer called in the {phase.name!r} phase, which is not a training phase")
         opt = self._optimizer(name)
         key = name if name is not None else next(iter(self.optimizers))
-        if self.clip_grad_norm > 0:
-            if self.scaler is not None:
-                self.scaler.unscale_(opt)
-            params = [p for group in opt.param_groups for p in group["params"]]
-            torch.nn.utils.clip_grad_norm_(params, self.clip_grad_norm)
+        self._clip_and_measure(opt, [p for group in opt.param_groups for p in group["params"]])
         if self.scaler is not None:
             self.scaler.step(opt)
             self._scaler_stepped = True  # scaler.update() once per training step, after every optimizer
@@ -130,3 +146,42 @@ class OptimizationMixin:
         if self.scaler is not None and getattr(self, "_scaler_stepped", False):
             self.scaler.update()
             self._scaler_stepped = False
+
+
+def cpu_bf16() -> bool | None:
+    """Whether this CPU computes bf16 natively (x86 AVX512-BF16 or AMX, Arm BF16); None: unknown."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = set()
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    flags.update(line.split(":", 1)[1].split())
+    except OSError:
+        return None
+    if not flags:
+        return None
+    return bool(flags & {"avx512_bf16", "amx_bf16", "bf16"})
+
+
+def takes_model(fn) -> bool:
+    """Whether an optimizer factory's first parameter is named `model`: it is then called with the
+    model itself (to build its own parameter groups), not with the parameters."""
+    import inspect
+
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    return bool(params) and params[0].name == "model"
+
+
+def parameter_groups(model: torch.nn.Module, no_decay) -> list[dict]:
+    """Two groups for an optimizer: parameters whose names contain none of the `no_decay` substrings
+    (the optimizer's weight decay), and the others with weight_decay 0 (biases and norms, the usual
+    recipe for transformers). A group left empty is left out."""
+    decay, plain = [], []
+    for name, p in model.named_parameters():
+        if p.requires_grad:
+            (plain if any(s in name for s in no_decay) else decay).append(p)
+    groups = [{"params": decay}, {"params": plain, "weight_decay": 0.0}]
+    return [g for g in groups if g["params"]]

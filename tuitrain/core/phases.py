@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import math
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -101,6 +102,45 @@ def batch_size_of(batch: Any) -> int:
     return 1
 
 
+def tokens_of(batch: Any) -> int:
+    """A batch's tokens, for throughput in tokens: the elements of its labels, targets or input ids."""
+    if isinstance(batch, Mapping):
+        for key in ("labels", "input_ids"):
+            if isinstance(batch.get(key), torch.Tensor):
+                return batch[key].numel()
+    if isinstance(batch, (list, tuple)) and len(batch) == 2 and isinstance(batch[1], torch.Tensor):
+        return batch[1].numel()
+    if isinstance(batch, torch.Tensor):
+        return batch.numel()
+    return batch_size_of(batch)
+
+
+def _field(obj: Any, name: str) -> Any:
+    """`obj.name` or `obj[name]` (a dataclass, a dict, a Hugging Face ModelOutput), None when absent."""
+    if isinstance(obj, Mapping):
+        return obj.get(name)
+    return getattr(obj, name, None)
+
+
+def mapping_step(model: Any, batch: Mapping, loss_fn: Any = None) -> StepOutput:
+    """The default step for a mapping batch: `model(**batch)`; the loss is the output's `loss`
+    (attribute or key), else `loss_fn(logits, labels)`; accuracy-like metrics read `logits` and
+    `labels`."""
+    out = model(**batch)
+    logits = _field(out, "logits")
+    if logits is None and isinstance(out, torch.Tensor):
+        logits = out
+    labels = batch.get("labels", batch.get("label"))
+    loss = _field(out, "loss") if not isinstance(out, torch.Tensor) else None
+    if loss is None:
+        if loss_fn is None or logits is None or labels is None:
+            raise ValueError(f"model(**batch) returned {type(out).__name__} without a 'loss': return one (a "
+                             "Hugging Face model does when the batch has 'labels'), or return 'logits' with "
+                             "'labels' in the batch for the [loss] target")
+        loss = loss_fn(logits, labels)
+    return StepOutput(loss=loss, output=logits, target=labels)
+
+
 def move_to(batch: Any, device: torch.device, non_blocking: bool = False) -> Any:
     if isinstance(batch, torch.Tensor):
         return batch.to(device, non_blocking=non_blocking)
@@ -110,6 +150,26 @@ def move_to(batch: Any, device: torch.device, non_blocking: bool = False) -> Any
     if isinstance(batch, dict):
         return {k: move_to(v, device, non_blocking) for k, v in batch.items()}
     return batch
+
+
+def timed(batches, ctx):
+    """`batches`, adding the seconds each one kept the loop waiting to `ctx.window_wait` (no device
+    sync: the clock runs while the loader produces the batch, not while the device computes)."""
+    clock = time.perf_counter
+    it = iter(batches)
+    try:
+        while True:
+            t0 = clock()
+            try:
+                batch = next(it)
+            except StopIteration:
+                return
+            ctx.window_wait += clock() - t0
+            yield batch
+    finally:  # a loop that breaks early closes the loader's own iterator too
+        close = getattr(it, "close", None)
+        if close is not None:
+            close()
 
 
 class Phase:
@@ -123,9 +183,11 @@ class Phase:
         own = self._own_step(learner)
         if own is not None:
             return StepOutput.of(own(batch))
+        if isinstance(batch, Mapping):  # Hugging Face style: model(**batch) returns its own loss
+            return mapping_step(model, batch, learner.loss_fn)
         if not isinstance(batch, (list, tuple)) or len(batch) != 2:
-            raise TypeError("the default step expects batches of (inputs, targets); give the model "
-                            "train_step/valid_step methods for other batch shapes")
+            raise TypeError("the default step expects batches of (inputs, targets) or mappings of model "
+                            "arguments; give the model train_step/valid_step methods for other batch shapes")
         inputs, target = batch
         output = model(inputs)
         if learner.loss_fn is None:
@@ -168,8 +230,13 @@ class Phase:
         if out.items:
             return out.items
         if isinstance(out.target, torch.Tensor) and out.target.dim():
-            return out.target.shape[0]
+            return out.target.numel() if self.count_tokens else out.target.shape[0]
+        if self.count_tokens:
+            return tokens_of(batch)
         return batch_size_of(batch)
+
+    #: throughput counts tokens (a target's elements) instead of samples (set by the Learner)
+    count_tokens = False
 
     def run(self, learner: "Learner", loader, state: "TrainState", start_batch: int = 0) -> dict:
         raise NotImplementedError
@@ -216,7 +283,7 @@ class TrainPhase(Phase):
         self.begin(lr, state, metrics, total, fresh=start_batch == 0)
         autocast, backward, optimizer_step = lr.loop_parts()
         if (accum == 1 and not manual and autocast is None and optimizer_step is None and not wants_steps
-                and self._plain_parts(lr) is not None
+                and self._plain_parts(lr) is not None and not metrics.times_data
                 and all(type(m) is Loss for m in metrics.batch_metrics)):
             return self._run_plain(lr, loader, state, start_batch, metrics, total)
         i = start_batch
@@ -231,9 +298,12 @@ class TrainPhase(Phase):
         ckpt_every = ckpt.every_n_steps if ckpt is not None else 0
         max_steps = lr.max_steps
         sample = StepSampler.of(bus, self.name)
-        n = 0
+        n = group_items = 0  # items of this batch, of this optimizer step's batches
+        batches = loader.epoch_iter(state.epoch, start_batch)
+        if metrics.times_data:
+            batches = timed(batches, ctx)
         try:
-            for batch in loader.epoch_iter(state.epoch, start_batch):
+            for batch in batches:
                 if wants_steps:
                     bus.emit_step(StepStarted(phase=self.name, epoch=state.epoch, step=state.step + 1, batch=i))
                 if move:
@@ -257,6 +327,7 @@ class TrainPhase(Phase):
                         if not math.isfinite(v):
                             raise NonFiniteLoss(v, state.epoch, state.step + 1)
                     update(out, n)
+                    group_items += n
                     state.last = out
                 except CancelStep:
                     pass
@@ -278,9 +349,10 @@ class TrainPhase(Phase):
                         group_div = float(min(accum, total - i)) if total else float(accum)
                     if wants_steps:
                         bus.emit_step(StepCompleted(phase=self.name, epoch=state.epoch, step=step, batch=i,
-                                                    items=n))
+                                                    items=group_items))
                     elif sample is not None:
-                        sample(state.epoch, step, i, n)
+                        sample(state.epoch, step, i, group_items)
+                    group_items = 0
                     if step % log_every == 0:
                         lr.log_step(metrics, self.split, state, i, total)
                     if ckpt_every and step % ckpt_every == 0:
@@ -320,6 +392,7 @@ class TrainPhase(Phase):
         log_every, max_steps = lr.log_every_n_steps, lr.max_steps
         move, device, non_blocking = lr.move_batches, lr.device, lr.non_blocking
         isfinite, Tensor = math.isfinite, torch.Tensor
+        tokens = self.count_tokens
         sample = StepSampler.of(lr.bus, self.name)
         i = start_batch
         loss = output = target = None
@@ -329,12 +402,16 @@ class TrainPhase(Phase):
                 if move:
                     batch = move_to(batch, device, non_blocking)
                 try:
-                    if not isinstance(batch, (list, tuple)) or len(batch) != 2:
-                        self.step(lr, batch)  # raises the default step's error for other batch shapes
-                    inputs, target = batch
-                    output = model(inputs)
-                    loss = loss_fn(output, target)
-                    n = target.shape[0] if isinstance(target, Tensor) and target.dim() else batch_size_of(batch)
+                    if (type(batch) is tuple or type(batch) is list) and len(batch) == 2:
+                        inputs, target = batch
+                        output = model(inputs)
+                        loss = loss_fn(output, target)
+                        n = (target.numel() if tokens else target.shape[0]) if isinstance(target, Tensor) and \
+                            target.dim() else batch_size_of(batch)
+                    else:  # a mapping (model(**batch)), or the default step's error for other shapes
+                        out = self.step(lr, batch)
+                        loss, output, target = out.loss, out.output, out.target
+                        n = self.items_of(out, batch)
                     loss.backward()
                     if check_finite:
                         v = loss.item()
@@ -409,9 +486,12 @@ class ValidPhase(Phase):
         sample = StepSampler.of(bus, self.name)
         total = loader.batches_per_epoch()
         self.begin(lr, state, metrics, total, fresh=True)
+        batches = loader.epoch_iter(state.epoch, 0)
+        if metrics.times_data:
+            batches = timed(batches, metrics.ctx)
         try:
             with torch.no_grad():
-                for i, batch in enumerate(loader.epoch_iter(state.epoch, 0)):
+                for i, batch in enumerate(batches):
                     if wants_steps:
                         bus.emit_step(StepStarted(phase=self.name, epoch=state.epoch, step=state.step, batch=i))
                     if lr.move_batches:

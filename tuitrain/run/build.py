@@ -61,7 +61,7 @@ def build_learner(run, bus: EventBus):
             note = auto_scale_lr(opt_cls, kwargs, key, o.base_batch_size,
                                  cfg.data.batch_size * cfg.train.grad_accumulation * world)
             notes.append(note)
-        optimizers[name] = opt_cls(models[name].parameters(), **kwargs)
+        optimizers[name] = build_optimizer(opt_cls, models[name], kwargs, o, key, cfg.source)
     if cfg.train.compile:
         for m in models.values():  # in place: the state_dict keeps its keys, checkpoints stay portable
             m.compile(mode=cfg.train.compile_mode)
@@ -123,10 +123,34 @@ def build_learner(run, bus: EventBus):
         epochs=t.epochs, max_steps=t.max_steps, grad_accumulation=t.grad_accumulation,
         clip_grad_norm=t.clip_grad_norm, precision=t.precision, device=t.device,
         validate_every=t.validate_every, log_every_n_steps=cfg.log.every_n_steps, seed=cfg.experiment.seed,
+        validate_every_n_steps=t.validate_every_n_steps, limit_valid_batches=t.limit_valid_batches,
+        max_time=t.max_time, ema_decay=cfg.ema.decay if cfg.ema is not None else 0.0,
+        throughput_unit=cfg.metrics.throughput_unit,
         interrupter=run.interrupter, checkpointer=checkpointer, early_stopping=early,
         capture_output=True, config=cfg.to_dict(), experiment=cfg.experiment.name, bus=bus,
         run_dir=run.run_dir, env=git_info(cfg.base_dir), notes=notes)
     return learner, train_loader, valid_loader
+
+
+def build_optimizer(opt_cls, model, kwargs: dict, table, key: str, file: str = "<config>"):
+    """The optimizer of `model`: a factory whose first parameter is `model` gets the model (its own
+    parameter groups); anything else gets the parameters, in two groups with `no_decay`."""
+    import torch
+
+    from tuitrain.core.optimization import parameter_groups, takes_model
+
+    if takes_model(opt_cls):
+        built = opt_cls(model, **kwargs)
+    elif table.no_decay:
+        built = opt_cls(parameter_groups(model, table.no_decay), **kwargs)
+    else:
+        built = opt_cls(model.parameters(), **kwargs)
+    if not isinstance(built, torch.optim.Optimizer):
+        from tuitrain.config import ConfigError
+
+        raise ConfigError(f"{table.target or table.name} returned {type(built).__name__}, not a "
+                          "torch.optim.Optimizer", file=file, key=f"{key}.target")
+    return built
 
 
 def auto_scale_lr(opt_cls, kwargs: dict, key: str, base: int, effective: int) -> str:

@@ -147,6 +147,8 @@ class Run:
         self._callbacks: list[tuple[Callable, bool | None]] = []
         self.result = None
         self.bus: EventBus | None = None  # the run's event bus while it trains (a screen that fails emits on it)
+        #: a config error found only while building (exit 2): the CLI prints it
+        self.config_error: ConfigError | None = None
         self.dist = None  # a rank of a distributed run: its DistContext (core/strategies/ddp.py)
 
     def subscribe(self, callback: Callable, steps: bool | None = None) -> None:
@@ -198,6 +200,7 @@ class Run:
 
             return execute_distributed(self)
 
+        fresh = not self.run_dir.exists()
         self.run_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(self.run_dir / "config.toml", self.cfg.to_toml())
         # one process: the loop does the chores itself while it is quick (no thread: see Housekeeping)
@@ -211,6 +214,9 @@ class Run:
                 # the run: experiment.log and the screen get it, as they get what it prints in training
                 with capture_output(bus.emit):
                     learner, train, valid = self.build(bus)
+            except ConfigError as e:  # what only building shows (a factory that returns no optimizer)
+                self.config_error = e
+                return 2
             except Exception as e:  # the user's constructors failed: a failed run, with its traceback
                 self._build_failed(bus, e)
                 return 1
@@ -222,6 +228,10 @@ class Run:
                 t.close()
             watcher.close()
             bus.close()
+            if self.config_error is not None and fresh:  # a config error leaves no run directory behind
+                import shutil
+
+                shutil.rmtree(self.run_dir, ignore_errors=True)
 
     def _build_failed(self, bus: EventBus, e: BaseException) -> None:
         cfg = self.cfg
