@@ -261,7 +261,7 @@ class RunFailed(Event):
     exit_code: int = 1
     duration: float = 0.0
     summary: dict = field(default_factory=dict)
-    #: what failed: "" the user's code, "write" the run directory (a full disk...), "memory" out of memory
+    #: what failed: "" the user's code, "write_failed" the run directory (a full disk...), "out_of_memory"
     cause: str = ""
     #: the last complete checkpoint's path ("" when none was written)
     checkpoint: str = ""

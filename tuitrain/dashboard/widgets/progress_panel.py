@@ -1,4 +1,5 @@
-"""`ProgressPanel`: run state, phase with its progress bar, epoch, step, items/s, elapsed and ETA."""
+"""`ProgressPanel`: run state, phase with its progress bar, epoch, step, items/s, the share of time spent
+waiting for data, elapsed and ETA."""
 
 from __future__ import annotations
 
@@ -79,6 +80,11 @@ class ProgressPanel(Static):
                 rates.append(f"{format_rate(steps)} it/s")
             speed = " · ".join(rates) or "-"
         grid.add_row("Speed", speed)
+        wait = state.latest.get("train/data_wait")
+        if wait is not None:  # the share of step time spent waiting for the next batch
+            starved = wait >= 0.3 and not state.ended
+            grid.add_row("Data", Text(f"waits {wait:.0%} of the time" + (" · slow loader" if starved else ""),
+                                      style=self.get_component_rich_style("progress-panel--warn") if starved else ""))
         eta = state.eta()
         grid.add_row("Time", f"{format_duration(state.elapsed())}  ETA {format_duration(eta) if eta is not None else '-'}")
         bar = None

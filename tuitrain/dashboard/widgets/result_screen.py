@@ -14,7 +14,10 @@ from tuitrain.dashboard.model import DashboardState
 
 
 REASONS = {"epochs": "all epochs done", "max_steps": "max_steps reached", "early_stopping": "early stopping",
-           "stopped": "stopped on request"}
+           "stopped": "stopped on request", "max_time": "max_time spent"}
+#: failures whose one line says it all: their traceback (a sink's, an allocator's) helps nobody
+PLAIN_CAUSES = {"write_failed": "the run directory could not be written",
+                "out_of_memory": "out of memory"}
 
 
 def result_title(state: DashboardState) -> str:
@@ -33,10 +36,18 @@ def result_body(state: DashboardState, exit_code: int | None) -> str:
         f = state.failed
         duration = f.duration or state.elapsed()  # a failure early in set-up may not know its duration
         lines.append(f"epoch {f.epoch} · step {f.step} · {format_duration(duration)}{code}")
+        cause = getattr(f, "cause", "")
+        checkpoint = getattr(f, "checkpoint", "")
+        if cause in PLAIN_CAUSES or checkpoint:
+            lines.append(f"last complete checkpoint: {checkpoint or 'none'}")
         table = format_summary_table(f.summary) if f.summary else ""
         if table:
             lines += ["", table]
-        lines += ["", f.traceback.rstrip() or f.error]
+        if cause in PLAIN_CAUSES:
+            lines += ["", f"{PLAIN_CAUSES[cause]}: {f.error}", "(the traceback, where it could be written, is in "
+                      "experiment.log)"]
+        else:
+            lines += ["", f.traceback.rstrip() or f.error]
         return "\n".join(lines)
     fin = state.finished
     if fin is not None:
