@@ -149,7 +149,16 @@ class CharTransformer(nn.Module):
         logits = self(inputs).reshape(-1, self.vocab_size)
         targets = targets.reshape(-1)
         loss = F.cross_entropy(logits, targets)
-        return {"loss": loss, "output": logits.detach(), "target": targets}
+        # target is every position of the batch, so throughput counts characters (tokens) per second;
+        # perplexity is logged as a metric of that name
+        return {"loss": loss, "output": logits.detach(), "target": targets, "perplexity": loss.detach().exp()}
+
+    def configure_optimizers(self, weight_decay, learning_rate, betas=(0.9, 0.95)):
+        """nanoGPT's recipe: weight decay on matrices and embeddings, none on biases and norms."""
+        params = [p for p in self.parameters() if p.requires_grad]
+        groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+                  {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+        return torch.optim.AdamW(groups, lr=learning_rate, betas=betas)
 
     def train_step(self, batch):
         """Mean next-character cross-entropy over every position of the batch."""
@@ -172,3 +181,9 @@ class CharTransformer(nn.Module):
             ids.append(int(torch.multinomial(F.softmax(logits, dim=-1), 1, generator=g)))
         self.train(was_training)
         return decode(ids)
+
+
+def configure(model, lr=3e-3, weight_decay=0.1):
+    """[optimizer] target = "charlm:configure": a factory whose first parameter is `model` gets the
+    model, so that it can build its own parameter groups."""
+    return model.configure_optimizers(weight_decay, lr)
