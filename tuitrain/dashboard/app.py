@@ -34,7 +34,7 @@ from textual.widgets import Static
 from tuitrain.core.control import Controller
 from tuitrain.dashboard.bridge import EventBridge
 from tuitrain.dashboard.ending import EndingMixin
-from tuitrain.dashboard.entry import run_live, run_watch
+from tuitrain.dashboard.entry import run_compare, run_live, run_watch
 from tuitrain.dashboard.layout import DASHBOARD_TCSS, LayoutMixin, base_theme_of, default_theme
 from tuitrain.dashboard.messages import TrainingEnded
 from tuitrain.dashboard.model import DashboardState
@@ -91,6 +91,7 @@ class DashboardApp(LayoutMixin, PacingMixin, EndingMixin, App[int]):
         Binding("w", "chart('window')", "Window"),
         Binding("slash", "filter", "Filter"),
         Binding("e", "export", "Export"),
+        Binding("d", "differences", "Config diff", show=False),
         Binding("r", "show_result", "Summary", show=False),
         Binding("question_mark", "help", "Keys"),
     ]
@@ -305,11 +306,26 @@ class DashboardApp(LayoutMixin, PacingMixin, EndingMixin, App[int]):
         self.notify(f"exported the screen and {len(files)} series to {folder}", timeout=6)
         self.query_one("#notice", Static).update(Text(f"exported to {folder}", no_wrap=True, overflow="ellipsis"))
 
+    def action_differences(self) -> None:
+        """d: the config keys whose values differ between the compared runs."""
+        runs = getattr(self.state, "runs", None)
+        if not runs or not self._on_dashboard():
+            if not runs:
+                self.notify("d compares configs when watching several runs (tuitrain watch A B)", timeout=4)
+            return
+        from tuitrain.dashboard.compare import run_color
+        from tuitrain.dashboard.widgets.diff_screen import DiffScreen
+
+        names = list(runs)
+        self.push_screen(DiffScreen(names, self.state.differences(), [run_color(i) for i in range(len(names))]))
+
     def action_help(self) -> None:
         if isinstance(self.screen, HelpScreen):
             return
         note = ""
-        if self.controller is None:
+        if getattr(self.state, "runs", None):
+            note = "Comparing runs: d shows the config keys that differ; c, p and the buttons are off."
+        elif self.controller is None:
             note = "This run cannot be steered from here: c, p and the buttons are off."
         elif self.owned:
             note = "Your loop runs in another process: c, p, q-y and Ctrl+C act on it."
@@ -359,4 +375,4 @@ class DashboardApp(LayoutMixin, PacingMixin, EndingMixin, App[int]):
         self.action_quit_request()  # Ctrl+Q asks too, as q does
 
 
-__all__ = ["DashboardApp", "run_live", "run_watch"]
+__all__ = ["DashboardApp", "run_compare", "run_live", "run_watch"]

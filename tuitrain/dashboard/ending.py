@@ -66,4 +66,6 @@ class EndingMixin:
             return
         self._result_shown = True
         self._replot()
+        if getattr(self.state, "runs", None):  # compared runs: the charts are the point; r shows it
+            return
         self.push_screen(ResultScreen(self.state, self.exit_code))

@@ -244,4 +244,22 @@ def run_watch(run_dir: Path, theme: Path | None, owned: bool = False) -> int:
     return 0
 
 
-__all__ = ["run_live", "run_watch"]
+def run_compare(runs: list[Path], theme: Path | None) -> int:
+    """Several runs' dashboards in one: every chart overlays them, `d` lists their config
+    differences; nothing is steered (each run keeps its own `tuitrain stop`)."""
+    from tuitrain.dashboard.app import DashboardApp
+    from tuitrain.dashboard.compare import CompareSource, CompareState, read_config, run_names
+    from tuitrain.sinks.run_status import live_status as run_status
+
+    runs = [Path(r) for r in runs]
+    names = run_names(runs)
+    live = [run_status(r) == "running" for r in runs]
+    source = CompareSource(runs, names, live)
+    app = DashboardApp(source, None, theme, watch=True,
+                       notice=f"comparing {len(runs)} runs: d config differences · keys that steer are off")
+    app.state = CompareState(names, {n: read_config(r) for n, r in zip(names, runs)}, clock=app.clock)
+    app.run()
+    return 0
+
+
+__all__ = ["run_compare", "run_live", "run_watch"]

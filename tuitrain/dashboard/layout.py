@@ -120,6 +120,20 @@ class LayoutMixin:
 
     def _title(self) -> None:
         st = self.state
+        runs = getattr(st, "runs", None)
+        if runs:  # compared runs: the legend of their colours
+            from tuitrain.dashboard.compare import run_color
+
+            key = ("compare", tuple(r.final for r in runs.values()))
+            if key == self._title_shown:
+                return
+            self._title_shown = key
+            text = Text(f" comparing {len(runs)} runs ", style="bold")
+            for i, (name, rs) in enumerate(runs.items()):
+                text.append(f"  ━{i + 1} {name}", style="#%02x%02x%02x" % run_color(i))
+                text.append(f" [{run_state(rs)}]", style="dim")
+            self.query_one("#title-bar", Static).update(text, layout=False)
+            return
         name = st.experiment or "tuitrain"
         where = st.run_dir or (str(getattr(self.source, "run_dir", "")) if self.watching else "")
         mode = run_state(st)

@@ -18,6 +18,7 @@ KEYS = [
     ("w", "window: full history, then the most recent steps only"),
     ("/", "show only the charts whose metric names match a regular expression (empty: all)"),
     ("e", "export: the screen as SVG and every series as CSV, in RUN_DIR/exports/"),
+    ("d", "comparing runs (tuitrain watch A B): the config keys whose values differ"),
     ("c", "write a checkpoint now"),
     ("p", "pause training; p again resumes"),
     ("q", "stop training and leave (asks y / any other key cancels); once training has ended, leave"),

@@ -75,6 +75,7 @@ class MetricPlot(Widget, can_focus=True):
         self.points: dict[str, tuple[list[float], list[float]]] = {}  # raw, by split ("valid/d_loss" in groups)
         self.smoothed: dict[str, tuple[list[float], list[float]]] = {}
         self.boundaries: list[float] = []
+        self.key_colors: dict[str, tuple[int, int, int]] = {}  # compared runs: each run's colour
         self.skipped = 0  # points left out: not finite, or <= 0 on a log scale
         self.title_text = ""
         self._state: DashboardState | None = None
@@ -109,6 +110,10 @@ class MetricPlot(Widget, can_focus=True):
         axis = state.axes.get(self.x_axis)
         group = len(self.metrics) > 1
         self.points, self.smoothed, self.skipped = {}, {}, 0
+        runs = getattr(state, "runs", None)
+        if runs:  # several runs compared: each one's series, in its own colour
+            self._show_runs(state, runs)
+            return
         lo: float | None = None
         for name in self.metrics:
             train = state.metric_series(name, "train")
@@ -148,6 +153,36 @@ class MetricPlot(Widget, can_focus=True):
         self._version += 1
         self.refresh()
 
+    def _show_runs(self, state: DashboardState, runs: dict) -> None:
+        from tuitrain.dashboard.compare import run_color
+
+        self.key_colors = {}
+        for i, (run, rs) in enumerate(runs.items()):
+            axis = rs.axes.get(self.x_axis)
+            for name in self.metrics:
+                suffix = f"{run}/{name}" if len(self.metrics) > 1 else run
+                train = rs.metric_series(name, "train")
+                if train is not None:
+                    size = train.recent_size() if self.window == "recent" else None
+                    xs, ys = train.points(size)
+                    self.points[f"train/{suffix}"] = self._prepare(xs, ys, axis)
+                    self.key_colors[f"train/{suffix}"] = run_color(i)
+                    if self.smoothing:
+                        mx, my, ns = train.means(size)
+                        sx, sy = ema(mx, my, ns, self.smoothing)
+                        self.smoothed[f"train/{suffix}"] = self._prepare(sx, sy, axis, count=False)
+                valid = rs.metric_series(name, "valid")
+                if valid is not None:
+                    xs, ys = valid.points()
+                    self.points[f"valid/{suffix}"] = self._prepare(xs, ys, axis)
+                    self.key_colors[f"valid/{suffix}"] = _blend(run_color(i), (255, 255, 255), 0.75)
+        self.points = {k: v for k, v in self.points.items() if v[0]}
+        self.boundaries = []  # each run has its own epochs
+        self._set_title(state)
+        self._set_subtitle()
+        self._version += 1
+        self.refresh()
+
     def _prepare(self, xs, ys, axis, count: bool = True) -> tuple[list[float], list[float]]:
         if axis:
             xs = axis.map(xs)
@@ -171,6 +206,21 @@ class MetricPlot(Widget, can_focus=True):
 
     def _title(self, state: DashboardState, form: str) -> Text:
         hexed = lambda c: Style(color="#%02x%02x%02x" % c)  # noqa: E731
+        runs = getattr(state, "runs", None)
+        if runs:  # compared runs: each one's latest train value and best valid value, in its colour
+            from tuitrain.dashboard.compare import run_color
+
+            title = Text(self.chart or "metrics", style="bold")
+            name = self.metric
+            for i, rs in enumerate(runs.values()):
+                latest, best = rs.latest.get(f"train/{name}"), rs.best_valid(name)
+                if latest is None and best is None:
+                    continue
+                title.append(f"  ━{i + 1} " if form != "tight" else f" {i + 1}:", style=hexed(run_color(i)))
+                title.append(short(latest) if latest is not None else "-")
+                if best is not None and form == "long":
+                    title.append(f" ★{short(best)}")
+            return title
         train_style, valid_style = hexed(self._series_color("train")), hexed(self._series_color("valid"))
         gap = " " if form == "tight" else "  "
         title = Text()
@@ -246,7 +296,7 @@ class MetricPlot(Widget, can_focus=True):
             plt.vline(x, color=self._series_color("epoch"))
         train, valid = self._series_color("train"), self._series_color("valid")
         for i, key in enumerate(k for k in self.points if k.startswith("train")):
-            color = train if i == 0 else EXTRA[(i - 1) % len(EXTRA)]
+            color = self.key_colors.get(key) or (train if i == 0 else EXTRA[(i - 1) % len(EXTRA)])
             xs, ys = thin(*self.points[key], buckets)
             if key in self.smoothed:
                 plt.plot(xs, ys, marker="braille", color=_blend(color, background, 0.35))
@@ -256,7 +306,8 @@ class MetricPlot(Widget, can_focus=True):
             else:
                 plt.plot(xs, ys, marker="braille", color=color)
         for i, key in enumerate(k for k in self.points if k.startswith("valid")):
-            color = valid if i == 0 else _blend(EXTRA[(i - 1) % len(EXTRA)], (255, 255, 255), 0.7)
+            color = self.key_colors.get(key) or (
+                valid if i == 0 else _blend(EXTRA[(i - 1) % len(EXTRA)], (255, 255, 255), 0.7))
             xs, ys = thin(*self.points[key], buckets)
             plt.plot(xs, ys, marker="dot", color=color)
         xs_all = [x for xs, _ in self.points.values() for x in xs]

@@ -1,0 +1,44 @@
+"""`DiffScreen`: the config keys whose values differ between the compared runs (`d`)."""
+
+from __future__ import annotations
+
+from rich.style import Style
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+
+class DiffScreen(ModalScreen[None]):
+    """One row per differing config key, one column per run (in the runs' colours)."""
+
+    BINDINGS = [Binding("escape", "dismiss", "Back"), Binding("d", "dismiss", "Back", show=False),
+                Binding("q", "dismiss", "Back", show=False)]
+
+    DEFAULT_CSS = """
+    DiffScreen { align: center middle; }
+    #diff-box { width: auto; max-width: 95%; height: auto; max-height: 90%; padding: 0 1; }
+    #diff-scroll { height: auto; max-height: 1fr; }
+    """
+
+    def __init__(self, names: list[str], rows: list[tuple[str, list[str]]], colors: list[tuple[int, int, int]]) -> None:
+        super().__init__()
+        self.names, self.rows, self.run_colors = names, rows, colors
+        self.text = "\n".join(f"{key}: " + " | ".join(values) for key, values in rows)  # for tests
+
+    def compose(self) -> ComposeResult:
+        table = Table(box=None, padding=(0, 2), show_edge=False)
+        table.add_column("config key", style="bold", no_wrap=True)
+        for i, name in enumerate(self.names):
+            table.add_column(Text(f"━{i + 1} {name}", style=Style(color="#%02x%02x%02x" % self.run_colors[i])),
+                             overflow="fold")
+        for key, values in self.rows:
+            table.add_row(key, *values)
+        with Vertical(id="diff-box", classes="panel"):
+            yield Static(Text(f"Config differences between {len(self.names)} runs", style="bold"))
+            with VerticalScroll(id="diff-scroll"):
+                yield Static(table if self.rows else "the runs' configs are the same")
+            yield Static(Text("Esc, d or q: back", style="dim"))
