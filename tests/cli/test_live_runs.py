@@ -179,3 +179,65 @@ def test_resume_of_a_live_run_is_refused(tiny, reap):
         proc.wait()
     assert r.returncode == 2, r.stdout[-300:]
     assert "Traceback" not in r.stderr
+
+
+STREAMPROJ = '''
+import torch
+from torch.utils.data import IterableDataset
+
+
+class Stream(IterableDataset):
+    """A stream whose position is its state: item i is made from (seed, i) alone."""
+
+    def __init__(self, n, seed):
+        self.n, self.seed, self.pos = n, seed, 0
+
+    def __iter__(self):
+        while self.pos < self.n:
+            g = torch.Generator().manual_seed(self.seed * 100_003 + self.pos)
+            self.pos += 1
+            yield torch.randn(4, generator=g), int(torch.randint(0, 3, (1,), generator=g))
+        self.pos = 0
+
+    def state_dict(self):
+        return {"pos": self.pos}
+
+    def load_state_dict(self, state):
+        self.pos = state["pos"]
+
+
+def streams(n=100, seed=0):
+    return Stream(n, seed), None
+'''
+
+
+def test_kill_9_of_a_stateful_stream_then_resume_latest_is_bitwise_the_same_run(tiny, reap):
+    (tiny.root / "streamproj.py").write_text(STREAMPROJ)
+    text = tiny.config.read_text().replace('target = "tinyproj:datasets"', 'target = "streamproj:streams"')
+    config = tiny.write_config("stream.toml", text.replace("shuffle = true", "shuffle = false"))
+    sets = ["--set", "model.sleep=0.03", "--set", "train.epochs=4", "--set", "checkpoint.every_n_steps=3",
+            "--set", "checkpoint.monitor=train/loss", "--set", 'metrics.valid=["loss"]']
+    total = 4 * 7  # 100 items in batches of 16
+    proc = tiny.cli_bg("run", config, "--headless", *sets)
+    reap(proc)
+    run = tiny.wait_for(lambda: (tiny.run_dirs() or [None])[0], what="the run directory")
+    tiny.wait_for(lambda: tiny.last_train_step(run) >= 11, what="step 11")  # mid-epoch 2
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    killed_at = tiny.last_train_step(run)
+    assert killed_at < total, "the run ended before it could be killed"
+    r = tiny.cli("run", config, "--headless", "--resume", "latest", *sets)
+    assert r.returncode == 0, r.stderr + r.stdout
+    assert "restarts" not in r.stdout + r.stderr  # the stream continues from its position
+    events = tiny.read_events(run, torn_ok=True)
+    started = [e for e in events if e["event"] == "RunStarted"]
+    assert len(started) == 2 and 0 < started[1]["start_step"] <= killed_at
+    assert started[1]["start_step"] % 7 != 0, "resumed mid-epoch"
+    resumed = tiny.step_losses(events)
+    ref = tiny.root / "ref"
+    r = tiny.cli("run", config, "--headless", "--run-dir", ref, *sets)
+    assert r.returncode == 0, r.stderr
+    expected = tiny.step_losses(tiny.read_events(ref))
+    assert sorted(expected) == list(range(1, total + 1)) and sorted(resumed) == sorted(expected)
+    diff = {s: (resumed[s], expected[s]) for s in expected if resumed[s] != expected[s]}
+    assert not diff, f"killed at step {killed_at}; steps whose loss differs: {diff}"
