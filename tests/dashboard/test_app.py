@@ -18,6 +18,7 @@ from tuitrain.dashboard.sources import FileSource, ReplaySource, RunSource
 from tuitrain.dashboard.widgets.chart_grid import ChartGrid
 from tuitrain.dashboard.widgets.checkpoint_list import CheckpointList
 from tuitrain.dashboard.widgets.confirm_screen import ConfirmScreen
+from tuitrain.dashboard.widgets.control_bar import ControlBar
 from tuitrain.dashboard.widgets.devices_panel import DevicesPanel
 from tuitrain.dashboard.widgets.help_screen import HelpScreen
 from tuitrain.dashboard.widgets.metric_plot import MetricPlot
@@ -230,6 +231,11 @@ async def test_help_screen_lists_the_keys_and_any_key_closes_it():
 # --- the end of training ----------------------------------------------------------------------
 
 
+def footer_keys(app) -> set[str]:
+    """What the footer lists: the bindings shown and not turned off by the app's check_action."""
+    return {b.binding.description for b in app.screen.active_bindings.values() if b.binding.show}
+
+
 @sync
 async def test_summary_screen_after_training_completes_and_q_leaves():
     ctl = RecordingController()
@@ -239,6 +245,7 @@ async def test_summary_screen_after_training_completes_and_q_leaves():
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
         assert not isinstance(app.screen, ResultScreen)  # training thread still running
+        assert {"Stop now", "Pause", "Checkpoint"} <= footer_keys(app) and "Leave" not in footer_keys(app)
         source.finish()
         await until(pilot, lambda: isinstance(app.screen, ResultScreen))
         screen = app.screen
@@ -251,6 +258,9 @@ async def test_summary_screen_after_training_completes_and_q_leaves():
         assert not isinstance(app.screen, ResultScreen)
         await pilot.press("c", "p")
         assert ctl.calls == []
+        # the footer and the buttons say so: Ctrl+C leaves, c and p are gone
+        assert "Leave" in footer_keys(app) and not {"Stop now", "Pause", "Checkpoint"} & footer_keys(app)
+        assert not app.query_one(ControlBar).display
         await pilot.press("r")
         assert isinstance(app.screen, ResultScreen)
         await pilot.press("q")  # no question once training ended

@@ -9,6 +9,7 @@ from tuitrain.cli import _watched_runs
 from tuitrain.dashboard.app import DashboardApp
 from tuitrain.dashboard.compare import CompareSource, CompareState, read_config, run_names
 from tuitrain.dashboard.widgets.chart_grid import ChartGrid
+from tuitrain.dashboard.widgets.control_bar import ControlBar
 from tuitrain.dashboard.widgets.diff_screen import DiffScreen
 from tuitrain.run.runner import prepare_run
 
@@ -64,6 +65,10 @@ async def test_every_chart_overlays_the_runs_and_d_shows_the_lr_difference(two_r
         assert not isinstance(app.screen, DiffScreen)
         await pilot.press("l")  # the reading tools work across the runs
         assert grid.current().log_scale
+        # the keys that steer are off: not in the footer, no buttons; Ctrl+C leaves
+        shown = {b.binding.description for b in app.screen.active_bindings.values() if b.binding.show}
+        assert {"Checkpoint", "Pause", "Stop now"}.isdisjoint(shown) and "Leave" in shown, shown
+        assert not app.query_one(ControlBar).display
         await pilot.press("c", "p")  # nothing is steered: no control file reaches either run
         await pilot.pause(0.2)
         for run in runs:

@@ -77,6 +77,7 @@ class DashboardApp(LayoutMixin, PacingMixin, EndingMixin, App[int]):
         Binding("p", "pause", "Pause"),
         Binding("q", "quit_request", "Quit"),
         Binding("ctrl+c", "interrupt", "Stop now", priority=True),
+        Binding("ctrl+c", "leave_viewer", "Leave", priority=True),  # ctrl+c when there is nothing to stop
         Binding("tab", "focus_chart(1)", "Chart", show=False, priority=True),
         Binding("shift+tab", "focus_chart(-1)", "Chart", show=False, priority=True),
         Binding("right", "focus_chart(1)", "Chart", show=False),
@@ -167,6 +168,33 @@ class DashboardApp(LayoutMixin, PacingMixin, EndingMixin, App[int]):
     def training_over(self) -> bool:
         """Nothing left to steer: the run ended (live: its thread returned)."""
         return self.worker_done if not self.watching else self.state.ended
+
+    @property
+    def steerable(self) -> bool:
+        """The keys c and p act on the run: a live run that has not ended, and not a read-only view."""
+        return self.controller is not None and not self.training_over
+
+    def _stops_the_run(self) -> bool:
+        """Ctrl+C stops the run (a run this process started), rather than leaving the viewer."""
+        return self.steerable and (self.owned or not self.watching)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Keys that steer leave the footer (and do nothing) once there is nothing to steer."""
+        if action in ("checkpoint", "pause"):
+            return self.steerable
+        if action == "interrupt":
+            return self._stops_the_run()
+        if action == "leave_viewer":
+            return not self._stops_the_run()
+        return True
+
+    def steering_changed(self) -> None:
+        """The run can no longer be steered (ended, or read-only): buttons and footer follow."""
+        self.query_one(ControlBar).set_enabled(self.steerable)
+        self.refresh_bindings()
+
+    def action_leave_viewer(self) -> None:
+        self.leave()
 
     def _steer(self, what: str) -> bool:
         if self.controller is None or self.training_over:

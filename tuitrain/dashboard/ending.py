@@ -12,7 +12,6 @@ from __future__ import annotations
 from textual.widgets import Static
 
 from tuitrain.dashboard.messages import TrainingEnded
-from tuitrain.dashboard.widgets.control_bar import ControlBar
 from tuitrain.dashboard.widgets.result_screen import ResultScreen
 
 
@@ -34,7 +33,7 @@ class EndingMixin:
 
     def _read_only(self, why: str) -> None:
         self.controller = None
-        self.query_one(ControlBar).set_enabled(False)
+        self.steering_changed()
         self.query_one("#notice", Static).update(why)
 
     def on_training_ended(self, message: TrainingEnded) -> None:
@@ -59,7 +58,7 @@ class EndingMixin:
                 self.state.final = self.state.final or ("completed" if self.exit_code == 0 else "interrupted")
                 self._refresh_progress()
                 self._show_result()
-            self.query_one(ControlBar).set_enabled(False)
+        self.steering_changed()
 
     def _show_result(self) -> None:
         if self._result_shown:

@@ -109,7 +109,7 @@ class LayoutMixin:
         self._title()
         self._layout_for(self.size.width, self.size.height)
         if self.controller is None:
-            self.query_one(ControlBar).set_enabled(False)
+            self.steering_changed()
 
     def on_resize(self, event: events.Resize) -> None:
         self._layout_for(event.size.width, event.size.height)

@@ -39,3 +39,4 @@ class ControlBar(Horizontal):
     def set_enabled(self, enabled: bool) -> None:
         for button in self.query(Button):
             button.disabled = not enabled
+        self.display = enabled  # nothing to steer: no buttons that would do nothing
