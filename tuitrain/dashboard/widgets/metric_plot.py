@@ -195,16 +195,17 @@ class MetricPlot(Widget, can_focus=True):
     def _set_title(self, state: DashboardState) -> None:
         """The chart's name, then each metric's latest train value, latest valid value and best valid
         value, in the series' colours (the legend, outside the data): in words when there is room."""
-        room = max(self.size.width - 6, 10) if self.size.width else 80
+        # Textual draws a border title as "╭─ title ─╮": six cells of the outer width are not the title's
+        room = max(self.outer_size.width - 6, 10) if self.size.width else 80
         title = Text()
-        for form in ("long", "short", "tight"):
-            title = self._title(state, form)
+        for form, digits in (("long", 4), ("short", 4), ("tight", 4), ("tight", 3)):
+            title = self._title(state, form, digits)
             if title.cell_len <= room:
                 break
         self.title_text = title.plain
         self.border_title = title
 
-    def _title(self, state: DashboardState, form: str) -> Text:
+    def _title(self, state: DashboardState, form: str, digits: int = 4) -> Text:
         hexed = lambda c: Style(color="#%02x%02x%02x" % c)  # noqa: E731
         runs = getattr(state, "runs", None)
         if runs:  # compared runs: each one's latest train value and best valid value, in its colour
@@ -217,9 +218,9 @@ class MetricPlot(Widget, can_focus=True):
                 if latest is None and best is None:
                     continue
                 title.append(f"  ━{i + 1} " if form != "tight" else f" {i + 1}:", style=hexed(run_color(i)))
-                title.append(short(latest) if latest is not None else "-")
+                title.append(short(latest, digits) if latest is not None else "-")
                 if best is not None and form == "long":
-                    title.append(f" ★{short(best)}")
+                    title.append(f" ★{short(best, digits)}")
             return title
         train_style, valid_style = hexed(self._series_color("train")), hexed(self._series_color("valid"))
         gap = " " if form == "tight" else "  "
@@ -232,13 +233,13 @@ class MetricPlot(Widget, can_focus=True):
             latest, valid = state.latest.get(f"train/{name}"), state.metric_series(name, "valid")
             if latest is not None:
                 label = "━ train " if form == "long" else "━ " if form == "short" else "━"
-                title.append_text(Text.assemble(gap, (label, train_style), short(latest)))
+                title.append_text(Text.assemble(gap, (label, train_style), short(latest, digits)))
             if valid is not None:
                 best = state.best_valid(name)
                 label = "• valid " if form == "long" else "• " if form == "short" else "•"
-                title.append_text(Text.assemble(gap, (label, valid_style), short(valid.last[1]) if valid.last else "-",
+                title.append_text(Text.assemble(gap, (label, valid_style), short(valid.last[1], digits) if valid.last else "-",
                                                 gap, "best " if form != "tight" else "★",
-                                                short(best) if best is not None else "-"))
+                                                short(best, digits) if best is not None else "-"))
         return title
 
     def _set_subtitle(self) -> None:
