@@ -26,6 +26,7 @@ def test_value_and_duration_formats():
     assert format_value(0.41234) == "0.4123"
     assert format_value(3e-4) == "3.000e-04"
     assert format_value(123456.0) == "1.235e+05"
+    assert format_value(27996.73591) == "27996.7" and format_value(999.12345) == "999.1235"
     assert format_value(0.0) == "0.0000"
     assert format_value(float("nan")) == "nan"
     assert format_value(7) == "7"
