@@ -3,6 +3,8 @@ lists the config keys that differ, and nothing is steered. Two real runs, record
 
 from __future__ import annotations
 
+import csv
+
 import pytest
 
 from tuitrain.cli import _watched_runs
@@ -76,7 +78,17 @@ async def test_every_chart_overlays_the_runs_and_d_shows_the_lr_difference(two_r
             assert not control.exists() or not any(control.iterdir())
         await pilot.press("e")
         await until(pilot, lambda: app.last_export is not None)
-        assert (app.last_export / "screen.svg").exists()
+        folder = app.last_export
+        assert (folder / "screen.svg").exists()
+        # each run's series in its own subfolder, read back: the two runs' losses as the charts hold them
+        for name in names:
+            with open(folder / name / "train-step-loss.csv", newline="") as f:
+                rows = list(csv.reader(f))
+            assert rows[0][0] == "step" and rows[0][-1] == "loss"
+            assert float(rows[-1][-1]) == loss.points[f"train/{name}"][1][-1]
+        with open(folder / "config-differences.csv", newline="") as f:
+            table = {row[0]: row[1:] for row in csv.reader(f)}
+        assert table["config key"] == names and table["optimizer.lr"] == ["0.05", "0.001"]
         await pilot.press("q")
         await until(pilot, lambda: not app.is_running)
 

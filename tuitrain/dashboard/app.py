@@ -41,7 +41,7 @@ from tuitrain.dashboard.model import DashboardState
 from tuitrain.dashboard.pacing import UI_SHARE, PacingMixin
 from tuitrain.dashboard.sources import Source
 from tuitrain.dashboard.charts import compile_filter
-from tuitrain.dashboard.export import export_folder, write_series
+from tuitrain.dashboard.export import export_folder, write_compared, write_series
 from tuitrain.dashboard.widgets.chart_grid import ChartGrid
 from tuitrain.dashboard.widgets.confirm_screen import ConfirmScreen
 from tuitrain.dashboard.widgets.control_bar import ControlBar
@@ -325,13 +325,18 @@ class DashboardApp(LayoutMixin, PacingMixin, EndingMixin, App[int]):
             return
         try:
             folder = export_folder(run_dir, self.clock())
-            files = write_series(self.state, folder)
+            runs = getattr(self.state, "runs", None)
+            if runs:  # runs compared: each run's series in its own subfolder
+                files = write_compared(runs, self.state.differences(), folder)
+            else:
+                files = write_series(self.state, folder)
             self.save_screenshot(filename="screen.svg", path=str(folder))
         except OSError as e:
             self.notify(f"export failed: {e}", severity="error", timeout=6)
             return
         self.last_export = folder
-        self.notify(f"exported the screen and {len(files)} series to {folder}", timeout=6)
+        of = f" of {len(runs)} runs" if runs else ""
+        self.notify(f"exported the screen and {len(files)} series{of} to {folder}", timeout=6)
         self.query_one("#notice", Static).update(Text(f"exported to {folder}", no_wrap=True, overflow="ellipsis"))
 
     def action_differences(self) -> None:

@@ -1,5 +1,7 @@
 """`e` on the dashboard: a folder under RUN_DIR/exports/ with every series the charts hold as CSV
-(the screen's SVG is written beside them by the app, with Textual's `save_screenshot`).
+(the screen's SVG is written beside them by the app, with Textual's `save_screenshot`). Runs
+compared (`tuitrain watch A B`): the folder goes in the first run's directory, with a subfolder of
+CSVs for each run and the config keys that differ as config-differences.csv.
 
 A series holds every logged value up to its capacity (1024 points); past that, each bucket's
 minimum and maximum, each at its own step (the run's metric files hold everything). Must not import
@@ -47,4 +49,21 @@ def write_series(state: DashboardState, folder: Path) -> list[Path]:
                 out.writerow([int(x) if float(x).is_integer() else x]
                              + [round(state.axes[a](x), 6) for a in axes] + [repr(y)])
         written.append(path)
+    return written
+
+
+def write_compared(runs: dict[str, DashboardState], differences: list[tuple[str, list[str]]],
+                   folder: Path) -> list[Path]:
+    """Runs compared: each run's series in FOLDER/RUN_NAME/, and config-differences.csv (the config
+    key, then each run's value, one column a run)."""
+    written = []
+    for name, state in runs.items():
+        sub = folder / _UNSAFE.sub("_", name)
+        sub.mkdir()
+        written += write_series(state, sub)
+    with open(folder / "config-differences.csv", "w", newline="", encoding="utf-8") as f:
+        out = csv.writer(f)
+        out.writerow(["config key", *runs])
+        for key, values in differences:
+            out.writerow([key, *values])
     return written
