@@ -261,6 +261,7 @@ async def test_summary_screen_after_training_completes_and_q_leaves():
         # the footer and the buttons say so: Ctrl+C leaves, c and p are gone
         assert "Leave" in footer_keys(app) and not {"Stop now", "Pause", "Checkpoint"} & footer_keys(app)
         assert not app.query_one(ControlBar).display
+        assert "training completed · r: the summary again" in str(app.query_one("#notice", Static).render())
         await pilot.press("r")
         assert isinstance(app.screen, ResultScreen)
         await pilot.press("q")  # no question once training ended

@@ -52,6 +52,9 @@ class EndingMixin:
                 self.leave()
                 return
             if self.state.ended:
+                what = "the error" if self.state.final == "failed" else "the summary"
+                self.query_one("#notice", Static).update(
+                    f"training {self.state.final or 'ended'} · r: {what} again · q: leave")
                 self._show_result()
             else:  # work returned without a final event (a fake or a crashed core)
                 self.query_one("#notice", Static).update(f"training ended, exit code {self.exit_code}")
