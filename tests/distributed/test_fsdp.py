@@ -23,7 +23,8 @@ FSDP = ("--set", "train.strategy=fsdp", "--set", "train.devices=2")
 # accumulation and clipping on DTensor gradients; 33 validation items: 17 and 16 per rank, so with batch
 # 4 one rank runs 5 validation batches and the other 4
 SAME = ("--set", "model.dropout=0.0", "--set", "train.grad_accumulation=2", "--set", "train.clip_grad_norm=0.5",
-        "--set", "data.valid_n=33", "--set", "checkpoint.keep_last=1", "--set", "checkpoint.keep_best=1")
+        "--set", "data.valid_n=33", "--set", "checkpoint.keep_last=1", "--set", "checkpoint.keep_best=1",
+        "--set", 'metrics.train=["loss", "accuracy", "grad_norm"]')
 
 
 def _events(run_dir, name: str | None = None) -> list[dict]:
@@ -95,6 +96,11 @@ def test_two_fsdp_ranks_match_one_process_with_the_same_global_batch(same_batch)
                if e["split"] == "train" and e["scope"] == "step"} for d in (one, two)]
     assert losses[0].keys() == losses[1].keys() and len(losses[0]) == 21
     assert all(abs(losses[0][s] - losses[1][s]) < 1e-6 for s in losses[0])
+    # grad_norm: the norm of the whole gradient before clipping, not of one rank's shard of it
+    norms = [{e["step"]: e["metrics"]["grad_norm"] for e in _events(d, "MetricsLogged")
+              if e["split"] == "train" and e["scope"] == "step"} for d in (one, two)]
+    assert norms[0].keys() == losses[0].keys() and max(norms[0].values()) > 0.5  # before clipping at 0.5
+    assert all(abs(norms[0][s] - norms[1][s]) < 1e-5 * norms[0][s] for s in norms[0]), (norms[0], norms[1])
     # validation split exactly (the rank with fewer batches repeats a forward, uncounted)
     e1, e2 = (_events(d, "EpochCompleted")[-1]["metrics"] for d in (one, two))
     assert e1.keys() == e2.keys() and "valid/loss" in e1
