@@ -264,6 +264,48 @@ def test_mapping_batches_train_with_no_glue():
     assert epochs[-1]["accuracy"] > 0.6 and epochs[-1]["loss"] < epochs[0]["loss"]
 
 
+class TokenTagger(nn.Module):
+    """Token classification, Hugging Face style: padding positions labelled -100."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(10, 3)
+
+    def forward(self, input_ids, labels=None):
+        logits = self.emb(input_ids)
+        return Output(loss=nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten()), logits=logits)
+
+
+def test_accuracy_leaves_out_labels_of_minus_100():
+    torch.manual_seed(0)
+    ids = torch.randint(0, 10, (16, 6), generator=torch.Generator().manual_seed(1))
+    labels = ids % 3
+    labels[::2, 4:] = -100  # padding: half the rows end in two positions no one is asked to predict
+
+    class Data(Dataset):
+        def __len__(self):
+            return len(ids)
+
+        def __getitem__(self, i):
+            return {"input_ids": ids[i], "labels": labels[i]}
+
+    model = TokenTagger()
+    with torch.no_grad():
+        keep = labels != -100
+        want = (model.emb(ids).argmax(-1) == labels)[keep].float().mean().item()
+    seen = Collect()
+    result = tuitrain.Learner(model, torch.optim.SGD(model.parameters(), lr=0.0), epochs=1, batch_size=8,
+                              train_metrics=("loss", "accuracy", "top2_accuracy"), valid_metrics=("accuracy",),
+                              log_every_n_steps=2, callbacks=[seen]).fit(Data(), Data())
+    assert result.status == "completed", result.error
+    logged = [e.metrics for e in seen.events if isinstance(e, MetricsLogged)]
+    train = [m for m in logged if "top2_accuracy" in m]
+    assert train and train[-1]["accuracy"] == pytest.approx(want)  # 2 steps, the whole set: 80 of 96 counted
+    assert 0 < train[-1]["top2_accuracy"] <= 1
+    valid = [m for m in logged if "accuracy" in m and "top2_accuracy" not in m and "loss" not in m]
+    assert valid and valid[-1]["accuracy"] == pytest.approx(want)
+
+
 def test_a_real_transformers_model_trains_from_dict_batches():
     transformers = pytest.importorskip("transformers")
     cfg = transformers.BertConfig(vocab_size=32, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,

@@ -189,17 +189,56 @@ def _predictions(output: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tens
     return (output.reshape(target.shape) > 0).to(target.dtype), target  # binary logits
 
 
-class Accuracy(_Ratio):
+#: class labels equal to this are not counted by the accuracy metrics: the `ignore_index` of
+#: torch's CrossEntropyLoss and the padding label of Hugging Face datasets
+IGNORE_INDEX = -100
+
+
+class _Hits(_Ratio):
+    """Hits over counted targets, where integer targets equal to IGNORE_INDEX are not counted.
+    How many were left out stays a device tensor until the value is read (no sync per step)."""
+
+    def reset(self) -> None:
+        super().reset()
+        self._left_out: list[torch.Tensor] = []
+
+    def _hits(self, hit: torch.Tensor, target: torch.Tensor) -> None:
+        # a prediction is a class index >= 0 (or 0/1): never a hit on IGNORE_INDEX, so only the count changes
+        if target.dtype in (torch.int64, torch.int32, torch.int16, torch.int8):
+            self._left_out.append((target == IGNORE_INDEX).sum())
+            if len(self._left_out) >= self.BATCH:
+                self._left_out = [torch.stack(self._left_out).sum()]
+        self._add(hit.sum(), target.numel())
+
+    def _settle(self) -> None:
+        if self._left_out:
+            self._count -= int(torch.stack(self._left_out).sum())
+            self._left_out = []
+
+    def _fold(self) -> tuple[float, int]:
+        self._settle()
+        return super()._fold()
+
+    def window_sum(self) -> tuple[float, int]:
+        self._settle()
+        return super().window_sum()
+
+    def state_dict(self) -> dict:
+        self._settle()
+        return super().state_dict()
+
+
+class Accuracy(_Hits):
     name = "accuracy"
 
     def update(self, out: StepOutput, n: int) -> None:
         if out.output is None or out.target is None:
             raise ValueError("metric 'accuracy' needs the step to return 'output' and 'target'")
         pred, target = _predictions(out.output.detach(), out.target)
-        self._add((pred == target).sum(), target.numel())
+        self._hits(pred == target, target)
 
 
-class TopKAccuracy(_Ratio):
+class TopKAccuracy(_Hits):
     def __init__(self, k: int) -> None:
         super().__init__()
         self.k = k
@@ -210,8 +249,7 @@ class TopKAccuracy(_Ratio):
             raise ValueError(f"metric '{self.name}' needs the step to return 'output' and 'target'")
         output, target = out.output.detach(), out.target
         k = min(self.k, output.shape[-1])
-        hit = output.topk(k, dim=-1).indices.eq(target.unsqueeze(-1)).any(-1)
-        self._add(hit.sum(), target.numel())
+        self._hits(output.topk(k, dim=-1).indices.eq(target.unsqueeze(-1)).any(-1), target)
 
 
 class StepValue(_Ratio):
