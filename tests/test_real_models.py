@@ -5,9 +5,11 @@ tokens as throughput, and the bf16 note; bad input to each is exit 2 naming the 
 
 import json
 import math
+import os
 import sys
 import textwrap
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import torch
@@ -208,6 +210,52 @@ def test_a_factory_that_returns_no_optimizer_is_exit_2_with_no_run_left(gpt, cap
     assert err[-1].startswith("tuitrain: error: ") and "optimizer.target" in err[-1] and "NoneType" in err[-1]
     runs = gpt.parent / "runs" / "gpt"
     assert not runs.exists() or not any(runs.iterdir())
+
+
+def test_a_factory_that_returns_no_optimizer_under_ddp_is_the_same_one_line_and_exit_2(gpt):
+    """Spawned ranks: the parent says it once and exits 2; torchrun: every rank exits 2, rank 0 says it."""
+    import subprocess
+
+    bad = ["--headless", "--set", "optimizer.target=gptproj:no_optimizer", "--set", "train.strategy=ddp"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(tuitrain.__file__).parents[1]),
+                                                                     os.environ.get("PYTHONPATH")]))}
+    spawned = subprocess.run([sys.executable, "-m", "tuitrain", "run", str(gpt), *bad, "--set", "train.devices=2"],
+                             cwd=gpt.parent, env=env, capture_output=True, text=True, timeout=300)
+    assert spawned.returncode == 2, spawned.stdout + spawned.stderr
+    lines = spawned.stderr.strip().splitlines()
+    assert lines == [l for l in lines if l.startswith("tuitrain: error: ")] and len(lines) == 1, spawned.stderr
+    assert "optimizer.target" in lines[0] and "NoneType" in lines[0] and "rank" not in lines[0]
+    launched = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m", "tuitrain",
+                               "run", str(gpt), *bad], cwd=gpt.parent, env=env, capture_output=True, text=True,
+                              timeout=300)
+    assert launched.returncode != 0
+    assert launched.stderr.count("tuitrain: error: ") == 1 and "NoneType" in launched.stderr
+    assert "exitcode  : 2" in launched.stderr, launched.stderr[-2000:]  # torchrun's report of the ranks
+    runs = gpt.parent / "runs" / "gpt"
+    assert not runs.exists() or not any(runs.iterdir())
+
+
+def test_a_config_error_found_while_building_closes_the_dashboard_at_once(gpt):
+    """Not a "run ended without a final event" screen to quit first: the app leaves with exit code 2,
+    and `tuitrain run` then prints the one line (tested above), as for errors found before it opened."""
+    import asyncio
+
+    from tuitrain.dashboard.app import DashboardApp
+    from tuitrain.dashboard.sources import RunSource
+
+    run = prepare_run(gpt, ["optimizer.target=gptproj:no_optimizer"])
+    app = DashboardApp(RunSource(run), run.interrupter)
+
+    async def watch():
+        async with app.run_test(size=(120, 40)) as pilot:
+            for _ in range(300):
+                if not app.is_running:
+                    return
+                await pilot.pause(0.05)
+
+    asyncio.run(watch())
+    assert not app.is_running and app.return_value == 2
+    assert "NoneType" in str(run.config_error) and not run.run_dir.exists()
 
 
 # --- the Python API --------------------------------------------------------------------------

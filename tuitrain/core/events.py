@@ -261,7 +261,8 @@ class RunFailed(Event):
     exit_code: int = 1
     duration: float = 0.0
     summary: dict = field(default_factory=dict)
-    #: what failed: "" the user's code, "write_failed" the run directory (a full disk...), "out_of_memory"
+    #: what failed: "" the user's code, "write_failed" the run directory (a full disk...), "out_of_memory",
+    #: "config_error" a config found wrong only while a rank built the user's parts (exit code 2)
     cause: str = ""
     #: the last complete checkpoint's path ("" when none was written)
     checkpoint: str = ""

@@ -48,7 +48,10 @@ class EndingMixin:
         while self.is_running and self.bridge.pending():
             self.drain()
         if not self.watching:
-            if self.leave_when_done:
+            # a config error found while building the user's parts: no run to show; leave at once, and
+            # `tuitrain run` prints the one line, as it does for config errors found before the screen opened
+            config_error = getattr(getattr(self.source, "run", None), "config_error", None)
+            if self.leave_when_done or config_error is not None:
                 self.leave()
                 return
             if self.state.ended:

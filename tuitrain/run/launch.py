@@ -105,6 +105,8 @@ def _torchrun(run, rank: int, world: int, local_rank: int) -> int:
     finally:
         shutdown_distributed(code in (0, 130))
     if rank != 0:  # nothing left to do: skip C++ teardown at exit, where gloo can abort (SIGABRT)
+        if code == 2:  # a config error: torchrun ends every rank once one exits; rank 0 says it first
+            time.sleep(3.0)
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
@@ -126,6 +128,9 @@ def _train_quietly(run, resume_path, bus=None, on_built=None, capture: bool = Fa
             learner, train, valid = run.build(bus)
         if on_built is not None:
             on_built(learner, train)
+    except ConfigError as e:  # what only building shows (a factory that returns no optimizer): exit 2
+        bus.emit(RunFailed(error=str(e), traceback="", epoch=0, step=0, exit_code=2, cause="config_error"))
+        return 2
     except Exception as e:
         bus.emit(RunFailed(error=f"{type(e).__name__}: {e}", traceback="".join(traceback.format_exception(e)),
                            epoch=0, step=0))
@@ -395,6 +400,9 @@ def _finish(run, bus, procs, ends, failed, killed_by_user) -> int:
     if failed:
         r = failed[0]
         ev = ends[r]
+        if ev.cause == "config_error":  # as in one process: the message, exit 2, no failed run recorded
+            run.config_error = ConfigError(ev.error)
+            return 2
         if len(procs) > 1:
             ev = replace(ev, error=f"rank {r}: {ev.error}")
         bus.emit(ev)

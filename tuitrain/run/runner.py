@@ -195,12 +195,17 @@ class Run:
         from tuitrain.core.fsutil import atomic_write_text
         from tuitrain.run.launch import distributed_wanted
 
+        fresh = not self.run_dir.exists()
         if self.dist is None and distributed_wanted(self.cfg):
             from tuitrain.run.launch import execute_distributed
 
-            return execute_distributed(self)
+            code = execute_distributed(self)
+            if self.config_error is not None and fresh:  # as below: no run directory left behind
+                import shutil
 
-        fresh = not self.run_dir.exists()
+                shutil.rmtree(self.run_dir, ignore_errors=True)
+            return code
+
         self.run_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(self.run_dir / "config.toml", self.cfg.to_toml())
         # one process: the loop does the chores itself while it is quick (no thread: see Housekeeping)
