@@ -133,6 +133,28 @@ def prepare_run(config_path: str | os.PathLike, overrides=(), *, run_dir: str | 
     return Run(cfg, path, headless=headless, resume_data=ckpt_data, resume_path=ckpt_path)
 
 
+def _missing_folders(path: Path) -> list[Path]:
+    """`path` and those of its parents that do not exist yet, deepest first."""
+    missing = []
+    while not path.exists() and path != path.parent:
+        missing.append(path)
+        path = path.parent
+    return missing
+
+
+def _remove_made(made: list[Path]) -> None:
+    """Remove what `_missing_folders` listed: the run directory whole, then its new parents if empty."""
+    import shutil
+
+    if made:
+        shutil.rmtree(made[0], ignore_errors=True)
+    for folder in made[1:]:
+        try:
+            folder.rmdir()
+        except OSError:  # something else lives there now
+            break
+
+
 class Run:
     """One training run in one run directory; `execute()` trains and returns the exit code."""
 
@@ -195,15 +217,13 @@ class Run:
         from tuitrain.core.fsutil import atomic_write_text
         from tuitrain.run.launch import distributed_wanted
 
-        fresh = not self.run_dir.exists()
+        made = _missing_folders(self.run_dir)  # what this run creates: the run dir, maybe its parents
         if self.dist is None and distributed_wanted(self.cfg):
             from tuitrain.run.launch import execute_distributed
 
             code = execute_distributed(self)
-            if self.config_error is not None and fresh:  # as below: no run directory left behind
-                import shutil
-
-                shutil.rmtree(self.run_dir, ignore_errors=True)
+            if self.config_error is not None:  # as below: no run directory left behind
+                _remove_made(made)
             return code
 
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -233,10 +253,8 @@ class Run:
                 t.close()
             watcher.close()
             bus.close()
-            if self.config_error is not None and fresh:  # a config error leaves no run directory behind
-                import shutil
-
-                shutil.rmtree(self.run_dir, ignore_errors=True)
+            if self.config_error is not None:  # a config error leaves no run directory behind
+                _remove_made(made)
 
     def _build_failed(self, bus: EventBus, e: BaseException) -> None:
         cfg = self.cfg
