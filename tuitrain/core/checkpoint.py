@@ -256,6 +256,23 @@ class Checkpointer:
             fsutil.remove(tmp)
             self.failed(e, epoch=epoch, step=step, reason=reason)
 
+    def adopt(self, path: str | os.PathLike, *, epoch: int, step: int, metrics: dict, reason: str,
+              retain: bool = True) -> None:
+        """List a checkpoint another library wrote (Lightning's `.ckpt` file, a Hugging Face `checkpoint-N`
+        folder) in the index, with its size and sha256, synchronously. `path` inside this folder is
+        listed by name and falls under retention; elsewhere it is listed by its absolute path and never
+        deleted here (`retain=False` too: the library keeps its own)."""
+        self.wait()
+        t0 = time.perf_counter()
+        p = Path(path).resolve()
+        try:
+            inside = p.parent == self.folder.resolve()
+            name = p.name if inside else str(p)
+            self._commit(name, fsutil.tree_size(p), epoch, step, dict(metrics), reason, None, t0,
+                         fsutil.tree_sha256(p), retain=retain and inside)
+        except Exception as e:  # vanished before it could be hashed, unreadable
+            self.failed(e, epoch=epoch, step=step, reason=reason)
+
     def failed(self, e: BaseException, *, epoch: int, step: int, reason: str) -> None:
         """Report a write that failed (disk full, permissions): training goes on."""
         self.last_error = f"{type(e).__name__}: {e}"
@@ -273,13 +290,16 @@ class Checkpointer:
         except Exception as e:  # disk full, permissions: reported, training goes on
             self.failed(e, epoch=epoch, step=step, reason=reason)
 
-    def _commit(self, name, size, epoch, step, metrics, reason, stall, t0, sha256: str = "") -> None:
+    def _commit(self, name, size, epoch, step, metrics, reason, stall, t0, sha256: str = "",
+                retain: bool = True) -> None:
         """A complete checkpoint is in place: list it, apply retention, queue the events (`stall` None:
         the loop waited for the whole write)."""
         entry = Entry(file=name, epoch=epoch, step=step, metrics=metrics, time=time.time(),
                       bytes=size, reason=reason, sha256=sha256)
         entries = [e for e in self.entries() if e.file != name] + [entry]
         keep, delete = decide(self.policy, entries)
+        if not retain:  # a library's own checkpoint: listed, never deleted by us
+            keep, delete = keep + [e for e in delete if e.file == name], [e for e in delete if e.file != name]
         best = best_entry(keep, self.monitor, self.mode)
         keep = [Entry(**{**e.to_dict(), "best": best is not None and e.file == best.file}) for e in keep]
         self._write_index(keep)  # the index first: a deleted file is never listed
@@ -287,12 +307,12 @@ class Checkpointer:
         for e in delete:
             try:
                 fsutil.remove(self.folder / e.file)
-                events.append(CheckpointDeleted(file=f"checkpoint/{e.file}"))
+                events.append(CheckpointDeleted(file=e.file if os.path.isabs(e.file) else f"checkpoint/{e.file}"))
             except OSError:
                 pass
         is_best = best is not None and best.file == name
         write = time.perf_counter() - t0
-        saved = CheckpointSaved(file=f"checkpoint/{name}", epoch=epoch, step=step, metrics=metrics,
+        saved = CheckpointSaved(file=name if os.path.isabs(name) else f"checkpoint/{name}", epoch=epoch, step=step, metrics=metrics,
                                 bytes=size, best=is_best, reason=reason, stall=write if stall is None else stall,
                                 write=write)
         with self._lock:

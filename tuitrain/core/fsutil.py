@@ -120,6 +120,18 @@ def file_sha256(path: str | os.PathLike) -> str:
     return h.hexdigest()
 
 
+def tree_sha256(path: str | os.PathLike) -> str:
+    """A file's sha256, or for a directory the sha256 of its files' relative paths and their sha256s
+    (sorted), so that a changed, added or removed file changes it."""
+    path = Path(path)
+    if not path.is_dir():
+        return file_sha256(path)
+    h = hashlib.sha256()
+    for p in sorted(q for q in path.rglob("*") if q.is_file()):
+        h.update(f"{p.relative_to(path).as_posix()}\0{file_sha256(p)}\n".encode())
+    return h.hexdigest()
+
+
 def tree_size(path: str | os.PathLike) -> int:
     """Bytes of a file, or of every file under a directory."""
     path = Path(path)

@@ -1,6 +1,6 @@
 """`Monitor`: a run directory, the dashboard and the controls for a training loop of the user's own.
 
-    with Monitor(experiment="mygpt", config={"lr": 3e-3}) as mon:
+    with Monitor(experiment="mygpt", config={"lr": 3e-3}) as mon:       # or mon = Monitor(...).start()
         for step in range(1, steps + 1):
             ...
             mon.log(step, loss=loss.detach(), lr=lr)
@@ -8,18 +8,26 @@
                 mon.save_checkpoint({"model": model.state_dict(), "step": step})
             if mon.stop_requested:
                 break
+                                                                        # ... mon.finish()
 
 `log` only appends to a list: a thread of the Monitor's reads the values (a tensor's `.item()` there,
 never on the loop's thread), emits the events and the sinks write the files. On a terminal the
 dashboard runs in a process of its own (`tuitrain watch`, steering through the control folder), so the
 loop keeps the main thread; what the loop prints goes to experiment.log and the dashboard's output
-panel instead of over the screen. Must not import textual.
+panel instead of over the screen. The run directory is a `RunSession`'s.
+
+Across ranks (torchrun, or any initialized process group): every rank makes its Monitor; rank 0 alone
+owns the run directory, the files, the console and the dashboard, and the others' `log` is a no-op.
+`stop_requested` is the agreement tick (a `SyncedInterrupter` on a gloo group): each rank's requests
+(rank 0's `tuitrain stop`, a signal to any rank) are combined, an exchange about every 50 ms of the
+loop, started asynchronously and read one exchange later, so every rank gets the same answer at the
+same call. `checkpoint_requested` reads the last agreed value, with no collective of its own; a pause
+waits inside `stop_requested`, in short exchanges. Must not import textual.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
+import atexit
 import os
 import subprocess
 import sys
@@ -30,16 +38,13 @@ from pathlib import Path
 from typing import Any
 
 from tuitrain.core import checkpoint as ckpt
-from tuitrain.core.callbacks import EventBus
-from tuitrain.core.control import ControlWatcher, Interrupter
+from tuitrain.core.control import Interrupter
 from tuitrain.core.events import (ControlReceived, MetricsLogged, RunFailed, RunFinished, RunPaused, RunResumed,
                                   RunStarted)
-from tuitrain.core.fsutil import atomic_write_text
-from tuitrain.core.output import capture_output
 from tuitrain.run.directories import fresh_run_dir
 from tuitrain.run.learner import screen_for
+from tuitrain.run.session import RunSession, placement
 from tuitrain.run.signals import StopOnSignals
-from tuitrain.sinks.standard import standard_sinks
 
 FLUSH_INTERVAL = 0.2  # seconds between the Monitor thread's passes over what `log` appended
 
@@ -50,14 +55,16 @@ def _number(value: Any) -> float:
 
 
 class Monitor:
-    """A run directory, the dashboard and stop/pause/checkpoint for your own loop (a context manager).
+    """A run directory, the dashboard and stop/pause/checkpoint for your own loop.
 
-    experiment: the run's name (default: the run folder's name); config: a dict, written to config.toml
-    and shown by `tuitrain watch`; run_dir: where the run goes (default `dir/experiment/<timestamp>`);
-    dashboard: "auto" (a terminal: the dashboard; else the headless console lines), True (a terminal or
-    ValueError) or False (nothing printed); theme: the dashboard's theme; keep_last: checkpoints kept;
-    max_steps: the steps the loop will take, if known (a progress bar and an ETA); batch_size: items per
-    step, if known (items/s beside it/s).
+    A context manager, or `mon = Monitor(...).start()` ... `mon.finish()` for a loop at a script's top
+    level (an exception that ends the script, or the interpreter exiting, finishes it as failed or as it
+    stands). experiment: the run's name (default: the run folder's name); config: a dict, written to
+    config.toml and shown by `tuitrain watch`; run_dir: where the run goes (default
+    `dir/experiment/<timestamp>`); dashboard: "auto" (a terminal: the dashboard; else the headless
+    console lines), True (a terminal or ValueError) or False (nothing printed); theme: the dashboard's
+    theme; keep_last: checkpoints kept; max_steps: the steps the loop will take, if known (a progress bar
+    and an ETA); batch_size: items per step, if known (items/s beside it/s).
     """
 
     def __init__(self, experiment: str = "", config: dict | None = None, run_dir: str | os.PathLike | None = None,
@@ -66,69 +73,135 @@ class Monitor:
         for name, value in (("max_steps", max_steps), ("batch_size", batch_size)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"Monitor({name}=...) takes a whole number of 0 or more, not {value!r}")
+        screen_for(dashboard)  # a bad value is an error here, on every rank
         self.max_steps, self.batch_size = max_steps, batch_size
-        self.screen = screen_for(dashboard)
-        if run_dir is None:
-            run_dir = fresh_run_dir(Path(dir) / (experiment or "monitor"))
-        self.run_dir = Path(run_dir)
-        self.experiment = experiment or self.run_dir.resolve().name
+        self._dashboard = dashboard
+        self._given_dir = Path(run_dir) if run_dir is not None else None
+        self._root = Path(dir)
+        self.run_dir: Path | None = self._given_dir
+        self.experiment = experiment
         self.config = dict(config or {})
         self.theme = theme
         self.keep_last = keep_last
-        self.interrupter = Interrupter()
+        self.interrupter = Interrupter()  # this rank's requests (the agreement combines them)
+        self.rank, self.world_size, self.owner = 0, 1, True
+        self.screen = "none"
         self.step = 0
+        self._synced = None  # a SyncedInterrupter when ranks must agree
+        self._group_pending = False  # ranks known (torchrun) but no process group yet: agree once there is
         self._pending: list[tuple[int, str, dict, float]] = []
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._closing = False
+        self._started = False
+        self._finished = False
+        self._request_taken = False
+        self._error: BaseException | None = None
         self._t0 = 0.0
         self._last: dict[str, dict[str, float]] = {}
         self._summary: dict[str, dict] = {}  # "split/name" -> min, max, last (the run's summary table)
-        self._stack = contextlib.ExitStack()
+        self._session: RunSession | None = None
+        self._signals: StopOnSignals | None = None
         self._viewer: subprocess.Popen | None = None
+        self._rank_fds: tuple[int, int] | None = None
+        self._thread: threading.Thread | None = None
+        self._prev_excepthook = None
 
     # --- the loop's side ---------------------------------------------------------------------
 
     @property
+    def _flags(self) -> Interrupter:
+        return self._synced if self._synced is not None else self.interrupter
+
+    @property
     def stop_requested(self) -> bool:
         """`q`/`y` or Ctrl+C in the dashboard, Ctrl+C or SIGTERM here, or `tuitrain stop RUN_DIR`; or
-        the run directory could not be written (a full disk): the block ends as a failed run."""
-        return self.interrupter.stop_requested or bool(self.interrupter.failure)
+        the run directory could not be written (a full disk): the run ends as failed. Across ranks, the
+        agreement tick: read it on every rank at the same points; a pause waits here."""
+        if self._group_pending:
+            self._join_group()
+        synced = self._synced
+        if synced is None:
+            return self.interrupter.stop_requested or bool(self.interrupter.failure)
+        synced.pending  # noqa: B018 - the tick: an exchange now and then
+        if synced.paused and not synced.stop_requested:
+            self._wait_while_paused()
+        return synced.stop_requested
 
     @property
     def checkpoint_requested(self) -> bool:
-        """`c` in the dashboard or `tuitrain checkpoint RUN_DIR`; `save_checkpoint` answers it."""
-        return self.interrupter.checkpoint_requested
+        """`c` in the dashboard or `tuitrain checkpoint RUN_DIR` (across ranks: as last agreed); it
+        stays True until `save_checkpoint`, `add_checkpoint` or `take_checkpoint_request` on this rank."""
+        return self._flags.checkpoint_requested
+
+    def take_checkpoint_request(self) -> bool:
+        """Whether a checkpoint was requested, clearing the request (a framework's own save follows)."""
+        taken = self._flags.take_checkpoint()
+        self._request_taken = self._request_taken or taken
+        return taken
 
     def log(self, step: int, split: str = "train", **values: Any) -> None:
-        """Record values (numbers or 0-d tensors) at `step`; a paused run waits here until resumed."""
+        """Record values (numbers or 0-d tensors) at `step`; in one process a paused run waits here
+        until resumed. Ranks other than 0: nothing."""
         self.step = max(self.step, step)
+        if not self.owner:
+            return
         with self._lock:
             self._pending.append((step, split, values, time.time()))
-        if self.interrupter.pending and self.interrupter.paused and not self.interrupter.stop_requested:
+        if self._synced is None and self.interrupter.pending and self.interrupter.paused \
+                and not self.interrupter.stop_requested:
             self._wait_while_paused()
+
+    def _reason(self) -> str:
+        taken = self.take_checkpoint_request() or self._request_taken
+        self._request_taken = False
+        return "request" if taken else "api"
 
     def save_checkpoint(self, state: dict, step: int | None = None) -> Path:
         """Write `state` atomically into checkpoint/ (listed in its index.json, loadable with
-        `torch.load(path, weights_only=True)` when it holds tensors and plain values); its path."""
+        `torch.load(path, weights_only=True)` when it holds tensors and plain values); its path.
+        Across ranks only rank 0 writes (call it on every rank, or on rank 0 alone)."""
         step = self.step if step is None else step
-        reason = "request" if self.interrupter.take_checkpoint() else "api"
+        reason = self._reason()
+        path = self.run_dir / "checkpoint" / (ckpt.checkpoint_name(0, step) + ".pt")
+        if not self.owner:
+            return path
         metrics = {f"{split}/{k}": v for split, vals in self._last.items() for k, v in vals.items()}
         self._checkpointer.save(ckpt.snapshot(state), epoch=0, step=step, metrics=metrics, reason=reason)
+        self._emit_checkpoint_events()
+        return path
+
+    def add_checkpoint(self, path: str | os.PathLike, *, step: int, epoch: int = 0, metrics: dict | None = None,
+                       retain: bool = True) -> None:
+        """List a checkpoint another library wrote (a file or a folder) in checkpoint/index.json, with
+        its sha256 (rank 0; nothing elsewhere). One inside checkpoint/ falls under `keep_last` unless
+        `retain=False`; one elsewhere is never deleted here."""
+        reason = self._reason()
+        if not self.owner:
+            return
+        if metrics is None:
+            metrics = {f"{split}/{k}": v for split, vals in self._last.items() for k, v in vals.items()}
+        self._checkpointer.adopt(path, epoch=epoch, step=step, metrics=metrics, reason=reason, retain=retain)
+        self._emit_checkpoint_events()
+
+    def _emit_checkpoint_events(self) -> None:
+        self._flush()  # the request's own event first
         self._checkpointer.wait()
         for event in self._checkpointer.take_events():
             self.bus.emit(event)
-        return self.run_dir / "checkpoint" / (ckpt.checkpoint_name(0, step) + ".pt")
 
     def _wait_while_paused(self) -> None:
-        it = self.interrupter
-        self._flush()
-        t0 = time.monotonic()
-        self.bus.emit(RunPaused(epoch=0, step=self.step))
-        while it.paused and not it.stop_requested and not it.failure:
-            it.wait_while_paused(0.1)
+        flags = self._flags
+        if self.owner:
             self._flush()
-        self.bus.emit(RunResumed(epoch=0, step=self.step, paused_for=time.monotonic() - t0))
+            self.bus.emit(RunPaused(epoch=0, step=self.step))
+        t0 = time.monotonic()
+        while flags.paused and not flags.stop_requested and not self.interrupter.failure:
+            flags.wait_while_paused(0.1)
+            if self.owner:
+                self._flush()
+        if self.owner:
+            self.bus.emit(RunResumed(epoch=0, step=self.step, paused_for=time.monotonic() - t0))
 
     # --- the Monitor's thread ------------------------------------------------------------------
 
@@ -149,35 +222,75 @@ class Monitor:
                     row = self._summary.setdefault(f"{split}/{name}", {"min": v, "max": v, "last": v})
                     row["min"], row["max"], row["last"] = min(row["min"], v), max(row["max"], v), v
             self.bus.emit(MetricsLogged(split=split, epoch=0, step=step, metrics=metrics, time=t))
-        for command, source, detail in self.interrupter.take_log():
+        for command, source, detail in self._flags.take_log():
             self.bus.emit(ControlReceived(command=command, source=source, detail=detail))
-        self.interrupter.settle()
+        if self._synced is None:
+            self.interrupter.settle()
 
     def _pump(self) -> None:
         while not self._closing:
             self._wake.wait(FLUSH_INTERVAL)
             self._flush()
 
-    # --- the block -------------------------------------------------------------------------------
+    # --- start and finish ----------------------------------------------------------------------
 
-    def __enter__(self) -> "Monitor":
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        self._write_config()
-        self.bus = EventBus()
-        self.bus.on_write_failure.append(self.interrupter.fail)
-        for sink in standard_sinks(self.run_dir):
-            self.bus.subscribe(sink, steps=False)
-        if self.screen == "console":
-            from tuitrain.sinks.console import HeadlessConsole
+    def start(self) -> "Monitor":
+        """Open the run: on every rank, at the same point of the script (under a process group the
+        ranks exchange rank 0's run directory here)."""
+        if self._started:
+            return self
+        self._started = True
+        place = placement()
+        self.rank, self.world_size, self.owner = place.rank, place.world_size, place.owner
+        if self.owner:
+            self.screen = screen_for(self._dashboard)
+            if self.run_dir is None:
+                self.run_dir = fresh_run_dir(self._root / (self.experiment or "monitor"))
+        if self.world_size > 1:
+            self._join_group()
+        self.experiment = self.experiment or (self.run_dir.resolve().name if self.run_dir else "")
+        if self.owner:
+            self._open_run()
+        else:
+            # a signal to this rank counts as a stop request for every rank (the agreement)
+            self._signals = StopOnSignals(self.interrupter, sigint=True).__enter__()
+            if self.screen == "dashboard" and self.run_dir is not None:
+                self._quiet_rank()
+        self._prev_excepthook = sys.excepthook
+        sys.excepthook = self._excepthook
+        atexit.register(self._at_exit)
+        return self
 
-            self.bus.subscribe(HeadlessConsole(), steps=False)
+    def _join_group(self) -> None:
+        """Agree from here on: a gloo group for the exchanges, and rank 0's run directory and screen
+        known on every rank. Waits for a process group (torchrun before init_process_group)."""
+        import sys as _sys
+
+        dist = _sys.modules.get("torch.distributed")
+        if dist is None or not dist.is_initialized():
+            self._group_pending = True
+            return
+        self._group_pending = False
+        from tuitrain.core.strategies.agreement import SyncedInterrupter, control_group
+
+        group = control_group()
+        shared = [str(self.run_dir) if self.owner else "", self.screen if self.owner else ""]
+        dist.broadcast_object_list(shared, src=0, group=group)
+        if not self.owner:
+            self.run_dir = Path(shared[0]) if shared[0] else None
+            self.screen = shared[1]
+        self._synced = SyncedInterrupter(self.rank, group, inbox=self.interrupter)
+
+    def _open_run(self) -> None:
+        env = {}
+        if self.world_size > 1:
+            env = {"strategy": "ddp", "world_size": self.world_size}
+        self._session = RunSession(self.run_dir, config=self.config, interrupter=self.interrupter,
+                                   console=self.screen == "console", signals="sigint")
+        self._session.open()
+        self.bus = self._session.bus
         self._checkpointer = ckpt.Checkpointer(self.run_dir / "checkpoint", keep_last=self.keep_last, keep_best=0)
         self._checkpointer.prepare()
-        self._watcher = ControlWatcher(self.run_dir, self.interrupter).start()
-        from tuitrain.core.devices import DeviceMonitor
-
-        self._devices = DeviceMonitor(self.bus.emit)  # the devices panel: CPU, memory, GPUs
-        self.bus.subscribe(self._devices.start_on_run_started, steps=False)
         self._t0 = time.monotonic()
         from tuitrain.core.learner import env_info  # torch: the user's loop has imported it already
 
@@ -185,24 +298,47 @@ class Monitor:
 
         self.bus.emit(RunStarted(run_dir=str(self.run_dir), experiment=self.experiment, epochs=0,
                                  max_steps=self.max_steps, steps_per_epoch=0, batch_size=self.batch_size, pid=os.getpid(),
-                                 env=env_info(torch.device("cpu")), config=self.config))
-        self._stack.enter_context(StopOnSignals(self.interrupter, sigint=True))
+                                 env={**env_info(torch.device("cpu")), **env}, config=self.config))
         if self.screen == "dashboard":
             self._open_viewer()
         if self.screen != "none":  # prints go to experiment.log (and the screen's output panel)
-            self._stack.enter_context(capture_output(self.bus.emit))
+            from tuitrain.core.output import capture_output
+
+            self._capture = capture_output(self.bus.emit)
+            self._capture.__enter__()
         self._thread = threading.Thread(target=self._pump, name="tuitrain-monitor", daemon=True)
         self._thread.start()
-        return self
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def finish(self, error: BaseException | None = None) -> None:
+        """End the run: failed when `error` is given (a KeyboardInterrupt: interrupted), interrupted when
+        a stop was requested, completed otherwise. Called again: nothing."""
+        if not self._started or self._finished:
+            return
+        self._finished = True
+        sys.excepthook = self._prev_excepthook or sys.__excepthook__
+        try:
+            atexit.unregister(self._at_exit)
+        except Exception:
+            pass
+        if self._synced is not None:
+            self._synced.close()
+        if not self.owner:
+            if self._signals is not None:
+                self._signals.__exit__()
+            self._loud_rank()
+            return
         self._closing = True
         self._wake.set()
-        self._thread.join()
+        if self._thread is not None:
+            self._thread.join()
         self._flush()
         duration = time.monotonic() - self._t0
+        exc = error
         try:
-            self._stack.close()  # output capture and signal handlers end here
+            capture = getattr(self, "_capture", None)
+            if capture is not None:
+                capture.__exit__(None, None, None)
+            self._session.release_process()  # signal handlers end here
         finally:
             summary = dict(self._summary)
             self.bus.deliver()
@@ -214,29 +350,53 @@ class Monitor:
                                         checkpoint=str(last or "")))
             elif exc is not None and not isinstance(exc, KeyboardInterrupt):
                 self.bus.emit(RunFailed(error=f"{type(exc).__name__}: {exc}",
-                                        traceback="".join(traceback.format_exception(exc_type, exc, tb)),
+                                        traceback="".join(traceback.format_exception(exc)),
                                         epoch=0, step=self.step, duration=duration, summary=summary))
             else:
-                stopped = self.interrupter.stop_requested or exc is not None
+                stopped = self._flags.stop_requested or exc is not None
                 self.bus.emit(RunFinished(status="interrupted" if stopped else "completed",
                                           exit_code=130 if stopped else 0, epoch=0, step=self.step,
                                           reason="stopped" if stopped else "completed", duration=duration,
                                           summary=summary, best={}))
-            self._watcher.close()
-            self._devices.close()
-            self.bus.close()
+            self._session.close()
             self._close_viewer()
+
+    def _excepthook(self, exc_type, exc, tb) -> None:
+        self._error = exc  # the script ends on it: the run is failed (see _at_exit)
+        (self._prev_excepthook or sys.__excepthook__)(exc_type, exc, tb)
+
+    def _at_exit(self) -> None:
+        self.finish(self._error)
+
+    def __enter__(self) -> "Monitor":
+        return self.start()
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        self.finish(exc)
         return False  # an exception in the block propagates
 
-    def _write_config(self) -> None:
-        from tuitrain.config.toml_writer import dumps
+    # --- ranks other than 0 under a dashboard: their output goes to a file, never over the screen ---
 
-        try:
-            text = dumps(self.config)
-        except Exception:  # values TOML cannot hold: as JSON, with what is not JSON as text
-            atomic_write_text(self.run_dir / "config.json", json.dumps(self.config, indent=2, default=str))
+    def _quiet_rank(self) -> None:
+        folder = self.run_dir / "ranks"
+        folder.mkdir(parents=True, exist_ok=True)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self._rank_fds = (os.dup(1), os.dup(2))
+        raw = os.open(folder / f"rank-{self.rank}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(raw, 1)
+        os.dup2(raw, 2)
+        os.close(raw)
+
+    def _loud_rank(self) -> None:
+        if self._rank_fds is None:
             return
-        atomic_write_text(self.run_dir / "config.toml", text)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for fd, saved in zip((1, 2), self._rank_fds):
+            os.dup2(saved, fd)
+            os.close(saved)
+        self._rank_fds = None
 
     # --- the dashboard, in a process of its own ----------------------------------------------------
 

@@ -3,9 +3,8 @@
 - `DistContext`: rank, world size, device and backend (gloo on CPU, NCCL with one GPU per rank), the
   strategy ("ddp", or "fsdp": fsdp.py builds on this file), and how each rank shards its data
   (`EpochSampler.shard`).
-- `SyncedInterrupter`: the loop's control flags, changed only when rank 0 broadcasts them, so every
-  rank stops, pauses and checkpoints at the same step boundary. Rank 0 reads its requests from an
-  `inbox` Interrupter (signals, dashboard, `tuitrain stop`, or the parent process of spawned ranks).
+- the loop's control flags are a `SyncedInterrupter` (agreement.py): every rank stops, pauses and
+  checkpoints at the same step boundary.
 - `DDPLearner`: the Learner with the model wrapped in DistributedDataParallel, metrics summed over
   ranks when read, `no_sync` on micro-batches that do not step, checkpoints written by rank 0 with
   every rank's RNG state.
@@ -14,7 +13,6 @@ Must not import textual.
 
 from __future__ import annotations
 
-import datetime
 import os
 import threading
 import time
@@ -29,12 +27,8 @@ from ..control import Interrupter
 from ..data import ResumableLoader, rng_state, set_rng_state
 from ..learner import Learner
 from ..metrics import _Ratio
+from .agreement import DEFAULT_TIMEOUT, SyncedInterrupter, dist_timeout  # noqa: F401
 
-DEFAULT_TIMEOUT = 60.0  # seconds a collective may wait for a peer before failing
-
-
-def dist_timeout() -> datetime.timedelta:
-    return datetime.timedelta(seconds=float(os.environ.get("TUITRAIN_DIST_TIMEOUT", DEFAULT_TIMEOUT)))
 
 
 @dataclass
@@ -145,117 +139,6 @@ def shutdown_distributed(ended_well: bool = True) -> None:
             pass
 
 
-class SyncedInterrupter(Interrupter):
-    """Control flags that every rank agrees on: rank 0 broadcasts [stop, checkpoint, paused, logged,
-    steps until the next broadcast].
-
-    `pending` is read once per optimizer step by the training loop on every rank. At a sync step it
-    applies the flags broadcast at the previous sync step and starts the next broadcast without
-    waiting for it (its latency hides behind the steps in between); a request therefore takes effect
-    one sync later, at the same step on every rank. Rank 0 spaces sync steps about `interval` seconds
-    apart (measured step time), or every `every` steps when that is given. During validation
-    `pending` is False without a collective, because ranks may run different validation batch
-    counts. `sync()` is the blocking form (at boundaries and while paused). Requests reach the loop
-    only through these broadcasts.
-    """
-
-    MAX_EVERY = 1000
-
-    def __init__(self, ctx: DistContext, inbox: Interrupter | None, stage, every: int = 0,
-                 interval: float = 0.05) -> None:
-        super().__init__()
-        self.ctx = ctx
-        self.inbox = inbox if ctx.rank == 0 else None
-        self._stage = stage
-        self.every = max(0, every)  # 0: from the step time
-        self.interval = interval
-        self._countdown = 1
-        self._reads = 0
-        self._last_fill: tuple[float, int] | None = None  # rank 0: (time, reads) at the last broadcast
-        self._bufs = [torch.zeros(5, dtype=torch.int32) for _ in range(2)]  # CPU: never a device sync
-        self._next = 0
-        self._work = None
-        self._work_buf: torch.Tensor | None = None
-        self._source = ""
-
-    @property
-    def pending(self) -> bool:
-        if self._stage() != "train":
-            return False
-        self._reads += 1
-        self._countdown -= 1
-        if self._countdown > 0:
-            return False
-        wanted = self._complete()
-        buf = self._fill()
-        self._work = dist.broadcast(buf, 0, group=self.ctx.control_group, async_op=True)
-        self._work_buf = buf
-        return wanted
-
-    @pending.setter
-    def pending(self, value: bool) -> None:  # the base class's own bookkeeping; the broadcasts decide
-        pass
-
-    def sync(self) -> bool:
-        """A blocking broadcast from rank 0; afterwards every rank holds the same flags."""
-        self._complete()
-        buf = self._fill()
-        dist.broadcast(buf, 0, group=self.ctx.control_group)
-        return self._apply(buf.tolist())
-
-    def _fill(self) -> torch.Tensor:
-        """Rank 0: take the inbox's requests into the next buffer (the others receive into it)."""
-        buf = self._bufs[self._next]
-        self._next ^= 1
-        if self.inbox is not None:
-            now = time.perf_counter()
-            every = self.every
-            if not every:
-                every = 1
-                if self._last_fill is not None and self._reads > self._last_fill[1]:
-                    per_step = (now - self._last_fill[0]) / (self._reads - self._last_fill[1])
-                    every = max(1, min(self.MAX_EVERY, int(self.interval / max(per_step, 1e-9))))
-            self._last_fill = (now, self._reads)
-            ib = self.inbox
-            with ib._lock:
-                vals = [int(ib.stop_requested), int(ib.checkpoint_requested), int(ib.paused), int(bool(ib._log)),
-                        every]
-                self._source = ib.stop_source
-                ib.checkpoint_requested = False
-                log, ib._log = ib._log, []
-                ib._refresh()
-            with self._lock:
-                self._log.extend(log)
-            buf.copy_(torch.tensor(vals, dtype=torch.int32))
-        return buf
-
-    def _complete(self) -> bool:
-        if self._work is None:
-            self._countdown = 1
-            return False
-        self._work.wait()
-        self._work = None
-        return self._apply(self._work_buf.tolist())
-
-    def _apply(self, flags: list[int]) -> bool:
-        stop, checkpoint, paused, logged, every = flags
-        self._countdown = every
-        with self._lock:
-            if stop and not self.stop_requested:
-                self.stop_requested = True
-                self.stop_source = self._source if self.inbox is not None else "rank 0"
-            if checkpoint:
-                self.checkpoint_requested = True
-            self.paused = bool(paused)
-        return bool(stop or checkpoint or paused or logged)
-
-    def wait_while_paused(self, timeout: float) -> bool:
-        if self.inbox is not None:
-            self.inbox.wait_while_paused(timeout)  # rank 0 wakes on a change; the others wait in sync()
-        self.sync()
-        return not self.paused
-
-
 class _Schedule:
     """What ranks other than 0 keep of the Checkpointer: when checkpoints are due (they join the RNG
     gather), never a file."""
@@ -326,7 +209,8 @@ class DDPLearner(Learner):
         if sync_every is None:  # control flags every K optimizer steps; 0: about every 50 ms
             sync_every = int(os.environ.get("TUITRAIN_DDP_SYNC_EVERY", "0"))
         kwargs["device"] = ctx.device
-        synced = SyncedInterrupter(ctx, interrupter or Interrupter(), lambda: self.state.stage, sync_every)
+        synced = SyncedInterrupter(ctx.rank, ctx.control_group, interrupter or Interrupter(), lambda: self.state.stage,
+                                   sync_every)
         super().__init__(model, optimizer, interrupter=synced, checkpointer=checkpointer, model_path=model_path,
                          seed=None if seed is None else seed + ctx.rank, **kwargs)
         self.inbox = synced.inbox
