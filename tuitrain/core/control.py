@@ -152,6 +152,10 @@ class Interrupter:
         """Block the loop up to `timeout` s while paused; True when no longer paused."""
         return self._resume.wait(timeout)
 
+    def sync(self) -> bool:
+        """Across ranks, a blocking agreement on the flags (strategies/agreement.py); here nothing."""
+        return False
+
 
 # --- across processes: command files in RUN_DIR/control/ ------------------------------------
 

@@ -37,6 +37,7 @@ from .metrics import MetricSet, StepOutput
 from .optimization import OptimizationMixin
 from .output import capture_output
 from .phases import CancelFitting, NonFiniteLoss, Phase, TrainPhase, ValidPhase
+from .strategies.base import Strategy
 
 EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
 
@@ -161,7 +162,6 @@ class Learner(OptimizationMixin, CheckpointMixin):
     by a `CustomTrainPhase`; one model is `learner.model`, also `learner.models["model"]`.
     """
 
-    world_size = 1  # processes training together; a distributed strategy's Learner sets it
     #: `gc.freeze()` what exists when training starts (the model, the data, every imported module),
     #: unfrozen when it ends: the collector's full passes, which walked those hundreds of thousands
     #: of objects (50-80 ms each, a few per run, some in the middle of a checkpoint), skip them
@@ -185,7 +185,14 @@ class Learner(OptimizationMixin, CheckpointMixin):
                  bus: EventBus | None = None, model_path: str | os.PathLike | None = None,
                  env: dict | None = None, notes: Sequence[str] = (), sinks: Iterable = (),
                  max_time: float | str = 0, ema_decay: float = 0.0, validate_every_n_steps: int = 0,
-                 limit_valid_batches: int = 0, throughput_unit: str = "samples") -> None:
+                 limit_valid_batches: int = 0, throughput_unit: str = "samples", strategy: Strategy | None = None) -> None:
+        #: how this process trains among others (one process, a DDP or FSDP rank): strategies/base.py
+        self.strategy = strategy = strategy if strategy is not None else Strategy()
+        self.world_size = strategy.world_size
+        if strategy.device is not None:
+            device = strategy.device
+        if seed is not None:
+            seed = seed + strategy.rank  # each rank its own random stream (dropout, augmentation)
         if grad_accumulation < 1 or epochs < 0 or max_steps < 0 or log_every_n_steps < 1 or validate_every < 1:
             raise ValueError("grad_accumulation, log_every_n_steps, validate_every must be >= 1; epochs, "
                              "max_steps >= 0")
@@ -193,7 +200,10 @@ class Learner(OptimizationMixin, CheckpointMixin):
         # several models (a dict): one ModuleDict, so that .to/.train/state_dict cover them all
         self.models = dict(model) if isinstance(model, dict) else {"model": model}
         self.raw_model = (torch.nn.ModuleDict(self.models) if isinstance(model, dict) else model).to(self.device)
-        self.model = self.raw_model
+        self._model = self.raw_model
+        self.train_model: torch.nn.Module | None = None  # what training calls instead (DDP's wrapper)
+        #: called before each micro-batch's forward (a strategy's gradient sync); None: nothing
+        self.before_micro_batch = None
         self.optimizers = dict(optimizer) if isinstance(optimizer, dict) else {"model": optimizer}
         self.optimizer = next(iter(self.optimizers.values()), None)
         self.loss_fn = loss_fn
@@ -231,7 +241,7 @@ class Learner(OptimizationMixin, CheckpointMixin):
         self.log_every_n_steps = log_every_n_steps
         self.seed = seed
         self.batch_size, self.shuffle, self.num_workers = batch_size, shuffle, num_workers
-        self.interrupter = interrupter or Interrupter()
+        self.interrupter = strategy.interrupter(interrupter or Interrupter(), lambda: self.state.stage)
         self.early_stopping = early_stopping
         self.train_phase = train_phase or TrainPhase()
         self.valid_phase = valid_phase or ValidPhase()
@@ -249,6 +259,8 @@ class Learner(OptimizationMixin, CheckpointMixin):
             self.model_path = self.model_path or self.run_dir / "model.pt"
             if checkpointer is None:
                 checkpointer = ckpt.Checkpointer(self.run_dir / "checkpoint")
+        if not strategy.writes:  # another rank writes the run's files
+            self.model_path = None
         if bus is None:
             bus = EventBus()
         for sink in sinks:  # writers of the event stream (files, a console): persistent events only
@@ -291,10 +303,25 @@ class Learner(OptimizationMixin, CheckpointMixin):
         self._valid_rng: dict | None = None
         self._last_ckpt_step = -1
         self._last_snapshot = None  # the last checkpoint's CPU copy: the next one copies into it
+        strategy.bind(self)
+
+    # the model the phases call: DDP's wrapper while training; the plain module in validation, where ranks
+    # may run different batch counts and DDP's per-forward buffer broadcast would wait for a peer forever
+    @property
+    def model(self) -> torch.nn.Module:
+        if self.train_model is not None and self.state.stage == "train":
+            return self.train_model
+        return self._model
+
+    @model.setter
+    def model(self, value: torch.nn.Module) -> None:
+        self._model = value
 
     # --- per-step hooks called by phases -------------------------------------------------------
 
     def log_step(self, metrics: MetricSet, split: str, state: TrainState, batch: int, total: int) -> None:
+        if not self.strategy.solo_boundaries:  # a finished write's events go out here, not at a boundary
+            self._flush_checkpoint_events()
         values = metrics.read_window()
         loss = values.get("loss")
         if loss is not None and not math.isfinite(loss):
@@ -306,6 +333,7 @@ class Learner(OptimizationMixin, CheckpointMixin):
     def at_boundary(self, state: TrainState) -> None:
         """Apply control requests and due checkpoints; raises CancelFitting on a stop."""
         it = self.interrupter
+        it.sync()  # ranks: every one holds the same flags from here (one process: nothing)
         if it.failure:
             self._write_failed()
         if self._valid_due and not self._validating:
@@ -404,8 +432,9 @@ class Learner(OptimizationMixin, CheckpointMixin):
         try:
             if self.seed is not None:
                 seed_everything(self.seed)
-            train = self._loader(train_data, self.shuffle)
-            valid = self._valid_loader = self._loader(valid_data, False)
+            train, valid = self.strategy.loaders(self, self._loader(train_data, self.shuffle),
+                                                 self._loader(valid_data, False))
+            self._valid_loader = valid
             if valid is not None and self.limit_valid_batches:
                 valid.limit = self.limit_valid_batches
             if resume is not None:  # loaded before prepare(), which tidies the checkpoint folder
@@ -416,7 +445,7 @@ class Learner(OptimizationMixin, CheckpointMixin):
             if getattr(self, "_resume_data", None) is not None:
                 train.restore(self._resume_data)
                 self._resume_data = None
-            if self.checkpointer is not None:
+            if self.checkpointer is not None and self.strategy.writes:  # tidies the folder: one writer
                 self.checkpointer.prepare()
             self.batch_size = train.batch_size or self.batch_size  # a DataLoader given brings its own
             batches = train.batches_per_epoch()

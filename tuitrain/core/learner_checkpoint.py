@@ -26,7 +26,7 @@ class CheckpointMixin:
         """Everything an exact resume needs (live references; `snapshot` copies it)."""
         s = self.state
         in_valid = s.stage == "valid"
-        return {
+        d = {
             "format": ckpt.FORMAT, "version": ckpt.VERSION,
             "model": self.ema.model_state() if self.ema is not None else self.raw_model.state_dict(),
             "ema": self.ema.state_dict() if self.ema is not None else None,
@@ -46,6 +46,7 @@ class CheckpointMixin:
             # streaming data's own position, mid-epoch (a stateful loader or iterable dataset)
             "data": self._data_position() if s.stage == "train" and s.batch else None,  # seconds of training so far: max_time counts on after a resume
         }
+        return self.strategy.extra_state(self, d)
 
     def save_checkpoint(self, reason: str) -> None:
         if self.checkpointer is None:
@@ -53,6 +54,8 @@ class CheckpointMixin:
         s = self.state
         if self._last_ckpt_step == (s.epoch, s.step, s.stage):
             return  # this exact state is already on disk (or being written)
+        if self.strategy.save_checkpoint(self, reason):  # ranks: written (or joined) by the strategy
+            return
         self.bus.emit(CheckpointStarted(epoch=s.epoch, step=s.step, reason=reason))
         t0 = time.perf_counter()
         self.checkpointer.wait()  # the last write is done with its snapshot: this one copies into it
@@ -85,6 +88,7 @@ class CheckpointMixin:
                 self.bus.emit(e)
 
     def load_state_dict(self, data: dict) -> None:
+        self.strategy.check_resume(data)
         if data.get("sharded_dir"):  # a sharded (fsdp) checkpoint: DCP reshards to this run's layout
             from .strategies.sharded import load_shards
 
@@ -120,6 +124,7 @@ class CheckpointMixin:
                           f"epoch {s.epoch} is skipped)", stacklevel=2)
             s.epoch, s.batch, s.stage = s.epoch + 1, 0, "train"
         self._last_ckpt_step = (s.epoch, s.step, s.stage)
+        self.strategy.after_load(self, data)
 
     @staticmethod
     def _load_named(kind: str, mine: dict, data: dict) -> None:
@@ -136,6 +141,8 @@ class CheckpointMixin:
 
     def _save_model(self) -> None:
         """The final model.pt: the plain state_dict (a sharded model gathers it first, on every rank)."""
+        if self.strategy.save_model(self):
+            return
         if self.model_path is not None:
             try:
                 if self.ema is not None:  # model.pt holds the averaged weights

@@ -43,6 +43,8 @@ class OptimizationMixin:
     _NO_AUTOCAST = contextlib.nullcontext()  # reusable: one less object per step
 
     def autocast(self):
+        if self.before_micro_batch is not None:  # a strategy's gradient sync for this micro-batch
+            self.before_micro_batch(self)
         if self._autocast_dtype is None:
             return self._NO_AUTOCAST
         return torch.autocast(device_type=self.device.type, dtype=self._autocast_dtype)
@@ -91,7 +93,8 @@ class OptimizationMixin:
         subclass that overrides one of these methods keeps it."""
         base = OptimizationMixin
         cls = type(self)
-        amp = self.autocast if cls.autocast is not base.autocast or self._autocast_dtype is not None else None
+        amp = self.autocast if (cls.autocast is not base.autocast or self._autocast_dtype is not None
+                                or self.world_size > 1) else None
         plain_backward = cls.backward is base.backward and self.scaler is None
         backward = torch.Tensor.backward if plain_backward else self.backward
         plain_step = (cls.optimizer_step is base.optimizer_step and self.scaler is None and self.clip_grad_norm <= 0

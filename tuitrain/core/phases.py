@@ -295,6 +295,7 @@ class TrainPhase(Phase):
             opt_step, zero_grad = lr.optimizer.step, lr.optimizer.zero_grad
         move, device, non_blocking = lr.move_batches, lr.device, lr.non_blocking
         ckpt = lr.checkpointer
+        solo = lr.strategy.solo_boundaries  # ranks enter boundaries together, never for a write's events
         ckpt_every = ckpt.every_n_steps if ckpt is not None else 0
         max_steps = lr.max_steps
         sample = StepSampler.of(bus, self.name)
@@ -357,7 +358,7 @@ class TrainPhase(Phase):
                         lr.log_step(metrics, self.split, state, i, total)
                     if ckpt_every and step % ckpt_every == 0:
                         lr._ckpt_step_due = True
-                    if interrupter.pending or lr._ckpt_step_due or (ckpt is not None and ckpt.has_events):
+                    if interrupter.pending or lr._ckpt_step_due or (ckpt is not None and solo and ckpt.has_events):
                         lr.at_boundary(state)
                     if max_steps and step >= max_steps:
                         state.stop_reason = "max_steps"
@@ -388,6 +389,7 @@ class TrainPhase(Phase):
             add_loss = loss_metric._add_float if check_finite else loss_metric._add
         opt_step, zero_grad = lr.optimizer.step, lr.optimizer.zero_grad
         ctx, interrupter, ckpt = metrics.ctx, lr.interrupter, lr.checkpointer
+        solo = lr.strategy.solo_boundaries
         ckpt_every = ckpt.every_n_steps if ckpt is not None else 0
         log_every, max_steps = lr.log_every_n_steps, lr.max_steps
         move, device, non_blocking = lr.move_batches, lr.device, lr.non_blocking
@@ -437,7 +439,7 @@ class TrainPhase(Phase):
                     lr.log_step(metrics, self.split, state, i, total)
                 if ckpt_every and step % ckpt_every == 0:
                     lr._ckpt_step_due = True
-                if interrupter.pending or lr._ckpt_step_due or (ckpt is not None and ckpt.has_events):
+                if interrupter.pending or lr._ckpt_step_due or (ckpt is not None and solo and ckpt.has_events):
                     state.last = StepOutput(loss, output, target, n)
                     lr.at_boundary(state)
                 if max_steps and step >= max_steps:

@@ -23,6 +23,7 @@ def build_learner(run, bus: EventBus):
     from tuitrain.core.data import build_loader, seed_everything
     from tuitrain.core.early_stopping import EarlyStopping
     from tuitrain.core.learner import Learner
+    from tuitrain.core.strategies import strategy_for
     from tuitrain.core.metrics import TorchMetric
 
     cfg = run.cfg
@@ -47,8 +48,8 @@ def build_learner(run, bus: EventBus):
                           cfg.checkpoint.init_from, strict=cfg.checkpoint.strict,
                           revise_keys=cfg.checkpoint.revise_keys)
     loss_fn = target(cfg.loss.target, "loss.target")(**cfg.loss.kwargs)
-    if run.dist is not None:  # fsdp shards the parameters in place, before the optimizer takes them
-        run.dist.prepare_model(model)
+    strategy = strategy_for(run.dist)  # one process, or this rank's DDP or FSDP
+    strategy.prepare_model(model)  # fsdp shards the parameters in place, before the optimizer takes them
     # [optimizer.NAME] optimizes model NAME; one [optimizer] table gives every model its own optimizer
     opt_tables = dict(cfg.optimizer.named) or dict.fromkeys(models, cfg.optimizer)
     optimizers, notes = {}, []
@@ -115,7 +116,7 @@ def build_learner(run, bus: EventBus):
     es = cfg.early_stopping
     early = EarlyStopping(es.monitor, es.mode, es.patience, es.min_delta) if es is not None else None
     t = cfg.train
-    learner = (Learner if run.dist is None else run.dist.learner)(
+    learner = Learner(
         model, optimizer, loss_fn=loss_fn, scheduler=scheduler,
         scheduler_interval=intervals if cfg.model.named else intervals.get("model", "step"),
         train_phase=phases.get("phase"), valid_phase=phases.get("valid_phase"),
@@ -128,7 +129,7 @@ def build_learner(run, bus: EventBus):
         throughput_unit=cfg.metrics.throughput_unit,
         interrupter=run.interrupter, checkpointer=checkpointer, early_stopping=early,
         capture_output=True, config=cfg.to_dict(), experiment=cfg.experiment.name, bus=bus,
-        run_dir=run.run_dir, env=git_info(cfg.base_dir), notes=notes)
+        run_dir=run.run_dir, env=git_info(cfg.base_dir), notes=notes, strategy=strategy)
     return learner, train_loader, valid_loader
 
 

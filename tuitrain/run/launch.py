@@ -6,7 +6,7 @@ rank 0 the control requests it receives, re-emits rank 0's events (and what the 
 report) on its bus, and watches the ranks: when one fails or dies, the others are killed within
 seconds, its error becomes the run's RunFailed and the exit code is 1.
 torchrun: every rank runs `tuitrain run`; rank 0 is an ordinary run that owns the output, the other
-ranks train quietly. What runs inside a rank (the process group, the DDP and FSDP Learners) is the
+ranks train quietly. What runs inside a rank (the process group, the DDP and FSDP strategies) is the
 core's, in `tuitrain/core/strategies/`. Must not import textual.
 """
 
@@ -100,7 +100,7 @@ def _torchrun(run, rank: int, world: int, local_rank: int) -> int:
     run.dist = init_distributed(rank, world, local_rank, run.cfg.train.device, strategy=strategy_of(run.cfg))
     code = 1
     try:
-        # rank 0 is an ordinary run, its Learner a DDPLearner
+        # rank 0 is an ordinary run, its Learner's strategy DDP's (or FSDP's)
         code = run.execute() if rank == 0 else _train_quietly(run, run.resume_path)
     finally:
         shutdown_distributed(code in (0, 130))
@@ -248,24 +248,17 @@ def _rank_monitor(bus, rank: int, learner, train):
 def _spawn(run) -> int:
     import multiprocessing as mp
 
-    from tuitrain.core.callbacks import EventBus
-    from tuitrain.core.control import ControlWatcher
-    from tuitrain.core.fsutil import atomic_write_text
-
     cfg = run.cfg
     world = cfg.train.devices
-    run.run_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(run.run_dir / "config.toml", cfg.to_toml())
-    watcher = ControlWatcher(run.run_dir, run.interrupter).start()
-    bus = run.bus = EventBus()
-    threads: list = []
+    session = run.session(devices=False)  # each rank samples its own devices (see _rank_monitor)
+    bus = run.bus = session.bus
+    session.open()
     ctx = mp.get_context("spawn")
     with _stderr_with_a_fileno():
         events = ctx.Queue()  # starts multiprocessing's resource tracker, which inherits sys.stderr's fd
         control = ctx.Queue()
     procs: list = []
     try:
-        threads = run._attach(bus, devices=False)  # each rank samples its own (see _rank_monitor)
         spec = WorkerSpec(cfg, str(run.run_dir), str(run.resume_path) if run.resume_path else None, world,
                           f"tcp://127.0.0.1:{_free_port()}", bus.step_mode, type(run), os.getpid())
         for r in range(world):
@@ -280,11 +273,8 @@ def _spawn(run) -> int:
         for q in (events, control):
             q.cancel_join_thread()
             q.close()
-        for t in threads:
-            t.close()
-        watcher.close()
-        bus.close()
         _tidy_rank_logs(run.run_dir / "ranks")
+        session.close(discard=run.config_error is not None)  # a config error leaves no run directory
 
 
 def _tidy_rank_logs(folder: Path) -> None:

@@ -18,11 +18,10 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
-from tuitrain.core.control import ControlWatcher
 from tuitrain.core.learner import EXIT_FAILED, FitResult
 from tuitrain.core.learner import Learner as CoreLearner
+from tuitrain.run.session import RunSession
 from tuitrain.run.signals import StopOnSignals
-from tuitrain.sinks.standard import standard_sinks
 
 SCREENS = ("auto", True, False)
 
@@ -91,14 +90,12 @@ class Learner(CoreLearner):
 
     @functools.wraps(CoreLearner.__init__)  # help() and IDEs show the core's keyword arguments
     def __init__(self, *args, run_dir=None, bus=None, sinks=None, experiment: str = "", **kwargs) -> None:
-        if sinks is None:
-            sinks = []
-            if run_dir is not None and bus is None:  # a bus given by the caller already has its sinks
-                Path(run_dir).mkdir(parents=True, exist_ok=True)
-                sinks = standard_sinks(run_dir)
+        # a bus or sinks given by the caller already write what they should: the run directory's files
+        # come from the session only without them
+        self._own_files = run_dir is not None and bus is None and sinks is None
         if not experiment and run_dir is not None:
             experiment = Path(run_dir).resolve().name  # what experiment.log and run.json call the run
-        super().__init__(*args, run_dir=run_dir, bus=bus, sinks=sinks, experiment=experiment, **kwargs)
+        super().__init__(*args, run_dir=run_dir, bus=bus, sinks=sinks or [], experiment=experiment, **kwargs)
 
     def fit(self, train_data, valid_data=None, resume=None, resumed_from=None, *, dashboard: Any = "auto",
             theme: str | Path | None = None) -> FitResult:
@@ -117,9 +114,11 @@ class Learner(CoreLearner):
             if theme_file is None:
                 raise ValueError(f"unknown theme {theme!r}; available: {', '.join(available_themes())}, or a "
                                  "path to a .tcss file")
-        watcher = None
-        if self.run_dir is not None:  # `tuitrain stop/checkpoint RUN_DIR` reach this run
-            watcher = ControlWatcher(self.run_dir, self.interrupter, housekeeping=self.bus.housekeeping).start()
+        # with a run directory the session writes it and `tuitrain stop/checkpoint RUN_DIR` reach this run
+        session = None
+        if self.run_dir is not None:
+            session = RunSession(self.run_dir, interrupter=self.interrupter, bus=self.bus, devices=False,
+                                 files=self._own_files).open()
         core_fit = functools.partial(super().fit, train_data, valid_data, resume, resumed_from)
         try:
             if screen == "dashboard":
@@ -131,8 +130,8 @@ class Learner(CoreLearner):
             with StopOnSignals(self.interrupter, sigint=True):
                 return core_fit()
         finally:
-            if watcher is not None:
-                watcher.close()
+            if session is not None:
+                session.close()
 
     def _fit_under_dashboard(self, core_fit: Callable[[], FitResult], theme: Path | None) -> FitResult:
         from tuitrain.dashboard.app import run_live

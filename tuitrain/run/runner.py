@@ -15,11 +15,11 @@ from typing import Callable
 
 from tuitrain.config import Config, ConfigError, load_config, validate
 from tuitrain.core.callbacks import EventBus
-from tuitrain.core.control import ControlWatcher, Interrupter
+from tuitrain.core.control import Interrupter
 from tuitrain.core.events import RunFailed, RunStarted
-from tuitrain.core.housekeeping import Housekeeping
 from tuitrain.core.output import capture_output
 from tuitrain.run.directories import find_runs, new_run_dir
+from tuitrain.run.session import RunSession
 from tuitrain.run.signals import StopOnSignals
 
 
@@ -133,28 +133,6 @@ def prepare_run(config_path: str | os.PathLike, overrides=(), *, run_dir: str | 
     return Run(cfg, path, headless=headless, resume_data=ckpt_data, resume_path=ckpt_path)
 
 
-def _missing_folders(path: Path) -> list[Path]:
-    """`path` and those of its parents that do not exist yet, deepest first."""
-    missing = []
-    while not path.exists() and path != path.parent:
-        missing.append(path)
-        path = path.parent
-    return missing
-
-
-def _remove_made(made: list[Path]) -> None:
-    """Remove what `_missing_folders` listed: the run directory whole, then its new parents if empty."""
-    import shutil
-
-    if made:
-        shutil.rmtree(made[0], ignore_errors=True)
-    for folder in made[1:]:
-        try:
-            folder.rmdir()
-        except OSError:  # something else lives there now
-            break
-
-
 class Run:
     """One training run in one run directory; `execute()` trains and returns the exit code."""
 
@@ -194,46 +172,25 @@ class Run:
 
     # --- running -------------------------------------------------------------------------------
 
-    def _attach(self, bus: EventBus, devices: bool = True) -> list:
-        from tuitrain.core.devices import DeviceMonitor
-        from tuitrain.sinks.standard import standard_sinks
-
-        for sink in standard_sinks(self.run_dir, tensorboard=self.cfg.log.tensorboard):
-            bus.subscribe(sink, steps=False)
-        if self.headless:
-            from tuitrain.sinks.console import HeadlessConsole
-
-            bus.subscribe(HeadlessConsole(), steps=False)
-        for cb, steps in self._callbacks:
-            bus.subscribe(cb, steps)
-        if not devices:
-            return []
-        monitor = DeviceMonitor(bus.emit, housekeeping=bus.housekeeping)
-        bus.subscribe(monitor.start_on_run_started, steps=False)
-        return [monitor]
+    def session(self, *, devices: bool = True) -> RunSession:
+        """The run directory of this run, as a `RunSession` (not yet open)."""
+        return RunSession(self.run_dir, config=self.cfg.to_toml(), interrupter=self.interrupter,
+                          tensorboard=self.cfg.log.tensorboard, console=self.headless, devices=devices,
+                          callbacks=self._callbacks, inline_chores=self.dist is None)
 
     def execute(self) -> int:
         """Train; returns 0, 1 or 130. Errors in user code become a RunFailed event, never a raise."""
-        from tuitrain.core.fsutil import atomic_write_text
         from tuitrain.run.launch import distributed_wanted
 
-        made = _missing_folders(self.run_dir)  # what this run creates: the run dir, maybe its parents
         if self.dist is None and distributed_wanted(self.cfg):
             from tuitrain.run.launch import execute_distributed
 
-            code = execute_distributed(self)
-            if self.config_error is not None:  # as below: no run directory left behind
-                _remove_made(made)
-            return code
-
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(self.run_dir / "config.toml", self.cfg.to_toml())
-        # one process: the loop does the chores itself while it is quick (no thread: see Housekeeping)
-        bus = self.bus = EventBus(housekeeping=Housekeeping(inline=self.dist is None))
-        watcher = ControlWatcher(self.run_dir, self.interrupter, housekeeping=bus.housekeeping).start()
-        threads: list = []
+            return execute_distributed(self)
+        # one process (the loop does the chores itself while it is quick: see Housekeeping), or rank 0
+        session = self.session()
+        bus = self.bus = session.bus
+        session.open()
         try:
-            threads = self._attach(bus)
             try:
                 # what the user's code prints while its model, data and optimizer are built is part of
                 # the run: experiment.log and the screen get it, as they get what it prints in training
@@ -248,13 +205,8 @@ class Run:
             result = learner.fit(train, valid, resume=self.resume_data, resumed_from=self.resume_path)
             self.result = result
             return result.exit_code
-        finally:
-            for t in threads:
-                t.close()
-            watcher.close()
-            bus.close()
-            if self.config_error is not None:  # a config error leaves no run directory behind
-                _remove_made(made)
+        finally:  # a config error leaves no run directory behind
+            session.close(discard=self.config_error is not None)
 
     def _build_failed(self, bus: EventBus, e: BaseException) -> None:
         cfg = self.cfg

@@ -105,13 +105,15 @@ class RunSession:
     one); tensorboard: also the TensorBoard sink; console: the headless console lines; devices: sample
     CPU/GPUs for the devices panel; signals: None, or "sigint" (Ctrl+C and SIGTERM stop gracefully) or
     "sigterm" (Ctrl+C left to a dashboard); capture: what the process prints becomes events;
-    inline_chores: the loop does the watcher's polling while it is quick (one process, see Housekeeping).
+    inline_chores: the loop does the watcher's polling while it is quick (one process, see Housekeeping);
+    files: False when the caller's bus already has its writers (the folder is then the caller's too).
     """
 
     def __init__(self, run_dir: str | os.PathLike, *, config: dict | str | None = None,
                  interrupter: Interrupter | None = None, bus: EventBus | None = None, tensorboard: bool = False,
                  console: bool = False, devices: bool = True, signals: str | None = None, capture: bool = False,
-                 inline_chores: bool = False, callbacks: Iterable[tuple[Callable, Any]] = ()) -> None:
+                 inline_chores: bool = False, callbacks: Iterable[tuple[Callable, Any]] = (),
+                 files: bool = True) -> None:
         self.run_dir = Path(run_dir)
         self.config = config
         self.interrupter = interrupter or Interrupter()
@@ -119,6 +121,7 @@ class RunSession:
         self.tensorboard, self.console, self.devices = tensorboard, console, devices
         self.signals, self.capture = signals, capture
         self.callbacks = list(callbacks)
+        self.files = files
         self._made: list[Path] = []
         self._stack = contextlib.ExitStack()
         self._closers: list = []
@@ -133,7 +136,7 @@ class RunSession:
         bus = self.bus
         if self.interrupter.fail not in bus.on_write_failure:
             bus.on_write_failure.append(self.interrupter.fail)  # a full disk ends the run at its next step
-        for sink in standard_sinks(self.run_dir, tensorboard=self.tensorboard):
+        for sink in standard_sinks(self.run_dir, tensorboard=self.tensorboard) if self.files else ():
             bus.subscribe(sink, steps=False)
         if self.console:
             from tuitrain.sinks.console import HeadlessConsole

@@ -1,9 +1,9 @@
-"""Multi-process training strategies on torch.distributed: DDP or FSDP, spawned by tuitrain or launched
-by torchrun.
+"""Training strategies: one process, or ranks on torch.distributed (DDP or FSDP, spawned by tuitrain or
+launched by torchrun), as peers behind one protocol (`base.Strategy`).
 
-`ddp.py` holds what runs inside each rank (the process group, the DDP Learner, the agreed control
-flags); `fsdp.py` builds the FSDP2 Learner on it and `sharded.py` reads and writes its sharded
-checkpoints. Starting ranks from a config and carrying their events to the parent is the run layer's
+`base.py` is the protocol and the one-process strategy; `agreement.py` the one place where ranks decide
+the same thing at the same step; `ddp.py` what runs inside each rank (the process group, DDPStrategy);
+`fsdp.py` FSDPStrategy on it and `sharded.py` its sharded checkpoints. Starting ranks from a config and carrying their events to the parent is the run layer's
 (`tuitrain/run/launch.py`). This module only reads the environment, so importing it costs nothing
 (no torch). Must not import textual, nor anything of tuitrain outside `tuitrain.core`.
 """
@@ -29,3 +29,18 @@ def quiet_rank() -> bool:
     """A torchrun rank other than 0: it trains, but writes nothing and shows nothing."""
     env = torchrun_env()
     return env is not None and env[0] != 0
+
+
+def strategy_for(ctx=None):
+    """The strategy of a rank whose process group `ctx` (a DistContext) describes; None: one process."""
+    if ctx is None:
+        from .base import Strategy
+
+        return Strategy()
+    if ctx.strategy == "fsdp":
+        from .fsdp import FSDPStrategy
+
+        return FSDPStrategy(ctx)
+    from .ddp import DDPStrategy
+
+    return DDPStrategy(ctx)

@@ -1,13 +1,11 @@
-"""What runs inside each rank of a DDP run: the process group, the DDP Learner and the agreed control flags.
+"""What runs inside each rank of a DDP run: the process group and the DDP strategy.
 
 - `DistContext`: rank, world size, device and backend (gloo on CPU, NCCL with one GPU per rank), the
-  strategy ("ddp", or "fsdp": fsdp.py builds on this file), and how each rank shards its data
+  strategy's name ("ddp", or "fsdp": fsdp.py builds on this file), and how each rank shards its data
   (`EpochSampler.shard`).
-- the loop's control flags are a `SyncedInterrupter` (agreement.py): every rank stops, pauses and
-  checkpoints at the same step boundary.
-- `DDPLearner`: the Learner with the model wrapped in DistributedDataParallel, metrics summed over
-  ranks when read, `no_sync` on micro-batches that do not step, checkpoints written by rank 0 with
-  every rank's RNG state.
+- `DDPStrategy` (a `Strategy`, base.py): the model wrapped in DistributedDataParallel, metrics summed
+  over ranks when read, `no_sync` on micro-batches that do not step, control flags agreed by every rank
+  (a `SyncedInterrupter`, agreement.py), checkpoints written by rank 0 with every rank's RNG state.
 Must not import textual.
 """
 
@@ -25,11 +23,9 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ..control import Interrupter
 from ..data import ResumableLoader, rng_state, set_rng_state
-from ..learner import Learner
 from ..metrics import _Ratio
 from .agreement import DEFAULT_TIMEOUT, SyncedInterrupter, dist_timeout  # noqa: F401
-
-
+from .base import Strategy
 
 @dataclass
 class DistContext:
@@ -40,28 +36,6 @@ class DistContext:
     backend: str
     control_group: Any = None  # CPU (gloo) group for control flags and RNG states; None: the default group
     strategy: str = "ddp"  # or "fsdp"
-
-    @property
-    def learner(self):
-        """The Learner class to build, with this context bound (what `Run.build` calls)."""
-        ctx = self
-        if self.strategy == "fsdp":
-            from .fsdp import FSDPLearner as cls
-        else:
-            cls = DDPLearner
-
-        def make(*args, **kwargs):
-            return cls(*args, dist_ctx=ctx, **kwargs)
-
-        return make
-
-    def prepare_model(self, model: torch.nn.Module) -> None:
-        """Before the optimizer is built: FSDP shards the parameters in place (the optimizer must hold
-        the shards); DDP wraps the model later, in its Learner."""
-        if self.strategy == "fsdp":
-            from .fsdp import shard_model
-
-            shard_model(model, self)
 
     def shard(self, loader: ResumableLoader | None, split: str) -> None:
         """Give this rank its share of each epoch: training padded to equal length (every rank runs the
@@ -139,45 +113,6 @@ def shutdown_distributed(ended_well: bool = True) -> None:
             pass
 
 
-class _Schedule:
-    """What ranks other than 0 keep of the Checkpointer: when checkpoints are due (they join the RNG
-    gather), never a file."""
-
-    background = False
-    has_events = False
-    last_error = None
-
-    def __init__(self, real) -> None:
-        self.every_n_steps = real.every_n_steps
-        self.every_n_epochs = real.every_n_epochs
-        self.monitor = real.monitor
-
-    def prepare(self) -> list:
-        return []
-
-    def take_events(self) -> list:
-        return []
-
-    def wait(self) -> None:
-        pass
-
-    def best(self):
-        return None
-
-
-class _EventsAtLogSteps:
-    """Rank 0's Checkpointer, except that a finished background write never asks for a step boundary
-    (rank 0 would enter it alone, and boundaries are collective): its events go out at log steps."""
-
-    has_events = False
-
-    def __init__(self, real) -> None:
-        self._real = real
-
-    def __getattr__(self, name: str):
-        return getattr(self._real, name)
-
-
 class _StepDispatch(torch.nn.Module):
     """DDP's module: its forward runs the user's model, or its train_step, so DDP sees every forward."""
 
@@ -191,115 +126,89 @@ class _StepDispatch(torch.nn.Module):
         return self.module(*args, **kwargs)
 
 
-class DDPLearner(Learner):
-    """A Learner that trains one rank of a DistributedDataParallel run (see the module docstring)."""
+class DDPStrategy(Strategy):
+    """One rank of a DistributedDataParallel run (see the module docstring)."""
 
-    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, *, dist_ctx: DistContext,
-                 interrupter: Interrupter | None = None, checkpointer=None, model_path=None, seed=None,
-                 sync_every: int | None = None, **kwargs) -> None:
-        ctx = dist_ctx
-        self.dist = ctx
-        self.rank = ctx.rank
-        self.world_size = ctx.world_size
-        self._ddp: DistributedDataParallel | None = None
-        if checkpointer is not None:
-            checkpointer = _Schedule(checkpointer) if ctx.rank != 0 else _EventsAtLogSteps(checkpointer)
-        if ctx.rank != 0:
-            model_path = None
+    name = "ddp"
+
+    def __init__(self, ctx: DistContext, sync_every: int | None = None) -> None:
+        self.ctx = ctx
+        self.rank, self.world_size, self.device = ctx.rank, ctx.world_size, ctx.device
+        self.writes = ctx.rank == 0  # rank 0 writes the run's files
+        self.solo_boundaries = False  # boundaries are collective: every rank enters them together
         if sync_every is None:  # control flags every K optimizer steps; 0: about every 50 ms
             sync_every = int(os.environ.get("TUITRAIN_DDP_SYNC_EVERY", "0"))
-        kwargs["device"] = ctx.device
-        synced = SyncedInterrupter(ctx.rank, ctx.control_group, interrupter or Interrupter(), lambda: self.state.stage,
-                                   sync_every)
-        super().__init__(model, optimizer, interrupter=synced, checkpointer=checkpointer, model_path=model_path,
-                         seed=None if seed is None else seed + ctx.rank, **kwargs)
-        self.inbox = synced.inbox
-        if ctx.rank != 0:  # rank 0 writes the run's files
-            self.model_path = None
-        for ms in self.metric_sets.values():
-            ms.reducer = ctx.all_sum
+        self.sync_every = sync_every
         self._rank_rngs: list | None = None
         self._train_total = 0
-        self.env_extra.setdefault("strategy", ctx.strategy)
-        self.env_extra.setdefault("world_size", ctx.world_size)
-        self._wrap_model()
+        self._ddp: DistributedDataParallel | None = None
 
-    def _wrap_model(self) -> None:
-        """Wrap the model in DDP for training (FSDPLearner: already sharded, nothing to wrap)."""
-        ctx = self.dist
+    def prepare_model(self, model: torch.nn.Module) -> None:
+        pass  # wrapped once the Learner is built (`bind`)
+
+    def interrupter(self, inbox: Interrupter, stage):
+        return SyncedInterrupter(self.rank, self.ctx.control_group, inbox, stage, self.sync_every)
+
+    def bind(self, learner) -> None:
+        for ms in learner.metric_sets.values():
+            ms.reducer = self.ctx.all_sum
+        learner.env_extra.setdefault("strategy", self.name)
+        learner.env_extra.setdefault("world_size", self.world_size)
+        if learner.grad_accumulation > 1:
+            learner.before_micro_batch = self.before_micro_batch
+        self._wrap(learner)
+
+    def _wrap(self, learner) -> None:
+        """Wrap the model in DDP for training; the phases call it there (`Learner.model`)."""
+        ctx = self.ctx
         device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
-        self._ddp = DistributedDataParallel(_StepDispatch(self.raw_model), device_ids=device_ids)
-        own = getattr(type(self.raw_model), "train_step", None)
+        self._ddp = ddp = DistributedDataParallel(_StepDispatch(learner.raw_model), device_ids=device_ids)
+        learner.train_model = ddp
+        own = getattr(type(learner.raw_model), "train_step", None)
         if own is not None:  # route the user's train_step through DDP's forward (gradient hooks)
-            bound = own.__get__(self.raw_model)
-            ddp = self._ddp
-            self.raw_model.train_step = lambda *a, **k: ddp(*a, _tuitrain_step=bound, **k)
+            bound = own.__get__(learner.raw_model)
+            learner.raw_model.train_step = lambda *a, **k: ddp(*a, _tuitrain_step=bound, **k)
 
-    # the model the phases call: DDP while training; the plain module in validation, where ranks may run
-    # different batch counts and DDP's per-forward buffer broadcast would wait for a peer forever
-    @property
-    def model(self) -> torch.nn.Module:
-        if self._ddp is not None and self.state.stage == "train":
-            return self._ddp
-        return self._model
+    def before_micro_batch(self, learner) -> None:
+        if self._ddp is not None and learner.state.stage == "train":
+            b = learner.state.batch + 1  # this micro-batch; gradients are all-reduced only when it steps
+            self._ddp.require_backward_grad_sync = b % learner.grad_accumulation == 0 or b == self._train_total
 
-    @model.setter
-    def model(self, value: torch.nn.Module) -> None:
-        self._model = value
-
-    def autocast(self):
-        if self.grad_accumulation > 1 and self._ddp is not None and self.state.stage == "train":
-            b = self.state.batch + 1  # this micro-batch; gradients are all-reduced only when it steps
-            self._ddp.require_backward_grad_sync = b % self.grad_accumulation == 0 or b == self._train_total
-        return super().autocast()
-
-    def fit(self, train_data, valid_data=None, resume=None, resumed_from=None):
-        train = self._loader(train_data, self.shuffle)
-        valid = self._loader(valid_data, False)
-        self.dist.shard(train, "train")
-        self.dist.shard(valid, "valid")
+    def loaders(self, learner, train, valid):
+        self.ctx.shard(train, "train")
+        self.ctx.shard(valid, "valid")
         self._train_total = train.batches_per_epoch()
-        return super().fit(train, valid, resume, resumed_from)
+        return train, valid
 
-    # --- control and checkpoints: entered by every rank at the same point -----------------------
+    # --- checkpoints: entered by every rank at the same point -----------------------------------
 
-    def log_step(self, metrics, split, state, batch, total) -> None:
-        self._flush_checkpoint_events()
-        super().log_step(metrics, split, state, batch, total)
-
-    def at_boundary(self, state) -> None:
-        self.interrupter.sync()
-        super().at_boundary(state)
-
-    def save_checkpoint(self, reason: str) -> None:
-        if self.checkpointer is None:
-            return
-        s = self.state
-        if self._last_ckpt_step == (s.epoch, s.step, s.stage):
-            return
-        mine = self._valid_rng if s.stage == "valid" and self._valid_rng is not None else rng_state()
+    def gather_rngs(self, learner) -> None:
+        s = learner.state
+        mine = learner._valid_rng if s.stage == "valid" and learner._valid_rng is not None else rng_state()
         rngs: list = [None] * self.world_size
-        dist.all_gather_object(rngs, mine, group=self.dist.control_group)
-        if self.rank != 0:
-            self._last_ckpt_step = (s.epoch, s.step, s.stage)
-            return
+        dist.all_gather_object(rngs, mine, group=self.ctx.control_group)
         self._rank_rngs = rngs
-        super().save_checkpoint(reason)
 
-    def state_dict(self) -> dict:
-        d = super().state_dict()
+    def save_checkpoint(self, learner, reason: str) -> bool:
+        self.gather_rngs(learner)
+        if self.writes:
+            return False  # rank 0 writes the one file, with every rank's RNG state
+        s = learner.state
+        learner._last_ckpt_step = (s.epoch, s.step, s.stage)
+        return True
+
+    def extra_state(self, learner, d: dict) -> dict:
         d["world_size"] = self.world_size
         if self._rank_rngs is not None:
             d["rng_ranks"] = self._rank_rngs
         return d
 
-    def load_state_dict(self, data: dict) -> None:
-        super().load_state_dict(data)
+    def after_load(self, learner, data: dict) -> None:
         ranks = data.get("rng_ranks")
         if int(data.get("world_size", 1)) == self.world_size and ranks and len(ranks) == self.world_size:
             set_rng_state(ranks[self.rank])
         if self.rank != 0:  # the unread metric window in the file is rank 0's own; count it once
-            for ms in self.metric_sets.values():
+            for ms in learner.metric_sets.values():
                 for m in ms.metrics:
                     if isinstance(m, _Ratio):
                         m._acc, m._count = None, 0

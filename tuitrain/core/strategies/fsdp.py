@@ -1,9 +1,9 @@
-"""What runs inside each rank of an FSDP run: the model sharded with FSDP2 (`fully_shard`), its Learner,
+"""What runs inside each rank of an FSDP run: the model sharded with FSDP2 (`fully_shard`), its strategy,
 validation that keeps the ranks in step, and sharded checkpoints.
 
 Everything else is the DDP machinery of ddp.py and launch.py: spawning or torchrun, the event queue to
 the parent, the agreed control flags (SyncedInterrupter), data sharding, metrics summed over ranks,
-every rank's RNG state in each checkpoint. What FSDP changes:
+every rank's RNG state in each checkpoint (`FSDPStrategy` extends `DDPStrategy`). What FSDP changes:
 
 - `shard_model` shards the parameters in place before the optimizer is built (build.py), so the
   optimizer holds the shards (DTensors) and each rank keeps 1/N of parameters, gradients and
@@ -35,11 +35,10 @@ from torch.distributed.fsdp import FSDPModule, fully_shard
 
 from .. import checkpoint as ckpt
 from .. import fsutil
-from ..data import ResumableLoader, rng_state
+from ..data import ResumableLoader
 from ..events import CheckpointStarted
-from ..learner import Learner
 from ..phases import CancelStep, move_to
-from .ddp import DDPLearner, DistContext
+from .ddp import DDPStrategy, DistContext
 from .sharded import FAILURES, save_shards
 
 
@@ -83,7 +82,7 @@ class _EvenValidation(ResumableLoader):
     """This rank's validation batches, then its last batch's forward repeated until it has run as many
     forwards as the rank with the most batches (each FSDP forward is a collective of every rank)."""
 
-    def __init__(self, inner: ResumableLoader, learner: "FSDPLearner", most: int) -> None:
+    def __init__(self, inner: ResumableLoader, learner, most: int) -> None:
         super().__init__(inner.loader, inner.sampler, inner.seed)
         self.learner, self.most = learner, most
 
@@ -96,113 +95,110 @@ class _EvenValidation(ResumableLoader):
             yield last
         extra = self.most - self.batches_per_epoch()
         if extra > 0 and last is not None:
-            self.learner.repeat_valid_forward(last, extra)
+            repeat_valid_forward(self.learner, last, extra)
 
 
-class FSDPLearner(DDPLearner):
-    """A Learner that trains one rank of an FSDP2 run (see the module docstring). `model` is already
-    sharded by `shard_model` and `optimizer` built over its shards."""
+def repeat_valid_forward(learner, batch, times: int) -> None:
+    """Run the validation step on `batch` `times` times, dropping the results: this rank's share of
+    the forwards that ranks with more validation batches run."""
+    if learner.move_batches:
+        batch = move_to(batch, learner.device, learner.non_blocking)
+    with torch.no_grad():
+        for _ in range(times):
+            try:
+                with learner.autocast():
+                    learner.valid_phase.step(learner, batch)
+            except CancelStep:
+                pass
 
-    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, *, dist_ctx: DistContext,
-                 checkpointer=None, **kwargs) -> None:
-        if not isinstance(model, FSDPModule):
-            raise TypeError("FSDPLearner needs a model sharded by shard_model(model, ctx) before its optimizer "
-                            "is built")
-        self._shards_to = checkpointer  # every rank writes its shards into this Checkpointer's folder
+
+class FSDPStrategy(DDPStrategy):
+    """One rank of an FSDP2 run (see the module docstring): DDP's ranks, data and agreement, with the
+    model sharded in place instead of wrapped, and checkpoints as directories of shards."""
+
+    name = "fsdp"
+
+    def __init__(self, ctx: DistContext, sync_every: int | None = None) -> None:
+        super().__init__(ctx, sync_every)
         self._grad_sync = True
-        super().__init__(model, optimizer, dist_ctx=dist_ctx, checkpointer=checkpointer, **kwargs)
 
-    def _wrap_model(self) -> None:
-        pass  # sharded in place; the phases call the FSDP module itself, in training and validation
+    def prepare_model(self, model: nn.Module) -> None:
+        """Before the optimizer is built: the optimizer must hold the shards."""
+        shard_model(model, self.ctx)
 
-    def autocast(self):
-        if self.grad_accumulation > 1 and self.state.stage == "train":
-            b = self.state.batch + 1  # this micro-batch; gradients are reduce-scattered only when it steps
-            sync = b % self.grad_accumulation == 0 or b == self._train_total
+    def _wrap(self, learner) -> None:
+        if not isinstance(learner.raw_model, FSDPModule):
+            raise TypeError("FSDP needs the model sharded by shard_model(model, ctx) (Strategy.prepare_model) "
+                            "before its optimizer is built")
+        # sharded in place; the phases call the FSDP module itself, in training and validation
+
+    def before_micro_batch(self, learner) -> None:
+        if learner.state.stage == "train":
+            b = learner.state.batch + 1  # this micro-batch; gradients are reduce-scattered only when it steps
+            sync = b % learner.grad_accumulation == 0 or b == self._train_total
             if sync is not self._grad_sync:
-                self.raw_model.set_requires_gradient_sync(sync)
+                learner.raw_model.set_requires_gradient_sync(sync)
                 self._grad_sync = sync
-        return Learner.autocast(self)
 
-    def fit(self, train_data, valid_data=None, resume=None, resumed_from=None):
-        valid = self._loader(valid_data, False)
-        self.dist.shard(valid, "valid")
+    def loaders(self, learner, train, valid):
+        train, valid = super().loaders(learner, train, valid)
         if valid is not None and valid.sampler is not None:  # without a sampler every rank reads it all
-            valid = _EvenValidation(valid, self, self._most(valid.batches_per_epoch()))
-        return super().fit(train_data, valid, resume, resumed_from)
+            valid = _EvenValidation(valid, learner, self._most(valid.batches_per_epoch()))
+        return train, valid
 
     def _most(self, n: int) -> int:
         t = torch.tensor([n], dtype=torch.int64)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.dist.control_group)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.ctx.control_group)
         return int(t.item())
-
-    def repeat_valid_forward(self, batch, times: int) -> None:
-        """Run the validation step on `batch` `times` times, dropping the results: this rank's share of
-        the forwards that ranks with more validation batches run."""
-        if self.move_batches:
-            batch = move_to(batch, self.device, self.non_blocking)
-        with torch.no_grad():
-            for _ in range(times):
-                try:
-                    with self.autocast():
-                        self.valid_phase.step(self, batch)
-                except CancelStep:
-                    pass
 
     # --- checkpoints: a directory of shards, entered by every rank at the same point -------------
 
-    def save_checkpoint(self, reason: str) -> None:
-        if self.checkpointer is None:
-            return
-        s = self.state
-        at = (s.epoch, s.step, s.stage)
-        if self._last_ckpt_step == at:
-            return
-        mine = self._valid_rng if s.stage == "valid" and self._valid_rng is not None else rng_state()
-        rngs: list = [None] * self.world_size
-        dist.all_gather_object(rngs, mine, group=self.dist.control_group)
-        self._rank_rngs = rngs
+    def save_checkpoint(self, learner, reason: str) -> bool:
+        s = learner.state
+        self.gather_rngs(learner)
         name = ckpt.checkpoint_name(s.epoch, s.step)
-        tmp = self._shards_to.temp_dir(name)
+        checkpointer = learner.checkpointer  # every rank writes its shards into its folder
+        tmp = checkpointer.temp_dir(name)
         t0 = time.perf_counter()
-        if self.rank == 0:  # no stale `tmp` here: prepare() and a failed save remove theirs
-            self.bus.emit(CheckpointStarted(epoch=s.epoch, step=s.step, reason=reason))
+        if self.writes:  # no stale `tmp` here: prepare() and a failed save remove theirs
+            learner.bus.emit(CheckpointStarted(epoch=s.epoch, step=s.step, reason=reason))
         error = None
         try:
-            save_shards(self.raw_model, self.optimizers, tmp)
+            save_shards(learner.raw_model, learner.optimizers, tmp)
         except FAILURES as e:  # DCP raises on every rank when one rank's write fails
             error = e
-        self._last_ckpt_step = at
-        if self.rank != 0:
-            return
+        learner._last_ckpt_step = (s.epoch, s.step, s.stage)
+        if not self.writes:
+            return True
         where = dict(epoch=s.epoch, step=s.step, reason=reason)
         if error is not None:
             fsutil.remove(tmp)
-            self.checkpointer.failed(error, **where)
+            checkpointer.failed(error, **where)
         else:
-            rest = ckpt.snapshot(self.state_dict())
-            self.checkpointer.save_dir(name, lambda d: fsutil.atomic_write(d / ckpt.STATE_FILE,
-                                                                          lambda f: torch.save(rest, f)),
-                                       metrics=self._checkpoint_metrics(), started=t0, **where)
-        self._flush_checkpoint_events()
+            rest = ckpt.snapshot(learner.state_dict())
+            checkpointer.save_dir(name, lambda d: fsutil.atomic_write(d / ckpt.STATE_FILE,
+                                                                     lambda f: torch.save(rest, f)),
+                                  metrics=learner._checkpoint_metrics(), started=t0, **where)
+        learner._flush_checkpoint_events()
+        return True
 
-    def state_dict(self) -> dict:
+    def extra_state(self, learner, d: dict) -> dict:
         """What state.pt holds: all but the model and optimizer, which are in the shards."""
-        d = super().state_dict()
+        d = super().extra_state(learner, d)
         del d["model"], d["optimizers"]
         d["sharded"] = True
         return d
 
-    def load_state_dict(self, data: dict) -> None:
+    def check_resume(self, data: dict) -> None:
         if not data.get("sharded_dir"):
             raise ckpt.CheckpointError("strategy \"fsdp\" resumes from its own sharded checkpoints (directories); "
                                        "this one is a single file: start a new run with [checkpoint] init_from = "
                                        "that run's model.pt")
-        super().load_state_dict(data)
 
-    def _save_model(self) -> None:
+    def save_model(self, learner) -> bool:
         """model.pt: the full state_dict, gathered on every rank (a collective) and written by rank 0."""
-        full = get_model_state_dict(self.raw_model,
+        full = get_model_state_dict(learner.raw_model,
                                     options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-        if self.model_path is not None:
-            fsutil.atomic_write(self.model_path, lambda f: torch.save(full, f))
+        if learner.model_path is not None:
+            fsutil.atomic_write(learner.model_path, lambda f: torch.save(full, f))
+        return True
