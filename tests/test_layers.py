@@ -13,6 +13,7 @@ LAYERS = [  # lowest first; a module may import its own layer and those before i
     ("config", ("tuitrain.config",)),
     ("run", ("tuitrain.run",)),
     ("front", ("tuitrain.cli", "tuitrain.__main__", "tuitrain")),
+    ("integrations", ("tuitrain.integrations",)),  # imported by users only, never by tuitrain
 ]
 
 
@@ -84,3 +85,91 @@ def test_the_walker_sees_relative_and_function_level_imports(tmp_path):
     found = imports_of(fake, "tuitrain.core.probe")
     assert [m for _, m in found] == ["tuitrain.run", "tuitrain.sinks.jsonl"]
     assert all(layer_of(m) > layer_of("tuitrain.core.probe") for _, m in found)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module -> the tuitrain modules it imports (at any level of the file); `from pkg import name`
+    points at the module pkg.name when there is one, else at pkg."""
+    names = {module_name(p): p for p in modules()}
+    graph: dict[str, set[str]] = {}
+    for name, path in names.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        edges = set()
+        tree = ast.parse(path.read_text(), str(path))
+        typing_only = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If)
+                       and getattr(block.test, "id", "") == "TYPE_CHECKING" for n in ast.walk(block)}
+        for node in ast.walk(tree):
+            if id(node) in typing_only:  # for type checkers only: never imported at run time
+                continue
+            if isinstance(node, ast.Import):
+                edges |= {a.name for a in node.names if a.name in names}
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.split(".")
+                    base = ".".join(base[:len(base) - (node.level - 1)] + ([node.module] if node.module else []))
+                else:
+                    base = node.module or ""
+                for a in node.names:
+                    sub = f"{base}.{a.name}"
+                    edges.add(sub if sub in names else base)
+        graph[name] = {e for e in edges if e in names and e != name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_circles():
+    """No two modules import each other, directly or round a loop (lazy imports inside functions too)."""
+    found = cycles(import_graph())
+    assert not found, "import circles:\n" + "\n".join(" <-> ".join(c) for c in found)
+
+
+def test_the_circle_check_can_fail():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_tuitrain_never_imports_a_framework():
+    """`import tuitrain` (and its Monitor, Learner and CLI) loads neither Lightning nor transformers:
+    only `tuitrain.integrations.*`, which the user imports, does."""
+    import subprocess
+    import sys
+
+    code = ("import sys, tuitrain, tuitrain.cli, tuitrain.run.monitor, tuitrain.run.runner; "
+            "from tuitrain import Learner, Monitor; "
+            "print(sorted(m for m in ('lightning', 'pytorch_lightning', 'transformers', 'accelerate') "
+            "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -77,7 +77,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         theme = find_theme(run.cfg.dashboard.theme, run.cfg.base_dir)
         run.install_signal_handlers(sigint=False)  # the dashboard reads Ctrl+C as a key
-        from .dashboard.app import run_live
+        from .dashboard.entry import run_live
 
         code = run_live(run, theme)
     if run.config_error is not None:  # found only while building the user's parts
@@ -165,10 +165,10 @@ def cmd_watch(args: argparse.Namespace) -> int:
         if theme is None:
             return _error(f"--theme {args.theme}: no such theme")
     if len(runs) > 1:
-        from .dashboard.app import run_compare
+        from .dashboard.entry import run_compare
 
         return run_compare(runs, theme)
-    from .dashboard.app import run_watch
+    from .dashboard.entry import run_watch
 
     return run_watch(runs[0], theme, owned=args.owned)
 

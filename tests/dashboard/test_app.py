@@ -478,7 +478,9 @@ def test_run_live_returns_the_exit_code_without_a_terminal(monkeypatch):
 
     monkeypatch.setattr(app_module.DashboardApp, "run", lambda self: asyncio.run(drive(self)))
     run = FakeRun(recorded_run(epochs=1, end="completed"))
-    assert app_module.run_live(run, None) == 0
+    from tuitrain.dashboard.entry import run_live
+
+    assert run_live(run, None) == 0
 
 
 @sync

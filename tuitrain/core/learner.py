@@ -15,7 +15,6 @@ import os
 import platform
 import time
 import traceback
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -39,16 +38,8 @@ from .output import capture_output
 from .phases import CancelFitting, NonFiniteLoss, Phase, TrainPhase, ValidPhase
 from .strategies.base import Strategy
 
-EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
-
-
-class RunDirUnwritable(Exception):
-    """A write of the run directory failed (a full disk, a quota, an I/O error, a read-only folder):
-    the run ends as failed, with this one line, at the next step boundary."""
-
-    def __init__(self, line: str, traceback_text: str = "") -> None:
-        super().__init__(line)
-        self.line, self.traceback_text = line, traceback_text
+from .state import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, FitResult, RunDirUnwritable,  # noqa: F401
+                    TrainState)
 
 
 def out_of_memory(e: BaseException) -> bool:
@@ -56,35 +47,6 @@ def out_of_memory(e: BaseException) -> bool:
     if isinstance(e, MemoryError) or isinstance(e, getattr(torch, "OutOfMemoryError", ())):
         return True
     return isinstance(e, RuntimeError) and "out of memory" in str(e).lower()
-
-
-@dataclass
-class TrainState:
-    """Where training is; callbacks receive it as their second argument."""
-
-    epoch: int = 1
-    epochs: int = 1
-    step: int = 0  # optimizer steps done (global)
-    batch: int = 0  # training batches consumed in this epoch
-    stage: str = "train"  # where the epoch is: "train", "valid" or "done"
-    phase: str = ""
-    last: StepOutput | None = None
-    history: dict = field(default_factory=dict)  # "train/loss" -> [[epoch, value], ...]
-    epoch_metrics: dict = field(default_factory=dict)  # this epoch's "split/name" -> value
-    last_logged: dict = field(default_factory=dict)
-    stop_reason: str = ""
-    time_used: float = 0.0  # seconds of training in earlier sessions of this run (resumes)
-
-
-@dataclass
-class FitResult:
-    model: torch.nn.Module
-    status: str  # "completed", "interrupted", "failed"
-    exit_code: int
-    reason: str
-    summary: dict
-    best: dict
-    error: str = ""
 
 
 def resolve_device(spec: str | torch.device = "auto") -> torch.device:

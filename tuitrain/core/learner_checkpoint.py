@@ -16,6 +16,7 @@ from . import checkpoint as ckpt
 from .data import rng_state, set_rng_state
 from .events import CheckpointStarted
 from .fsutil import atomic_write, write_fault
+from .state import RunDirUnwritable
 
 
 class CheckpointMixin:
@@ -151,8 +152,6 @@ class CheckpointMixin:
                 else:
                     atomic_write(self.model_path, lambda f: torch.save(self.raw_model.state_dict(), f))
             except OSError as e:
-                from .learner import RunDirUnwritable
-
                 raise RunDirUnwritable(write_fault(e, self.model_path)) from e
 
     def _final_checkpoint(self, reason: str) -> None:
@@ -163,8 +162,6 @@ class CheckpointMixin:
                 if self.checkpointer.last_error and reason in ("end", "stop"):
                     e = self.checkpointer.last_exception
                     if isinstance(e, OSError):  # a full disk, a read-only folder: said in one line
-                        from .learner import RunDirUnwritable
-
                         s = self.state
                         path = self.checkpointer.folder / (ckpt.checkpoint_name(s.epoch, s.step) + ".pt")
                         raise RunDirUnwritable("the final checkpoint: " + write_fault(e, path))

@@ -22,31 +22,11 @@ import torch
 from .callbacks import STEP_SAMPLE_INTERVAL
 from .events import MetricsLogged, PhaseCompleted, PhaseStarted, StepCompleted, StepStarted
 from .metrics import Loss, StepOutput
+from .state import CancelEpoch, CancelFitting, CancelStep, NonFiniteLoss  # noqa: F401 (their home before)
 
 if TYPE_CHECKING:
-    from .learner import Learner, TrainState
-
-
-class CancelStep(Exception):
-    """Skip the rest of this step (no optimizer step, no metrics)."""
-
-
-class CancelEpoch(Exception):
-    """End this phase's epoch now."""
-
-
-class CancelFitting(Exception):
-    """End training now; `reason` says why ("stopped", "max_steps", ...)."""
-
-    def __init__(self, reason: str = "stopped") -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-class NonFiniteLoss(Exception):
-    def __init__(self, value: float, epoch: int, step: int) -> None:
-        super().__init__(f"loss is {value} at step {step} (epoch {epoch}); training stopped")
-        self.value, self.epoch, self.step = value, epoch, step
+    from .learner import Learner
+    from .state import TrainState
 
 
 class StepSampler:

@@ -9,13 +9,13 @@ from typing import Any
 
 
 def run_live(run: Any, theme: Path | None = None) -> int:
-    from tuitrain.dashboard.app import run_live as _run_live
+    from tuitrain.dashboard.entry import run_live as _run_live
 
     return _run_live(run, theme)
 
 
 def run_watch(run_dir: Path, theme: Path | None = None) -> int:
-    from tuitrain.dashboard.app import run_watch as _run_watch
+    from tuitrain.dashboard.entry import run_watch as _run_watch
 
     return _run_watch(run_dir, theme)
 

@@ -1,6 +1,6 @@
-"""The Textual dashboard: `DashboardApp`, its keys and its way out; and, re-exported from
-tuitrain/dashboard/entry.py, the entry points the CLI calls, `run_live` (train in this process
-under the dashboard) and `run_watch` (follow a run directory's events.jsonl).
+"""The Textual dashboard: `DashboardApp`, its keys and its way out. The entry points the CLI calls,
+`run_live` (train in this process under the dashboard), `run_watch` (follow a run directory's
+events.jsonl) and `run_compare`, are tuitrain/dashboard/entry.py's.
 
 The app never calls into the training loop: events arrive through an `EventBridge` drained on a
 timer, and keys act through a `Controller` (the run's `Interrupter`, or `FileControl` for a run
@@ -34,7 +34,6 @@ from textual.widgets import Static
 from tuitrain.core.control import Controller
 from tuitrain.dashboard.bridge import EventBridge
 from tuitrain.dashboard.ending import EndingMixin
-from tuitrain.dashboard.entry import run_compare, run_live, run_watch
 from tuitrain.dashboard.layout import DASHBOARD_TCSS, LayoutMixin, base_theme_of, default_theme
 from tuitrain.dashboard.messages import TrainingEnded
 from tuitrain.dashboard.model import DashboardState
@@ -408,4 +407,4 @@ class DashboardApp(LayoutMixin, PacingMixin, EndingMixin, App[int]):
         self.action_quit_request()  # Ctrl+Q asks too, as q does
 
 
-__all__ = ["DashboardApp", "run_compare", "run_live", "run_watch"]
+__all__ = ["DashboardApp"]

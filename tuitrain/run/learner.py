@@ -134,7 +134,7 @@ class Learner(CoreLearner):
                 session.close()
 
     def _fit_under_dashboard(self, core_fit: Callable[[], FitResult], theme: Path | None) -> FitResult:
-        from tuitrain.dashboard.app import run_live
+        from tuitrain.dashboard.entry import run_live
 
         captured = self.capture_output
         self.capture_output = True  # what the user's code prints goes to the output panel, not over the screen

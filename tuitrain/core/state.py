@@ -1,0 +1,74 @@
+"""A run's state and outcome, and the typed exceptions that cancel parts of it.
+
+`TrainState` (where training is: callbacks get it as their second argument), `FitResult` (what `fit`
+returns), the exit codes, and the exceptions a step or the loop raises: `CancelStep`, `CancelEpoch`,
+`CancelFitting`, `NonFiniteLoss`, `RunDirUnwritable`. A module of its own so that the loop, the phases
+and the checkpoint side all import it without importing each other. Must not import textual.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
+
+
+@dataclass
+class TrainState:
+    """Where training is; callbacks receive it as their second argument."""
+
+    epoch: int = 1
+    epochs: int = 1
+    step: int = 0  # optimizer steps done (global)
+    batch: int = 0  # training batches consumed in this epoch
+    stage: str = "train"  # where the epoch is: "train", "valid" or "done"
+    phase: str = ""
+    last: Any = None  # the last step's StepOutput
+    history: dict = field(default_factory=dict)  # "train/loss" -> [[epoch, value], ...]
+    epoch_metrics: dict = field(default_factory=dict)  # this epoch's "split/name" -> value
+    last_logged: dict = field(default_factory=dict)
+    stop_reason: str = ""
+    time_used: float = 0.0  # seconds of training in earlier sessions of this run (resumes)
+
+
+@dataclass
+class FitResult:
+    model: Any  # the trained torch.nn.Module
+    status: str  # "completed", "interrupted", "failed"
+    exit_code: int
+    reason: str
+    summary: dict
+    best: dict
+    error: str = ""
+
+
+class RunDirUnwritable(Exception):
+    """A write of the run directory failed (a full disk, a quota, an I/O error, a read-only folder):
+    the run ends as failed, with this one line, at the next step boundary."""
+
+    def __init__(self, line: str, traceback_text: str = "") -> None:
+        super().__init__(line)
+        self.line, self.traceback_text = line, traceback_text
+
+
+class CancelStep(Exception):
+    """Skip the rest of this step (no optimizer step, no metrics)."""
+
+
+class CancelEpoch(Exception):
+    """End this phase's epoch now."""
+
+
+class CancelFitting(Exception):
+    """End training now; `reason` says why ("stopped", "max_steps", ...)."""
+
+    def __init__(self, reason: str = "stopped") -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class NonFiniteLoss(Exception):
+    def __init__(self, value: float, epoch: int, step: int) -> None:
+        super().__init__(f"loss is {value} at step {step} (epoch {epoch}); training stopped")
+        self.value, self.epoch, self.step = value, epoch, step
