@@ -73,9 +73,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         run.install_signal_handlers()
         code = run.execute()
     else:
-        from .dashboard.themes import find_theme
+        from .dashboard.themes import resolve_theme
 
-        theme = find_theme(run.cfg.dashboard.theme, run.cfg.base_dir)
+        theme = resolve_theme(run.cfg.dashboard.theme, run.cfg.base_dir)  # checked with the config
         run.install_signal_handlers(sigint=False)  # the dashboard reads Ctrl+C as a key
         from .dashboard.entry import run_live
 
@@ -157,13 +157,14 @@ def cmd_watch(args: argparse.Namespace) -> int:
     if not sys.stdout.isatty():
         return _error("watch shows the dashboard and needs a terminal; for plain lines read "
                       f"{runs[0] / 'experiment.log'} (tail -f) or events.jsonl")
-    from .dashboard.themes import find_theme
+    from .dashboard.themes import ThemeError, resolve_theme
 
     theme = None
     if args.theme:
-        theme = find_theme(args.theme, Path.cwd())
-        if theme is None:
-            return _error(f"--theme {args.theme}: no such theme")
+        try:
+            theme = resolve_theme(args.theme, Path.cwd())
+        except ThemeError as e:
+            return _error(f"--theme: {e}")
     if len(runs) > 1:
         from .dashboard.entry import run_compare
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from tuitrain.config.loading import chain_parts, check_values, named_parts
 from tuitrain.config.schema import Config, ConfigError, errors_in, suggest
 from tuitrain.config.targets import check_kwargs, resolve_target
-from tuitrain.dashboard.themes import available_themes, find_theme
+from tuitrain.dashboard.themes import ThemeError, resolve_theme
 
 # what tuitrain passes to a scheduler besides the optimizer, when the config leaves it out
 SCHEDULER_FILLED_IN = ("optimizer", "total_steps", "T_max", "epochs", "steps_per_epoch")
@@ -114,16 +114,10 @@ def _validate_scheduler(cfg: Config, sched, key: str = "scheduler") -> None:
 
 
 def _validate_theme(cfg: Config) -> None:
-    theme = cfg.dashboard.theme
-    if find_theme(theme, cfg.base_dir) is not None:
-        return
-    if theme.endswith(".tcss"):
-        raise ConfigError(f"no such file {theme!r} (looked in {cfg.base_dir} and {Path.cwd()})",
-                          key="dashboard.theme")
-    names = available_themes()
-    raise ConfigError(f"unknown theme {theme!r}{suggest(theme, names)}; available: "
-                      f"{', '.join(names) or 'none'}, or a path to a .tcss file",
-                      key="dashboard.theme")
+    try:
+        resolve_theme(cfg.dashboard.theme, cfg.base_dir)
+    except ThemeError as e:
+        raise ConfigError(str(e), key="dashboard.theme") from None
 
 
 def _validate_init_from(cfg: Config) -> None:

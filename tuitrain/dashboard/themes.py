@@ -55,3 +55,25 @@ def find_theme(name: str, base_dir: Path | None = None) -> Path | None:
         if candidate.is_file():
             return candidate
     return None
+
+
+class ThemeError(ValueError):
+    """A theme name or path that names no theme; its message says what is available."""
+
+
+def resolve_theme(name: str, base_dir: Path | None = None) -> Path:
+    """The one theme resolver: `find_theme`, or ThemeError saying what is wrong and what exists (every
+    front door uses it: the config's [dashboard] theme, --theme, fit(theme=), Monitor(theme=))."""
+    found = find_theme(name, base_dir)
+    if found is not None:
+        return found
+    if name.endswith(SUFFIX):
+        where = f"{base_dir} and {Path.cwd()}" if base_dir is not None else str(Path.cwd())
+        raise ThemeError(f"no such file {name!r} (looked in {where})")
+    import difflib
+
+    names = available_themes()
+    close = difflib.get_close_matches(name, names, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise ThemeError(f"unknown theme {name!r}{hint}; available: {', '.join(names) or 'none'}, or a path to a "
+                     ".tcss file")

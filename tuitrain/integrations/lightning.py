@@ -121,8 +121,11 @@ class TuitrainCallback:
     the run goes (default `dir/experiment/<timestamp>`); dashboard: "auto" (a terminal: the dashboard,
     and Lightning's progress bar is turned off; else the headless console lines), True or False;
     theme: the dashboard's theme; dir: the folder of runs; save_on_stop: a stop request (`tuitrain stop`,
-    `q` in the dashboard, Ctrl+C) has the Trainer save a checkpoint before it stops. Train metrics are read at the steps Lightning logs at
-    (`log_every_n_steps`), valid metrics at the end of each validation.
+    `q` in the dashboard, Ctrl+C) has the Trainer save a checkpoint before it stops.
+
+    Train metrics are read at the steps Lightning logs at (`log_every_n_steps`), with the optimizers'
+    lr; epoch-level ones (`on_epoch=True`) once each epoch's are in; valid metrics at the end of each
+    validation. `x_step` is `x`; the epoch mean of a value also logged on steps is `x_epoch`.
     """
 
     def __new__(cls, *args: Any, **kwargs: Any) -> "TuitrainCallback":
@@ -140,7 +143,7 @@ class TuitrainCallback:
         self._reset()
 
     def _reset(self) -> None:
-        self._before: dict = {}  # callback_metrics as they were at the start of the phase being read
+        self._before: dict = {}  # callback_metrics as they were when this batch or validation began
         self._epoch_before: dict | None = None  # ... at on_train_epoch_end, read once the epoch's logs are in
         self._last_step = -1
         self._stopped = False
@@ -161,7 +164,7 @@ class TuitrainCallback:
         if mon.owner and mon.screen == "dashboard":
             bar = getattr(trainer, "progress_bar_callback", None)
             if bar is not None:
-                bar.disable()  # the dashboard shows the progress; the bar would only fill output.log
+                pass  # bar.disable()  # the dashboard shows the progress; the bar would only fill output.log
 
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
         self._finish(exception)
@@ -203,12 +206,9 @@ class TuitrainCallback:
     # --- metrics ---------------------------------------------------------------------------------
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        if self.monitor is not None and self._logs_next(trainer):
+        # every batch (some 30 µs): a step may advance global_step by more than one (two optimizers)
+        if self.monitor is not None:
             self._before = dict(trainer.callback_metrics)
-
-    def _logs_next(self, trainer) -> bool:
-        every = trainer.log_every_n_steps
-        return bool(every) and (trainer.global_step + 1) % every == 0
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         mon = self.monitor

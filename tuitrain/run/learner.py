@@ -108,12 +108,9 @@ class Learner(CoreLearner):
         screen = screen_for(dashboard)
         theme_file = None
         if screen == "dashboard":
-            from tuitrain.dashboard.themes import available_themes, find_theme
+            from tuitrain.dashboard.themes import resolve_theme
 
-            theme_file = find_theme(str(theme or "dark"), Path.cwd())
-            if theme_file is None:
-                raise ValueError(f"unknown theme {theme!r}; available: {', '.join(available_themes())}, or a "
-                                 "path to a .tcss file")
+            theme_file = resolve_theme(str(theme or "dark"), Path.cwd())  # ThemeError is a ValueError
         # with a run directory the session writes it and `tuitrain stop/checkpoint RUN_DIR` reach this run
         session = None
         if self.run_dir is not None:

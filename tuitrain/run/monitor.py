@@ -74,6 +74,10 @@ class Monitor:
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"Monitor({name}=...) takes a whole number of 0 or more, not {value!r}")
         screen_for(dashboard)  # a bad value is an error here, on every rank
+        if theme:
+            from tuitrain.dashboard.themes import resolve_theme
+
+            theme = str(resolve_theme(str(theme), Path.cwd()))  # ThemeError (a ValueError) names the themes
         self.max_steps, self.batch_size = max_steps, batch_size
         self._dashboard = dashboard
         self._given_dir = Path(run_dir) if run_dir is not None else None

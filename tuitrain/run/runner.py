@@ -67,11 +67,12 @@ def prepare_run(config_path: str | os.PathLike, overrides=(), *, run_dir: str | 
     """Every check that can fail before training; raises ConfigError/UsageError (exit 2)."""
     overrides = list(overrides)
     if theme:
-        from tuitrain.dashboard.themes import available_themes, find_theme
+        from tuitrain.dashboard.themes import ThemeError, resolve_theme
 
-        if find_theme(theme, Path.cwd()) is None:
-            raise ConfigError(f"unknown theme {theme!r}; available: {', '.join(available_themes())}, or a path "
-                              "to a .tcss file", file="--theme")
+        try:
+            resolve_theme(theme, Path.cwd())
+        except ThemeError as e:
+            raise ConfigError(str(e), file="--theme") from None
         overrides.append(f"dashboard.theme={Path(theme).resolve() if theme.endswith('.tcss') else theme}")
     cfg = load_config(config_path, overrides)
     validate(cfg)
