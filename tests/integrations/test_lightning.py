@@ -112,8 +112,7 @@ def test_fit_writes_the_run_and_takes_a_checkpoint_request(tmp_path):
     ask = AtStep(3, lambda: FileControl(cb.monitor.run_dir).request_checkpoint(),
                  lambda: cb.monitor.checkpoint_requested)
     t = trainer([ask, cb], log_every_n_steps=2)
-    model = TinyNet()
-    t.fit(model, *fit_script.loaders())
+    t.fit(fit_script.module_class(L, on_epoch_too=True)(), *fit_script.loaders())
 
     runs = list((tmp_path / "runs" / "tinynet").iterdir())  # the module's class name, in lower case
     assert len(runs) == 1
@@ -131,8 +130,9 @@ def test_fit_writes_the_run_and_takes_a_checkpoint_request(tmp_path):
     step_rows = [(s, m) for s, m in logged["train"] if "loss" in m]
     assert [s for s, _ in step_rows] == list(range(2, 17, 2))  # log_every_n_steps=2
     assert all(set(m) == {"loss", "lr"} and m["lr"] == 0.05 for _, m in step_rows)
-    epoch_rows = [(s, m) for s, m in logged["train"] if "loss" not in m]
-    assert [(s, set(m)) for s, m in epoch_rows] == [(8, {"acc"}), (16, {"acc"})]  # on_epoch=True values
+    epoch_rows = [(s, m) for s, m in logged["train"] if "loss" not in m]  # on_epoch=True values, per epoch
+    assert [(s, set(m)) for s, m in epoch_rows] == [(8, {"acc", "loss_epoch"}), (16, {"acc", "loss_epoch"})]
+    assert epoch_rows[-1][1]["loss_epoch"] == pytest.approx(float(t.callback_metrics["train_loss_epoch"]))
     assert [(s, set(m)) for s, m in logged["valid"]] == [(8, {"loss", "acc"}), (16, {"loss", "acc"})]
     assert logged["valid"][-1][1]["loss"] == pytest.approx(float(t.callback_metrics["val_loss"]))
 

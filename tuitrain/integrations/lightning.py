@@ -164,7 +164,7 @@ class TuitrainCallback:
         if mon.owner and mon.screen == "dashboard":
             bar = getattr(trainer, "progress_bar_callback", None)
             if bar is not None:
-                pass  # bar.disable()  # the dashboard shows the progress; the bar would only fill output.log
+                bar.disable()  # the dashboard shows the progress; the bar would only fill output.log
 
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
         self._finish(exception)

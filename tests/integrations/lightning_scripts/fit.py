@@ -21,8 +21,9 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 
-def module_class(L):
-    """The LightningModule, for the package `L` (`lightning.pytorch` or `pytorch_lightning`)."""
+def module_class(L, on_epoch_too=False):
+    """The LightningModule, for the package `L` (`lightning.pytorch` or `pytorch_lightning`);
+    `on_epoch_too`: `train_loss` logged with on_step=True, on_epoch=True (Lightning adds _step/_epoch)."""
 
     class TinyNet(L.LightningModule):
         def __init__(self, lr=0.05, hidden=16, sleep=0.0):
@@ -36,7 +37,7 @@ def module_class(L):
             x, y = batch
             out = self.net(x)
             loss = nn.functional.cross_entropy(out, y)
-            self.log("train_loss", loss)
+            self.log("train_loss", loss, on_step=True, on_epoch=on_epoch_too)
             self.log("train/acc", (out.argmax(1) == y).float().mean(), on_step=False, on_epoch=True)
             print(f"training step {self.global_step}")  # what a user prints: never over the dashboard
             return loss
