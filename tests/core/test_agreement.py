@@ -120,8 +120,9 @@ def test_a_stop_on_rank_1_is_seen_by_both_ranks_at_the_same_tick(ranks):
         assert a["first"]["stop"] == b["first"]["stop"], (k, a["first"], b["first"])
         # taken in by the next exchange, applied at the one after: later than k, within two spacings
         assert k < a["first"]["stop"] <= k + 2 * EVERY, (k, a["first"])
-        assert b["source"] == "test" and a["source"] == "another rank"
-        assert ["stop", "test", ""] in b["log"] and not [x for x in a["log"] if x[0] == "stop"]
+        assert b["source"] == "test" and a["source"] == "rank 1"  # rank 0 knows who asked
+        # rank 0 writes the run's events: it says where the stop came from
+        assert ["stop", "test", ""] in b["log"] and ["stop", "rank 1", "requested on another rank"] in a["log"]
 
 
 def test_a_checkpoint_on_rank_0_is_seen_by_both_ranks_at_the_same_tick(ranks):

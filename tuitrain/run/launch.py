@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from tuitrain.config import ConfigError
+from tuitrain.run.preflight import check_ranks, distributed_wanted  # noqa: F401 (imported from here too)
 from tuitrain.core.events import DevicesSampled, Event, RunFailed, RunFinished, RunStarted
 from tuitrain.core.strategies import torchrun_env
 
@@ -46,36 +47,7 @@ class WorkerSpec:
     parent_pid: int = 0  # the launcher: a rank whose parent is no longer it ends at once
 
 
-def distributed_wanted(cfg: Any) -> bool:
-    """Several processes: under torchrun, or ddp/fsdp with devices > 1 (one device trains as "single")."""
-    return torchrun_env() is not None or (cfg.train.strategy in ("ddp", "fsdp") and cfg.train.devices > 1)
-
-
-def check_config(cfg: Any) -> None:
-    """ConfigError for a distributed setup that cannot start (called before anything is written)."""
-    t = cfg.train
-    if not distributed_wanted(cfg):
-        return
-    name = "fsdp" if t.strategy == "fsdp" else "ddp"
-    if getattr(cfg.model, "named", None):
-        raise ConfigError(f"{name} trains one model; several models ([model.NAME] tables) need strategy "
-                          "\"single\"", file=cfg.source, key="train.strategy")
-    if t.device == "mps" or t.device.startswith("mps"):
-        raise ConfigError(f"{name} runs on CPU (gloo) or CUDA (NCCL), not on mps", file=cfg.source,
-                          key="train.device")
-    if torchrun_env() is not None:
-        return
-    if t.device.startswith("cuda") or t.device == "auto":
-        import torch
-
-        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if t.device.startswith("cuda") and n == 0:
-            raise ConfigError(f"device {t.device!r} requested but CUDA is not available", file=cfg.source,
-                              key="train.device")
-        if n and t.devices > n:
-            raise ConfigError(f"devices = {t.devices} but only {n} CUDA device(s): {name} uses one GPU per "
-                              f"process (set device = \"cpu\" for CPU processes)", file=cfg.source,
-                              key="train.devices")
+check_config = check_ranks  # its earlier name
 
 
 def strategy_of(cfg) -> str:

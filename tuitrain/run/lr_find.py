@@ -137,7 +137,8 @@ def _error(message: str, code: int = 2) -> int:
 
 
 def lr_find_command(args) -> int:
-    from tuitrain.config import ConfigError, load_config, validate
+    from tuitrain.config import ConfigError, load_config
+    from tuitrain.run.preflight import preflight
 
     if not (0 < args.min_lr < args.max_lr) or not math.isfinite(args.max_lr):
         return _error(f"--min-lr {args.min_lr:g} and --max-lr {args.max_lr:g}: need 0 < min-lr < max-lr")
@@ -145,7 +146,7 @@ def lr_find_command(args) -> int:
         return _error(f"--steps {args.steps}: a sweep needs at least 5 steps (about 100 is usual)")
     try:
         cfg = load_config(args.config, args.overrides)
-        validate(cfg)
+        preflight(cfg)
     except ConfigError as e:
         return _error(str(e))
     if cfg.model.named or cfg.optimizer.named:

@@ -342,7 +342,6 @@ class Monitor:
             capture = getattr(self, "_capture", None)
             if capture is not None:
                 capture.__exit__(None, None, None)
-            self._session.release_process()  # signal handlers end here
         finally:
             summary = dict(self._summary)
             self.bus.deliver()

@@ -13,12 +13,13 @@ import traceback
 from pathlib import Path
 from typing import Callable
 
-from tuitrain.config import Config, ConfigError, load_config, validate
+from tuitrain.config import Config, ConfigError, load_config
 from tuitrain.core.callbacks import EventBus
 from tuitrain.core.control import Interrupter
 from tuitrain.core.events import RunFailed, RunStarted
 from tuitrain.core.output import capture_output
 from tuitrain.run.directories import find_runs, new_run_dir
+from tuitrain.run.preflight import preflight
 from tuitrain.run.session import RunSession
 from tuitrain.run.signals import StopOnSignals
 
@@ -75,37 +76,7 @@ def prepare_run(config_path: str | os.PathLike, overrides=(), *, run_dir: str | 
             raise ConfigError(str(e), file="--theme") from None
         overrides.append(f"dashboard.theme={Path(theme).resolve() if theme.endswith('.tcss') else theme}")
     cfg = load_config(config_path, overrides)
-    validate(cfg)
-    if cfg.train.compile:
-        import torch
-
-        if not hasattr(torch, "compile") or not torch._dynamo.is_dynamo_supported():
-            raise ConfigError(f"torch.compile is not supported with Python {sys.version.split()[0]} and torch "
-                              f"{torch.__version__} on this platform; set compile = false", file=cfg.source,
-                              key="train.compile")
-    try:  # a device this machine does not have is a config error, found before anything is written
-        from tuitrain.core.learner import resolve_device
-
-        resolve_device(cfg.train.device)
-    except RuntimeError as e:
-        raise ConfigError(str(e), file=cfg.source, key="train.device") from None
-    if cfg.train.strategy != "single" or os.environ.get("WORLD_SIZE"):
-        from tuitrain.run.launch import check_config
-
-        check_config(cfg)
-    if cfg.log.tensorboard:
-        import importlib.util
-
-        if importlib.util.find_spec("tensorboard") is None:
-            raise ConfigError("tensorboard is not installed: pip install 'tuitrain[tensorboard]'",
-                              file=cfg.source, key="log.tensorboard")
-    if cfg.checkpoint.init_from:
-        from tuitrain.core.checkpoint import CheckpointError, check_weights_file
-
-        try:
-            check_weights_file(cfg.checkpoint.init_from)
-        except CheckpointError as e:
-            raise ConfigError(str(e), file=cfg.source, key="checkpoint.init_from") from None
+    preflight(cfg)
     ckpt_data = None
     ckpt_path = None
     if resume:
@@ -181,7 +152,7 @@ class Run:
 
     def execute(self) -> int:
         """Train; returns 0, 1 or 130. Errors in user code become a RunFailed event, never a raise."""
-        from tuitrain.run.launch import distributed_wanted
+        from tuitrain.run.preflight import distributed_wanted
 
         if self.dist is None and distributed_wanted(self.cfg):
             from tuitrain.run.launch import execute_distributed

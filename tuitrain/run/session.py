@@ -161,11 +161,6 @@ class RunSession:
         self.opened = True
         return self
 
-    def release_process(self) -> None:
-        """Give back what the session took of the process: signal handlers and output capture (the
-        run's last events may still be emitted after this)."""
-        self._stack.close()
-
     def close(self, discard: bool = False) -> None:
         """Stop the watcher and samplers, restore signals and output, close the bus (its sinks); with
         `discard`, remove the run directory and the folders made for it."""
@@ -173,12 +168,12 @@ class RunSession:
             return
         self.opened = False
         try:
-            self._stack.close()
-        finally:
             for close in reversed(self._closers):
                 close()
             self._closers.clear()
-            self.bus.close()
+            self.bus.close()  # the run's last events are on disk ...
+        finally:
+            self._stack.close()  # ... before a SIGTERM may end the process again (torchrun ending a job)
             if discard:
                 remove_made(self._made)
 

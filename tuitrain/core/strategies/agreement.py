@@ -85,8 +85,8 @@ class Agreement:
 
 
 class SyncedInterrupter(Interrupter):
-    """Control flags that every rank agrees on: [stop, checkpoint, paused, logged, reads until the next
-    exchange], each rank's `inbox` requests combined by `Agreement`.
+    """Control flags that every rank agrees on: [stop, checkpoint, paused, logged, ticks until the next
+    exchange, the rank that asked to stop + 1], each rank's `inbox` requests combined by `Agreement`.
 
     `pending` is the tick, read by the loop on every rank at the same points (once per optimizer step,
     once per `Monitor.stop_requested`). At an exchange tick it applies the flags of the exchange begun at
@@ -111,7 +111,7 @@ class SyncedInterrupter(Interrupter):
         self._countdown = 1
         self._reads = 0
         self._last_fill: tuple[float, int] | None = None  # rank 0: (time, reads) at the last exchange
-        self._agreement = Agreement(group, width=5)
+        self._agreement = Agreement(group, width=6)
         self._own_stop = False
 
     @property
@@ -145,14 +145,17 @@ class SyncedInterrupter(Interrupter):
                 every = 1
                 if self._last_fill is not None and self._reads > self._last_fill[1]:
                     per_tick = (now - self._last_fill[0]) / (self._reads - self._last_fill[1])
-                    every = max(1, min(self.MAX_EVERY, int(self.interval / max(per_tick, 1e-9))))
+                    every = max(1, min(self.MAX_EVERY, round(self.interval / max(per_tick, 1e-9))))
             self._last_fill = (now, self._reads)
         ib = self.inbox
         with ib._lock:
-            vals = [int(ib.stop_requested or bool(ib.failure)), int(ib.checkpoint_requested), int(ib.paused), int(bool(ib._log)), every]
-            if ib.stop_requested or ib.failure:
+            stop = ib.stop_requested or bool(ib.failure)
+            # who asked (rank + 1; the highest such rank wins), so that rank 0 can say where a stop came from
+            vals = [int(stop), int(ib.checkpoint_requested), int(ib.paused), int(bool(ib._log)), every,
+                    self.rank + 1 if stop else 0]
+            if stop:
                 self._own_stop = True
-                self._source = ib.stop_source
+                self._source = ib.stop_source or "failure"
             ib.checkpoint_requested = False
             log, ib._log = ib._log, []
             ib._refresh()
@@ -168,12 +171,14 @@ class SyncedInterrupter(Interrupter):
         return self._apply(flags)
 
     def _apply(self, flags: list[int]) -> bool:
-        stop, checkpoint, paused, logged, every = flags
+        stop, checkpoint, paused, logged, every, by = flags
         self._countdown = max(1, every)
         with self._lock:
             if stop and not self.stop_requested:
                 self.stop_requested = True
-                self.stop_source = self._source if self._own_stop else ("rank 0" if self.rank else "another rank")
+                self.stop_source = self._source if self._own_stop else f"rank {by - 1}"
+                if not self._own_stop:  # said in the run's events (rank 0 writes them)
+                    self._log.append(("stop", self.stop_source, "requested on another rank"))
             if checkpoint:
                 self.checkpoint_requested = True
             self.paused = bool(paused)

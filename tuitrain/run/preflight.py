@@ -1,0 +1,80 @@
+"""The one preflight: every check of a config that can fail before anything is written or built.
+
+`preflight(cfg)` checks the file's content (`tuitrain.config.validate`: keys, types, targets,
+theme) and then the environment it is to run in: a device this machine has, torch.compile where it
+works, TensorBoard installed when asked for, weights to start from that load, and a distributed setup
+that can start (`check_ranks`). Each failure is a ConfigError naming the file and the key (exit 2).
+`tuitrain run`, its torchrun ranks and `tuitrain lr-find` all call it. Must not import textual.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from typing import Any
+
+from tuitrain.config import ConfigError, validate
+from tuitrain.core.strategies import torchrun_env
+
+
+def preflight(cfg: Any) -> None:
+    """The config's content, then the environment; ConfigError on the first thing wrong."""
+    validate(cfg)
+    if cfg.train.compile:
+        import torch
+
+        if not hasattr(torch, "compile") or not torch._dynamo.is_dynamo_supported():
+            raise ConfigError(f"torch.compile is not supported with Python {sys.version.split()[0]} and torch "
+                              f"{torch.__version__} on this platform; set compile = false", file=cfg.source,
+                              key="train.compile")
+    try:  # a device this machine does not have is a config error, found before anything is written
+        from tuitrain.core.learner import resolve_device
+
+        resolve_device(cfg.train.device)
+    except RuntimeError as e:
+        raise ConfigError(str(e), file=cfg.source, key="train.device") from None
+    if cfg.train.strategy != "single" or os.environ.get("WORLD_SIZE"):
+        check_ranks(cfg)
+    if cfg.log.tensorboard and importlib.util.find_spec("tensorboard") is None:
+        raise ConfigError("tensorboard is not installed: pip install 'tuitrain[tensorboard]'",
+                          file=cfg.source, key="log.tensorboard")
+    if cfg.checkpoint.init_from:
+        from tuitrain.core.checkpoint import CheckpointError, check_weights_file
+
+        try:
+            check_weights_file(cfg.checkpoint.init_from)
+        except CheckpointError as e:
+            raise ConfigError(str(e), file=cfg.source, key="checkpoint.init_from") from None
+
+
+def distributed_wanted(cfg: Any) -> bool:
+    """Several processes: under torchrun, or ddp/fsdp with devices > 1 (one device trains as "single")."""
+    return torchrun_env() is not None or (cfg.train.strategy in ("ddp", "fsdp") and cfg.train.devices > 1)
+
+
+def check_ranks(cfg: Any) -> None:
+    """ConfigError for a distributed setup that cannot start."""
+    t = cfg.train
+    if not distributed_wanted(cfg):
+        return
+    name = "fsdp" if t.strategy == "fsdp" else "ddp"
+    if getattr(cfg.model, "named", None):
+        raise ConfigError(f"{name} trains one model; several models ([model.NAME] tables) need strategy "
+                          "\"single\"", file=cfg.source, key="train.strategy")
+    if t.device == "mps" or t.device.startswith("mps"):
+        raise ConfigError(f"{name} runs on CPU (gloo) or CUDA (NCCL), not on mps", file=cfg.source,
+                          key="train.device")
+    if torchrun_env() is not None:
+        return
+    if t.device.startswith("cuda") or t.device == "auto":
+        import torch
+
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if t.device.startswith("cuda") and n == 0:
+            raise ConfigError(f"device {t.device!r} requested but CUDA is not available", file=cfg.source,
+                              key="train.device")
+        if n and t.devices > n:
+            raise ConfigError(f"devices = {t.devices} but only {n} CUDA device(s): {name} uses one GPU per "
+                              f"process (set device = \"cpu\" for CPU processes)", file=cfg.source,
+                              key="train.devices")
