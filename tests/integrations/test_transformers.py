@@ -49,13 +49,6 @@ def _script_env() -> dict:
     return env
 
 
-def test_importing_tuitrain_does_not_import_transformers():
-    code = ("import sys, tuitrain, tuitrain.integrations, tuitrain.run.monitor; "
-            "print(sorted(m for m in ('transformers', 'accelerate') if m in sys.modules))")
-    r = subprocess.run([sys.executable, "-c", code], env=_script_env(), capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0 and r.stdout.strip() == "[]", r.stdout + r.stderr
-
-
 def test_the_trainers_log_keys_split_into_train_and_valid():
     assert split_metrics({"loss": 3.9, "grad_norm": 1.5, "learning_rate": 5e-5, "epoch": 0.25}) == (
         {"loss": 3.9, "grad_norm": 1.5, "lr": 5e-5}, {})
