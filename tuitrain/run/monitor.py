@@ -64,13 +64,14 @@ class Monitor:
     `dir/experiment/<timestamp>`); dashboard: "auto" (a terminal: the dashboard; else the headless
     console lines), True (a terminal or ValueError) or False (nothing printed); theme: the dashboard's
     theme; keep_last: checkpoints kept; max_steps: the steps the loop will take, if known (a progress bar
-    and an ETA); batch_size: items per step, if known (items/s beside it/s).
+    and an ETA); batch_size: items per step, if known (items/s beside it/s); epochs: the epochs it will
+    run, if it counts them (`mon.epoch = n` as each begins).
     """
 
     def __init__(self, experiment: str = "", config: dict | None = None, run_dir: str | os.PathLike | None = None,
                  dashboard: Any = "auto", *, dir: str | os.PathLike = "runs", theme: str | None = None,
-                 keep_last: int = 3, max_steps: int = 0, batch_size: int = 0) -> None:
-        for name, value in (("max_steps", max_steps), ("batch_size", batch_size)):
+                 keep_last: int = 3, max_steps: int = 0, batch_size: int = 0, epochs: int = 0) -> None:
+        for name, value in (("max_steps", max_steps), ("batch_size", batch_size), ("epochs", epochs)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"Monitor({name}=...) takes a whole number of 0 or more, not {value!r}")
         screen_for(dashboard)  # a bad value is an error here, on every rank
@@ -78,7 +79,9 @@ class Monitor:
             from tuitrain.dashboard.themes import resolve_theme
 
             theme = str(resolve_theme(str(theme), Path.cwd()))  # ThemeError (a ValueError) names the themes
-        self.max_steps, self.batch_size = max_steps, batch_size
+        self.max_steps, self.batch_size, self.epochs = max_steps, batch_size, epochs
+        #: the epoch the loop is in, if it counts epochs: set it, and what `log` records carries it
+        self.epoch = 0
         self._dashboard = dashboard
         self._given_dir = Path(run_dir) if run_dir is not None else None
         self._root = Path(dir)
@@ -93,7 +96,7 @@ class Monitor:
         self.step = 0
         self._synced = None  # a SyncedInterrupter when ranks must agree
         self._group_pending = False  # ranks known (torchrun) but no process group yet: agree once there is
-        self._pending: list[tuple[int, str, dict, float]] = []
+        self._pending: list[tuple[int, str, dict, float, int]] = []
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._closing = False
@@ -126,7 +129,10 @@ class Monitor:
             self._join_group()
         synced = self._synced
         if synced is None:
-            return self.interrupter.stop_requested or bool(self.interrupter.failure)
+            it = self.interrupter
+            if it.paused and not it.stop_requested and self.owner:  # a loop that logs rarely pauses here too
+                self._wait_while_paused()
+            return it.stop_requested or bool(it.failure)
         synced.pending  # noqa: B018 - the tick: an exchange now and then
         if synced.paused and not synced.stop_requested:
             self._wait_while_paused()
@@ -151,15 +157,15 @@ class Monitor:
         if not self.owner:
             return
         with self._lock:
-            self._pending.append((step, split, values, time.time()))
+            self._pending.append((step, split, values, time.time(), self.epoch))
         if self._synced is None and self.interrupter.pending and self.interrupter.paused \
                 and not self.interrupter.stop_requested:
             self._wait_while_paused()
 
-    def _reason(self) -> str:
+    def _reason(self, reason: str | None = None) -> str:
         taken = self.take_checkpoint_request() or self._request_taken
         self._request_taken = False
-        return "request" if taken else "api"
+        return reason or ("request" if taken else "api")
 
     def save_checkpoint(self, state: dict, step: int | None = None) -> Path:
         """Write `state` atomically into checkpoint/ (listed in its index.json, loadable with
@@ -167,20 +173,22 @@ class Monitor:
         Across ranks only rank 0 writes (call it on every rank, or on rank 0 alone)."""
         step = self.step if step is None else step
         reason = self._reason()
-        path = self.run_dir / "checkpoint" / (ckpt.checkpoint_name(0, step) + ".pt")
+        path = self.run_dir / "checkpoint" / (ckpt.checkpoint_name(self.epoch, step) + ".pt")
         if not self.owner:
             return path
         metrics = {f"{split}/{k}": v for split, vals in self._last.items() for k, v in vals.items()}
-        self._checkpointer.save(ckpt.snapshot(state), epoch=0, step=step, metrics=metrics, reason=reason)
+        self._checkpointer.save(ckpt.snapshot(state), epoch=self.epoch, step=step, metrics=metrics, reason=reason)
         self._emit_checkpoint_events()
         return path
 
-    def add_checkpoint(self, path: str | os.PathLike, *, step: int, epoch: int = 0, metrics: dict | None = None,
-                       retain: bool = True) -> None:
+    def add_checkpoint(self, path: str | os.PathLike, *, step: int, epoch: int | None = None,
+                       metrics: dict | None = None, retain: bool = True, reason: str | None = None) -> None:
         """List a checkpoint another library wrote (a file or a folder) in checkpoint/index.json, with
         its sha256 (rank 0; nothing elsewhere). One inside checkpoint/ falls under `keep_last` unless
-        `retain=False`; one elsewhere is never deleted here."""
-        reason = self._reason()
+        `retain=False`; one elsewhere is never deleted here. `reason`: "request" when one was taken, else
+        "api" (or say: "stop", "end" ...)."""
+        reason = self._reason(reason)
+        epoch = self.epoch if epoch is None else epoch
         if not self.owner:
             return
         if metrics is None:
@@ -198,21 +206,21 @@ class Monitor:
         flags = self._flags
         if self.owner:
             self._flush()
-            self.bus.emit(RunPaused(epoch=0, step=self.step))
+            self.bus.emit(RunPaused(epoch=self.epoch, step=self.step))
         t0 = time.monotonic()
         while flags.paused and not flags.stop_requested and not self.interrupter.failure:
             flags.wait_while_paused(0.1)
             if self.owner:
                 self._flush()
         if self.owner:
-            self.bus.emit(RunResumed(epoch=0, step=self.step, paused_for=time.monotonic() - t0))
+            self.bus.emit(RunResumed(epoch=self.epoch, step=self.step, paused_for=time.monotonic() - t0))
 
     # --- the Monitor's thread ------------------------------------------------------------------
 
     def _flush(self) -> None:
         with self._lock:
             batch, self._pending = self._pending, []
-        for step, split, values, t in batch:
+        for step, split, values, t, epoch in batch:
             metrics = {}
             for name, value in values.items():
                 try:
@@ -225,7 +233,7 @@ class Monitor:
                     # no epochs in a loop of one's own: the summary table leaves its Epoch columns out
                     row = self._summary.setdefault(f"{split}/{name}", {"min": v, "max": v, "last": v})
                     row["min"], row["max"], row["last"] = min(row["min"], v), max(row["max"], v), v
-            self.bus.emit(MetricsLogged(split=split, epoch=0, step=step, metrics=metrics, time=t))
+            self.bus.emit(MetricsLogged(split=split, epoch=epoch, step=step, metrics=metrics, time=t))
         for command, source, detail in self._flags.take_log():
             self.bus.emit(ControlReceived(command=command, source=source, detail=detail))
         if self._synced is None:
@@ -300,7 +308,7 @@ class Monitor:
 
         import torch
 
-        self.bus.emit(RunStarted(run_dir=str(self.run_dir), experiment=self.experiment, epochs=0,
+        self.bus.emit(RunStarted(run_dir=str(self.run_dir), experiment=self.experiment, epochs=self.epochs,
                                  max_steps=self.max_steps, steps_per_epoch=0, batch_size=self.batch_size, pid=os.getpid(),
                                  env={**env_info(torch.device("cpu")), **env}, config=self.config))
         if self.screen == "dashboard":
@@ -348,17 +356,17 @@ class Monitor:
             failure = self.bus.write_failure
             if failure is not None:  # the run directory could not be written: one line, no traceback
                 last = self._checkpointer.last_complete()
-                self.bus.emit(RunFailed(error=failure[0], traceback=failure[1], epoch=0, step=self.step,
+                self.bus.emit(RunFailed(error=failure[0], traceback=failure[1], epoch=self.epoch, step=self.step,
                                         duration=duration, summary=summary, cause="write_failed",
                                         checkpoint=str(last or "")))
             elif exc is not None and not isinstance(exc, KeyboardInterrupt):
                 self.bus.emit(RunFailed(error=f"{type(exc).__name__}: {exc}",
                                         traceback="".join(traceback.format_exception(exc)),
-                                        epoch=0, step=self.step, duration=duration, summary=summary))
+                                        epoch=self.epoch, step=self.step, duration=duration, summary=summary))
             else:
                 stopped = self._flags.stop_requested or exc is not None
                 self.bus.emit(RunFinished(status="interrupted" if stopped else "completed",
-                                          exit_code=130 if stopped else 0, epoch=0, step=self.step,
+                                          exit_code=130 if stopped else 0, epoch=self.epoch, step=self.step,
                                           reason="stopped" if stopped else "completed", duration=duration,
                                           summary=summary, best={}))
             self._session.close()
