@@ -130,7 +130,7 @@ def test_fit_writes_the_run_and_takes_a_checkpoint_request(tmp_path):
     assert logged["valid"][-1][1]["loss"] == pytest.approx(float(t.callback_metrics["val_loss"]))
 
     index = json.loads((run_dir / "checkpoint" / "index.json").read_text())
-    assert [(e["file"], e["step"], e["reason"]) for e in index] == [("epoch-0000-step-00000003.ckpt", 3, "request")]
+    assert [(e["file"], e["step"], e["reason"]) for e in index] == [("epoch-0001-step-00000003.ckpt", 3, "request")]
     path = run_dir / "checkpoint" / index[0]["file"]
     assert index[0]["sha256"] == sha256(path)
     assert __import__("torch").load(path, weights_only=False)["global_step"] == 3

@@ -265,6 +265,10 @@ class Checkpointer:
         self.wait()
         t0 = time.perf_counter()
         p = Path(path).resolve()
+        # a library's folders that it deleted since (its own retention: save_total_limit) leave the index
+        gone = [e for e in self.entries() if os.path.isabs(e.file) and not os.path.exists(e.file)]
+        if gone:
+            self._write_index([e for e in self.entries() if e not in gone])
         try:
             inside = p.parent == self.folder.resolve()
             name = p.name if inside else str(p)

@@ -159,7 +159,7 @@ class TuitrainCallback:
         mon = Monitor(experiment=self.experiment or type(pl_module).__name__.lower(),
                       config=self._config(trainer, pl_module), run_dir=self.run_dir, dashboard=self.dashboard,
                       dir=self.dir, theme=self.theme, max_steps=self._max_steps(trainer),
-                      batch_size=self._batch_size(trainer))
+                      batch_size=self._batch_size(trainer), epochs=max(0, int(trainer.max_epochs or 0)))
         self.monitor = mon.start()
         if mon.owner and mon.screen == "dashboard":
             bar = getattr(trainer, "progress_bar_callback", None)
@@ -235,7 +235,9 @@ class TuitrainCallback:
             self._epoch_before = dict(trainer.callback_metrics)
 
     def on_train_epoch_start(self, trainer, pl_module) -> None:
-        self._log_epoch(trainer)
+        self._log_epoch(trainer)  # the epoch before, under its own number
+        if self.monitor is not None:
+            self.monitor.epoch = trainer.current_epoch + 1  # tuitrain counts epochs from 1
 
     def on_train_end(self, trainer, pl_module) -> None:
         self._log_epoch(trainer)
@@ -299,7 +301,7 @@ class TuitrainCallback:
 
     @staticmethod
     def _save(trainer, mon: Monitor) -> Path:
-        step, epoch = trainer.global_step, trainer.current_epoch
+        step, epoch = trainer.global_step, trainer.current_epoch + 1  # from 1, as tuitrain's own
         path = Path(mon.run_dir) / "checkpoint" / f"epoch-{epoch:04d}-step-{step:08d}.ckpt"
         trainer.save_checkpoint(path)  # collective under DDP: rank 0 writes
         mon.add_checkpoint(path, step=step, epoch=epoch)

@@ -122,7 +122,8 @@ class TuitrainCallback(TrainerCallback):
         self.monitor = Monitor(
             experiment=self._experiment(args, model), config=self._config(args, model), run_dir=self.run_dir,
             dashboard=self.dashboard, dir=self.dir, theme=self.theme, max_steps=max(0, int(state.max_steps or 0)),
-            batch_size=per_device * args.gradient_accumulation_steps * world)
+            batch_size=per_device * args.gradient_accumulation_steps * world,
+            epochs=max(0, math.ceil(getattr(state, "num_train_epochs", 0) or 0)))
         self.monitor.start()
         self._active = True
         atexit.register(self._end_unfinished)  # after start(): it runs before the Monitor's own
@@ -143,7 +144,7 @@ class TuitrainCallback(TrainerCallback):
         self._active = False
         atexit.unregister(self._end_unfinished)
         # the exception itself when it ended the script (the Monitor's excepthook keeps it)
-        error = getattr(self.monitor, "_error", None) or RuntimeError("trainer.train() ended by an exception")
+        error = self.monitor.error or RuntimeError("trainer.train() ended by an exception")
         self.monitor.finish(error)
 
     # --- metrics -----------------------------------------------------------------------------------
@@ -152,6 +153,7 @@ class TuitrainCallback(TrainerCallback):
         if not self._active or not logs:
             return
         train, valid = split_metrics(logs)
+        self.monitor.epoch = _epoch(state)
         if train:
             self.monitor.log(state.global_step, **train)
         if valid:
@@ -176,9 +178,7 @@ class TuitrainCallback(TrainerCallback):
         folder = os.path.join(args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}")
         if self.monitor.owner and not os.path.isdir(folder):
             return  # saved elsewhere (a hyperparameter search's trial folder): nothing to list
-        # the Trainer's epoch counts fractions; tuitrain's is the one under way, from 1
-        epoch = max(1, math.ceil(state.epoch)) if state.epoch else 0
-        self.monitor.add_checkpoint(folder, step=state.global_step, epoch=epoch, retain=False)
+        self.monitor.add_checkpoint(folder, step=state.global_step, epoch=_epoch(state), retain=False)
 
     # --- helpers -----------------------------------------------------------------------------------
 
@@ -195,6 +195,11 @@ class TuitrainCallback(TrainerCallback):
             if model_config is not None and hasattr(model_config, "to_diff_dict"):
                 config["model"].update(_plain(model_config.to_diff_dict()))
         return config
+
+
+def _epoch(state) -> int:
+    """The Trainer's epoch counts fractions (1.5); tuitrain's is the one under way, from 1."""
+    return max(1, math.ceil(state.epoch)) if state.epoch else 0
 
 
 class _SilencedProgress(TrainerCallback):

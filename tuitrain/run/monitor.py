@@ -372,6 +372,11 @@ class Monitor:
             self._session.close()
             self._close_viewer()
 
+    @property
+    def error(self) -> BaseException | None:
+        """The exception that ended the script, as the excepthook saw it (None while there is none)."""
+        return self._error
+
     def _excepthook(self, exc_type, exc, tb) -> None:
         self._error = exc  # the script ends on it: the run is failed (see _at_exit)
         (self._prev_excepthook or sys.__excepthook__)(exc_type, exc, tb)
