@@ -20,7 +20,7 @@ import tuitrain
 from tuitrain.core.checkpoint import load_checkpoint, read_index
 from tuitrain.sinks.metric_files import MetricFileLogger
 
-from conftest import STEPS_PER_EPOCH, read_events
+from tests.conftest import STEPS_PER_EPOCH, read_events
 
 
 def _data(n=64):
@@ -207,7 +207,7 @@ def _dashboard_run(tiny, run_dir, epochs: int, env_extra: dict | None = None):
     """`tuitrain run` under the dashboard in a pseudo-terminal: (pid, the pty's fd)."""
     import pty
 
-    from conftest import cli_env
+    from tests.conftest import cli_env
 
     (tiny.root / "loudproj.py").write_text(LOUD)
     cmd = [sys.executable, "-m", "tuitrain", "run", str(tiny.config), "--run-dir", str(run_dir),
@@ -224,7 +224,7 @@ def _dashboard_run(tiny, run_dir, epochs: int, env_extra: dict | None = None):
 def _wait_exit(pid: int, fd: int | None, timeout: float = 300) -> tuple[int | None, bytes]:
     import time
 
-    from conftest import read_pty
+    from tests.conftest import read_pty
 
     out = b""
     deadline = time.time() + timeout
@@ -251,7 +251,7 @@ def _kill(pid: int) -> None:
 def _until_training(fd: int, run_dir: Path, steps: int = 3) -> bytes:
     import time
 
-    from conftest import read_pty, wait_for
+    from tests.conftest import read_pty, wait_for
 
     screen = b""
 

@@ -593,5 +593,5 @@ def test_config_imports_neither_torch_nor_textual():
     code = ("import sys, tuitrain.config; "
             "print(sorted(m for m in ('torch', 'textual') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         cwd=Path(__file__).resolve().parent.parent, check=True)
+                         cwd=Path(__file__).resolve().parents[2], check=True)
     assert out.stdout.strip() == "[]"
