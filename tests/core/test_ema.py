@@ -74,6 +74,29 @@ def test_a_run_with_ema_resumes_exactly(tmp_path):
     assert all(torch.equal(ref[k], out[k]) for k in ref)
 
 
+@pytest.mark.parametrize("decay", [0.5, 0.9])
+def test_the_average_is_decay_times_itself_plus_the_rest_times_the_new_weights(tmp_path, decay):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 2))
+    start = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    opt = torch.optim.SGD(model.parameters(), lr=0.2)
+    after_each_step = []  # the model's state after every optimizer step, read by a hook of our own
+    opt.register_step_post_hook(
+        lambda *_: after_each_step.append({k: v.detach().clone() for k, v in model.state_dict().items()}))
+    learner = tuitrain.Learner(model, opt, loss_fn=nn.CrossEntropyLoss(), batch_size=8, epochs=2,
+                               run_dir=tmp_path / "run", seed=1, ema_decay=decay)
+    assert learner.fit(_data(), dashboard=False).status == "completed"
+    # by hand, in float64: avg <- decay * avg + (1 - decay) * weights; integer buffers are copied
+    avg = {k: v.double() if v.is_floating_point() else v for k, v in start.items()}
+    for weights in after_each_step:
+        avg = {k: decay * a + (1 - decay) * weights[k].double() if a.is_floating_point() else weights[k]
+               for k, a in avg.items()}
+    assert len(after_each_step) == learner.ema.updates == 2 * 6
+    assert learner.ema.average.keys() == avg.keys()
+    for k, want in avg.items():
+        torch.testing.assert_close(learner.ema.average[k].to(want.dtype), want, rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("decay", [0.0, 1.0, -0.5, 2])
 def test_a_decay_outside_0_1_is_refused(decay):
     with pytest.raises(ValueError, match="between 0 and 1"):
