@@ -323,6 +323,16 @@ async def test_header_says_completed_after_the_run_not_live():
         assert "[live]" not in shown(app.query_one("#title-bar"))
 
 
-def test_all_chart_widgets_are_metric_plots():
-    assert issubclass(MetricPlot, object)  # the import path bench_all.py uses stays
-    from tuitrain.dashboard.widgets.metric_plot import thin  # noqa: F401
+@sync
+async def test_all_chart_widgets_are_metric_plots():
+    app = make_app(four_metrics())
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: len(grid(app).charts) == 4)
+        on_screen = list(app.query(".chart"))
+        # every chart is a MetricPlot itself (bench_all.py times MetricPlot from this import path)
+        assert len(on_screen) == 4 and all(type(c) is MetricPlot for c in on_screen)
+        assert set(on_screen) == set(grid(app).charts.values())
+    from tuitrain.dashboard import charts
+    from tuitrain.dashboard.widgets.metric_plot import thin
+
+    assert thin is charts.thin  # the older import path (benchmarks) gives the same function
