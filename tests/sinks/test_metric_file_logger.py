@@ -40,12 +40,12 @@ def test_flushes_by_time_and_odd_values_and_names(tmp_path):
     sink = MetricFileLogger(tmp_path, flush_interval=1.0, clock=lambda: now[0])
     sink(MetricsLogged(split="train", epoch=1, step=1, metrics={"top-1 acc": float("nan"), "n": 3, "tag": "a b"}))
     path = tmp_path / "train/epoch-1" / metric_filename("top-1 acc")
-    assert path.name == "top-1_acc.log"
+    assert path.name.startswith("top-1_acc~") and path.name.endswith(".log")  # a space: hashed
     assert path.read_text() == ""  # buffered
     now[0] = 1.5
     sink(MetricsLogged(split="train", epoch=1, step=2, metrics={"n": 4}))
     assert path.read_text() == "1 nan\n"
     assert (tmp_path / "train/epoch-1/n.log").read_text() == "1 3\n2 4\n"
     assert (tmp_path / "train/epoch-1/tag.log").read_text() == '1 "a b"\n'
-    assert metric_filename("../x", "epoch") == "_x.epoch.log"
+    assert metric_filename("../x", "epoch").startswith("_x~")  # no separator, no dot-dot
     sink.close()

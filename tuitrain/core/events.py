@@ -221,6 +221,9 @@ class OutputPrinted(Event):
     text: str  # one or more whole lines, without the final newline
     stream: str = "stdout"  # "stdout", "stderr", "log", "tuitrain"
     time: float = field(default_factory=_now)
+    #: a line not ended yet, shown as it stands (a progress bar redrawn with `\r`, a print with
+    #: end="" flushed): the next OutputPrinted of its stream replaces it on screen
+    partial: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,25 +297,102 @@ def _default(obj: Any) -> Any:
     return str(obj)
 
 
-def from_dict(d: dict) -> Event | None:
-    """An event read back from events.jsonl; None for an unknown name (a newer writer)."""
-    cls = EVENT_TYPES.get(d.get("event", ""))
+MAX_DEPTH = 32  # nesting a field of an event read back may have (a config's tables are a few deep)
+_INT_LIMIT = 1 << 63
+
+
+def _int(v: Any) -> bool:
+    return type(v) is int and -_INT_LIMIT < v < _INT_LIMIT
+
+
+def _float(v: Any) -> bool:
+    return (type(v) is float and math.isfinite(v)) or _int(v)
+
+
+def _shallow(v: Any, limit: int = MAX_DEPTH) -> bool:
+    """No deeper than `limit` levels of lists and dicts (their readers may recurse)."""
+    todo = [(v, 0)]
+    while todo:
+        item, depth = todo.pop()
+        if isinstance(item, dict):
+            item = item.values()
+        elif not isinstance(item, list):
+            continue
+        if depth >= limit:
+            return False
+        todo.extend((x, depth + 1) for x in item if isinstance(x, (dict, list)))
+    return True
+
+
+_CHECKS: dict[str, Any] = {
+    "str": lambda v: type(v) is str,
+    "int": _int,
+    "float": _float,
+    "float | None": lambda v: v is None or _float(v),
+    "bool": lambda v: type(v) is bool,
+    "dict": lambda v: type(v) is dict and _shallow(v),
+    "list": lambda v: type(v) is list and _shallow(v),
+}
+# what readers of these fields take for granted inside them
+_INNER: dict[tuple[str, str], Any] = {
+    ("DevicesSampled", "gpus"): lambda v: all(type(g) is dict for g in v),
+    ("DevicesSampled", "cpu_per_core"): lambda v: all(_float(c) for c in v),
+    ("RunFinished", "summary"): lambda v: all(type(s) is dict for s in v.values()),
+    ("RunFailed", "summary"): lambda v: all(type(s) is dict for s in v.values()),
+}
+_SHAPES: dict[type, tuple[tuple[str, Any, Any, bool], ...]] = {}
+
+
+def _shape(cls: type) -> tuple[tuple[str, Any, Any, bool], ...]:
+    """(field, check, inner check, required) for each field of an event class."""
+    shape = _SHAPES.get(cls)
+    if shape is None:
+        shape = _SHAPES[cls] = tuple(
+            (f.name, _CHECKS[f.type], _INNER.get((cls.__name__, f.name)),
+             f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
+            for f in dataclasses.fields(cls))
+    return shape
+
+
+def from_dict(d: Any) -> Event | None:
+    """An event read back from events.jsonl; None for an unknown name (a newer writer) or a line of
+    the wrong shape: a field missing or of the wrong type, a non-finite time, an int past 64 bits,
+    lists and dicts nested deeper than MAX_DEPTH. Keys it does not know are left out."""
+    if type(d) is not dict:
+        return None
+    name = d.get("event")
+    cls = EVENT_TYPES.get(name) if type(name) is str else None
     if cls is None:
         return None
-    names = {f.name for f in dataclasses.fields(cls)}
-    try:
-        return cls(**{k: v for k, v in d.items() if k in names})
-    except TypeError:
+    kwargs = {}
+    for field_name, check, inner, required in _shape(cls):
+        if field_name not in d:
+            if required:
+                return None
+            continue
+        v = d[field_name]
+        if not check(v) or (inner is not None and not inner(v)):
+            return None
+        kwargs[field_name] = v
+    return cls(**kwargs)
+
+
+MAX_LINE = 4 << 20  # bytes an events.jsonl line may have; a longer one is skipped as damaged
+
+
+def parse_line(line: str | bytes) -> Event | None:
+    """One events.jsonl line as an event; None for a blank, damaged, unknown or ill-shaped one
+    (never an exception: not for bytes that are not UTF-8, a line too long, nor deep nesting)."""
+    if len(line) > MAX_LINE:
         return None
-
-
-def parse_line(line: str) -> Event | None:
+    if isinstance(line, bytes):
+        line = line.decode("utf-8", errors="replace")
     line = line.strip()
     if not line:
         return None
     try:
         return from_dict(json.loads(line))
-    except (ValueError, AttributeError):
+    except (ValueError, RecursionError):  # JSONDecodeError, huge ints; nesting past the C stack
         return None
 
 

@@ -11,22 +11,34 @@ import io
 import logging
 import sys
 import threading
+import time
 import warnings
 from typing import Callable
 
 from .events import Event, OutputPrinted
+from .text import collapse_redraws
+
+
+PARTIAL_INTERVAL = 0.25  # seconds between two partial lines of one stream (a bar redraws faster)
+MAX_LINE = 64 * 1024  # characters a line may gather without a newline before it is sent as a line
 
 
 class LineWriter(io.TextIOBase):
-    """A text stream that emits whole lines as events; a partial line waits for its newline."""
+    """A text stream that emits whole lines as events. A line not ended yet waits for its newline;
+    flushed (tqdm, print(end="", flush=True)) it is sent as it stands, marked partial, at most every
+    PARTIAL_INTERVAL seconds: a progress bar redrawn with `\\r` is one line that updates."""
 
-    def __init__(self, emit: Callable[[Event], None], stream: str, original) -> None:
+    def __init__(self, emit: Callable[[Event], None], stream: str, original,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._emit = emit
         self._stream = stream
         self._buf = ""
         self._lock = threading.Lock()
         self.original = original
         self._busy = threading.local()
+        self._clock = clock
+        self._shown = ""  # the partial line last sent
+        self._shown_at = -PARTIAL_INTERVAL
 
     def writable(self) -> bool:
         return True
@@ -45,24 +57,51 @@ class LineWriter(io.TextIOBase):
             return len(text)
         with self._lock:
             self._buf += text
-            if "\n" not in self._buf:
-                return len(text)
-            lines, self._buf = self._buf.rsplit("\n", 1)
-        self._send(lines)
+            if "\n" in self._buf:
+                lines, self._buf = self._buf.rsplit("\n", 1)
+                self._shown = ""
+            else:
+                if "\r" in text:  # only a redraw's newest state is kept: memory stays bounded
+                    self._buf = _newest(self._buf)
+                if len(self._buf) <= MAX_LINE:
+                    return len(text)
+                lines, self._buf, self._shown = self._buf, "", ""
+        self._send(collapse_redraws(lines))
         return len(text)
 
-    def _send(self, text: str) -> None:
+    def _send(self, text: str, partial: bool = False) -> None:
         self._busy.on = True
         try:
-            self._emit(OutputPrinted(text=text.replace("\r", ""), stream=self._stream))
+            self._emit(OutputPrinted(text=text, stream=self._stream, partial=partial))
         finally:
             self._busy.on = False
 
     def flush(self) -> None:
+        """The line under way, shown as it stands (partial), when it changed and its time came."""
         with self._lock:
-            rest, self._buf = self._buf, ""
+            line = collapse_redraws(self._buf)
+            now = self._clock()
+            if not line or line == self._shown or now - self._shown_at < PARTIAL_INTERVAL:
+                return
+            self._shown, self._shown_at = line, now
+        self._send(line, partial=True)
+
+    def finish(self) -> None:
+        """The capture ends: a line left without its newline is sent as a whole line."""
+        with self._lock:
+            rest, self._buf, self._shown = self._buf, "", ""
+        rest = collapse_redraws(rest)
         if rest:
             self._send(rest)
+
+
+def _newest(buf: str) -> str:
+    """A line being redrawn with \\r, down to its newest state (and the \\r after it, if any)."""
+    head, _, tail = buf.rpartition("\r")
+    if tail:
+        return "\r" + tail
+    newest = head.rpartition("\r")[2]
+    return "\r" + newest + "\r" if newest else "\r"
 
 
 class _Handler(logging.Handler):
@@ -98,8 +137,8 @@ def capture_output(emit: Callable[[Event], None]):
                 warnings.formatwarning(msg, cat, fn, ln, line))
             yield
     finally:
-        out.flush()
-        err.flush()
+        out.finish()
+        err.finish()
         sys.stdout, sys.stderr = saved
         root.removeHandler(handler)
         root.setLevel(saved_level)

@@ -9,7 +9,6 @@ Must not import torch or textual.
 
 from __future__ import annotations
 
-import re
 import sys
 import time
 from typing import Callable, TextIO
@@ -19,21 +18,16 @@ from tuitrain.core.events import (
     MetricsLogged, OutputPrinted, PhaseStarted, RunFailed, RunFinished, RunPaused, RunResumed,
     RunStarted, StepCompleted, StepStarted,
 )
+from tuitrain.core.text import safe_text
 from tuitrain.sinks.summary import format_duration, format_summary_table, format_value
 
 SEP = " · "
-# CSI sequences, OSC sequences (ended by BEL or ESC \), and other two-byte escapes
-_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-_]")
 
 
 def plain(text: str) -> str:
-    """Text as a log file should hold it: escapes removed, each line what a terminal would show."""
-    text = _ANSI.sub("", text).replace("\r\n", "\n")
-    lines = []
-    for line in text.split("\n"):
-        parts = [p for p in line.split("\r") if p]
-        lines.append(parts[-1] if parts else "")
-    return "\n".join(lines)
+    """Text as a log file should hold it: escapes and controls removed, each line what a terminal
+    would show (tuitrain.core.text.safe_text)."""
+    return safe_text(text)
 
 
 def format_rate(rate: float) -> str:
@@ -86,7 +80,7 @@ class HeadlessConsole:
     def _emit(self, text: str, to: TextIO | None = None) -> None:
         stream = to or self.stream
         try:
-            stream.write(text + "\n")
+            stream.write(safe_text(text) + "\n")  # names and prints of the user's code: never obeyed
             stream.flush()
         except (OSError, ValueError):  # a closed pipe (`| head`) must not stop training
             pass
@@ -145,8 +139,10 @@ class HeadlessConsole:
                 self._emit(f"paused at epoch {epoch}, step {step}")
             case RunResumed(paused_for=paused_for):
                 self._emit(f"resumed after {format_duration(paused_for)}")
+            case OutputPrinted(partial=True):
+                pass  # a line still being redrawn: its whole line comes when it ends
             case OutputPrinted(text=text, stream=stream):
-                self._emit(plain(text), self.err if stream == "stderr" else self.stream)
+                self._emit(text, self.err if stream == "stderr" else self.stream)
             case RunFinished():
                 self._finished(event)
             case RunFailed():

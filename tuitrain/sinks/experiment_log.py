@@ -18,6 +18,7 @@ from tuitrain.core.events import (
     CheckpointDeleted, CheckpointFailed, CheckpointSaved, ControlReceived, EpochCompleted,
     EpochStarted, Event, OutputPrinted, RunFailed, RunFinished, RunPaused, RunResumed, RunStarted,
 )
+from tuitrain.core.text import safe_text
 from tuitrain.sinks.summary import format_bytes, format_duration, format_summary_table, format_value
 
 FILENAME = "experiment.log"
@@ -55,7 +56,7 @@ class ExperimentLog:
         """One entry; extra lines of `message` are indented under the first."""
         if self._file.closed:
             return
-        first, *rest = message.split("\n")
+        first, *rest = safe_text(message).split("\n")  # what the user's code named or printed: never obeyed
         lines = [f"{_timestamp(time.time() if t is None else t)} {level:<5} {first}"]
         lines += ["    " + line for line in rest]
         self._file.write("\n".join(lines) + "\n")
@@ -96,6 +97,8 @@ class ExperimentLog:
                 self.write(f"paused at epoch {epoch}, step {step}", t=t)
             case RunResumed(epoch=epoch, step=step, paused_for=paused_for):
                 self.write(f"resumed at epoch {epoch}, step {step} after {format_duration(paused_for)}", t=t)
+            case OutputPrinted(partial=True):
+                pass  # a line still being redrawn (a progress bar): its final state comes as a whole line
             case OutputPrinted(text=text, stream=stream):
                 level = "WARN" if stream == "stderr" else "INFO"
                 for line in text.split("\n"):

@@ -6,6 +6,9 @@ Layout and line format (the run directory's contract):
     train/epoch-N/<metric>.epoch.log   the phase's aggregate (MetricsLogged(scope="epoch"))
     valid/epoch-N/<metric>.log         the phase's aggregate of a split that logs no step values
 
+`<metric>` is the name itself when it is a plain file name (letters, digits, `._+=@-`); any other
+name (a path, a control character, 300 characters, `Loss` beside `loss`) gets a readable prefix and
+a hash of the whole name (`safe_stem`), and `metric_names.json` then maps every name to its file.
 `<step>` is the global optimizer step; `<value>` is Python's repr of the float (reads back exactly
 with `float()`, including `nan` and `inf`), an int as written, anything else as JSON. A resumed run
 appends, so an epoch cut short by a kill may list a step twice: the later line is the resumed one.
@@ -14,6 +17,7 @@ Must not import torch or textual.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -21,14 +25,31 @@ import time
 from pathlib import Path
 from typing import IO, Any, Callable
 
+from tuitrain.core.fsutil import atomic_write_json
 from tuitrain.core.events import EpochCompleted, Event, MetricsLogged, PhaseCompleted, RunFailed, RunFinished
 
-_UNSAFE = re.compile(r"[^A-Za-z0-9._+=@-]")
+_SAFE = re.compile(r"[A-Za-z0-9_+=@-][A-Za-z0-9._+=@-]*")  # a name kept as its own file name
+_UNSAFE_RUN = re.compile(r"[^A-Za-z0-9._+=@-]+")
+MAX_NAME = 120  # characters of a name kept as is; a longer one is cut, with its hash (file names: 255 bytes)
+NAMES_FILE = "metric_names.json"  # {"metrics": {name: file stem}, "splits": {split: folder}}
+
+
+def safe_stem(name: str) -> str:
+    """A metric (or split) name as one file name without its suffix, never two names on one:
+    a name of letters, digits and `._+=@-` (not starting with a dot, not ending in `.epoch`, at
+    most MAX_NAME characters) is its own; any other gets a readable prefix and a hash of the whole
+    name after a `~`, which no kept name has: `grad/layer.0/norm` -> `grad_layer.0_norm~5d1c0e2a9b3f`."""
+    name = str(name)
+    if _SAFE.fullmatch(name) and len(name) <= MAX_NAME and not name.endswith(".epoch"):
+        return name
+    digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    prefix = _UNSAFE_RUN.sub("_", name).strip(".")[:MAX_NAME - 20]
+    return f"{prefix}~{digest}"
 
 
 def metric_filename(metric: str, scope: str = "step") -> str:
-    """A metric name made safe as one file name: 'top-1 acc' -> 'top-1_acc.log'."""
-    name = _UNSAFE.sub("_", str(metric)).strip(".") or "_"
+    """A metric name made safe as one file name: 'loss' -> 'loss.log', 'top-1 acc' -> 'top-1_acc~<hash>.log'."""
+    name = safe_stem(metric)
     return f"{name}.epoch.log" if scope == "epoch" else f"{name}.log"
 
 
@@ -73,9 +94,44 @@ class MetricFileLogger:
         self._epoch_of: dict[str, int] = {}  # split -> the epoch whose files are open
         self._stepped: set[str] = {"train"}  # splits with step values: their aggregates go to .epoch.log
         self._last_flush = clock()
+        # name -> file stem, for metrics and splits alike; kept across a resume (NAMES_FILE)
+        self._stems: dict[str, dict[str, str]] = {"metrics": {}, "splits": {}}
+        self._taken: dict[str, set[str]] = {"metrics": set(), "splits": set()}  # stems, case folded
+        self._renamed = False  # some name has a file name of its own: NAMES_FILE lists every name
+        self._read_names()
 
     def path(self, split: str, epoch: int, metric: str, scope: str = "step") -> Path:
-        return self.run_dir / _UNSAFE.sub("_", split) / f"epoch-{epoch}" / metric_filename(metric, scope)
+        name = self._stem("metrics", metric)
+        file = f"{name}.epoch.log" if scope == "epoch" else f"{name}.log"
+        return self.run_dir / self._stem("splits", split) / f"epoch-{epoch}" / file
+
+    def _stem(self, kind: str, name: str) -> str:
+        stem = self._stems[kind].get(name)
+        if stem is None:
+            stem = safe_stem(name)
+            if stem.casefold() in self._taken[kind]:  # 'Loss' after 'loss': one file on macOS
+                stem = safe_stem("\0" + name)  # unsafe, so hashed
+            self._stems[kind][name] = stem
+            self._taken[kind].add(stem.casefold())
+            if stem != name or self._renamed:  # a run of plain names has no NAMES_FILE
+                self._renamed = True
+                atomic_write_json(self.run_dir / NAMES_FILE, self._stems)
+        return stem
+
+    def _read_names(self) -> None:
+        """A resumed run's names keep the files they had (a damaged file: the names start afresh)."""
+        try:
+            data = json.loads((self.run_dir / NAMES_FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError, RecursionError):
+            return
+        for kind in self._stems:
+            table = data.get(kind) if isinstance(data, dict) else None
+            for name, stem in (table.items() if isinstance(table, dict) else ()):
+                if isinstance(stem, str) and stem and stem.casefold() not in self._taken[kind] \
+                        and (stem == safe_stem(name) or stem == safe_stem("\0" + name)):
+                    self._stems[kind][name] = stem
+                    self._taken[kind].add(stem.casefold())
+                    self._renamed = self._renamed or stem != name
 
     def __call__(self, event: Event, state: object = None) -> None:
         match event:
@@ -105,10 +161,10 @@ class MetricFileLogger:
         f = self._open.get((split, epoch, metric, scope))  # per logged value: no file name work
         if f is not None:
             return f
-        key = (split, epoch, metric_filename(metric, scope))
+        path = self.path(split, epoch, metric, scope)
+        key = (split, epoch, path.name)
         f = self._files.get(key)
         if f is None:
-            path = self.path(split, epoch, metric, scope)
             path.parent.mkdir(parents=True, exist_ok=True)
             f = self._files[key] = open(path, "a", encoding="utf-8", newline="\n")
         self._open[(split, epoch, metric, scope)] = f
