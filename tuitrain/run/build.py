@@ -14,9 +14,11 @@ from tuitrain.config import chain_parts, named_parts, resolve_target
 from tuitrain.core.callbacks import EventBus
 
 
-def build_learner(run, bus: EventBus):
-    """The user's model, data, loss, optimizer, scheduler, metrics from `run.cfg`: a Learner and its
-    loaders. Runs in the training thread (or rank); errors here are the user's code failing."""
+def build_learner(cfg, run_dir: Path, bus: EventBus, interrupter, *, dist=None, headless: bool = True):
+    """The user's model, data, loss, optimizer, scheduler, metrics from `cfg`: a Learner writing into
+    `run_dir` through `bus`, steered by `interrupter`, and its loaders. `dist`: this rank's DistContext
+    (None: one process); `headless`: no dashboard shares this process. Runs in the training thread (or
+    rank); errors here are the user's code failing."""
     import torch
 
     from tuitrain.core import checkpoint as ckpt
@@ -26,8 +28,7 @@ def build_learner(run, bus: EventBus):
     from tuitrain.core.strategies import strategy_for
     from tuitrain.core.metrics import TorchMetric
 
-    cfg = run.cfg
-    if not run.headless and "OMP_NUM_THREADS" not in os.environ and (os.cpu_count() or 1) > 1:
+    if not headless and "OMP_NUM_THREADS" not in os.environ and (os.cpu_count() or 1) > 1:
         # leave the dashboard a core: OpenMP workers spin-wait and stall when the UI takes one
         torch.set_num_threads(max(1, min(torch.get_num_threads(), (os.cpu_count() or 2) - 1)))
     seed_everything(cfg.experiment.seed)
@@ -48,12 +49,12 @@ def build_learner(run, bus: EventBus):
                           cfg.checkpoint.init_from, strict=cfg.checkpoint.strict,
                           revise_keys=cfg.checkpoint.revise_keys)
     loss_fn = target(cfg.loss.target, "loss.target")(**cfg.loss.kwargs)
-    strategy = strategy_for(run.dist)  # one process, or this rank's DDP or FSDP
+    strategy = strategy_for(dist)  # one process, or this rank's DDP or FSDP
     strategy.prepare_model(model)  # fsdp shards the parameters in place, before the optimizer takes them
     # [optimizer.NAME] optimizes model NAME; one [optimizer] table gives every model its own optimizer
     opt_tables = dict(cfg.optimizer.named) or dict.fromkeys(models, cfg.optimizer)
     optimizers, notes = {}, []
-    world = run.dist.world_size if run.dist is not None else 1
+    world = dist.world_size if dist is not None else 1
     for name, o in opt_tables.items():
         key = f"optimizer.{name}" if cfg.optimizer.named else "optimizer"
         opt_cls = target(o.target, f"{key}.target") if o.target else getattr(torch.optim, o.name)
@@ -73,9 +74,9 @@ def build_learner(run, bus: EventBus):
                                 seed=cfg.experiment.seed, drop_last=d.drop_last, pin_memory=d.pin_memory)
     valid_loader = build_loader(valid, batch_size=d.batch_size, shuffle=False, num_workers=d.num_workers,
                                 seed=cfg.experiment.seed, pin_memory=d.pin_memory)
-    if run.dist is not None:  # this rank's share of the data, before steps per epoch are counted
-        run.dist.shard(train_loader, "train")
-        run.dist.shard(valid_loader, "valid")
+    if dist is not None:  # this rank's share of the data, before steps per epoch are counted
+        dist.shard(train_loader, "train")
+        dist.shard(valid_loader, "valid")
     batches = train_loader.batches_per_epoch()
     steps_per_epoch = -(-batches // cfg.train.grad_accumulation) if batches else 0
     schedulers, intervals = {}, {}
@@ -110,7 +111,7 @@ def build_learner(run, bus: EventBus):
         return out
 
     c = cfg.checkpoint
-    checkpointer = ckpt.Checkpointer(run.run_dir / "checkpoint", keep_last=c.keep_last, keep_best=c.keep_best,
+    checkpointer = ckpt.Checkpointer(Path(run_dir) / "checkpoint", keep_last=c.keep_last, keep_best=c.keep_best,
                                      monitor=c.monitor, mode=c.mode, every_n_epochs=c.every_n_epochs,
                                      every_n_steps=c.every_n_steps)
     es = cfg.early_stopping
@@ -127,9 +128,9 @@ def build_learner(run, bus: EventBus):
         validate_every_n_steps=t.validate_every_n_steps, limit_valid_batches=t.limit_valid_batches,
         max_time=t.max_time, ema_decay=cfg.ema.decay if cfg.ema is not None else 0.0,
         throughput_unit=cfg.metrics.throughput_unit,
-        interrupter=run.interrupter, checkpointer=checkpointer, early_stopping=early,
+        interrupter=interrupter, checkpointer=checkpointer, early_stopping=early,
         capture_output=True, config=cfg.to_dict(), experiment=cfg.experiment.name, bus=bus,
-        run_dir=run.run_dir, env=git_info(cfg.base_dir), notes=notes, strategy=strategy)
+        run_dir=run_dir, env=git_info(cfg.base_dir), notes=notes, strategy=strategy)
     return learner, train_loader, valid_loader
 
 

@@ -69,11 +69,11 @@ def execute_distributed(run) -> int:
 def _torchrun(run, rank: int, world: int, local_rank: int) -> int:
     from tuitrain.core.strategies.ddp import init_distributed, shutdown_distributed
 
-    run.dist = init_distributed(rank, world, local_rank, run.cfg.train.device, strategy=strategy_of(run.cfg))
+    dist = init_distributed(rank, world, local_rank, run.cfg.train.device, strategy=strategy_of(run.cfg))
     code = 1
     try:
         # rank 0 is an ordinary run, its Learner's strategy DDP's (or FSDP's)
-        code = run.execute() if rank == 0 else _train_quietly(run, run.resume_path)
+        code = run.train_here(dist) if rank == 0 else _train_quietly(run, run.resume_path, dist=dist)
     finally:
         shutdown_distributed(code in (0, 130))
     if rank != 0:  # nothing left to do: skip C++ teardown at exit, where gloo can abort (SIGABRT)
@@ -85,7 +85,7 @@ def _torchrun(run, rank: int, world: int, local_rank: int) -> int:
     return code
 
 
-def _train_quietly(run, resume_path, bus=None, on_built=None, capture: bool = False) -> int:
+def _train_quietly(run, resume_path, bus=None, on_built=None, capture: bool = False, dist=None) -> int:
     """Build and fit this rank with nothing but `bus` listening; the exit code.
     `on_built(learner, train_loader)` is called before training starts. `capture`: what the user's
     code prints while it builds is an event too (rank 0: it reaches experiment.log), as in training."""
@@ -97,7 +97,7 @@ def _train_quietly(run, resume_path, bus=None, on_built=None, capture: bool = Fa
     bus = bus if bus is not None else EventBus()
     try:
         with capture_output(bus.emit) if capture else contextlib.nullcontext():
-            learner, train, valid = run.build(bus)
+            learner, train, valid = run.build(bus, dist)
         if on_built is not None:
             on_built(learner, train)
     except ConfigError as e:  # what only building shows (a factory that returns no optimizer): exit 2
@@ -184,9 +184,8 @@ def worker_main(rank: int, spec: WorkerSpec, events, control) -> None:
                         apply_command(run.interrupter, command, source)
 
             threading.Thread(target=listen, name="tuitrain-control-in", daemon=True).start()
-        run.dist = init_distributed(rank, spec.world_size, rank, cfg.train.device, spec.init_method,
-                                    strategy_of(cfg))
-        code = _train_quietly(run, spec.resume_path, bus, capture=rank == 0,
+        dist = init_distributed(rank, spec.world_size, rank, cfg.train.device, spec.init_method, strategy_of(cfg))
+        code = _train_quietly(run, spec.resume_path, bus, capture=rank == 0, dist=dist,
                               on_built=lambda learner, train: monitors.append(_rank_monitor(bus, rank, learner, train)))
     except BaseException as e:  # setting up the rank failed: report it like a failure in training
         bus.emit(RunFailed(error=f"{type(e).__name__}: {e}", traceback="".join(traceback.format_exception(e)),
@@ -223,7 +222,7 @@ def _spawn(run) -> int:
     cfg = run.cfg
     world = cfg.train.devices
     session = run.session(devices=False)  # each rank samples its own devices (see _rank_monitor)
-    bus = run.bus = session.bus
+    bus = session.bus
     session.open()
     ctx = mp.get_context("spawn")
     with _stderr_with_a_fileno():

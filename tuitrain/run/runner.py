@@ -121,7 +121,6 @@ class Run:
         self.bus: EventBus | None = None  # the run's event bus while it trains (a screen that fails emits on it)
         #: a config error found only while building (exit 2): the CLI prints it
         self.config_error: ConfigError | None = None
-        self.dist = None  # a rank of a distributed run: its DistContext (core/strategies/ddp.py)
 
     def subscribe(self, callback: Callable, steps: bool | None = None) -> None:
         self._callbacks.append((callback, steps))
@@ -135,39 +134,46 @@ class Run:
 
     # --- building ------------------------------------------------------------------------------
 
-    def build(self, bus: EventBus):
-        """The user's model, data, loss, optimizer, scheduler, metrics: a Learner and its data."""
+    def build(self, bus: EventBus, dist=None):
+        """The user's model, data, loss, optimizer, scheduler, metrics: a Learner and its data (`dist`:
+        this rank's DistContext, None in one process)."""
         from tuitrain.run.build import build_learner
 
-        return build_learner(self, bus)
-
+        return build_learner(self.cfg, self.run_dir, bus, self.interrupter, dist=dist, headless=self.headless)
 
     # --- running -------------------------------------------------------------------------------
 
-    def session(self, *, devices: bool = True) -> RunSession:
-        """The run directory of this run, as a `RunSession` (not yet open)."""
-        return RunSession(self.run_dir, config=self.cfg.to_toml(), interrupter=self.interrupter,
-                          tensorboard=self.cfg.log.tensorboard, console=self.headless, devices=devices,
-                          callbacks=self._callbacks, inline_chores=self.dist is None)
+    def session(self, *, devices: bool = True, inline_chores: bool = False) -> RunSession:
+        """The run directory of this run, as a `RunSession` (not yet open); `self.bus` is its bus."""
+        session = RunSession(self.run_dir, config=self.cfg.to_toml(), interrupter=self.interrupter,
+                             tensorboard=self.cfg.log.tensorboard, console=self.headless, devices=devices,
+                             callbacks=self._callbacks, inline_chores=inline_chores)
+        self.bus = session.bus
+        return session
 
     def execute(self) -> int:
-        """Train; returns 0, 1 or 130. Errors in user code become a RunFailed event, never a raise."""
+        """Train; returns 0, 1 or 130. Errors in user code become a RunFailed event, never a raise.
+        Where it trains is decided here, once: in this process, or spawned ranks, or as a torchrun rank."""
         from tuitrain.run.preflight import distributed_wanted
 
-        if self.dist is None and distributed_wanted(self.cfg):
+        if distributed_wanted(self.cfg):
             from tuitrain.run.launch import execute_distributed
 
             return execute_distributed(self)
-        # one process (the loop does the chores itself while it is quick: see Housekeeping), or rank 0
-        session = self.session()
-        bus = self.bus = session.bus
+        return self.train_here()
+
+    def train_here(self, dist=None) -> int:
+        """Train in this process: one process (the loop does the chores itself while it is quick: see
+        Housekeeping), or rank 0 of torchrun's ranks (`dist`), which owns the run directory."""
+        session = self.session(inline_chores=dist is None)
+        bus = session.bus
         session.open()
         try:
             try:
                 # what the user's code prints while its model, data and optimizer are built is part of
                 # the run: experiment.log and the screen get it, as they get what it prints in training
                 with capture_output(bus.emit):
-                    learner, train, valid = self.build(bus)
+                    learner, train, valid = self.build(bus, dist)
             except ConfigError as e:  # what only building shows (a factory that returns no optimizer)
                 self.config_error = e
                 return 2
