@@ -66,7 +66,7 @@ def test_state_collects_metrics_epochs_and_checkpoints():
     assert (st.epoch, st.step, st.total_steps) == (3, 60, 100)
     assert st.devices[0].gpus[0]["name"] == "Fake A100"
     assert st.status == "running" and not st.ended
-    assert [t for _, t in st.take_lines()] == [f"epoch {e}: training done" for e in (1, 2, 3)]
+    assert [t for _, t, _ in st.take_lines()] == [f"epoch {e}: training done" for e in (1, 2, 3)]
     assert st.take_lines() == []
 
 
@@ -100,7 +100,7 @@ def test_status_follows_pause_checkpoint_stop_and_end():
     assert st.status == "checkpointing"
     st.apply([ControlReceived(command="stop", source="dashboard", detail="quit")])
     assert st.status == "stopping"
-    assert st.take_lines()[-1] == ("tuitrain", "[tuitrain] stop requested (dashboard: quit)")
+    assert st.take_lines()[-1] == ("tuitrain", "[tuitrain] stop requested (dashboard: quit)", False)
     assert folded(epochs=1, end="interrupted").status == "interrupted"
     failed = folded(epochs=1, end="failed")
     assert failed.status == "failed" and failed.failed.error.startswith("ValueError")

@@ -29,9 +29,9 @@ from textual.app import App
 from textual.binding import Binding
 from textual.screen import ModalScreen
 from textual.timer import Timer
-from textual.widgets import Static
 
 from tuitrain.core.control import Controller
+from tuitrain.core.text import safe_text
 from tuitrain.dashboard.bridge import EventBridge
 from tuitrain.dashboard.ending import EndingMixin
 from tuitrain.dashboard.layout import DASHBOARD_TCSS, LayoutMixin, base_theme_of, default_theme
@@ -310,7 +310,7 @@ class DashboardApp(LayoutMixin, PacingMixin, EndingMixin, App[int]):
             grid.set_filter(text)
             shown = len(grid.visible())
             if text.strip() and not shown:
-                self.notify(f"no chart matches /{text.strip()}/", severity="warning", timeout=4)
+                self.notify(safe_text(f"no chart matches /{text.strip()}/"), severity="warning", timeout=4, markup=False)
 
         self.push_screen(FilterScreen(grid.filter_text, lambda text: compile_filter(text)[1]), apply)
 
@@ -331,12 +331,12 @@ class DashboardApp(LayoutMixin, PacingMixin, EndingMixin, App[int]):
                 files = write_series(self.state, folder)
             self.save_screenshot(filename="screen.svg", path=str(folder))
         except OSError as e:
-            self.notify(f"export failed: {e}", severity="error", timeout=6)
+            self.notify(safe_text(f"export failed: {e}"), severity="error", timeout=6, markup=False)
             return
         self.last_export = folder
         of = f" of {len(runs)} runs" if runs else ""
-        self.notify(f"exported the screen and {len(files)} series{of} to {folder}", timeout=6)
-        self.query_one("#notice", Static).update(Text(f"exported to {folder}", no_wrap=True, overflow="ellipsis"))
+        self.notify(safe_text(f"exported the screen and {len(files)} series{of} to {folder}"), timeout=6, markup=False)
+        self.set_notice(f"exported to {folder}")
 
     def action_differences(self) -> None:
         """d: the config keys whose values differ between the compared runs."""
@@ -382,7 +382,7 @@ class DashboardApp(LayoutMixin, PacingMixin, EndingMixin, App[int]):
         code = self.exit_code if self.exit_code is not None else (0 if self.watching else 130)
         message = None
         if self.state.ended:
-            message = Text(f"{result_title(self.state)}\n{result_body(self.state, self.exit_code)}")
+            message = Text(f"{result_title(self.state)}\n{result_body(self.state, self.exit_code)}")  # both made safe
         self.exit(code, message=message)
 
     def _close_source(self) -> None:

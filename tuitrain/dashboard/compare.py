@@ -150,5 +150,5 @@ def read_config(run_dir: Path) -> dict:
     try:
         with open(Path(run_dir) / "config.toml", "rb") as f:
             return tomllib.load(f)
-    except (OSError, tomllib.TOMLDecodeError):
+    except (OSError, tomllib.TOMLDecodeError, RecursionError, UnicodeDecodeError):
         return {}

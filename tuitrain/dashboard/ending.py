@@ -9,7 +9,6 @@ attributes. Like the rest of the dashboard, this module must not import the run 
 
 from __future__ import annotations
 
-from textual.widgets import Static
 
 from tuitrain.dashboard.messages import TrainingEnded
 from tuitrain.dashboard.widgets.result_screen import ResultScreen
@@ -34,7 +33,7 @@ class EndingMixin:
     def _read_only(self, why: str) -> None:
         self.controller = None
         self.steering_changed()
-        self.query_one("#notice", Static).update(why)
+        self.set_notice(why)
 
     def on_training_ended(self, message: TrainingEnded) -> None:
         self.worker_done = True
@@ -56,11 +55,10 @@ class EndingMixin:
                 return
             if self.state.ended:
                 what = "the error" if self.state.final == "failed" else "the summary"
-                self.query_one("#notice", Static).update(
-                    f"training {self.state.final or 'ended'} · r: {what} again · q: leave")
+                self.set_notice(f"training {self.state.final or 'ended'} · r: {what} again · q: leave")
                 self._show_result()
             else:  # work returned without a final event (a fake or a crashed core)
-                self.query_one("#notice", Static).update(f"training ended, exit code {self.exit_code}")
+                self.set_notice(f"training ended, exit code {self.exit_code}")
                 self.state.final = self.state.final or ("completed" if self.exit_code == 0 else "interrupted")
                 self._refresh_progress()
                 self._show_result()

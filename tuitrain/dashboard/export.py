@@ -11,13 +11,11 @@ textual.
 from __future__ import annotations
 
 import csv
-import re
 import time
 from pathlib import Path
 
 from tuitrain.dashboard.model import DashboardState
-
-_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+from tuitrain.sinks.metric_files import safe_stem
 
 
 def export_folder(run_dir: str | Path, when: float) -> Path:
@@ -40,7 +38,7 @@ def write_series(state: DashboardState, folder: Path) -> list[Path]:
     for (split, scope, name), series in sorted(state.series.items()):
         if not series.count:
             continue
-        path = folder / f"{split}-{scope}-{_UNSAFE.sub('_', name)}.csv"
+        path = folder / f"{safe_stem(split)}-{safe_stem(scope)}-{safe_stem(name)}.csv"  # any name: one file each
         xs, ys = series.points()
         with open(path, "w", newline="", encoding="utf-8") as f:
             out = csv.writer(f)
@@ -58,7 +56,7 @@ def write_compared(runs: dict[str, DashboardState], differences: list[tuple[str,
     key, then each run's value, one column a run)."""
     written = []
     for name, state in runs.items():
-        sub = folder / _UNSAFE.sub("_", name)
+        sub = folder / safe_stem(name)
         sub.mkdir()
         written += write_series(state, sub)
     with open(folder / "config-differences.csv", "w", newline="", encoding="utf-8") as f:

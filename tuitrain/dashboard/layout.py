@@ -20,6 +20,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.theme import Theme
 from textual.widgets import Footer, Static
 
+from tuitrain.core.text import safe_name, safe_text
 from tuitrain.dashboard.widgets.checkpoint_list import CheckpointList
 from tuitrain.dashboard.widgets.control_bar import ControlBar
 from tuitrain.dashboard.widgets.devices_panel import DevicesPanel
@@ -88,10 +89,28 @@ class LayoutMixin:
                 yield CheckpointList(clock=self.clock, id="checkpoints", classes="panel")
         with Horizontal(id="bottom-bar"):
             yield ControlBar(id="controls")
-            yield Static(self.notice, id="notice")
+            yield Static(self._notice_text(self.notice), id="notice")
         yield Static("The terminal is too small for the dashboard: make it larger (at least 50x12).\n"
                      "Training goes on; q leaves.", id="too-small")
         yield Footer()
+
+    def set_notice(self, text: str) -> None:
+        """The bottom bar's one line of notice (shown as typed, never as markup)."""
+        self.notice = text
+        self.query_one("#notice", Static).update(self._notice_text(text))
+
+    def _notice_text(self, text: str) -> Text:
+        skipped = self.skipped_lines()
+        if skipped:  # one notice for every damaged line skipped, however many
+            text = f"{skipped} damaged line{'s' if skipped != 1 else ''} of events.jsonl skipped" + \
+                (f" · {text}" if text else "")
+        return Text(safe_text(text, lines=False), no_wrap=True, overflow="ellipsis")
+
+    def skipped_lines(self) -> int:
+        """Lines of the run's events.jsonl (or the compared runs') left out as damaged."""
+        readers = getattr(self.source, "readers", None)
+        sources = readers.values() if isinstance(readers, dict) else [self.source]
+        return sum(getattr(s, "bad_lines", 0) for s in sources)
 
     def _set_up_panels(self) -> None:
         """On mount: the theme, the panels' titles, the layout for the terminal's size, and the
@@ -130,12 +149,12 @@ class LayoutMixin:
             self._title_shown = key
             text = Text(f" comparing {len(runs)} runs ", style="bold")
             for i, (name, rs) in enumerate(runs.items()):
-                text.append(f"  ━{i + 1} {name}", style="#%02x%02x%02x" % run_color(i))
+                text.append(f"  ━{i + 1} {safe_name(name, 32)}", style="#%02x%02x%02x" % run_color(i))
                 text.append(f" [{run_state(rs)}]", style="dim")
             self.query_one("#title-bar", Static).update(text, layout=False)
             return
-        name = st.experiment or "tuitrain"
-        where = st.run_dir or (str(getattr(self.source, "run_dir", "")) if self.watching else "")
+        name = safe_name(st.experiment or "tuitrain", 40)  # the first row shows the run, whatever it is named
+        where = safe_name(st.run_dir or (str(getattr(self.source, "run_dir", "")) if self.watching else ""), 60)
         mode = run_state(st)
         if self.watching:
             mode = f"watching · {mode}"

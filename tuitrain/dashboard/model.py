@@ -32,6 +32,12 @@ def _is_number(v: object) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
+def _table(cfg: dict, key: str) -> dict:
+    """A table of the run's config, {} when it is missing or not a table (a damaged events.jsonl)."""
+    table = cfg.get(key)
+    return table if isinstance(table, dict) else {}
+
+
 class DashboardState:
     """Everything the panels show; fed in order by `apply`."""
 
@@ -87,7 +93,7 @@ class DashboardState:
         self.env: dict = {}  # RunStarted.env: versions, devices, git commit
         self.checkpoints: list[dict] = []  # newest first
         self.best_file = ""
-        self.lines: deque[tuple[str, str]] = deque(maxlen=5000)  # (stream, text) not yet shown
+        self.lines: deque[tuple[str, str, bool]] = deque(maxlen=5000)  # (stream, text, partial) not yet shown
         self.finished: RunFinished | None = None
         self.failed: RunFailed | None = None
 
@@ -191,7 +197,7 @@ class DashboardState:
             v = metrics.get(self.monitor.partition("/")[2])
         return v if _is_number(v) else None
 
-    def take_lines(self) -> list[tuple[str, str]]:
+    def take_lines(self) -> list[tuple[str, str, bool]]:
         out = list(self.lines)
         self.lines.clear()
         return out
@@ -207,8 +213,10 @@ class DashboardState:
                 self.last_time = t
         return changed
 
-    def _log(self, stream: str, text: str) -> None:
-        self.lines.append((stream, text))
+    def _log(self, stream: str, text: str, partial: bool = False) -> None:
+        if self.lines and self.lines[-1][2] and self.lines[-1][0] == stream:
+            self.lines.pop()  # a line being redrawn (or then ended): only its newest state waits to be shown
+        self.lines.append((stream, text, partial))
 
     def _apply(self, event: Event) -> set[str]:
         match event:
@@ -234,10 +242,12 @@ class DashboardState:
                 if self.started_at is None:
                     self.started_at = event.time
                 cfg = event.config if isinstance(event.config, dict) else {}
-                self.monitor = str((cfg.get("checkpoint") or {}).get("monitor", "") or "")
-                self.mode = str((cfg.get("checkpoint") or {}).get("mode", "") or "")
+                checkpoint = _table(cfg, "checkpoint")
+                self.monitor = str(checkpoint.get("monitor", "") or "")
+                self.mode = str(checkpoint.get("mode", "") or "")
                 self._samples = max(self._samples, event.start_step * (event.batch_size or 0))
-                self.validate_every = int((cfg.get("train") or {}).get("validate_every", 1) or 1)
+                every = _table(cfg, "train").get("validate_every", 1)
+                self.validate_every = every if isinstance(every, int) and every > 0 else 1
                 self.final, self.stopping, self.paused = "", False, False
                 self.activity = "running"
                 if event.resumed_from:
@@ -302,7 +312,7 @@ class DashboardState:
                 self._stretch += 1  # paused time is not training time
                 return {"progress"}
             case OutputPrinted():
-                self._log(event.stream, event.text)
+                self._log(event.stream, event.text, event.partial)
                 return {"log"}
             case DevicesSampled():
                 self.devices[event.rank] = event

@@ -53,6 +53,10 @@ class PacingMixin:
         batch = self.bridge.drain(DRAIN_LIMIT)
         if batch:
             self._dirty |= self.state.apply(batch)
+        skipped = self.skipped_lines()
+        if skipped != getattr(self, "_skipped_shown", 0):  # the one notice of damaged lines, counted
+            self._skipped_shown = skipped
+            self.set_notice(self.notice)
         dirty = self._dirty
         if not dirty:
             return
@@ -75,8 +79,8 @@ class PacingMixin:
             self.query_one(CheckpointList).show(st.checkpoints, st.best_file, st.monitor)
         if "log" in dirty:
             log = self.query_one(OutputLog)
-            for stream, text in st.take_lines():
-                log.add(stream, text)
+            for stream, text, partial in st.take_lines():
+                log.add(stream, text, partial)
             if log.count and not log.has_class("-has-lines"):
                 log.add_class("-has-lines")  # the panel takes rows from its first line on
         if "plot" in dirty:

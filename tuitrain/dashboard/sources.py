@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 from typing import Any, Callable, Iterable, Protocol
 
-from tuitrain.core.events import Event, parse_line
+from tuitrain.core.events import MAX_LINE, Event, parse_line
 
 Emit = Callable[[Event, Any], None]
 MAX_BACKLOG = 20_000  # events a file reader may run ahead of the screen
@@ -109,6 +109,7 @@ class FileSource:
         assert self._emit is not None, "open() first"
         emit = self._emit
         partial = b""
+        skipping = False  # inside a line past MAX_LINE
         handle = None
         try:
             while not self._stop.is_set():
@@ -122,7 +123,7 @@ class FileSource:
                 if not data:
                     if self._truncated(handle):
                         handle.close()
-                        handle, partial = None, b""
+                        handle, partial, skipping = None, b"", False
                         continue
                     self.caught_up = True
                     self._stop.wait(self.poll)
@@ -130,8 +131,16 @@ class FileSource:
                 data = partial + data
                 lines = data.split(b"\n")
                 partial = lines.pop()  # a line still being written has no newline yet
+                if skipping and lines:  # the rest of a line too long to keep
+                    lines.pop(0)
+                    skipping = False
                 for raw in lines:
                     self._line(raw, emit)
+                if len(partial) > MAX_LINE:  # no line is this long: count it once, drop it to its end
+                    if not skipping:
+                        self.lines_read += 1
+                        self.bad_lines += 1
+                    partial, skipping = b"", True
                 while self.backlog() > MAX_BACKLOG and not self._stop.is_set():
                     self._stop.wait(0.05)  # let the screen catch up: keys stay responsive, memory bounded
         finally:
@@ -143,9 +152,9 @@ class FileSource:
         if not raw.strip():
             return
         self.lines_read += 1
-        event = parse_line(raw.decode("utf-8", errors="replace"))
+        event = parse_line(raw)
         if event is None:
-            self.bad_lines += 1  # unknown or damaged line: skip, keep following
+            self.bad_lines += 1  # unknown, damaged or ill-shaped line: skip it, count it, keep following
             return
         emit(event, None)
 

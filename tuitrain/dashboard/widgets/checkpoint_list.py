@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
+from tuitrain.core.text import safe_name
 from tuitrain.dashboard.fmt import format_age, format_bytes, format_value
 
 BEST = "★"
@@ -53,7 +54,7 @@ class CheckpointList(Static):
             return
         header = self.get_component_rich_style("checkpoint-list--header")
         best = self.get_component_rich_style("checkpoint-list--best")
-        value_name = self.monitor.partition("/")[2] or self.monitor or "value"
+        value_name = safe_name(self.monitor.partition("/")[2] or self.monitor or "value", 16)
         names = ["", "ep", "step", value_name, "size", "age", "file"]
         now = self.clock()
         rows = []
@@ -63,7 +64,7 @@ class CheckpointList(Static):
                 "": BEST if bool(self.best_file) and row["file"] == self.best_file else " ",
                 "ep": str(row["epoch"]), "step": str(row["step"]), value_name: value,
                 "size": format_bytes(row["bytes"]), "age": format_age(now - row["time"]),
-                "file": PurePath(row["file"]).name}))
+                "file": safe_name(PurePath(row["file"]).name, 80)}))
         # the numbers keep their width; the file name gets what is left, or goes when too little is
         widths = {n: max([len(n)] + [len(cells[n]) for _, cells in rows]) for n in names}
         left = self.content_size.width - sum(widths[n] + 1 for n in names[:-1])

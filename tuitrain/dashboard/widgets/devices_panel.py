@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import math
+
 from rich.table import Table
 from rich.console import Group
 from rich.text import Text
 from textual.widgets import Static
 
 from tuitrain.core.events import DevicesSampled
+from tuitrain.core.text import safe_name, safe_text
 from tuitrain.dashboard.fmt import format_bytes, format_rate
 
 BLOCKS = " ▁▂▃▄▅▆▇█"
@@ -43,8 +46,14 @@ def env_line(env: dict) -> str:
     parts = [f"torch {env['torch']}" if env.get("torch") else "", f"py {env['python']}" if env.get("python") else "",
              str(env.get("device", ""))]
     if env.get("git_commit"):
-        parts.append(f"git {env['git_commit'][:7]}{'*' if env.get('git_dirty') else ''}")
-    return " · ".join(p for p in parts if p)
+        parts.append(f"git {str(env['git_commit'])[:7]}{'*' if env.get('git_dirty') else ''}")
+    return safe_text(" · ".join(p for p in parts if p), lines=False)
+
+
+def _number(d: dict, key: str) -> float | None:
+    """A number of a GPU's sample; None when absent or not a number (a damaged events.jsonl)."""
+    v = d.get(key)
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
 
 
 def rank_text(sample: DevicesSampled) -> str:
@@ -91,7 +100,8 @@ class DevicesPanel(Static):
         seen: dict[object, dict] = {}
         for rank in sorted(samples):
             for gpu in samples[rank].gpus:
-                seen.setdefault(gpu.get("index", len(seen)), gpu)
+                index = gpu.get("index", len(seen))
+                seen.setdefault(index if isinstance(index, (int, str)) else repr(index), gpu)
         self.gpus = [seen[k] for k in sorted(seen, key=str)]
         label = self.get_component_rich_style("devices-panel--label")
         grid = Table.grid(padding=(0, 1))
@@ -109,20 +119,21 @@ class DevicesPanel(Static):
         else:
             grid.add_row("RSS", Text(format_bytes(rank0.rss)), Text(""))
         for gpu in self.gpus:
-            name = f"GPU{gpu.get('index', '?')}"
-            mem_used, mem_total = gpu.get("mem_used"), gpu.get("mem_total")
+            name = Text(safe_name(f"GPU{gpu.get('index', '?')}", 8))
+            mem_used, mem_total = _number(gpu, "mem_used"), _number(gpu, "mem_total")
             mem_pct = 100 * mem_used / mem_total if mem_used is not None and mem_total else None
-            extra = [_pct(gpu.get("util"))]
+            util = _number(gpu, "util")
+            extra = [_pct(util)]
             if mem_used is not None and mem_total:
                 extra.append(f"{format_bytes(mem_used)}/{format_bytes(mem_total)}")
-            if gpu.get("temp") is not None:
-                extra.append(f"{gpu['temp']:.0f}°C")
-            if gpu.get("power") is not None:
-                extra.append(f"{gpu['power']:.0f}W")
-            grid.add_row(name, self._bar(gpu.get("util")), Text(" ".join(extra)))
+            if _number(gpu, "temp") is not None:
+                extra.append(f"{_number(gpu, 'temp'):.0f}°C")
+            if _number(gpu, "power") is not None:
+                extra.append(f"{_number(gpu, 'power'):.0f}W")
+            grid.add_row(name, self._bar(util), Text(" ".join(extra)))
             if mem_pct is not None:
-                torch_mem = gpu.get("torch_allocated")
-                note = f"torch {format_bytes(torch_mem)}" if torch_mem is not None else str(gpu.get("name", ""))
+                torch_mem = _number(gpu, "torch_allocated")
+                note = f"torch {format_bytes(torch_mem)}" if torch_mem is not None else safe_name(gpu.get("name", ""))
                 grid.add_row("", self._bar(mem_pct), Text(f"{_pct(mem_pct)} {note}"))
         rows = grid.row_count + bool(env)
         # a line of its own below the grid: a long one must not squeeze the grid's columns

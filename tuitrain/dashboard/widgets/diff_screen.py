@@ -11,6 +11,8 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from tuitrain.core.text import safe_name, safe_text
+
 
 class DiffScreen(ModalScreen[None]):
     """One row per differing config key, one column per run (in the runs' colours)."""
@@ -33,10 +35,10 @@ class DiffScreen(ModalScreen[None]):
         table = Table(box=None, padding=(0, 2), show_edge=False)
         table.add_column("config key", style="bold", no_wrap=True)
         for i, name in enumerate(self.names):
-            table.add_column(Text(f"━{i + 1} {name}", style=Style(color="#%02x%02x%02x" % self.run_colors[i])),
+            table.add_column(Text(f"━{i + 1} {safe_name(name, 32)}", style=Style(color="#%02x%02x%02x" % self.run_colors[i])),
                              overflow="fold")
-        for key, values in self.rows:
-            table.add_row(key, *values)
+        for key, values in self.rows:  # cells as Text: a config's strings are shown, never read as markup
+            table.add_row(Text(safe_name(key, 60)), *(Text(safe_text(v)) for v in values))
         with Vertical(id="diff-box", classes="panel"):
             yield Static(Text(f"Config differences between {len(self.names)} runs", style="bold"))
             with VerticalScroll(id="diff-scroll"):

@@ -19,6 +19,7 @@ from rich.text import Text
 from textual.strip import Strip
 from textual.widget import Widget
 
+from tuitrain.core.text import NAME_WIDTH, safe_name
 from tuitrain.dashboard.charts import SMOOTHING, ema, finite_for, log_ticks, nice_ticks, short, thin, tick_labels
 from tuitrain.dashboard.model import DashboardState
 
@@ -78,6 +79,7 @@ class MetricPlot(Widget, can_focus=True):
         self.key_colors: dict[str, tuple[int, int, int]] = {}  # compared runs: each run's colour
         self.skipped = 0  # points left out: not finite, or <= 0 on a log scale
         self.title_text = ""
+        self._name_width = NAME_WIDTH
         self._state: DashboardState | None = None
         self.pending: DashboardState | None = None  # to show once mounted
         self._version = 0  # bumped by each show(): frame() rebuilds the figure only then
@@ -197,6 +199,7 @@ class MetricPlot(Widget, can_focus=True):
         value, in the series' colours (the legend, outside the data): in words when there is room."""
         # Textual draws a border title as "╭─ title ─╮": six cells of the outer width are not the title's
         room = max(self.outer_size.width - 6, 10) if self.size.width else 80
+        self._name_width = max(8, min(NAME_WIDTH, room // 2))  # a long name gives way to the numbers
         title = Text()
         for form, digits in (("long", 4), ("short", 4), ("tight", 4), ("tight", 3)):
             title = self._title(state, form, digits)
@@ -211,7 +214,7 @@ class MetricPlot(Widget, can_focus=True):
         if runs:  # compared runs: each one's latest train value and best valid value, in its colour
             from tuitrain.dashboard.compare import run_color
 
-            title = Text(self.chart or "metrics", style="bold")
+            title = Text(safe_name(self.chart or "metrics", self._name_width), style="bold")
             name = self.metric
             for i, rs in enumerate(runs.values()):
                 latest, best = rs.latest.get(f"train/{name}"), rs.best_valid(name)
@@ -225,10 +228,10 @@ class MetricPlot(Widget, can_focus=True):
         train_style, valid_style = hexed(self._series_color("train")), hexed(self._series_color("valid"))
         gap = " " if form == "tight" else "  "
         title = Text()
-        title.append(self.chart or "metrics", style="bold")
+        title.append(safe_name(self.chart or "metrics", self._name_width), style="bold")
         for i, name in enumerate(self.metrics):
             if len(self.metrics) > 1:
-                title.append(f"{gap}{name}", style=hexed(self._series_color("train") if i == 0
+                title.append(f"{gap}{safe_name(name, self._name_width)}", style=hexed(self._series_color("train") if i == 0
                                                           else EXTRA[(i - 1) % len(EXTRA)]))
             latest, valid = state.latest.get(f"train/{name}"), state.metric_series(name, "valid")
             if latest is not None:

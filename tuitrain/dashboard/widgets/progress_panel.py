@@ -10,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
+from tuitrain.core.text import safe_name
 from tuitrain.dashboard.fmt import format_duration, format_rate
 from tuitrain.dashboard.model import DashboardState
 
@@ -44,10 +45,11 @@ class ProgressPanel(Static):
         self._rows = -1
 
     def show(self, state: DashboardState, note: str = "") -> None:
-        status = state.status
+        status = safe_name(state.status, 32)  # a phase of one's own names it
         if status != self.status:
             self.remove_class(f"-{self.status}")
-            self.add_class(f"-{status}")
+            if status in TONES:  # a class for the theme: only the states it knows
+                self.add_class(f"-{status}")
             self.status = status
         label = self.get_component_rich_style("progress-panel--label")
         tone = self.get_component_rich_style(f"progress-panel--{TONES.get(status, 'busy')}")
@@ -59,7 +61,7 @@ class ProgressPanel(Static):
             state_text.append(f"  {note}", style=label)
         grid.add_row("State", state_text)
 
-        phase = state.phase or "-"
+        phase = safe_name(state.phase or "-", 32)
         if state.batches:
             grid.add_row("Phase", Text(f"{phase} {min(state.batch, state.batches)}/{state.batches}"))
         else:

@@ -9,6 +9,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from tuitrain.core.text import safe_text
 from tuitrain.dashboard.fmt import format_duration, format_summary_table, format_value
 from tuitrain.dashboard.model import DashboardState
 
@@ -21,6 +22,10 @@ PLAIN_CAUSES = {"write_failed": "the run directory could not be written",
 
 
 def result_title(state: DashboardState) -> str:
+    return safe_text(_title(state), lines=False)
+
+
+def _title(state: DashboardState) -> str:
     if state.failed is not None:
         return f"Training failed: {state.failed.error}"
     if state.final == "interrupted":
@@ -29,7 +34,11 @@ def result_title(state: DashboardState) -> str:
 
 
 def result_body(state: DashboardState, exit_code: int | None) -> str:
-    """The text under the title; plain so that tests can read it."""
+    """The text under the title; plain so that tests can read it, and safe for a screen."""
+    return safe_text(_body(state, exit_code))
+
+
+def _body(state: DashboardState, exit_code: int | None) -> str:
     lines: list[str] = []
     code = f" · exit code {exit_code}" if exit_code is not None else ""
     if state.failed is not None:
