@@ -11,6 +11,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from tuitrain.core.text import safe_name
 from tuitrain.sinks.run_status import live_status, read_run
 
 
@@ -110,7 +111,9 @@ def format_runs(rows: list[dict]) -> str:
             best_txt = f"{best.get('monitor') or 'best'}={_fmt_value(best['value'])}"
         else:
             best_txt = "-"
-        table.append((r["name"], started, r["status"], f"epoch {epoch} step {step}", best_txt))
+        # run.json's strings are shown, never obeyed by the terminal (safe_name: one row, no escapes)
+        table.append((safe_name(r["name"], 80), started, safe_name(r["status"], 16),
+                      safe_name(f"epoch {epoch} step {step}", 40), safe_name(best_txt, 60)))
     widths = [max(len(row[i]) for row in table) for i in range(4)]
     lines = []
     for row in table:

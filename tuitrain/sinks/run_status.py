@@ -33,10 +33,10 @@ def iso_time(t: float) -> str:
 
 
 def read_run(run_dir: str | os.PathLike) -> dict | None:
-    """run.json as a dict; None when missing or unreadable."""
+    """run.json as a dict; None when missing, unreadable or not JSON (nested past the stack, too)."""
     try:
         data = json.loads((Path(run_dir) / FILENAME).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
         return None
     return data if isinstance(data, dict) else None
 
@@ -62,7 +62,9 @@ def live_status(run_dir: str | os.PathLike) -> str:
     run = read_run(run_dir)
     if run is None:
         return "unknown"
-    status = str(run.get("status", "unknown"))
+    status = run.get("status")
+    if not isinstance(status, str) or not status:
+        return "unknown"
     if status == "running" and run.get("host", socket.gethostname()) == socket.gethostname():
         if _pid_alive(run.get("pid")) is False:
             return KILLED
