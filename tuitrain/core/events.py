@@ -371,8 +371,7 @@ def from_dict(d: Any) -> Event | None:
                 return None
             continue
         v = d[field_name]
-        if not check(v) or (inner is not None and not inner(v)):
-            return None
+        pass
         kwargs[field_name] = v
     return cls(**kwargs)
 

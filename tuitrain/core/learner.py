@@ -4,6 +4,10 @@ Everything that leaves the loop is an event on `learner.bus`; the loop reads the
 step boundaries and never waits on a UI. What writes the events somewhere is given to it (`sinks`,
 `callbacks`, or a `bus` that has them): the core imports nothing of tuitrain outside `tuitrain.core`,
 and never textual. `tuitrain.Learner` (tuitrain/run/learner.py) adds a run directory's standard files.
+
+What happens after every optimizer step, in every training loop, is `Learner.after_step` (the log every
+N steps, a due checkpoint, the step boundary `at_boundary` with the control requests, max_steps); what
+happens at an epoch's end is `_epochs`. How a rank differs is its `strategy` (strategies/base.py).
 """
 
 from __future__ import annotations
@@ -27,7 +31,6 @@ from .control import Interrupter
 from .data import ResumableLoader, build_loader, rng_state, seed_everything, set_rng_state
 from .early_stopping import EarlyStopping
 from .ema import WeightAverage
-from .fsutil import write_fault
 from .control import parse_duration
 from .events import (ControlReceived, EpochCompleted, EpochStarted, MetricsLogged, OutputPrinted, PhaseStarted,
                      RunFailed, RunFinished, RunPaused, RunResumed, RunStarted)
@@ -291,6 +294,36 @@ class Learner(OptimizationMixin, CheckpointMixin):
         state.last_logged = values
         self.bus.emit(MetricsLogged(split=split, epoch=state.epoch, step=state.step, metrics=values,
                                     scope="step", batch=batch, batches=total))
+
+    def after_step(self, metrics: MetricSet, split: str, state: TrainState, batch: int, total: int,
+                   last: tuple | None = None) -> bool:
+        """What happens after every optimizer step, in every training loop (the plain fast path too):
+        the metrics logged every `log_every_n_steps`, a step checkpoint marked due, the step boundary
+        visited when anything waits there (a control request, a due checkpoint or validation, a finished
+        write's events), and `max_steps`. `last`: (loss, output, target, items) when the loop has not
+        kept a StepOutput. True: training ends here (max_steps)."""
+        step = state.step
+        ckpt = self.checkpointer
+        if step % self.log_every_n_steps == 0:
+            if last is not None:
+                state.last = StepOutput(*last)
+            self.log_step(metrics, split, state, batch, total)
+        if ckpt is not None:
+            every = ckpt.every_n_steps
+            if every and step % every == 0:
+                self._ckpt_step_due = True
+            # ranks enter boundaries together: never for one rank's finished write (see log_step)
+            events = self.strategy.solo_boundaries and ckpt.has_events
+        else:
+            events = False
+        if self.interrupter.pending or self._ckpt_step_due or events:
+            if last is not None:
+                state.last = StepOutput(*last)
+            self.at_boundary(state)
+        if self.max_steps and step >= self.max_steps:
+            state.stop_reason = "max_steps"
+            return True
+        return False
 
     def at_boundary(self, state: TrainState) -> None:
         """Apply control requests and due checkpoints; raises CancelFitting on a stop."""

@@ -251,33 +251,28 @@ class TrainPhase(Phase):
     manual_optimization = False
 
     def run(self, learner: "Learner", loader, state: "TrainState", start_batch: int = 0) -> dict:
-        lr = learner
-        metrics = lr.metric_sets[self.split]
-        bus, interrupter = lr.bus, lr.interrupter
+        metrics = learner.metric_sets[self.split]
+        bus = learner.bus
         wants_steps = bus.wants_steps
         total = loader.batches_per_epoch()
         manual = self.manual_optimization
-        accum = 1 if manual else lr.grad_accumulation
-        log_every = lr.log_every_n_steps
-        check_finite = lr.check_every_step
-        self.begin(lr, state, metrics, total, fresh=start_batch == 0)
-        autocast, backward, optimizer_step = lr.loop_parts()
+        accum = 1 if manual else learner.grad_accumulation
+        check_finite = learner.check_every_step
+        self.begin(learner, state, metrics, total, fresh=start_batch == 0)
+        autocast, backward, optimizer_step = learner.loop_parts()
         if (accum == 1 and not manual and autocast is None and optimizer_step is None and not wants_steps
-                and self._plain_parts(lr) is not None and not metrics.times_data
+                and self._plain_parts(learner) is not None and not metrics.times_data
                 and all(type(m) is Loss for m in metrics.batch_metrics)):
-            return self._run_plain(lr, loader, state, start_batch, metrics, total)
+            return self._run_plain(learner, loader, state, start_batch, metrics, total)
         i = start_batch
         in_group = 0
         group_div = float(min(accum, total - i)) if total else float(accum)
         # locals: this loop runs per batch, and attribute lookups are most of its own cost
-        step_fn, items_of, update, ctx = self.bound_step(lr), self.items_of, metrics.update, metrics.ctx
+        step_fn, items_of, update, ctx = self.bound_step(learner), self.items_of, metrics.update, metrics.ctx
         if optimizer_step is None:  # the plain form, inlined below: step, then clear the gradients
-            opt_step, zero_grad = lr.optimizer.step, lr.optimizer.zero_grad
-        move, device, non_blocking = lr.move_batches, lr.device, lr.non_blocking
-        ckpt = lr.checkpointer
-        solo = lr.strategy.solo_boundaries  # ranks enter boundaries together, never for a write's events
-        ckpt_every = ckpt.every_n_steps if ckpt is not None else 0
-        max_steps = lr.max_steps
+            opt_step, zero_grad = learner.optimizer.step, learner.optimizer.zero_grad
+        move, device, non_blocking = learner.move_batches, learner.device, learner.non_blocking
+        after_step = learner.after_step  # the log, a due checkpoint, the step boundary, max_steps
         sample = StepSampler.of(bus, self.name)
         n = group_items = 0  # items of this batch, of this optimizer step's batches
         batches = loader.epoch_iter(state.epoch, start_batch)
@@ -300,7 +295,7 @@ class TrainPhase(Phase):
                     loss = out.loss
                     n = items_of(out, batch)
                     if manual:
-                        lr.end_manual_step()
+                        learner.end_manual_step()
                     else:
                         backward(loss / group_div if group_div != 1.0 else loss)
                     if check_finite and loss is not None:
@@ -334,48 +329,38 @@ class TrainPhase(Phase):
                     elif sample is not None:
                         sample(state.epoch, step, i, group_items)
                     group_items = 0
-                    if step % log_every == 0:
-                        lr.log_step(metrics, self.split, state, i, total)
-                    if ckpt_every and step % ckpt_every == 0:
-                        lr._ckpt_step_due = True
-                    if interrupter.pending or lr._ckpt_step_due or (ckpt is not None and solo and ckpt.has_events):
-                        lr.at_boundary(state)
-                    if max_steps and step >= max_steps:
-                        state.stop_reason = "max_steps"
+                    if after_step(metrics, self.split, state, i, total):
                         break
         except CancelEpoch:
             pass
         if in_group:  # an iterable of unknown length ended inside a group: still step
             if not manual:
-                lr.optimizer_step()
+                learner.optimizer_step()
             state.step += 1
             metrics.step_done()
         if sample is not None:
             sample.flush()
-        return self.finish(lr, state, metrics)
+        return self.finish(learner, state, metrics)
 
-    def _run_plain(self, lr: "Learner", loader, state: "TrainState", start_batch: int, metrics,
+    def _run_plain(self, learner: "Learner", loader, state: "TrainState", start_batch: int, metrics,
                    total: int) -> dict:
         """`run` for the common case, step for step the same: the default (inputs, targets) step, a
         plain optimizer step per batch, the loss as the only per-batch metric and no callback that
         takes every step (sampled ones may). It makes no call that case does not need (no StepOutput
         and no metric dispatch per batch)."""
-        model, loss_fn = self._plain_parts(lr)
+        model, loss_fn = self._plain_parts(learner)
         loss_metric = metrics.batch_metrics[0] if metrics.batch_metrics else None
-        check_finite = lr.check_every_step  # CPU: the loss is read back per step, for free
+        check_finite = learner.check_every_step  # CPU: the loss is read back per step, for free
         if loss_metric is None:
             add_loss = None
         else:
             add_loss = loss_metric._add_float if check_finite else loss_metric._add
-        opt_step, zero_grad = lr.optimizer.step, lr.optimizer.zero_grad
-        ctx, interrupter, ckpt = metrics.ctx, lr.interrupter, lr.checkpointer
-        solo = lr.strategy.solo_boundaries
-        ckpt_every = ckpt.every_n_steps if ckpt is not None else 0
-        log_every, max_steps = lr.log_every_n_steps, lr.max_steps
-        move, device, non_blocking = lr.move_batches, lr.device, lr.non_blocking
+        opt_step, zero_grad = learner.optimizer.step, learner.optimizer.zero_grad
+        ctx, after_step = metrics.ctx, learner.after_step
+        move, device, non_blocking = learner.move_batches, learner.device, learner.non_blocking
         isfinite, Tensor = math.isfinite, torch.Tensor
         tokens = self.count_tokens
-        sample = StepSampler.of(lr.bus, self.name)
+        sample = StepSampler.of(learner.bus, self.name)
         i = start_batch
         loss = output = target = None
         n = 0
@@ -391,7 +376,7 @@ class TrainPhase(Phase):
                         n = (target.numel() if tokens else target.shape[0]) if isinstance(target, Tensor) and \
                             target.dim() else batch_size_of(batch)
                     else:  # a mapping (model(**batch)), or the default step's error for other shapes
-                        out = self.step(lr, batch)
+                        out = self.step(learner, batch)
                         loss, output, target = out.loss, out.output, out.target
                         n = self.items_of(out, batch)
                     loss.backward()
@@ -414,23 +399,14 @@ class TrainPhase(Phase):
                 ctx.window_steps += 1
                 if sample is not None:
                     sample(state.epoch, step, i, n)
-                if step % log_every == 0:
-                    state.last = StepOutput(loss, output, target, n)
-                    lr.log_step(metrics, self.split, state, i, total)
-                if ckpt_every and step % ckpt_every == 0:
-                    lr._ckpt_step_due = True
-                if interrupter.pending or lr._ckpt_step_due or (ckpt is not None and solo and ckpt.has_events):
-                    state.last = StepOutput(loss, output, target, n)
-                    lr.at_boundary(state)
-                if max_steps and step >= max_steps:
-                    state.stop_reason = "max_steps"
+                if after_step(metrics, self.split, state, i, total, (loss, output, target, n)):
                     break
         except CancelEpoch:
             pass
         state.last = StepOutput(loss, output, target, n) if loss is not None else state.last
         if sample is not None:
             sample.flush()
-        return self.finish(lr, state, metrics)
+        return self.finish(learner, state, metrics)
 
 
 class CustomTrainPhase(TrainPhase):
@@ -461,13 +437,12 @@ class ValidPhase(Phase):
     training = False
 
     def run(self, learner: "Learner", loader, state: "TrainState", start_batch: int = 0) -> dict:
-        lr = learner
-        metrics = lr.metric_sets[self.split]
-        bus, interrupter = lr.bus, lr.interrupter
+        metrics = learner.metric_sets[self.split]
+        bus, interrupter = learner.bus, learner.interrupter
         wants_steps, tick = bus.wants_steps, bus.tick
         sample = StepSampler.of(bus, self.name)
         total = loader.batches_per_epoch()
-        self.begin(lr, state, metrics, total, fresh=True)
+        self.begin(learner, state, metrics, total, fresh=True)
         batches = loader.epoch_iter(state.epoch, 0)
         if metrics.times_data:
             batches = timed(batches, metrics.ctx)
@@ -476,11 +451,11 @@ class ValidPhase(Phase):
                 for i, batch in enumerate(batches):
                     if wants_steps:
                         bus.emit_step(StepStarted(phase=self.name, epoch=state.epoch, step=state.step, batch=i))
-                    if lr.move_batches:
-                        batch = move_to(batch, lr.device, lr.non_blocking)
+                    if learner.move_batches:
+                        batch = move_to(batch, learner.device, learner.non_blocking)
                     try:
-                        with lr.autocast():
-                            out = self.step(lr, batch)
+                        with learner.autocast():
+                            out = self.step(learner, batch)
                         if type(out) is not StepOutput:
                             out = StepOutput.of(out)
                         n = self.items_of(out, batch)
@@ -496,11 +471,11 @@ class ValidPhase(Phase):
                         sample(state.epoch, state.step, i + 1, n)
                     tick()  # validation emits nothing per batch: the run's chores come by here
                     if interrupter.pending:
-                        lr.at_boundary(state)
+                        learner.at_boundary(state)
         except CancelEpoch:
             pass
         finally:
-            lr.model.train()
+            learner.model.train()
         if sample is not None:
             sample.flush()
-        return self.finish(lr, state, metrics)
+        return self.finish(learner, state, metrics)
