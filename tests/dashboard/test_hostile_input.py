@@ -17,6 +17,7 @@ from tuitrain.core.events import (
 from tuitrain.dashboard.app import DashboardApp
 from tuitrain.dashboard.model import DashboardState
 from tuitrain.dashboard.sources import FileSource, ReplaySource
+from tuitrain.dashboard.widgets.chart_grid import ChartGrid
 from tuitrain.dashboard.widgets.devices_panel import env_line
 from tuitrain.dashboard.widgets.output_log import OutputLog
 from tuitrain.dashboard.widgets.result_screen import result_body, result_title
@@ -31,15 +32,14 @@ OBEYED = re.compile(r"\x1b(?!\[[0-?]*[ -/]*[@-~])|[\x00-\x09\x0b-\x1a\x1c-\x1f\x
 
 
 def hostile_run() -> list:
-    ev = [RunStarted(run_dir="runs/x/1", experiment="spirals", epochs=2, max_steps=0, steps_per_epoch=5,
+    ev = [RunStarted(run_dir="runs/x/1", experiment="spirals" + OSC_TITLE, epochs=2, max_steps=0, steps_per_epoch=5,
                      batch_size=4, config={"checkpoint": {"monitor": f"valid/{HOSTILE_NAME}"}}, time=T0),
           PhaseStarted(phase="train" + OSC_TITLE, split="train", epoch=1, step=0, batches=5, time=T0)]
     for step in range(1, 6):
         ev.append(MetricsLogged(split="train", epoch=1, step=step, batch=step, batches=5,
                                 metrics={HOSTILE_NAME: 1.0 / step, "n" * 300: float(step), "[red]x[/": 1.0},
                                 time=T0 + step))
-        ev.append(OutputPrinted(text=f"{OSC_TITLE}preparing {step}/5", stream="stderr", partial=True, time=T0 + step))
-    ev.append(OutputPrinted(text="preparing 5/5\x1b[2J", stream="stderr", time=T0 + 6))
+    ev.append(OutputPrinted(text=f"{OSC_TITLE}hello\x1b[2J", time=T0 + 6))
     ev.append(CheckpointSaved(file="checkpoint/" + HOSTILE_NAME + ".pt", epoch=1, step=5, metrics={}, bytes=10,
                               best=True, reason="epoch", stall=0.0, write=0.0, time=T0 + 6))
     return ev
@@ -52,10 +52,15 @@ def screen_output(app) -> str:
 
 @sync
 async def test_the_first_row_survives_hostile_names_and_prints():
-    app = DashboardApp(ReplaySource(hostile_run()), None, clock=lambda: T0 + 10)
+    source = ReplaySource(hostile_run())
+    app = DashboardApp(source, None, clock=lambda: T0 + 10)
     async with app.run_test(size=SIZE) as pilot:
         log = app.query_one(OutputLog)
         await until(pilot, lambda: log.count >= 1 and app.state.step == 5)
+        for i in range(1, 6):  # a bar redrawn with \r, each state drained on its own
+            source.push(OutputPrinted(text=f"{OSC_TITLE}preparing {i}/5", stream="stderr", partial=True))
+            await until(pilot, lambda: any(f"preparing {i}/5" in s.text for s in log.lines))
+        source.push(OutputPrinted(text="preparing 5/5\x1b[2J", stream="stderr"))
         await pilot.pause(0.3)
         strips = app.screen._compositor.render_strips()
         assert strips[0].text.startswith(" spirals  runs/x/1"), strips[0].text  # the first row shows the run
@@ -65,6 +70,9 @@ async def test_the_first_row_survives_hostile_names_and_prints():
         text = "\n".join(s.text for s in strips)
         assert "ab" in text and "[red]x[/" in text  # the names shown, markup as typed
         assert "…" in text  # the 300-character name shortened in the middle
+        charts = list(app.query_one(ChartGrid).charts.values())
+        assert len(charts) == 3 and all(not OBEYED.search(c.title_text) for c in charts), [c.title_text for c in charts]
+        assert all(len(c.title_text) < 120 for c in charts)
         assert [s.text.strip() for s in log.lines].count("preparing 5/5") == 1  # one line, updated in place
         assert not any("preparing" in s.text and "5/5" not in s.text for s in log.lines)
 
