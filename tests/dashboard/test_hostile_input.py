@@ -60,6 +60,10 @@ async def test_the_first_row_survives_hostile_names_and_prints():
         for i in range(1, 6):  # a bar redrawn with \r, each state drained on its own
             source.push(OutputPrinted(text=f"{OSC_TITLE}preparing {i}/5", stream="stderr", partial=True))
             await until(pilot, lambda: any(f"preparing {i}/5" in s.text for s in log.lines))
+            if i == 3:  # a print of another stream goes above the bar, which stays the last line
+                source.push(OutputPrinted(text="between", stream="stdout"))
+                await until(pilot, lambda: any("between" in s.text for s in log.lines))
+                assert "preparing 3/5" in log.lines[-1].text
         source.push(OutputPrinted(text="preparing 5/5\x1b[2J", stream="stderr"))
         await pilot.pause(0.3)
         strips = app.screen._compositor.render_strips()
@@ -75,6 +79,8 @@ async def test_the_first_row_survives_hostile_names_and_prints():
         assert all(len(c.title_text) < 120 for c in charts)
         assert [s.text.strip() for s in log.lines].count("preparing 5/5") == 1  # one line, updated in place
         assert not any("preparing" in s.text and "5/5" not in s.text for s in log.lines)
+        texts = [s.text.strip() for s in log.lines]
+        assert texts.index("between") < texts.index("preparing 5/5")
 
 
 @sync

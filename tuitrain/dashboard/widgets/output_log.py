@@ -30,7 +30,8 @@ class OutputLog(RichLog):
                          highlight=False, auto_scroll=True)
         self.can_focus = False  # arrows belong to the plot; the mouse wheel still scrolls
         self.count = 0  # lines written, for tests
-        self.updating: tuple[str, int, int] | None = None  # (stream, rows, lines) of the partial line at the bottom
+        # the partial line at the bottom: (stream, text, style, rows written or -n deferred writes, lines)
+        self.updating: tuple | None = None
 
     def add(self, stream: str, text: str, partial: bool = False) -> None:
         style = ""
@@ -38,20 +39,38 @@ class OutputLog(RichLog):
             style = self.get_component_rich_style("output-log--stderr")
         elif stream == "tuitrain":
             style = self.get_component_rich_style("output-log--tuitrain")
-        if self.updating is not None and self.updating[0] == stream:
-            self._drop_rows(self.updating[1])  # the line it showed is redrawn, or has ended
-            self.count -= self.updating[2]
-        self.updating = None
-        before, lines = len(self.lines), safe_text(text, colour=True).split("\n")
+        bar, self.updating = self.updating, None
+        if bar is not None:
+            self._take_back(bar)  # the line it showed is redrawn, has ended, or moves below this one
+        if bar is not None and bar[0] != stream:
+            if partial:  # a bar on another stream: the older one stays as it stood
+                self._write(*bar[:3])
+            else:  # another stream's line goes above the bar, which stays at the bottom (as tqdm.write)
+                self._write(stream, text, style)
+                self.updating = self._write(*bar[:3])
+                return
+        written = self._write(stream, text, style)
+        if partial:
+            self.updating = written
+
+    def _write(self, stream: str, text: str, style) -> tuple:
+        size_known = self._size_known
+        before, deferred = len(self.lines), len(self._deferred_renders)
+        lines = safe_text(text, colour=True).split("\n")
         for line in lines:
             self.write(Text.from_ansi(line, style=style), scroll_end=None)
             self.count += 1
-        if partial and self._size_known:  # before the first layout RichLog defers writes: nothing to replace
-            self.updating = (stream, len(self.lines) - before, len(lines))
+        rows = len(self.lines) - before if size_known else deferred - len(self._deferred_renders)
+        return stream, text, style, rows, len(lines)
 
-    def _drop_rows(self, rows: int) -> None:
-        if rows <= 0 or rows > len(self.lines):
+    def _take_back(self, bar: tuple) -> None:
+        rows = bar[3]
+        self.count -= bar[4]
+        if rows < 0:  # written before the first layout: RichLog still holds them back
+            if not self._size_known and len(self._deferred_renders) >= -rows:
+                del self._deferred_renders[rows:]
             return
-        del self.lines[-rows:]
-        self._line_cache.clear()  # its keys are row numbers: the rows written next take the same ones
-        self.refresh()
+        if 0 < rows <= len(self.lines):
+            del self.lines[-rows:]
+            self._line_cache.clear()  # its keys are row numbers: the rows written next take the same ones
+            self.refresh()
