@@ -371,7 +371,8 @@ def from_dict(d: Any) -> Event | None:
                 return None
             continue
         v = d[field_name]
-        pass
+        if not check(v) or (inner is not None and not inner(v)):
+            return None
         kwargs[field_name] = v
     return cls(**kwargs)
 
