@@ -127,7 +127,7 @@ def read_index(folder: str | os.PathLike) -> list[Entry]:
     p = Path(folder) / INDEX
     try:
         rows = json.loads(p.read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # missing, torn, not JSON, nested past the stack
         return []
     out = []
     for r in rows if isinstance(rows, list) else []:
