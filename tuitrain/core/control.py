@@ -52,7 +52,7 @@ class Interrupter:
         self._resume.set()
         self.stop_requested = False
         self.stop_source = ""
-        #: why a stop ends the run: "stopped" (interrupted, exit 130) or "max_time" (completed, exit 0)
+        #: why a stop ends the run: "stopped" or "preempted" (interrupted, exit 130), "max_time" (completed)
         self.stop_reason = "stopped"
         self.checkpoint_requested = False
         self.paused = False

@@ -41,6 +41,9 @@ from .output import capture_output
 from .phases import CancelFitting, NonFiniteLoss, Phase, TrainPhase, ValidPhase
 from .strategies.base import Strategy
 
+#: stop reasons that end a run as interrupted (exit 130); others ("max_time") end it as completed
+INTERRUPTING = ("stopped", "preempted")
+
 from .state import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, FitResult, RunDirUnwritable,  # noqa: F401
                     TrainState)
 
@@ -467,7 +470,9 @@ class Learner(OptimizationMixin, CheckpointMixin):
                 status, code = "completed", EXIT_OK
             except CancelFitting as stop:
                 reason = stop.reason
-                status, code = ("interrupted", EXIT_INTERRUPTED) if reason == "stopped" else ("completed", EXIT_OK)
+                # a stop asked for (or time up on the cluster: "preempted") is interrupted; max_time completes
+                interrupted = reason in INTERRUPTING
+                status, code = ("interrupted", EXIT_INTERRUPTED) if interrupted else ("completed", EXIT_OK)
                 if reason == "max_time":
                     self.bus.emit(OutputPrinted(text=f"max_time ({_seconds(self.max_time)}) spent: training "
                                                 "stops here, as completed", stream="tuitrain"))
