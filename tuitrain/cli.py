@@ -24,8 +24,10 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config key with a TOML value, e.g. --set train.epochs=3 (repeatable)")
     r.add_argument("--headless", action="store_true", help="plain progress lines, no dashboard")
-    r.add_argument("--resume", metavar="latest|PATH",
-                   help="continue the newest run of this experiment, or a checkpoint file / run directory")
+    r.add_argument("--resume", metavar="latest|auto|PATH",
+                   help="continue the newest run of this experiment, or a checkpoint file / run directory; "
+                        "auto: the newest run if it did not complete, else a new run (one command line for a "
+                        "job's first start and every restart)")
     r.add_argument("--run-dir", metavar="DIR", help="write the run here instead of <dir>/<name>/<timestamp>")
     r.add_argument("--theme", metavar="NAME|FILE.tcss", help="dashboard theme (dark, light, high-contrast or a file)")
     w = sub.add_parser("watch", help="the dashboard of a live or finished run, from its files; several runs "

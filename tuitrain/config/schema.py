@@ -123,6 +123,7 @@ class TrainConfig:
     validate_every_n_steps: int = 0  # > 0: validate every N optimizer steps (and at the end)
     limit_valid_batches: int = 0  # > 0: at most this many validation batches each time
     max_time: str = ""  # "2h30m": when spent, stop gracefully with a checkpoint (status completed)
+    requeue: bool = True  # preempted (SIGUSR1/SIGUSR2) under Slurm: `scontrol requeue $SLURM_JOB_ID` from rank 0
 
 
 @dataclass

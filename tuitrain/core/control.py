@@ -19,6 +19,8 @@ from typing import Callable, Protocol
 from .housekeeping import Housekeeping
 
 COMMANDS = ("stop", "pause", "resume", "toggle_pause", "checkpoint")
+#: the source of a stop that is a preemption (SIGUSR1/SIGUSR2): "stop requested (preempted: SIGUSR1)"
+PREEMPTED = "preempted"
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(d|h|m|s)")
 _UNIT = {"d": 86400, "h": 3600, "m": 60, "s": 1}
@@ -47,7 +49,8 @@ class Interrupter:
     """Thread-safe flags polled by the loop. `pending` is one attribute read per step."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        # reentrant: a signal handler runs on the main thread, maybe while the loop there holds the lock
+        self._lock = threading.RLock()
         self._resume = threading.Event()
         self._resume.set()
         self.stop_requested = False
@@ -63,6 +66,8 @@ class Interrupter:
         # (command, source, detail) waiting to be reported as ControlReceived events by the loop
         self._log: list[tuple[str, str, str]] = []
         self.on_change: Callable[[], None] | None = None
+        #: called once when a preemption comes in (the run layer carries the reason to a strategy's flags)
+        self.on_preempt: list[Callable[[], None]] = []
 
     def _note(self, command: str, source: str, detail: str = "") -> None:
         self._log.append((command, source, detail))
@@ -77,6 +82,21 @@ class Interrupter:
                 self.stop_source = source
             self._resume.set()  # a paused loop must wake up to stop
             self._note("stop", source, detail)
+
+    def preempt(self, detail: str = "") -> None:
+        """Time is up on the cluster (SIGUSR1/SIGUSR2): stop gracefully with a checkpoint, as interrupted
+        with reason "preempted" (the run layer may requeue the job). An earlier stop keeps its reason."""
+        with self._lock:
+            first = not self.stop_requested
+            if first:
+                self.stop_requested = True
+                self.stop_source = PREEMPTED
+                self.stop_reason = "preempted"
+            self._resume.set()
+            self._note("stop", PREEMPTED, detail)  # a stop to every reader of the log (console, dashboard)
+        if first:
+            for hook in self.on_preempt:
+                hook()
 
     def time_up(self, limit: str = "") -> None:
         """The run's time budget (`max_time`) is spent: stop gracefully, as a completed run."""
@@ -193,9 +213,11 @@ class FileControl:
         self.send("checkpoint", source)
 
 
-def apply_command(interrupter: Interrupter, command: str, source: str) -> None:
-    if command == "stop":
-        interrupter.request_stop(source)
+def apply_command(interrupter: Interrupter, command: str, source: str, detail: str = "") -> None:
+    if command == "stop" and source == PREEMPTED:  # forwarded to a spawned rank 0
+        interrupter.preempt(detail)
+    elif command == "stop":
+        interrupter.request_stop(source, detail)
     elif command == "checkpoint":
         interrupter.request_checkpoint(source)
     elif command == "pause":

@@ -248,7 +248,7 @@ class RunFinished(Event):
     exit_code: int
     epoch: int
     step: int
-    reason: str  # why it ended: "epochs", "max_steps", "early_stopping", "stopped"
+    reason: str  # why it ended: "epochs", "max_steps", "early_stopping", "stopped", "preempted", "max_time"
     duration: float
     summary: dict  # {"train/loss": {"min", "min_epoch", "max", "max_epoch", "last"}, ...}
     best: dict  # {"file", "monitor", "value"} or {}
@@ -272,13 +272,23 @@ class RunFailed(Event):
     time: float = field(default_factory=_now)
 
 
+@dataclass(frozen=True, slots=True)
+class JobRequeued(Event):
+    """After a preemption under Slurm: `scontrol requeue` asked for (once, by rank 0) and its answer."""
+
+    job_id: str
+    requeued: bool  # scontrol said yes
+    detail: str = ""  # what went wrong, when it did
+    time: float = field(default_factory=_now)
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.__name__: cls
     for cls in (
         RunStarted, EpochStarted, PhaseStarted, StepStarted, StepCompleted, StepPoint, MetricsLogged,
         PhaseCompleted, EpochCompleted, CheckpointStarted, CheckpointSaved, CheckpointDeleted,
         CheckpointFailed, ControlReceived, RunPaused, RunResumed, OutputPrinted, DevicesSampled,
-        RunFinished, RunFailed,
+        RunFinished, RunFailed, JobRequeued,
     )
 }
 

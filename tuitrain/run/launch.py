@@ -72,8 +72,9 @@ def _torchrun(run, rank: int, world: int, local_rank: int) -> int:
     dist = init_distributed(rank, world, local_rank, run.cfg.train.device, strategy=strategy_of(run.cfg))
     code = 1
     try:
+        run.agree_on_resume(dist)  # `--resume auto`: rank 0's choice, on every rank
         # rank 0 is an ordinary run, its Learner's strategy DDP's (or FSDP's)
-        code = run.train_here(dist) if rank == 0 else _train_quietly(run, run.resume_path, dist=dist)
+        code = run.train_here(dist) if rank == 0 else _train_quietly(run, run.resume_path, dist=dist, signals=True)
     finally:
         shutdown_distributed(code in (0, 130))
     if rank != 0:  # nothing left to do: skip C++ teardown at exit, where gloo can abort (SIGABRT)
@@ -85,19 +86,27 @@ def _torchrun(run, rank: int, world: int, local_rank: int) -> int:
     return code
 
 
-def _train_quietly(run, resume_path, bus=None, on_built=None, capture: bool = False, dist=None) -> int:
+def _train_quietly(run, resume_path, bus=None, on_built=None, capture: bool = False, dist=None,
+                   signals: bool = False) -> int:
     """Build and fit this rank with nothing but `bus` listening; the exit code.
     `on_built(learner, train_loader)` is called before training starts. `capture`: what the user's
-    code prints while it builds is an event too (rank 0: it reaches experiment.log), as in training."""
-    import contextlib
-
+    code prints while it builds is an event too (rank 0: it reaches experiment.log), as in training.
+    `signals` (a torchrun rank): SIGTERM, SIGINT and SIGUSR1/2 reaching this rank raise a request in its
+    own Interrupter, which the agreement carries to every rank (all stop at the same step, with a
+    checkpoint); spawned ranks leave signals to their parent."""
     from tuitrain.core.callbacks import EventBus
     from tuitrain.core.output import capture_output
+    from tuitrain.run.runner import carry_preemption
 
+    if signals:
+        from tuitrain.run.signals import StopOnSignals
+
+        StopOnSignals(run.interrupter, sigint=True).__enter__()  # for the life of the process
     bus = bus if bus is not None else EventBus()
     try:
         with capture_output(bus.emit) if capture else contextlib.nullcontext():
             learner, train, valid = run.build(bus, dist)
+        carry_preemption(run.interrupter, learner)
         if on_built is not None:
             on_built(learner, train)
     except ConfigError as e:  # what only building shows (a factory that returns no optimizer): exit 2
@@ -177,11 +186,7 @@ def worker_main(rank: int, spec: WorkerSpec, events, control) -> None:
                     item = control.get()
                     if item is None:
                         return
-                    command, source, detail = item
-                    if command == "stop":
-                        run.interrupter.request_stop(source, detail)
-                    else:
-                        apply_command(run.interrupter, command, source)
+                    apply_command(run.interrupter, *item)  # (command, source, detail); a preemption too
 
             threading.Thread(target=listen, name="tuitrain-control-in", daemon=True).start()
         dist = init_distributed(rank, spec.world_size, rank, cfg.train.device, spec.init_method, strategy_of(cfg))
@@ -386,6 +391,7 @@ def _finish(run, bus, procs, ends, failed, killed_by_user) -> int:
         return 1
     end = ends[0]
     bus.emit(end)
+    run.requeue_if_preempted(bus, end.reason)  # the parent is the Slurm task: it asks, once
     return end.exit_code
 
 

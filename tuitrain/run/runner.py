@@ -28,19 +28,48 @@ class UsageError(Exception):
     """A bad command line or resume target: exit 2, nothing written."""
 
 
+#: what `--resume auto` continues: a run that did not complete (KILLED: "running", its process gone)
+UNFINISHED = ("interrupted", "failed", "killed")
+
+
+def resolve_auto(cfg: Config, run_dir: str | None = None) -> tuple[Path, Path] | None:
+    """`--resume auto`: (run_dir, checkpoint) of the experiment's newest run (or `--run-dir`'s) when it did
+    not complete and has a sound checkpoint; None: start a new run. Only the newest run is looked at: an
+    older unfinished one was left behind by a newer run."""
+    from tuitrain.sinks.run_status import live_status
+
+    if run_dir is not None:
+        candidates = [Path(run_dir)] if (Path(run_dir) / "run.json").is_file() else []
+    else:
+        candidates = find_runs(Path(cfg.experiment.dir) / cfg.experiment.name)[:1]
+    for run in candidates:
+        status = live_status(run)
+        if status == "running":
+            raise UsageError(f"--resume auto: the run in {run} is still live; stop it first (tuitrain stop {run})")
+        if status not in UNFINISHED:
+            return None
+        found = _newest_sound(run / "checkpoint", "auto")
+        return (run, found) if found is not None else None
+    return None
+
+
+def _newest_sound(folder: Path, spec: str) -> Path | None:
+    from tuitrain.core.checkpoint import latest_checkpoint
+
+    passed_over: list[tuple[Path, str]] = []
+    found = latest_checkpoint(folder, passed_over)
+    for path, why in passed_over:  # said once, on stderr, before the run's own lines
+        print(f"tuitrain: --resume {spec}: passed over {path}: {why}", file=sys.stderr)
+    return found
+
+
 def resolve_resume(spec: str, cfg: Config) -> tuple[Path, Path]:
     """(run_dir, checkpoint) for `--resume latest|PATH`; a checkpoint is a file, or a sharded
     checkpoint's directory (strategy "fsdp")."""
-    from tuitrain.core.checkpoint import is_sharded_checkpoint, latest_checkpoint
-
-    passed_over: list[tuple[Path, str]] = []
+    from tuitrain.core.checkpoint import is_sharded_checkpoint
 
     def newest_sound(folder: Path) -> Path | None:
-        found = latest_checkpoint(folder, passed_over)
-        for path, why in passed_over:  # said once, on stderr, before the run's own lines
-            print(f"tuitrain: --resume {spec}: passed over {path}: {why}", file=sys.stderr)
-        passed_over.clear()
-        return found
+        return _newest_sound(folder, spec)
 
     if spec == "latest":
         root = Path(cfg.experiment.dir) / cfg.experiment.name
@@ -79,6 +108,14 @@ def prepare_run(config_path: str | os.PathLike, overrides=(), *, run_dir: str | 
     preflight(cfg)
     ckpt_data = None
     ckpt_path = None
+    resume_auto = resume == "auto"
+    if resume_auto:
+        from tuitrain.core.strategies import quiet_rank
+
+        # under torchrun rank 0 decides and tells the others once the process group is up (see
+        # Run.agree_on_resume): every rank then loads the same checkpoint, whatever each would see in files
+        found = None if quiet_rank() else resolve_auto(cfg, run_dir)
+        resume = str(found[1]) if found else None
     if resume:
         from tuitrain.core.checkpoint import CheckpointError, load_checkpoint
 
@@ -102,7 +139,25 @@ def prepare_run(config_path: str | os.PathLike, overrides=(), *, run_dir: str | 
         path = Path(run_dir) if run_dir else new_run_dir(cfg)
         if path.exists() and any(path.iterdir()) and not quiet_rank():  # rank 0 may have made it already
             raise UsageError(f"--run-dir {path}: folder exists and is not empty (use --resume {path} to continue it)")
-    return Run(cfg, path, headless=headless, resume_data=ckpt_data, resume_path=ckpt_path)
+    run = Run(cfg, path, headless=headless, resume_data=ckpt_data, resume_path=ckpt_path)
+    run.resume_auto = resume_auto
+    return run
+
+
+def carry_preemption(interrupter: Interrupter, learner) -> None:
+    """The Learner reads why it stopped from its own interrupter; under DDP/FSDP that is the agreed one
+    (a SyncedInterrupter over `interrupter`), whose flags carry a stop but not its reason: a preemption
+    that reaches this rank says "preempted" there too."""
+    agreed = learner.interrupter
+    if agreed is interrupter:
+        return
+
+    def carry() -> None:
+        agreed.stop_reason = "preempted"
+
+    interrupter.on_preempt.append(carry)
+    if interrupter.stop_reason == "preempted":  # it came while the Learner was being built
+        carry()
 
 
 class Run:
@@ -116,6 +171,7 @@ class Run:
         self.resume_data = resume_data
         self.resume_path = resume_path
         self.interrupter = Interrupter()
+        self.resume_auto = False  # `--resume auto`: under torchrun, rank 0's choice is every rank's
         self._callbacks: list[tuple[Callable, bool | None]] = []
         self.result = None
         self.bus: EventBus | None = None  # the run's event bus while it trains (a screen that fails emits on it)
@@ -180,11 +236,38 @@ class Run:
             except Exception as e:  # the user's constructors failed: a failed run, with its traceback
                 self._build_failed(bus, e)
                 return 1
+            carry_preemption(self.interrupter, learner)
             result = learner.fit(train, valid, resume=self.resume_data, resumed_from=self.resume_path)
             self.result = result
+            self.requeue_if_preempted(bus, result.reason)
             return result.exit_code
         finally:  # a config error leaves no run directory behind
             session.close(discard=self.config_error is not None)
+
+    def requeue_if_preempted(self, bus: EventBus, reason: str) -> None:
+        """After a preemption (SIGUSR1/SIGUSR2) under Slurm, once, by the process that owns the run
+        directory: the job goes back into the queue (`train.requeue`), after the final checkpoint."""
+        if reason != "preempted":
+            return
+        from tuitrain.run.slurm import requeue_job
+
+        event = requeue_job(self.cfg.train.requeue)
+        if event is not None:
+            bus.emit(event)
+
+    def agree_on_resume(self, dist) -> None:
+        """`--resume auto` under torchrun: rank 0's choice (a checkpoint, or a new run) reaches every rank
+        over the process group, so that all load the same checkpoint even where their views of the files
+        differ (another host, a run.json rewritten meanwhile)."""
+        if not self.resume_auto:
+            return
+        import torch.distributed as tdist
+
+        choice = [str(self.run_dir), str(self.resume_path or "")] if dist.rank == 0 else [None, None]
+        tdist.broadcast_object_list(choice, src=0, group=dist.control_group)
+        if dist.rank != 0:
+            self.run_dir = Path(choice[0])
+            self.resume_path = Path(choice[1]) if choice[1] else None
 
     def _build_failed(self, bus: EventBus, e: BaseException) -> None:
         cfg = self.cfg

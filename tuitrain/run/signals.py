@@ -1,6 +1,8 @@
-"""Ctrl+C and SIGTERM for a run, whichever way it started (the CLI, `Learner.fit`, `Monitor`): the
-first asks the Interrupter for a graceful stop (a checkpoint is saved), a second Ctrl+C raises
-KeyboardInterrupt. Must not import torch or textual.
+"""Ctrl+C, SIGTERM and the cluster's SIGUSR1/SIGUSR2 for a run, whichever way it started (the CLI,
+`Learner.fit`, `Monitor`, a torchrun rank): the first Ctrl+C or SIGTERM asks the Interrupter for a graceful
+stop (a checkpoint is saved), a second Ctrl+C raises KeyboardInterrupt; SIGUSR1/SIGUSR2 (Slurm's
+`--signal`, submitit's) mean "time is up": a graceful stop as a preemption (reason "preempted").
+Must not import torch or textual.
 """
 
 from __future__ import annotations
@@ -10,6 +12,10 @@ import threading
 from typing import Any
 
 from tuitrain.core.control import Interrupter
+
+
+#: "time is up" (Slurm's `--signal=USR1@90`; submitit sends USR2)
+PREEMPTION_SIGNALS = tuple(getattr(signal, name) for name in ("SIGUSR1", "SIGUSR2") if hasattr(signal, name))
 
 
 class StopOnSignals:
@@ -25,6 +31,9 @@ class StopOnSignals:
     def on_term(self, signum, frame) -> None:
         self.interrupter.request_stop("signal", signal.Signals(signum).name)
 
+    def on_time_up(self, signum, frame) -> None:
+        self.interrupter.preempt(signal.Signals(signum).name)
+
     def on_int(self, signum, frame) -> None:
         self.count += 1
         if self.count > 1:
@@ -34,6 +43,8 @@ class StopOnSignals:
     def __enter__(self) -> "StopOnSignals":
         if threading.current_thread() is threading.main_thread():
             self.saved[signal.SIGTERM] = signal.signal(signal.SIGTERM, self.on_term)
+            for signum in PREEMPTION_SIGNALS:
+                self.saved[signum] = signal.signal(signum, self.on_time_up)
             if self.sigint:
                 self.saved[signal.SIGINT] = signal.signal(signal.SIGINT, self.on_int)
         return self

@@ -14,7 +14,7 @@ import time
 from typing import Callable, TextIO
 
 from tuitrain.core.events import (
-    CheckpointFailed, CheckpointSaved, ControlReceived, EpochCompleted, EpochStarted, Event,
+    CheckpointFailed, CheckpointSaved, ControlReceived, EpochCompleted, EpochStarted, Event, JobRequeued,
     MetricsLogged, OutputPrinted, PhaseStarted, RunFailed, RunFinished, RunPaused, RunResumed,
     RunStarted, StepCompleted, StepStarted,
 )
@@ -45,6 +45,7 @@ def reason_text(reason: str, epochs: int = 0, max_steps: int = 0) -> str:
         "early_stopping": "early stopping",
         "max_time": "max_time spent",
         "stopped": "stopped",
+        "preempted": "preempted (time is up)",
     }.get(reason, reason or "done")
 
 
@@ -145,6 +146,10 @@ class HeadlessConsole:
                 self._emit(text, self.err if stream == "stderr" else self.stream)
             case RunFinished():
                 self._finished(event)
+            case JobRequeued(job_id=job, requeued=True):
+                self._emit(f"Slurm job {safe_text(job)} requeued: the same command with --resume auto continues")
+            case JobRequeued(job_id=job, detail=detail):
+                self._emit(f"warning: Slurm job {safe_text(job)} not requeued: {safe_text(detail)}", self.err)
             case RunFailed():
                 table = format_summary_table(event.summary)
                 if table:

@@ -4,7 +4,8 @@
 run.json keys: status ("running", "completed", "interrupted", "failed"), exit_code (null while
 running), started / ended / updated (ISO-8601 local time with offset), epoch, epochs, step,
 best ({"file", "monitor", "value", "epoch", "step"} or {}), env, experiment, pid, host, resumes,
-paused, reason (why it ended), error (when failed).
+paused, reason (why it ended: "preempted" after SIGUSR1/SIGUSR2), requeued (a preempted Slurm job was
+requeued), error (when failed).
 Must not import torch or textual.
 """
 
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from tuitrain.core.events import (
-    CheckpointSaved, EpochCompleted, EpochStarted, Event, MetricsLogged, RunFailed, RunFinished,
+    CheckpointSaved, EpochCompleted, EpochStarted, Event, JobRequeued, MetricsLogged, RunFailed, RunFinished,
     RunPaused, RunResumed, RunStarted,
 )
 from tuitrain.core.fsutil import atomic_write_json, overwrite_in_place
@@ -95,7 +96,7 @@ class RunStatusWriter:
             "status": "running", "exit_code": None, "started": None, "ended": None,
             "epoch": 0, "epochs": 0, "step": 0, "best": {}, "env": {}, "experiment": "",
             "pid": os.getpid(), "host": socket.gethostname(), "resumes": 0, "paused": False,
-            "reason": "", "error": "", "updated": None,
+            "reason": "", "requeued": False, "error": "", "updated": None,
         }
 
     def write(self) -> None:
@@ -120,7 +121,7 @@ class RunStatusWriter:
                 d["started"] = previous.get("started") if resumed and previous.get("started") else iso_time(event.time)
                 d["resumes"] = int(previous.get("resumes", 0) or 0) + 1 if resumed else 0
                 d["best"] = (previous.get("best") or {}) if resumed else {}
-                d.update(status="running", exit_code=None, ended=None, reason="", error="", paused=False,
+                d.update(status="running", exit_code=None, ended=None, reason="", requeued=False, error="", paused=False,
                          experiment=event.experiment, env=event.env, epochs=event.epochs,
                          epoch=event.start_epoch, step=event.start_step, pid=event.pid or os.getpid())
                 self._monitor = str((event.config.get("checkpoint") or {}).get("monitor", "")) \
@@ -156,6 +157,9 @@ class RunStatusWriter:
                                  "step": event.best.get("step", known.get("step"))}
                 d.update(status=event.status, exit_code=event.exit_code, ended=iso_time(event.time),
                          epoch=event.epoch, step=event.step, reason=event.reason, paused=False)
+                self.write()
+            case JobRequeued(requeued=requeued):
+                d["requeued"] = requeued
                 self.write()
             case RunFailed():
                 d.update(status="failed", exit_code=event.exit_code, ended=iso_time(event.time),
