@@ -1,7 +1,9 @@
 """Data order and seeding: a resumable sampler, DataLoader building, and RNG state capture.
 
 `EpochSampler` draws each epoch's order from (seed, epoch) alone, so a resumed run can start an epoch
-at any batch by index, without loading and discarding the batches already seen. Must not import textual.
+at any batch by index, without loading and discarding the batches already seen. With loader workers,
+each item is fetched under a seed of its own (`SeededItems`), so randomness in a Dataset's
+`__getitem__` (augmentation) replays exactly when a run resumes mid-epoch. Must not import textual.
 """
 
 from __future__ import annotations
@@ -63,11 +65,61 @@ class EpochSampler(Sampler[int]):
             full += full[:total - len(full)]
         return full[self.rank:total:self.world_size]
 
+    #: yield (epoch, index) pairs, for a `SeededItems` dataset (loader workers)
+    tag_epoch = False
+
     def __iter__(self) -> Iterator[int]:
+        if self.tag_epoch:
+            e = self.epoch
+            return iter([(e, i) for i in self.order()[self.start:]])
         return iter(self.order()[self.start:])
 
     def __len__(self) -> int:
         return self.length - self.start
+
+
+class SeededItems(Dataset):
+    """The user's map-style Dataset, each item fetched under a seed of its own, from the run's seed, the
+    epoch and the item's index: torch's, Python's and NumPy's global RNGs in the worker are seeded right
+    before `__getitem__`. A loader worker's RNG otherwise runs on from the items it fetched before, so an
+    epoch resumed at batch k (whose workers never fetched the first k batches) would augment differently.
+    Keys come from an `EpochSampler` with `tag_epoch` (epoch, index). About 12 µs per item, in the
+    worker (`torch.default_generator.manual_seed`: `torch.manual_seed` also visits every device backend,
+    some 200 µs). Used with worker processes only: without them the items draw from the run's own RNG
+    stream, which checkpoints hold, and resume replays it as it is."""
+
+    def __init__(self, dataset: Any, seed: int) -> None:
+        self.dataset = dataset
+        self.seed = seed
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, key):
+        epoch, index = key
+        s = _mix(self.seed, epoch, index + 2)
+        torch.default_generator.manual_seed(s)
+        random.seed(s)
+        try:
+            import numpy as np
+
+            np.random.seed(s % 2**32)
+        except ImportError:
+            pass
+        return self.dataset[index]
+
+    def __getattr__(self, name: str):  # the user's dataset's own attributes (classes, vocab ...)
+        if name in ("dataset", "seed"):
+            raise AttributeError(name)
+        return getattr(self.dataset, name)
+
+
+def _seeded(dataset: Any, sampler: EpochSampler, num_workers: int, seed: int) -> Any:
+    """`dataset` wrapped in SeededItems when workers fetch it (the sampler then tags keys with epochs)."""
+    if num_workers <= 0:
+        return dataset
+    sampler.tag_epoch = True
+    return SeededItems(dataset, seed)
 
 
 class _WorkerSeeder:
@@ -227,6 +279,7 @@ def build_loader(data: Any, *, batch_size: int, shuffle: bool, num_workers: int 
         raise TypeError(f"expected a Dataset or a DataLoader, got {type(data).__name__}")
     sampler = EpochSampler(len(data), shuffle=shuffle, seed=seed)
     data, collate = _fetch(data, None, num_workers)
+    data = _seeded(data, sampler, num_workers, seed)
     loader = DataLoader(data, batch_size=batch_size, sampler=sampler, num_workers=num_workers,
                         collate_fn=collate, drop_last=drop_last, pin_memory=pin_memory,
                         worker_init_fn=_WorkerSeeder(), generator=torch.Generator(), persistent_workers=False)
@@ -244,6 +297,7 @@ def _adopt(loader: DataLoader, seed: int) -> ResumableLoader:
         return ResumableLoader(loader, None, seed)
     sampler = EpochSampler(len(loader.dataset), shuffle=isinstance(loader.sampler, RandomSampler), seed=seed)
     dataset, collate = _fetch(loader.dataset, loader.collate_fn, loader.num_workers)
+    dataset = _seeded(dataset, sampler, loader.num_workers, seed)
     kwargs = dict(batch_size=loader.batch_size, sampler=sampler, num_workers=loader.num_workers,
                   collate_fn=collate, pin_memory=loader.pin_memory, drop_last=loader.drop_last,
                   timeout=loader.timeout, worker_init_fn=_WorkerSeeder(loader.worker_init_fn),
