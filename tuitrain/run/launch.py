@@ -69,7 +69,8 @@ def execute_distributed(run) -> int:
 def _torchrun(run, rank: int, world: int, local_rank: int) -> int:
     from tuitrain.core.strategies.ddp import init_distributed, shutdown_distributed
 
-    dist = init_distributed(rank, world, local_rank, run.cfg.train.device, strategy=strategy_of(run.cfg))
+    dist = init_distributed(rank, world, local_rank, run.cfg.train.device, _attempt_init_method(),
+                            strategy_of(run.cfg))
     code = 1
     try:
         run.agree_on_resume(dist)  # `--resume auto`: rank 0's choice, on every rank
@@ -84,6 +85,31 @@ def _torchrun(run, rank: int, world: int, local_rank: int) -> int:
         sys.stderr.flush()
         os._exit(code)
     return code
+
+
+ATTEMPT_SCHEME = "tuitrain-attempt"
+
+
+def _attempt_init_method() -> str:
+    """torchrun's env:// rendezvous with the store's keys under this attempt's own prefix.
+
+    torchrun's agent keeps one store for all attempts (static and c10d rendezvous alike), so after
+    `--max-restarts` restarts the workers a new process group would read the dead ranks' addresses that
+    the first attempt left there (gloo: "connectFullMesh failed ... Connection refused").
+    TORCHELASTIC_RESTART_COUNT is the same on every rank of an attempt."""
+    from torch.distributed import PrefixStore
+    from torch.distributed.rendezvous import register_rendezvous_handler, rendezvous
+
+    def handler(url, timeout=None, **kwargs):
+        attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+        store, rank, world = next(rendezvous("env://", **({"timeout": timeout} if timeout else {})))
+        yield PrefixStore(f"tuitrain/attempt-{attempt}", store), rank, world
+
+    try:
+        register_rendezvous_handler(ATTEMPT_SCHEME, handler)
+    except RuntimeError:  # registered already (a second run in this process)
+        pass
+    return f"{ATTEMPT_SCHEME}://"
 
 
 def _train_quietly(run, resume_path, bus=None, on_built=None, capture: bool = False, dist=None,
