@@ -417,7 +417,6 @@ def _finish(run, bus, procs, ends, failed, killed_by_user) -> int:
         return 1
     end = ends[0]
     bus.emit(end)
-    run.requeue_if_preempted(bus, end.reason)  # the parent is the Slurm task: it asks, once
     return end.exit_code
 
 

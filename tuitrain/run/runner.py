@@ -201,9 +201,14 @@ class Run:
 
     def session(self, *, devices: bool = True, inline_chores: bool = False) -> RunSession:
         """The run directory of this run, as a `RunSession` (not yet open); `self.bus` is its bus."""
+        from tuitrain.run.slurm import RequeueOnPreemption
+
         session = RunSession(self.run_dir, config=self.cfg.to_toml(), interrupter=self.interrupter,
                              tensorboard=self.cfg.log.tensorboard, console=self.headless, devices=devices,
                              callbacks=self._callbacks, inline_chores=inline_chores)
+        # the one process that owns the run directory asks for the requeue (one process, the parent of
+        # spawned ranks, torchrun's rank 0); last, so that every other callback has the RunFinished first
+        session.callbacks.append((RequeueOnPreemption(session.bus, self.cfg.train.requeue), False))
         self.bus = session.bus
         return session
 
@@ -239,21 +244,9 @@ class Run:
             carry_preemption(self.interrupter, learner)
             result = learner.fit(train, valid, resume=self.resume_data, resumed_from=self.resume_path)
             self.result = result
-            self.requeue_if_preempted(bus, result.reason)
             return result.exit_code
         finally:  # a config error leaves no run directory behind
             session.close(discard=self.config_error is not None)
-
-    def requeue_if_preempted(self, bus: EventBus, reason: str) -> None:
-        """After a preemption (SIGUSR1/SIGUSR2) under Slurm, once, by the process that owns the run
-        directory: the job goes back into the queue (`train.requeue`), after the final checkpoint."""
-        if reason != "preempted":
-            return
-        from tuitrain.run.slurm import requeue_job
-
-        event = requeue_job(self.cfg.train.requeue)
-        if event is not None:
-            bus.emit(event)
 
     def agree_on_resume(self, dist) -> None:
         """`--resume auto` under torchrun: rank 0's choice (a checkpoint, or a new run) reaches every rank

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 
-from tuitrain.core.events import JobRequeued
+from tuitrain.core.events import JobRequeued, RunFinished
 
 REQUEUE_TIMEOUT = 60.0  # seconds scontrol may take (a busy controller) before we give up
 
@@ -30,3 +30,24 @@ def requeue_job(enabled: bool = True) -> JobRequeued | None:
         return JobRequeued(job_id=job, requeued=False,
                            detail=f"scontrol requeue {job}: exit code {r.returncode}" + (f": {said}" if said else ""))
     return JobRequeued(job_id=job, requeued=True)
+
+
+class RequeueOnPreemption:
+    """A callback of the run's bus: at the end of a preempted run (RunFinished, reason "preempted"), the
+    requeue, once, and its answer as a JobRequeued event. Subscribed last and batched, it comes after the
+    files' writers have the RunFinished (the final checkpoint is on disk), and JobRequeued follows it."""
+
+    batch_events = True
+    step_events = False
+
+    def __init__(self, bus, enabled: bool = True) -> None:
+        self.bus = bus
+        self.enabled = enabled
+        self.done = False
+
+    def __call__(self, event, state=None) -> None:
+        if isinstance(event, RunFinished) and event.reason == "preempted" and not self.done:
+            self.done = True
+            answer = requeue_job(self.enabled)
+            if answer is not None:
+                self.bus.emit(answer)
