@@ -4,7 +4,6 @@ the bridge between threads, and following events.jsonl."""
 from __future__ import annotations
 
 import threading
-import time
 
 from tuitrain.core.events import (
     CheckpointStarted, ControlReceived, MetricsLogged, PhaseStarted, RunPaused, RunResumed, RunStarted, StepCompleted,
@@ -14,6 +13,8 @@ from tuitrain.dashboard.bridge import EventBridge
 from tuitrain.dashboard.model import DashboardState
 from tuitrain.dashboard.series import Series
 from tuitrain.dashboard.sources import FileSource
+
+from tests.conftest import wait_for
 
 from .fixtures import T0, recorded_run, write_jsonl
 
@@ -164,20 +165,16 @@ def test_file_source_follows_a_growing_file_with_a_partial_last_line(tmp_path):
     src = FileSource(tmp_path, poll=0.02)
     got = []
     src.open(lambda e, s: got.append(e))
-    worker = threading.Thread(target=src.work)
+    worker = threading.Thread(target=src.work, daemon=True)  # a failed wait leaves no process behind
     worker.start()
-    deadline = time.monotonic() + 5
-    while len(got) < 6 and time.monotonic() < deadline:
-        time.sleep(0.02)
-    time.sleep(0.1)
+    wait_for(lambda: src.caught_up, timeout=10, what="the source to read to the end of the file")
     assert got == head  # the half-written line is not read yet
     with open(path, "a") as f:
         f.write(half[20:] + "\n")
         f.write("this is not json\n")
         for e in tail[1:]:
             f.write(e.to_json() + "\n")
-    while len(got) < len(persisted) and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_for(lambda: len(got) >= len(persisted), timeout=10, what="the rest of the file")
     src.close()
     worker.join(2)
     assert not worker.is_alive()
@@ -185,17 +182,29 @@ def test_file_source_follows_a_growing_file_with_a_partial_last_line(tmp_path):
     assert src.bad_lines == 1
 
 
+class CountedWaits(threading.Event):
+    """A FileSource's stop event that counts the source's waits between polls."""
+
+    def __init__(self):
+        super().__init__()
+        self.waits = 0
+
+    def wait(self, timeout=None):
+        self.waits += 1
+        return super().wait(timeout)
+
+
 def test_file_source_waits_for_the_file_to_appear(tmp_path):
     src = FileSource(tmp_path, poll=0.02)
+    src._stop = waits = CountedWaits()
     got = []
     src.open(lambda e, s: got.append(e))
-    worker = threading.Thread(target=src.work)
+    worker = threading.Thread(target=src.work, daemon=True)  # a failed wait leaves no process behind
     worker.start()
-    time.sleep(0.1)
+    wait_for(lambda: waits.waits >= 2, timeout=10, what="two polls of a folder with no events.jsonl")
+    assert worker.is_alive() and got == []
     write_jsonl(tmp_path / "events.jsonl", recorded_run(epochs=1, steps_per_epoch=2)[:2])
-    deadline = time.monotonic() + 5
-    while len(got) < 2 and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_for(lambda: len(got) >= 2, timeout=10, what="the file's events")
     src.close()
     worker.join(2)
     assert [e.name for e in got] == ["RunStarted", "EpochStarted"]
@@ -230,18 +239,23 @@ def test_file_source_waits_while_the_screen_is_behind(tmp_path):
     write_jsonl(tmp_path / "events.jsonl", events)
     src = FileSource(tmp_path, poll=0.02, chunk=4096)
     behind = [True]
-    src.backlog = lambda: 10**9 if behind[0] else 0
+    asked = []  # what len(got) was each time the source asked how far behind the screen is
+
+    def backlog():
+        asked.append(len(got))
+        return 10**9 if behind[0] else 0
+
+    src.backlog = backlog
     got = []
     src.open(lambda e, s: got.append(e))
-    worker = threading.Thread(target=src.work)
+    worker = threading.Thread(target=src.work, daemon=True)  # a failed wait leaves no process behind
     worker.start()
-    time.sleep(0.3)
+    wait_for(lambda: len(asked) >= 5, timeout=10, what="the source to ask about the backlog again and again")
     held = len(got)
     assert 0 < held < len(events)  # one chunk read, then it waits
+    assert set(asked) == {held}  # and reads nothing more while the screen is behind
     behind[0] = False
-    deadline = time.monotonic() + 5
-    while len(got) < len(events) and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_for(lambda: len(got) >= len(events), timeout=10, what="the rest once the screen caught up")
     src.close()
     worker.join(2)
     assert got == events
