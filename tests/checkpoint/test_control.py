@@ -11,6 +11,7 @@ import torch
 from torch import nn
 from torch.utils.data import TensorDataset
 
+from tests.conftest import wait_for
 from tuitrain.core.checkpoint import Checkpointer, read_index
 from tuitrain.core.control import COMMANDS, ControlWatcher, FileControl, Interrupter, control_dir
 from tuitrain.core.events import (CheckpointSaved, ControlReceived, MetricsLogged, RunPaused, RunResumed)
@@ -105,15 +106,16 @@ def test_watcher_applies_each_command_and_deletes_its_file(tmp_path, command):
 def test_watcher_drops_stale_commands_at_start_and_polls_on_its_thread(tmp_path):
     FileControl(tmp_path).send("stop")  # meant for an earlier, dead process
     it = Interrupter()
-    watcher = ControlWatcher(tmp_path, it, interval=0.02).start()
+    watcher = ControlWatcher(tmp_path, it, interval=0.02)
+    polls = []  # commands taken by each poll
+    poll_once = watcher.poll_once
+    watcher.poll_once = lambda: polls.append(poll_once()) or polls[-1]
+    watcher.start()
     try:
-        time.sleep(0.1)
-        assert not it.stop_requested
+        wait_for(lambda: len(polls) >= 2, timeout=10, what="two polls of the control folder")
+        assert polls[:2] == [0, 0] and not it.stop_requested
         FileControl(tmp_path).send("checkpoint")
-        deadline = time.monotonic() + 5
-        while not it.checkpoint_requested and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert it.checkpoint_requested
+        wait_for(lambda: it.checkpoint_requested, timeout=10, what="the checkpoint request")
     finally:
         watcher.close()
 
@@ -144,19 +146,27 @@ def test_pause_checkpoint_and_resume_leave_the_results_unchanged(tmp_path):
 
     it = Interrupter()
     events = []
+    resume_sent = threading.Event()
+    after_pause = []  # for each step logged after the pause: whether the resume had been sent by then
+
+    def resume_once_paused():
+        wait_for(lambda: any(isinstance(e, RunPaused) for e in events), timeout=60, what="RunPaused")
+        resume_sent.set()
+        it.resume("test")
 
     def steer(e, s):
         events.append(e)
+        if isinstance(e, MetricsLogged) and e.scope == "step" and e.step > 2:
+            after_pause.append(resume_sent.is_set())
         if isinstance(e, MetricsLogged) and e.scope == "step" and e.step == 2:
             it.pause("test")
             it.request_checkpoint("test")
-            threading.Timer(0.3, it.resume, args=("test",)).start()
+            threading.Thread(target=resume_once_paused, daemon=True).start()
 
     learner, data = learner_with([steer], tmp_path / "run", it)
-    t0 = time.monotonic()
     result = learner.fit(data)
     assert result.status == "completed"
-    assert time.monotonic() - t0 >= 0.3
+    assert after_pause and all(after_pause)  # no step while paused
     kinds = [type(e) for e in events]
     assert RunPaused in kinds and RunResumed in kinds
     paused = next(e for e in events if isinstance(e, RunPaused))
@@ -172,10 +182,14 @@ def test_pause_checkpoint_and_resume_leave_the_results_unchanged(tmp_path):
 def test_stop_while_paused_ends_the_run(tmp_path):
     it = Interrupter()
 
+    def stop_once_paused():
+        wait_for(lambda: it.paused, timeout=60, what="the pause")
+        it.request_stop("test")
+
     def steer(e, s):
         if isinstance(e, MetricsLogged) and e.scope == "step" and e.step == 1:
             it.pause("test")
-            threading.Timer(0.2, it.request_stop, args=("test",)).start()
+            threading.Thread(target=stop_once_paused, daemon=True).start()
 
     learner, data = learner_with([steer], tmp_path / "run", it, epochs=50)
     done = []
@@ -198,7 +212,12 @@ def test_stop_from_another_thread_stops_at_a_step_boundary(tmp_path):
             time.sleep(0.01)
 
     learner, data = learner_with([slow], tmp_path / "run", it, epochs=200)
-    threading.Timer(0.3, it.request_stop, args=("signal", "SIGTERM")).start()
+
+    def stop_mid_run():
+        wait_for(lambda: len(seen) >= 5, timeout=60, what="five steps")
+        it.request_stop("signal", "SIGTERM")
+
+    threading.Thread(target=stop_mid_run, daemon=True).start()
     result = learner.fit(data)
     assert result.status == "interrupted" and result.reason == "stopped"
     (entry,) = read_index(tmp_path / "run")

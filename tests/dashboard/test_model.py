@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 
+from tests.conftest import wait_for
 from tuitrain.core.events import (
     CheckpointStarted, ControlReceived, MetricsLogged, PhaseStarted, RunPaused, RunResumed, RunStarted, StepCompleted,
     StepStarted,
@@ -13,8 +14,6 @@ from tuitrain.dashboard.bridge import EventBridge
 from tuitrain.dashboard.model import DashboardState
 from tuitrain.dashboard.series import Series
 from tuitrain.dashboard.sources import FileSource
-
-from tests.conftest import wait_for
 
 from .fixtures import T0, recorded_run, write_jsonl
 
