@@ -16,6 +16,7 @@ importing `tuitrain` never imports Lightning.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import math
 import os
@@ -36,6 +37,7 @@ _SUFFIX = re.compile(r"^(.+)/(train|training|val|valid|validation|eval)$", re.IG
 _LOADER = re.compile(r"^(.+)(/dataloader_idx_\d+)$")  # Lightning's name for a metric of a second val loader
 
 
+@functools.lru_cache(maxsize=4096)  # the same few names every logged step
 def split_name(key: str, default: str = "train") -> tuple[str, str]:
     """A logged metric's split and name: `val_loss`, `val/loss`, `loss/val` -> ("valid", "loss");
     `train_acc` -> ("train", "acc"); a name without a marker keeps `default`."""
@@ -206,9 +208,13 @@ class TuitrainCallback:
     # --- metrics ---------------------------------------------------------------------------------
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        # every batch (some 30 µs): a step may advance global_step by more than one (two optimizers)
-        if self.monitor is not None:
-            self._before = dict(trainer.callback_metrics)
+        # reading callback_metrics makes Lightning compute every logged value (30-55 µs): only before a
+        # batch whose step Lightning logs at (a step may advance global_step by one per optimizer)
+        every = trainer.log_every_n_steps
+        if self.monitor is not None and every:
+            step, ahead = trainer.global_step, max(1, len(trainer.optimizers))
+            if (step + ahead) // every != step // every:
+                self._before = dict(trainer.callback_metrics)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         mon = self.monitor
