@@ -4,7 +4,6 @@ threads once it does not; and a real headless run that trains with no helper thr
 from __future__ import annotations
 
 import threading
-import time
 
 import tuitrain.core.housekeeping as housekeeping_module
 from tuitrain.core.callbacks import EventBus
@@ -120,11 +119,10 @@ def test_a_chore_that_emits_and_adds_a_chore_does_not_tick_inside_itself():
         nested.append(len(got))
 
     hk.add(0.0, emitting_chore, lambda: None)
-    time.sleep(0.01)
-    bus.tick()
+    wait_for(lambda: bus.tick() or nested, timeout=10, what="the chore to run")
     assert nested == [0]  # the chore ran once, its event is held for a batch
-    time.sleep(bus.batch_interval + 0.05)
-    bus.tick()  # now the bus's own chore delivers the held batch, with no later event
+    # ticks alone (no later event) until the bus's own chore delivers the held batch
+    wait_for(lambda: bus.tick() or got, timeout=10, what="the held batch")
     assert [type(e).__name__ for e in got][:1] == ["DevicesSampled"]
     assert not [t for t in threading.enumerate() if t.name == "tuitrain-events" and t not in before]
     bus.close()

@@ -1,7 +1,8 @@
 import json
-import time
+import threading
 
 from sink_run import feed, run_events
+from tests.conftest import wait_for
 from tuitrain.core.events import MetricsLogged, RunStarted, parse_line
 from tuitrain.sinks.jsonl import FILENAME, JsonlWriter
 
@@ -59,10 +60,8 @@ def test_important_events_are_visible_at_once_and_others_within_the_interval(tmp
     assert len(path.read_text().splitlines()) == 1  # flushed with no delay
     w(MetricsLogged(split="train", epoch=1, step=1, metrics={"loss": 1.0}))
     assert len(path.read_text().splitlines()) == 1  # held back for now
-    deadline = time.monotonic() + 5
-    while len(path.read_text().splitlines()) < 2 and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert len(path.read_text().splitlines()) == 2  # the background flush wrote it without a later event
+    # the background flush writes it without a later event
+    wait_for(lambda: len(path.read_text().splitlines()) == 2, timeout=10, what="the background flush")
     assert path.read_text().endswith("\n")
     w.close()
     w(MetricsLogged(split="train", epoch=1, step=2, metrics={"loss": 1.0}))  # after close: ignored
@@ -83,8 +82,8 @@ def test_on_a_bus_the_run_s_writer_writes_each_batch_at_its_end_and_starts_no_th
     bus.deliver()
     assert [json.loads(line)["step"] for line in path.read_text().splitlines()] == [1, 2, 3]
     bus.emit(MetricsLogged(split="train", epoch=1, step=4, metrics={"loss": 1.0}))
-    time.sleep(0.6)  # longer than the writer's flush interval: still no thread writes it
-    assert len(path.read_text().splitlines()) == 3
-    assert w._flusher is None
+    assert len(path.read_text().splitlines()) == 3  # held for the bus's next batch
+    assert w._flusher is None  # no thread of its own that could write it in between
+    assert not [t for t in threading.enumerate() if t.name == "tuitrain-jsonl"]
     bus.close()
     assert len(path.read_text().splitlines()) == 4
