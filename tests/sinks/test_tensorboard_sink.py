@@ -42,7 +42,14 @@ def test_missing_tensorboard_says_how_to_install(tmp_path):
 
 def test_real_writer_when_installed(tmp_path):
     pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
     sink = tb.TensorBoardSink(tmp_path)
-    sink(MetricsLogged(split="train", epoch=1, step=1, metrics={"loss": 1.0}))
+    sink(MetricsLogged(split="train", epoch=1, step=1, metrics={"loss": 1.25}))
+    sink(MetricsLogged(split="train", epoch=1, step=2, metrics={"loss": 0.75}))
+    sink(MetricsLogged(split="valid", epoch=1, step=2, metrics={"accuracy": 0.5}, scope="epoch"))
     sink.close()
-    assert any((tmp_path / "tensorboard").iterdir())
+    acc = EventAccumulator(str(tmp_path / "tensorboard"))
+    acc.Reload()
+    assert [(s.step, s.value) for s in acc.Scalars("train/loss")] == [(1, 1.25), (2, 0.75)]
+    assert [(s.step, s.value) for s in acc.Scalars("valid/epoch_accuracy")] == [(2, 0.5)]
