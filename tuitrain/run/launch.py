@@ -122,7 +122,7 @@ def _train_quietly(run, resume_path, bus=None, on_built=None, capture: bool = Fa
     checkpoint); spawned ranks leave signals to their parent."""
     from tuitrain.core.callbacks import EventBus
     from tuitrain.core.output import capture_output
-    from tuitrain.run.runner import carry_preemption
+    from tuitrain.run.signals import carry_preemption
 
     if signals:
         from tuitrain.run.signals import StopOnSignals

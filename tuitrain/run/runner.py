@@ -21,7 +21,7 @@ from tuitrain.core.output import capture_output
 from tuitrain.run.directories import find_runs, new_run_dir
 from tuitrain.run.preflight import preflight
 from tuitrain.run.session import RunSession
-from tuitrain.run.signals import StopOnSignals
+from tuitrain.run.signals import StopOnSignals, carry_preemption
 
 
 class UsageError(Exception):
@@ -142,22 +142,6 @@ def prepare_run(config_path: str | os.PathLike, overrides=(), *, run_dir: str | 
     run = Run(cfg, path, headless=headless, resume_data=ckpt_data, resume_path=ckpt_path)
     run.resume_auto = resume_auto
     return run
-
-
-def carry_preemption(interrupter: Interrupter, learner) -> None:
-    """The Learner reads why it stopped from its own interrupter; under DDP/FSDP that is the agreed one
-    (a SyncedInterrupter over `interrupter`), whose flags carry a stop but not its reason: a preemption
-    that reaches this rank says "preempted" there too."""
-    agreed = learner.interrupter
-    if agreed is interrupter:
-        return
-
-    def carry() -> None:
-        agreed.stop_reason = "preempted"
-
-    interrupter.on_preempt.append(carry)
-    if interrupter.stop_reason == "preempted":  # it came while the Learner was being built
-        carry()
 
 
 class Run:

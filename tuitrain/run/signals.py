@@ -52,3 +52,19 @@ class StopOnSignals:
     def __exit__(self, *exc) -> None:
         for signum, handler in self.saved.items():
             signal.signal(signum, handler)
+
+
+def carry_preemption(interrupter: Interrupter, learner) -> None:
+    """The Learner reads why it stopped from its own interrupter; under DDP/FSDP that is the agreed one
+    (a SyncedInterrupter over `interrupter`), whose flags carry a stop but not its reason: a preemption
+    that reaches this rank says "preempted" there too."""
+    agreed = learner.interrupter
+    if agreed is interrupter:
+        return
+
+    def carry() -> None:
+        agreed.stop_reason = "preempted"
+
+    interrupter.on_preempt.append(carry)
+    if interrupter.stop_reason == "preempted":  # it came while the Learner was being built
+        carry()
