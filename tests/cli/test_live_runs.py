@@ -75,6 +75,25 @@ def test_sigterm_stops_gracefully_with_a_checkpoint(tiny, reap):
     assert sorted(tiny.step_losses(events)) == list(range(1, last + 4))
 
 
+def test_ctrl_c_on_a_headless_run_stops_it_gracefully_with_a_checkpoint(tiny, reap):
+    """Ctrl+C at the terminal of a headless run (`run --headless`, or stdout to a file): SIGINT."""
+    run = tiny.root / "run"
+    proc = tiny.cli_bg("run", tiny.config, "--headless", "--run-dir", run, *SLOW)
+    reap(proc)
+    tiny.wait_for(lambda: tiny.last_train_step(run) >= 3, what="the run to train a few steps")
+    proc.send_signal(signal.SIGINT)
+    assert wait_exit(proc) == 130
+    info = status(run)
+    assert info["status"] == "interrupted" and info["exit_code"] == 130 and info["step"] < 60 * 7
+    newest = max(index(run), key=lambda r: (r["step"], r["time"]))
+    assert newest["reason"] in ("stop", "epoch") and newest["step"] == info["step"] == tiny.last_train_step(run)
+    events = tiny.read_events(run)
+    stops = [(e["source"], e["detail"]) for e in events if e["event"] == "ControlReceived"]
+    assert stops == [("signal", "SIGINT")] and events[-1]["event"] == "RunFinished"
+    (out,) = [p.read_text() for p in tiny.root.glob("bg-*.out")]  # what cli_bg's run printed
+    assert "stop requested (signal: SIGINT)" in out and "Traceback" not in out and "KeyboardInterrupt" not in out
+
+
 def test_checkpoint_and_stop_commands_steer_a_live_run(tiny, reap):
     run = tiny.root / "run"
     proc = tiny.cli_bg("run", tiny.config, "--headless", "--run-dir", run, *SLOW,
