@@ -249,8 +249,6 @@ def _kill(pid: int) -> None:
 
 
 def _until_training(fd: int, run_dir: Path, steps: int = 3) -> bytes:
-    import time
-
     from tests.conftest import read_pty, wait_for
 
     screen = b""
