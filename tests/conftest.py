@@ -254,3 +254,30 @@ def read_pty(fd: int, seconds: float) -> bytes:
             except OSError:
                 break
     return out
+
+
+# --- the long real-process tests: `python -m pytest -m slow` runs them ------------------------------
+# The default run (the README's test command, CI) leaves these out to stay under 10 minutes on 2
+# cores; each repeats, with more processes or a longer run, what a faster test beside it checks.
+SLOW = {
+    "tests/cluster/test_cluster.py::test_torchrun_restart_after_a_rank_is_killed_ends_equal_to_an_uninterrupted_run",
+    "tests/cluster/test_cluster.py::test_two_nodes_share_one_run_dir_and_either_one_stops_both",
+    "tests/cluster/test_cluster.py::test_sigusr1_under_slurm_checkpoints_requeues_and_the_same_command_finishes_exactly",
+    "tests/checkpoint/test_worker_augmentation.py::test_kill_9_during_an_augmenting_epoch_then_resume_latest_is_bitwise",
+    "tests/cli/test_live_runs.py::test_kill_9_of_a_stateful_stream_then_resume_latest_is_bitwise_the_same_run",
+    "tests/cli/test_live_runs.py::test_resume_of_a_live_run_is_refused",
+    "tests/system/test_real_models.py::test_a_factory_that_returns_no_optimizer_under_ddp_is_the_same_one_line_and_exit_2",
+    "tests/system/test_faults.py::test_a_closed_terminal_leaves_training_to_go_on_detached_to_its_end",
+    "tests/system/test_faults.py::test_a_failing_screen_leaves_training_to_finish_with_console_lines",
+    "tests/integrations/test_transformers.py::test_an_exception_in_train_ends_the_run_failed",
+    "tests/integrations/test_monitor_ranks.py::test_an_exception_in_a_top_level_loop_without_finish_fails_the_run",
+    "tests/checkpoint/test_checksums.py::test_resume_refuses_a_damaged_path_and_latest_resumes_from_the_newest_sound_one",
+    "tests/distributed/test_fsdp.py::test_stop_then_resume_latest_continues_exactly",
+    "tests/distributed/test_ddp.py::test_each_rank_reports_its_own_cpu_throughput_and_memory",
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.nodeid in SLOW:
+            item.add_marker(pytest.mark.slow)
