@@ -256,6 +256,29 @@ def read_pty(fd: int, seconds: float) -> bytes:
     return out
 
 
+def wait_exit(pid: int, fd: int, timeout: float) -> tuple[int | None, bytes]:
+    """Read a pseudo-terminal's child until it ends: (its exit code, or None after `timeout` s; the
+    bytes it wrote meanwhile)."""
+    screen = b""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        screen += read_pty(fd, 0.1)
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status), screen
+    return None, screen
+
+
+def end_pty(pid: int, fd: int) -> None:
+    """Kill a pseudo-terminal's child if it still runs, reap it, and close the terminal."""
+    try:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+    except (ProcessLookupError, ChildProcessError):
+        pass
+    os.close(fd)
+
+
 # --- the long real-process tests: `python -m pytest -m slow` runs them ------------------------------
 # The default run (the README's test command, CI) leaves these out to stay under 10 minutes on 2
 # cores; each repeats, with more processes or a longer run, what a faster test beside it checks.

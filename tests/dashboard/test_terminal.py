@@ -17,7 +17,7 @@ pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="needs a pty")
 
 
 def test_sigterm_under_the_dashboard_stops_gracefully_and_restores_the_terminal(tiny):
-    from tests.conftest import cli_env, read_pty
+    from tests.conftest import cli_env, read_pty, wait_exit
 
     run_dir = tiny.root / "run"
     cmd = [sys.executable, "-m", "tuitrain", "run", str(tiny.config), "--run-dir", str(run_dir),
@@ -38,13 +38,7 @@ def test_sigterm_under_the_dashboard_stops_gracefully_and_restores_the_terminal(
                 break
         assert b"\x1b[" in screen  # a full-screen app, not plain lines
         os.kill(pid, signal.SIGTERM)
-        code = None
-        deadline = time.time() + 30
-        while time.time() < deadline and code is None:
-            read_pty(fd, 0.1)
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                code = os.waitstatus_to_exitcode(status)
+        code, _ = wait_exit(pid, fd, 30)
         assert code == 130, "the dashboard must leave by itself after a signal's graceful stop"
         after = termios.tcgetattr(fd)
         assert after[3] & termios.ICANON and after[3] & termios.ECHO  # cooked mode is back

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import cli_env, last_train_step, read_events, read_pty, wait_for
+from tests.conftest import cli_env, last_train_step, read_events, read_pty, wait_for, wait_exit, end_pty
 
 L = pytest.importorskip("lightning.pytorch")
 
@@ -259,20 +259,10 @@ def test_dashboard_in_a_terminal_with_pytorch_lightning_and_no_progress_bar(tmp_
         os.write(fd, b"q")
         screen += read_pty(fd, 1.0)
         os.write(fd, b"y")
-        code = None
-        deadline = time.time() + WAIT
-        while time.time() < deadline and code is None:
-            screen += read_pty(fd, 0.1)
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                code = os.waitstatus_to_exitcode(status)
+        code, more = wait_exit(pid, fd, WAIT)
+        screen += more
     finally:
-        try:
-            os.kill(pid, 9)
-            os.waitpid(pid, 0)
-        except (ProcessLookupError, ChildProcessError):
-            pass
-        os.close(fd)
+        end_pty(pid, fd)
     assert code == 0, screen[-3000:]
     info = run_json(run_dir)
     assert (info["status"], info["exit_code"]) == ("interrupted", 130)

@@ -20,7 +20,7 @@ pytest.importorskip("transformers")
 
 from transformers import TrainerCallback  # noqa: E402
 
-from tests.conftest import cli_env, last_train_step, read_events, read_pty, wait_for  # noqa: E402
+from tests.conftest import cli_env, last_train_step, read_events, read_pty, wait_for  , wait_exit, end_pty# noqa: E402
 from tests.integrations.transformers_scripts.tiny_gpt2 import trainer_for  # noqa: E402
 from tuitrain.core.control import FileControl  # noqa: E402
 from tuitrain.core.fsutil import tree_sha256  # noqa: E402
@@ -264,13 +264,8 @@ def test_the_dashboard_shows_the_trainers_metrics_and_no_tqdm_bar(tmp_path):
         os.write(fd, b"q")
         screen += read_pty(fd, 1.0)
         os.write(fd, b"y")
-        code = None
-        deadline = time.time() + 120
-        while time.time() < deadline and code is None:
-            screen += read_pty(fd, 0.1)
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                code = os.waitstatus_to_exitcode(status)
+        code, more = wait_exit(pid, fd, 120)
+        screen += more
         assert code == 0, screen[-2000:]
         info = _run_json(run_dir)
         assert info["status"] == "interrupted" and info["exit_code"] == 130
@@ -279,9 +274,4 @@ def test_the_dashboard_shows_the_trainers_metrics_and_no_tqdm_bar(tmp_path):
         assert commands == [("stop", "dashboard")], commands
         assert not TQDM_BAR.search((run_dir / "experiment.log").read_text())  # nor in the output panel's lines
     finally:
-        try:
-            os.kill(pid, 9)
-            os.waitpid(pid, 0)
-        except (ProcessLookupError, ChildProcessError):
-            pass
-        os.close(fd)
+        end_pty(pid, fd)

@@ -19,7 +19,7 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 import tuitrain
-from tests.conftest import cli_env, read_events, read_pty, wait_for
+from tests.conftest import cli_env, read_events, read_pty, wait_for, wait_exit
 
 
 def _data(n=64, seed=0):
@@ -212,13 +212,7 @@ def test_a_script_in_a_terminal_shows_the_dashboard_and_stops_from_outside(tmp_p
                  what="the run to stop")
         screen = read_pty(fd, 1.0)
         os.write(fd, b"q")  # the dashboard stays on the summary until the user leaves
-        code = None
-        deadline = time.time() + 30
-        while time.time() < deadline and code is None:
-            read_pty(fd, 0.1)
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                code = os.waitstatus_to_exitcode(status)
+        code, _ = wait_exit(pid, fd, 30)
         assert code == 0  # the script itself ends normally, with fit's result written
         assert json.loads((tmp_path / "run.result").read_text()) == {"status": "interrupted", "exit_code": 130}
     finally:

@@ -205,7 +205,7 @@ def test_ctrl_c_in_the_dashboard_of_a_monitored_loop_stops_the_loop(tmp_path):
     import subprocess
     import sys
 
-    from tests.conftest import cli_env, read_pty
+    from tests.conftest import cli_env, read_pty, wait_exit, end_pty
 
     (tmp_path / "loop.py").write_text(MONITORED_LOOP)
     run_dir = tmp_path / "run"
@@ -238,13 +238,8 @@ def test_ctrl_c_in_the_dashboard_of_a_monitored_loop_stops_the_loop(tmp_path):
         names = [e["event"] for e in read_events(run_dir, torn_ok=True)]
         assert "MetricsLogged" not in names[names.index("RunPaused"):]  # the loop waits
         os.write(fd, b"\x03")  # Ctrl+C: a key to the dashboard, which holds the terminal in raw mode
-        code = None
-        deadline = time.time() + 300
-        while time.time() < deadline and code is None:
-            screen += read_pty(fd, 0.1)
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                code = os.waitstatus_to_exitcode(status)
+        code, more = wait_exit(pid, fd, 300)
+        screen += more
         assert code == 0, screen[-2000:]
         assert _run_json(run_dir)["status"] == "interrupted"
         commands = [(e["command"], e["source"]) for e in read_events(run_dir) if e["event"] == "ControlReceived"]
@@ -253,9 +248,4 @@ def test_ctrl_c_in_the_dashboard_of_a_monitored_loop_stops_the_loop(tmp_path):
         assert [e["reason"] for e in index] == ["request"]
         assert b"\x1b[?1049l" in screen  # the terminal's own screen is back
     finally:
-        try:
-            os.kill(pid, 9)
-            os.waitpid(pid, 0)
-        except (ProcessLookupError, ChildProcessError):
-            pass
-        os.close(fd)
+        end_pty(pid, fd)
