@@ -276,9 +276,7 @@ class Monitor:
     def _join_group(self) -> None:
         """Agree from here on: a gloo group for the exchanges, and rank 0's run directory and screen
         known on every rank. Waits for a process group (torchrun before init_process_group)."""
-        import sys as _sys
-
-        dist = _sys.modules.get("torch.distributed")
+        dist = sys.modules.get("torch.distributed")  # only when the user's code has loaded it
         if dist is None or not dist.is_initialized():
             self._group_pending = True
             return

@@ -112,7 +112,8 @@ class SyncedInterrupter(Interrupter):
         self._reads = 0
         self._last_fill: tuple[float, int] | None = None  # rank 0: (time, reads) at the last exchange
         self._agreement = Agreement(group, width=6)
-        self._own_stop = False
+        self._own_stop = False  # this rank's own inbox asked to stop (its source is `_source`)
+        self._source = ""
 
     @property
     def pending(self) -> bool:
@@ -183,8 +184,6 @@ class SyncedInterrupter(Interrupter):
                 self.checkpoint_requested = True
             self.paused = bool(paused)
         return bool(stop or checkpoint or paused or logged)
-
-    _source = ""
 
     def wait_while_paused(self, timeout: float) -> bool:
         self.inbox.wait_while_paused(timeout)  # wakes early on a change of this rank's own requests
