@@ -282,13 +282,54 @@ class JobRequeued(Event):
     time: float = field(default_factory=_now)
 
 
+@dataclass(frozen=True, slots=True)
+class AlertRaised(Event):
+    """A health rule found trouble (see tuitrain.core.health), or a script's `mon.alert(...)`."""
+
+    rule: str  # "nonfinite", "loss_spike", "grad_spike", "stall", "data_wait", "user"
+    level: str  # "warning" or "error"
+    title: str  # one short line
+    text: str  # what was seen and what was done
+    step: int
+    value: float | None = None  # the value judged (the loss, the grad norm, seconds stalled, a share)
+    action: str = "alert"  # what the run did: "alert", "skip", "rollback", "stop", "abort", "fail"
+    epoch: int = 0
+    time: float = field(default_factory=_now)
+
+
+@dataclass(frozen=True, slots=True)
+class StepSkipped(Event):
+    """A training step's update not applied (weights, optimizer, scheduler, scaler untouched)."""
+
+    step: int  # the step the batch would have made (the step counter does not advance)
+    epoch: int
+    batch: int  # the batch's index in its epoch
+    rule: str
+    value: float | None = None
+    time: float = field(default_factory=_now)
+
+
+@dataclass(frozen=True, slots=True)
+class RolledBack(Event):
+    """Training went back to an earlier checkpoint, passing over the batches that caused trouble."""
+
+    from_step: int  # the step where the trouble was found
+    to_step: int  # the checkpoint's step, where training goes on
+    checkpoint: str
+    skipped_batches: list  # [[epoch, batch], ...] passed over from now on
+    lr_factor: float
+    rule: str = ""
+    rollbacks: int = 1  # how many so far in this run
+    time: float = field(default_factory=_now)
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.__name__: cls
     for cls in (
         RunStarted, EpochStarted, PhaseStarted, StepStarted, StepCompleted, StepPoint, MetricsLogged,
         PhaseCompleted, EpochCompleted, CheckpointStarted, CheckpointSaved, CheckpointDeleted,
         CheckpointFailed, ControlReceived, RunPaused, RunResumed, OutputPrinted, DevicesSampled,
-        RunFinished, RunFailed, JobRequeued,
+        RunFinished, RunFailed, JobRequeued, AlertRaised, StepSkipped, RolledBack,
     )
 }
 

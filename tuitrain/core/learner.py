@@ -35,10 +35,12 @@ from .control import parse_duration
 from .events import (ControlReceived, EpochCompleted, EpochStarted, MetricsLogged, OutputPrinted, PhaseStarted,
                      RunFailed, RunFinished, RunPaused, RunResumed, RunStarted)
 from .learner_checkpoint import CheckpointMixin
+from .learner_health import HealthMixin
 from .metrics import MetricSet, StepOutput
 from .optimization import OptimizationMixin
 from .output import capture_output
 from .phases import CancelFitting, NonFiniteLoss, Phase, TrainPhase, ValidPhase
+from .state import HealthFailure, RollBack
 from .strategies.base import Strategy
 
 #: stop reasons that end a run as interrupted (exit 130); others ("max_time") end it as completed
@@ -118,7 +120,7 @@ def summarize(history: dict) -> dict:
     return out
 
 
-class Learner(OptimizationMixin, CheckpointMixin):
+class Learner(OptimizationMixin, CheckpointMixin, HealthMixin):
     """Trains `model` with `optimizer`; `fit(train, valid)` returns a FitResult.
 
     `train`/`valid` may be Datasets (loaders are built with `batch_size`, `shuffle`, `num_workers`) or
@@ -153,7 +155,8 @@ class Learner(OptimizationMixin, CheckpointMixin):
                  bus: EventBus | None = None, model_path: str | os.PathLike | None = None,
                  env: dict | None = None, notes: Sequence[str] = (), sinks: Iterable = (),
                  max_time: float | str = 0, ema_decay: float = 0.0, validate_every_n_steps: int = 0,
-                 limit_valid_batches: int = 0, throughput_unit: str = "samples", strategy: Strategy | None = None) -> None:
+                 limit_valid_batches: int = 0, throughput_unit: str = "samples", strategy: Strategy | None = None,
+                 watch: dict | None = None) -> None:
         #: how this process trains among others (one process, a DDP or FSDP rank): strategies/base.py
         self.strategy = strategy = strategy if strategy is not None else Strategy()
         self.world_size = strategy.world_size
@@ -264,6 +267,8 @@ class Learner(OptimizationMixin, CheckpointMixin):
         self.non_blocking = self.device.type == "cuda"
         # a CPU loss reads back for free, so every step is checked; elsewhere only logged steps
         self.check_every_step = self.device.type == "cpu"
+        #: the `[watch]` rules (health.py): judged in the loop, acted on by the HealthMixin
+        self._setup_health(watch)
         self.state = TrainState(epochs=epochs)
         self.bus.state = self.state
         self._ckpt_step_due = False
@@ -291,9 +296,8 @@ class Learner(OptimizationMixin, CheckpointMixin):
         if not self.strategy.solo_boundaries:  # a finished write's events go out here, not at a boundary
             self._flush_checkpoint_events()
         values = metrics.read_window()
-        loss = values.get("loss")
-        if loss is not None and not math.isfinite(loss):
-            raise NonFiniteLoss(loss, state.epoch, state.step)
+        if split == "train":
+            self.judge_logged(values, state)  # data_wait; a non-finite mean the steps did not judge
         state.last_logged = values
         self.bus.emit(MetricsLogged(split=split, epoch=state.epoch, step=state.step, metrics=values,
                                     scope="step", batch=batch, batches=total))
@@ -465,8 +469,9 @@ class Learner(OptimizationMixin, CheckpointMixin):
             kept = self.keep_freed_memory and heap.keep_freed_memory()
             self._t_session = time.monotonic()
             timer = self._start_clock()
+            self._start_watchdog()
             try:
-                reason = self._epochs(train, valid)
+                reason = self._epochs_with_rollbacks(train, valid)
                 status, code = "completed", EXIT_OK
             except CancelFitting as stop:
                 reason = stop.reason
@@ -477,6 +482,7 @@ class Learner(OptimizationMixin, CheckpointMixin):
                     self.bus.emit(OutputPrinted(text=f"max_time ({_seconds(self.max_time)}) spent: training "
                                                 "stops here, as completed", stream="tuitrain"))
             finally:
+                self._stop_watchdog()
                 if timer is not None:
                     timer.cancel()
                 if frozen:
@@ -527,6 +533,14 @@ class Learner(OptimizationMixin, CheckpointMixin):
         return (f"out of memory in a {self.state.stage} step with batch size {self.batch_size} on "
                 f"{self.device} ({what}); lower {batch}, and raise {accumulate} to keep the same "
                 "effective batch")
+
+    def _epochs_with_rollbacks(self, train: ResumableLoader, valid: ResumableLoader | None) -> str:
+        """`_epochs`, gone back to an earlier checkpoint each time a health rule rolls back."""
+        while True:
+            try:
+                return self._epochs(train, valid)
+            except RollBack as rb:
+                self._roll_back(rb, train)
 
     def _epochs(self, train: ResumableLoader, valid: ResumableLoader | None) -> str:
         s = self.state
@@ -593,7 +607,7 @@ class Learner(OptimizationMixin, CheckpointMixin):
         except Exception:
             pass
         tb = "".join(traceback.format_exception(e))
-        msg = str(e) if isinstance(e, NonFiniteLoss) else f"{type(e).__name__}: {e}"
+        msg = str(e) if isinstance(e, (NonFiniteLoss, HealthFailure)) else f"{type(e).__name__}: {e}"
         cause = ""
         if isinstance(e, RunDirUnwritable):
             msg, tb, cause = e.line, e.traceback_text or tb, "write_failed"

@@ -44,6 +44,8 @@ class CheckpointMixin:
             "early_stopping": self.early_stopping.state_dict() if self.early_stopping else None,
             "config": self.config,
             "time_used": self.time_used(),
+            # the health rules' statistics and the batches a rollback passes over: judged alike after a resume
+            "health": self.health.state_dict(), "skip_batches": [list(b) for b in s.skip_batches],
             # streaming data's own position, mid-epoch (a stateful loader or iterable dataset)
             "data": self._data_position() if s.stage == "train" and s.batch else None,  # seconds of training so far: max_time counts on after a resume
         }
@@ -112,6 +114,8 @@ class CheckpointMixin:
         s.history = {k: [list(r) for r in v] for k, v in data["history"].items()}
         s.epoch_metrics = dict(data["epoch_metrics"])
         s.time_used = float(data.get("time_used", 0.0) or 0.0)
+        s.skip_batches = [list(b) for b in data.get("skip_batches") or []]
+        self.health.load_state_dict(data.get("health"))
         self._resume_data = data.get("data")
         set_rng_state(data["rng"])
         # the restored optimizer has stepped: no "scheduler.step() before optimizer.step()" warning

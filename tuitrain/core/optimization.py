@@ -59,24 +59,38 @@ class OptimizationMixin:
         """`grad_norm` is asked for and the step being taken is a logged one."""
         return self._grad_norm is not None and (self.state.step + 1) % self.log_every_n_steps == 0
 
-    def _clip_and_measure(self, opt, params) -> None:
+    def _clip_and_measure(self, opt, params) -> bool:
         """Clip the gradients (train.clip_grad_norm) and, on a logged step, keep their total norm
-        before clipping for `grad_norm` (a device tensor: read when the step is logged)."""
+        before clipping for `grad_norm` (a device tensor: read when the step is logged). The `[watch]`
+        rules judge the norm on logged steps (and on every step where clipping reads it on the CPU).
+        True: a rule says the update must not be applied."""
         due = self._grad_norm_due()
-        if self.clip_grad_norm <= 0 and not due:
-            return
+        every = self.judge_grads_every
+        judge = every and ((self.state.step + 1) % every == 0 or (self.clip_grad_norm > 0 and self.check_every_step))
+        if self.clip_grad_norm <= 0 and not due and not judge:
+            return False
         if self.scaler is not None:
             self.scaler.unscale_(opt)
+            self._scaler_unscaled = True
         if self.clip_grad_norm > 0:
             norm = torch.nn.utils.clip_grad_norm_(params, self.clip_grad_norm)
         else:
             norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
         if due:
             self._grad_norm.add(norm)
+        if judge:
+            s = self.state
+            return self.judge_grad_norm(float(norm), s, list(range(max(s.batch - self.grad_accumulation, 0), s.batch)))
+        return False
 
-    def optimizer_step(self) -> None:
+    def optimizer_step(self) -> bool | None:
+        """Clip, step, zero the gradients, step a per-step scheduler. False: a `[watch]` rule judged the
+        gradients and the update was not applied (nothing stepped; the caller's step counter stays)."""
         opt = self.optimizer
-        self._clip_and_measure(opt, list(self.raw_model.parameters()))
+        if self._clip_and_measure(opt, list(self.raw_model.parameters())):
+            self.skip_update()
+            return False
+        self._scaler_unscaled = False
         if self.scaler is not None:
             self.scaler.step(opt)
             self.scaler.update()
@@ -123,7 +137,9 @@ class OptimizationMixin:
             raise RuntimeError(f"step_optimizer called in the {phase.name!r} phase, which is not a training phase")
         opt = self._optimizer(name)
         key = name if name is not None else next(iter(self.optimizers))
-        self._clip_and_measure(opt, [p for group in opt.param_groups for p in group["params"]])
+        if self._clip_and_measure(opt, [p for group in opt.param_groups for p in group["params"]]):
+            opt.zero_grad(set_to_none=True)  # a [watch] rule: this optimizer's update is not applied
+            return
         if self.scaler is not None:
             self.scaler.step(opt)
             self._scaler_stepped = True  # scaler.update() once per training step, after every optimizer

@@ -275,11 +275,23 @@ class TrainPhase(Phase):
         after_step = learner.after_step  # the log, a due checkpoint, the step boundary, max_steps
         sample = StepSampler.of(bus, self.name)
         n = group_items = 0  # items of this batch, of this optimizer step's batches
+        # the [watch] rules (health.py): the loss judged every step where it is on the host anyway, else
+        # on the steps that log; the gradients on the steps that log (an optimizer_step judges its own)
+        judge_loss, log_every = learner.judge_loss, learner.log_every_n_steps
+        judge_logged = learner.judge_logged_loss
+        grads_every = learner.judge_grads_every if optimizer_step is None and not manual else 0
+        skip_group = False  # a batch of this optimizer step's group is judged bad: its update is not applied
+        passed_over = {tuple(b) for b in state.skip_batches} or None  # a rollback's batches
+        epoch = state.epoch
         batches = loader.epoch_iter(state.epoch, start_batch)
         if metrics.times_data:
             batches = timed(batches, ctx)
         try:
             for batch in batches:
+                if passed_over is not None and (epoch, i) in passed_over:
+                    i += 1
+                    state.batch = i
+                    continue
                 if wants_steps:
                     bus.emit_step(StepStarted(phase=self.name, epoch=state.epoch, step=state.step + 1, batch=i))
                 if move:
@@ -298,12 +310,13 @@ class TrainPhase(Phase):
                         learner.end_manual_step()
                     else:
                         backward(loss / group_div if group_div != 1.0 else loss)
-                    if check_finite and loss is not None:
+                    if loss is not None and (check_finite or (judge_logged and (state.step + 1) % log_every == 0)):
                         v = out.value = loss.item()
-                        if not math.isfinite(v):
-                            raise NonFiniteLoss(v, state.epoch, state.step + 1)
-                    update(out, n)
-                    group_items += n
+                        if judge_loss(v, state, i):
+                            skip_group = True
+                    if not skip_group:
+                        update(out, n)
+                        group_items += n
                     state.last = out
                 except CancelStep:
                     pass
@@ -311,13 +324,26 @@ class TrainPhase(Phase):
                 in_group += 1
                 state.batch = i
                 if in_group == accum or i == total:
-                    if manual:
+                    if not skip_group and grads_every and (state.step + 1) % grads_every == 0:
+                        skip_group = learner.judge_grads(learner.raw_model.parameters(), state,
+                                                         list(range(i - in_group, i)))
+                    if skip_group:
+                        pass
+                    elif manual:
                         pass
                     elif optimizer_step is None:
                         opt_step()
                         zero_grad(set_to_none=True)
-                    else:
-                        optimizer_step()
+                    elif optimizer_step() is False:  # a health rule judged the gradients: not applied
+                        skip_group = True
+                    if skip_group:  # the update not applied: the step counter stays, as if the batches had not come
+                        if not manual:
+                            learner.skip_update()
+                        skip_group = False
+                        in_group = group_items = 0
+                        if accum > 1:
+                            group_div = float(min(accum, total - i)) if total else float(accum)
+                        continue
                     step = state.step = state.step + 1
                     ctx.window_steps += 1
                     in_group = 0
@@ -361,11 +387,20 @@ class TrainPhase(Phase):
         isfinite, Tensor = math.isfinite, torch.Tensor
         tokens = self.count_tokens
         sample = StepSampler.of(learner.bus, self.name)
+        judge_loss, log_every = learner.judge_loss, learner.log_every_n_steps
+        judge_logged = learner.judge_logged_loss
+        grads_every = learner.judge_grads_every
+        passed_over = {tuple(b) for b in state.skip_batches} or None  # a rollback's batches
+        epoch = state.epoch
         i = start_batch
         loss = output = target = None
         n = 0
         try:
             for batch in loader.epoch_iter(state.epoch, start_batch):
+                if passed_over is not None and (epoch, i) in passed_over:
+                    i += 1
+                    state.batch = i
+                    continue
                 if move:
                     batch = move_to(batch, device, non_blocking)
                 try:
@@ -382,17 +417,30 @@ class TrainPhase(Phase):
                     loss.backward()
                     if check_finite:
                         v = loss.item()
-                        if not isfinite(v):
-                            raise NonFiniteLoss(v, state.epoch, state.step + 1)
+                        if judge_loss(v, state, i):  # a [watch] rule: this update is not applied
+                            learner.skip_update()
+                            i += 1
+                            state.batch = i
+                            continue
                         if add_loss is not None:
                             add_loss(v, n, n)
-                    elif add_loss is not None:
-                        add_loss(loss, n, n)
+                    else:
+                        if judge_logged and (state.step + 1) % log_every == 0 and judge_loss(loss.item(), state, i):
+                            learner.skip_update()
+                            i += 1
+                            state.batch = i
+                            continue
+                        if add_loss is not None:
+                            add_loss(loss, n, n)
                     ctx.window_items += n
                 except CancelStep:
                     pass
                 i += 1
                 state.batch = i
+                if grads_every and (state.step + 1) % grads_every == 0 and \
+                        learner.judge_grads(learner.raw_model.parameters(), state, [i - 1]):
+                    learner.skip_update()
+                    continue
                 opt_step()
                 zero_grad(set_to_none=True)
                 step = state.step = state.step + 1

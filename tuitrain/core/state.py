@@ -30,6 +30,8 @@ class TrainState:
     last_logged: dict = field(default_factory=dict)
     stop_reason: str = ""
     time_used: float = 0.0  # seconds of training in earlier sessions of this run (resumes)
+    #: [epoch, batch] of the training batches passed over after a rollback (see tuitrain.core.health)
+    skip_batches: list = field(default_factory=list)
 
 
 @dataclass
@@ -69,6 +71,21 @@ class CancelFitting(Exception):
 
 
 class NonFiniteLoss(Exception):
-    def __init__(self, value: float, epoch: int, step: int) -> None:
-        super().__init__(f"loss is {value} at step {step} (epoch {epoch}); training stopped")
+    def __init__(self, value: float, epoch: int, step: int, what: str = "loss") -> None:
+        said = f"loss is {value}" if what == "loss" else f"the gradients' norm is {value}"
+        super().__init__(f"{said} at step {step} (epoch {epoch}); training stopped")
         self.value, self.epoch, self.step = value, epoch, step
+
+
+class RollBack(Exception):
+    """A health rule's rollback: the loop goes back to the newest sound checkpoint before `step`,
+    passing over the batch at (`epoch`, `batch`) from then on."""
+
+    def __init__(self, verdict, epoch: int, batch: int, step: int) -> None:
+        super().__init__(verdict.title)
+        self.verdict, self.epoch, self.batch, self.step = verdict, epoch, batch, step
+
+
+class HealthFailure(Exception):
+    """A health rule ended the run as failed (a rollback with no checkpoint to go back to, or past
+    `max_rollbacks`): the message is the whole story."""

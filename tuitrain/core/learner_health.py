@@ -1,0 +1,210 @@
+"""The Learner's health side: the `[watch]` rules (tuitrain.core.health) judged at the loop's points,
+and their actions carried out: an alert, a skipped update, a rollback to the checkpoint before the
+trouble, a graceful stop, a failure, and for a stall (the watchdog thread) an alert or an abort.
+
+A mixin of `Learner` (learner.py). Must not import textual.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+
+import torch
+
+from . import checkpoint as ckpt
+from .events import AlertRaised, OutputPrinted, RolledBack, RunFailed, StepSkipped
+from .health import Health, Verdict, Watch, Watchdog, thread_stacks
+from .state import HealthFailure, NonFiniteLoss, RollBack
+
+
+def _plain(v: float) -> float | None:
+    return float(v) if v is not None else None
+
+
+class HealthMixin:
+    """Health rules for `Learner`; uses its bus, state, interrupter, optimizers, checkpointer."""
+
+    def _setup_health(self, watch) -> None:
+        self.health = Health(Watch.of(watch))
+        w = self.health.watch
+        #: the loss judged before the optimizer step on the steps that log, where it is not on the host anyway
+        self.judge_logged_loss = not self.check_every_step and (w.loss_spike != "off" or w.nonfinite != "fail")
+        #: steps apart that the gradients' norm is judged in loops that step the optimizer themselves
+        self.judge_grads_every = self.log_every_n_steps if self.health.judges_grads else 0
+        self._watchdog: Watchdog | None = None
+        #: what an abort on a stall does last (the process cannot be trusted to end on its own)
+        self.on_abort = lambda: os._exit(1)
+
+    # --- judging -------------------------------------------------------------------------------
+
+    def judge_loss(self, v: float, state, batch: int) -> bool:
+        """The step's loss `v` (a float on the host), before its update. True: do not apply it."""
+        verdict = self.health.loss(v, state.step + 1)
+        return verdict is not None and self._act(verdict, state, [batch], "loss")
+
+    def judge_grads(self, params, state, batches: list[int]) -> bool:
+        """The total norm of `params`' gradients, before the update. True: do not apply it."""
+        grads = [p.grad for p in params if p.grad is not None]
+        if not grads:
+            return False
+        norm = float(torch.nn.utils.get_total_norm(grads))
+        return self.judge_grad_norm(norm, state, batches)
+
+    def judge_grad_norm(self, norm: float, state, batches: list[int]) -> bool:
+        verdict = self.health.grads(norm, state.step + 1)
+        return verdict is not None and self._act(verdict, state, batches, "gradients")
+
+    def judge_logged(self, values: dict, state) -> None:
+        """At a logged step (after its update): data_wait, and a non-finite loss where steps are not
+        judged one by one (a window's mean read from an accelerator)."""
+        loss = values.get("loss")
+        if loss is not None and isinstance(loss, float) and not math.isfinite(loss):
+            w = self.health.watch
+            if self.check_every_step and w.nonfinite != "fail":
+                pass  # judged step by step already: an alerted NaN is in the mean
+            else:
+                v = self.health._nonfinite("loss", loss, state.step)
+                action = {"skip": "fail"}.get(v.action, v.action)  # the update is in: too late to skip
+                verdict = Verdict(v.rule, action, v.value, v.title, v.text, v.level)
+                self._act(verdict, state, [], "loss", at=state.step)
+        share = values.get("data_wait")
+        if isinstance(share, float):
+            verdict = self.health.data_wait(share, state.step)
+            if verdict is not None:
+                self._emit_alert(verdict, verdict.action, state.step, state.epoch)
+
+    # --- acting --------------------------------------------------------------------------------
+
+    def _emit_alert(self, verdict: Verdict, action: str, step: int, epoch: int, text: str | None = None) -> None:
+        self.bus.emit(AlertRaised(rule=verdict.rule, level=verdict.level, title=verdict.title,
+                                  text=text if text is not None else verdict.text, step=step,
+                                  value=_plain(verdict.value), action=action, epoch=epoch))
+
+    def _act(self, verdict: Verdict, state, batches: list[int], what: str, at: int | None = None) -> bool:
+        step = state.step + 1 if at is None else at
+        action, text = verdict.action, verdict.text
+        if self.world_size > 1 and action in ("skip", "rollback") and (what == "loss" or action == "rollback"):
+            # each rank judges its own loss, and a rollback is one process's: every rank stops together instead
+            action = "stop"
+            text += f" (a {verdict.action} under {self.world_size} processes: training stops instead, on every rank)"
+        self._emit_alert(verdict, action, step, state.epoch, text)
+        if action == "alert":
+            return False
+        if action == "fail":
+            raise NonFiniteLoss(verdict.value, state.epoch, step, what)
+        if action == "rollback":
+            raise RollBack(verdict, state.epoch, batches, step)
+        if action == "stop":
+            self.interrupter.request_stop("watch", verdict.title)
+            return self.world_size == 1 and at is None  # one process: the stop's checkpoint is from before it
+        self.bus.emit(StepSkipped(step=step, epoch=state.epoch, batch=batches[-1] if batches else state.batch,
+                                  rule=verdict.rule, value=_plain(verdict.value)))
+        return True
+
+    def skip_update(self) -> None:
+        """The update not applied: the gradients cleared, nothing stepped."""
+        for opt in self.optimizers.values():
+            opt.zero_grad(set_to_none=True)
+        if self.scaler is not None and getattr(self, "_scaler_unscaled", False):
+            self.scaler.update()  # unscale_ was called this step: the scaler's per-step record ends here
+        self._scaler_unscaled = False
+
+    # --- rollback ------------------------------------------------------------------------------
+
+    def _roll_back(self, rb: RollBack, train) -> None:
+        """Back to the newest sound checkpoint before the trouble, the offending batches passed over
+        from now on, the lr scaled; HealthFailure when there is none or `max_rollbacks` are spent."""
+        w = self.health.watch
+        self._finish_checkpoints()
+        if self.health.rollbacks >= w.max_rollbacks:
+            raise HealthFailure(f"{rb.verdict.title}, and {self.health.rollbacks} rollback(s) already "
+                                f"(watch.max_rollbacks = {w.max_rollbacks}): training stops as failed")
+        path = None
+        if self.checkpointer is not None:
+            for e in sorted(self.checkpointer.entries(), key=lambda e: (e.step, e.time), reverse=True):
+                p = self.checkpointer.folder / e.file
+                if e.step < rb.step and p.is_file() and not ckpt.damaged(p):
+                    path = p
+                    break
+        if path is None:
+            raise HealthFailure(f"{rb.verdict.title}: no sound checkpoint before step {rb.step} to roll back "
+                                "to (set checkpoint.every_n_steps so that there is one)")
+        data = ckpt.load_checkpoint(path)
+        skips = {tuple(x) for x in self.state.skip_batches} | {(rb.epoch, b) for b in rb.batch}
+        rollbacks = self.health.rollbacks + 1
+        self.load_state_dict(data)
+        self.health.rollbacks = rollbacks
+        self.state.skip_batches = sorted([list(x) for x in skips])
+        if self._resume_data is not None:
+            train.restore(self._resume_data)
+            self._resume_data = None
+        factor = w.rollback_lr_factor
+        if factor != 1.0:
+            for opt in self.optimizers.values():
+                for group in opt.param_groups:
+                    group["lr"] *= factor
+                    if "initial_lr" in group:
+                        group["initial_lr"] *= factor
+            for sched in self.schedulers.values():
+                if hasattr(sched, "base_lrs"):
+                    sched.base_lrs = [lr * factor for lr in sched.base_lrs]
+        self._last_ckpt_step = None  # the state from here on is new: checkpoints are written again
+        s = self.state
+        self.bus.emit(RolledBack(from_step=rb.step, to_step=s.step, checkpoint=str(path),
+                                 skipped_batches=[list(x) for x in self.state.skip_batches], lr_factor=factor,
+                                 rule=rb.verdict.rule, rollbacks=rollbacks))
+
+    # --- the stall watchdog --------------------------------------------------------------------
+
+    def _start_watchdog(self) -> None:
+        stall = self.health.watch.stall
+        if not stall:
+            return
+        s = self.state
+        it = self.interrupter
+        self._watchdog = Watchdog(stall, progress=lambda: (s.step, s.batch, s.stage, id(s.last)),
+                                  on_stall=self._stalled, idle=lambda: bool(it.paused)).start()
+
+    def _stop_watchdog(self) -> None:
+        if self._watchdog is not None:
+            self._watchdog.close()
+            self._watchdog = None
+
+    def _stalled(self, seconds: float) -> None:
+        """From the watchdog thread: no step completed for `seconds`."""
+        s = self.state
+        w = self.health.watch
+        where = f"at step {s.step}, epoch {s.epoch}, in {s.phase or s.stage}"
+        stacks = thread_stacks()
+        verdict = Verdict("stall", w.stall_action, seconds, f"training stalled {where}",
+                          f"no training step completed for {seconds:.0f}s ({where})", level="error")
+        if w.stall_action == "alert":
+            self._emit_alert(verdict, "alert", s.step, s.epoch,
+                             verdict.text + "; every thread's stack is in the log")
+            self.bus.emit(OutputPrinted(text="stalled: every thread's stack\n" + stacks, stream="log"))
+            return
+        last = None
+        if self.checkpointer is not None:
+            try:
+                last = ckpt.latest_checkpoint(self.checkpointer.folder)
+            except Exception:
+                last = None
+        text = verdict.text + "; the run is aborted" + (f", its last sound checkpoint {last}" if last else "")
+        if self.world_size > 1:
+            text += f" (rank {self.strategy.rank})"
+        self._emit_alert(verdict, "abort", s.step, s.epoch, text)
+        if self.strategy.writes:
+            self.bus.emit(RunFailed(error=f"stalled: {text}", traceback=stacks, epoch=s.epoch, step=s.step,
+                                    duration=self.time_used(), cause="stalled", checkpoint=str(last or "")))
+        else:  # another rank writes the run's files: this one's stacks go to its own output (ranks/rank-N.log)
+            print(f"tuitrain: rank {self.strategy.rank}: {text}\n{stacks}", file=sys.stderr, flush=True)
+        try:
+            self.bus.deliver()
+            self.bus.close()
+        except Exception:
+            pass
+        time.sleep(0.05)
+        self.on_abort()
