@@ -171,6 +171,29 @@ class DashboardConfig:
     theme: str = "dark"
 
 
+@dataclass
+class WatchConfig:
+    """The health rules (SPEC "Health"; tuitrain/core/health.py)."""
+
+    nonfinite: str = "fail"
+    loss_spike: str = "alert"
+    grad_spike: str = "alert"
+    spike_sigmas: float = 6.0
+    spike_window: int = 128
+    stall: str = "10m"
+    stall_action: str = "alert"
+    data_wait: float = 0.5
+    rollback_lr_factor: float = 1.0
+    max_rollbacks: int = 3
+
+
+@dataclass
+class AlertsConfig:
+    webhook: str = ""
+    command: str = ""
+    bell: bool = True
+
+
 # table name -> dataclass, in the order of the SPEC (and of Config.to_dict)
 SECTIONS: dict[str, type] = {
     "experiment": ExperimentConfig,
@@ -186,6 +209,8 @@ SECTIONS: dict[str, type] = {
     "early_stopping": EarlyStoppingConfig,
     "ema": EmaConfig,
     "dashboard": DashboardConfig,
+    "watch": WatchConfig,
+    "alerts": AlertsConfig,
 }
 OPTIONAL_SECTIONS = ("scheduler", "early_stopping", "ema")
 PRECISIONS = ("32", "bf16-mixed", "16-mixed")
@@ -212,6 +237,8 @@ class Config:
     early_stopping: EarlyStoppingConfig | None = None
     ema: EmaConfig | None = None
     dashboard: DashboardConfig = field(default_factory=DashboardConfig)
+    watch: WatchConfig = field(default_factory=WatchConfig)
+    alerts: AlertsConfig = field(default_factory=AlertsConfig)
     path: Path | None = None
     base_dir: Path = field(default_factory=Path.cwd)
     #: how errors name this config ("spirals.toml", "<config>")
@@ -361,6 +388,24 @@ def _duration(v: str) -> str | None:
     return None
 
 
+def _positive(v: float) -> str | None:
+    return None if math.isfinite(v) and v > 0 else f"expected a number above 0, got {v!r}"
+
+
+def _share(v: float) -> str | None:
+    return None if math.isfinite(v) and 0 <= v <= 1 else f"expected a share of step time from 0 to 1 (0: off), got {v!r}"
+
+
+def _lr_factor(v: float) -> str | None:
+    return None if math.isfinite(v) and 0 < v <= 1 else f"expected a factor above 0 and at most 1, got {v!r}"
+
+
+def _url(v: str) -> str | None:
+    if v == "" or v.startswith(("http://", "https://")):
+        return None
+    return f"expected an http:// or https:// URL (or \"\" for none), got {v!r}"
+
+
 def _decay(v: float) -> str | None:
     return None if 0.0 < v < 1.0 else f"must be between 0 and 1 (exclusive), e.g. 0.999; got {v}"
 
@@ -419,4 +464,15 @@ RULES: dict[str, Callable[[Any], str | None]] = {
     "early_stopping.mode": _one_of("min", "max"),
     "early_stopping.patience": _at_least(0),
     "early_stopping.min_delta": _finite_non_negative,
+    "watch.nonfinite": _one_of("fail", "skip", "rollback", "stop", "alert"),
+    "watch.loss_spike": _one_of("off", "alert", "skip", "rollback", "stop"),
+    "watch.grad_spike": _one_of("off", "alert", "skip", "rollback", "stop"),
+    "watch.spike_sigmas": _positive,
+    "watch.spike_window": _at_least(4),
+    "watch.stall": _duration,
+    "watch.stall_action": _one_of("alert", "abort"),
+    "watch.data_wait": _share,
+    "watch.rollback_lr_factor": _lr_factor,
+    "watch.max_rollbacks": _at_least(0),
+    "alerts.webhook": _url,
 }

@@ -17,7 +17,7 @@ import torch
 from . import checkpoint as ckpt
 from .events import AlertRaised, OutputPrinted, RolledBack, RunFailed, StepSkipped
 from .health import Health, Verdict, Watch, Watchdog, thread_stacks
-from .state import HealthFailure, NonFiniteLoss, RollBack
+from .state import CancelFitting, HealthFailure, NonFiniteLoss, RollBack
 
 
 def _plain(v: float) -> float | None:
@@ -98,8 +98,11 @@ class HealthMixin:
         if action == "rollback":
             raise RollBack(verdict, state.epoch, batches, step)
         if action == "stop":
-            self.interrupter.request_stop("watch", verdict.title)
-            return self.world_size == 1 and at is None  # one process: the stop's checkpoint is from before it
+            if self.world_size == 1 and at is None:  # one process: the update is not applied, and the stop's
+                self.skip_update()                     # checkpoint holds the weights from before the trouble
+                raise CancelFitting("stopped")
+            self.interrupter.request_stop("watch", verdict.title)  # ranks: every one stops at the agreed step
+            return False
         self.bus.emit(StepSkipped(step=step, epoch=state.epoch, batch=batches[-1] if batches else state.batch,
                                   rule=verdict.rule, value=_plain(verdict.value)))
         return True
@@ -118,6 +121,7 @@ class HealthMixin:
         """Back to the newest sound checkpoint before the trouble, the offending batches passed over
         from now on, the lr scaled; HealthFailure when there is none or `max_rollbacks` are spent."""
         w = self.health.watch
+        self.skip_update()  # the offending backward's gradients go with it
         self._finish_checkpoints()
         if self.health.rollbacks >= w.max_rollbacks:
             raise HealthFailure(f"{rb.verdict.title}, and {self.health.rollbacks} rollback(s) already "
@@ -197,7 +201,7 @@ class HealthMixin:
             text += f" (rank {self.strategy.rank})"
         self._emit_alert(verdict, "abort", s.step, s.epoch, text)
         if self.strategy.writes:
-            self.bus.emit(RunFailed(error=f"stalled: {text}", traceback=stacks, epoch=s.epoch, step=s.step,
+            self.bus.emit(RunFailed(error=f"stalled: {verdict.text}", traceback=stacks, epoch=s.epoch, step=s.step,
                                     duration=self.time_used(), cause="stalled", checkpoint=str(last or "")))
         else:  # another rank writes the run's files: this one's stacks go to its own output (ranks/rank-N.log)
             print(f"tuitrain: rank {self.strategy.rank}: {text}\n{stacks}", file=sys.stderr, flush=True)

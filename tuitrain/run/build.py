@@ -6,6 +6,8 @@ Called by `Run.build` in the training thread or rank. Must not import textual.
 
 from __future__ import annotations
 
+import dataclasses
+
 import inspect
 import os
 from pathlib import Path
@@ -130,7 +132,8 @@ def build_learner(cfg, run_dir: Path, bus: EventBus, interrupter, *, dist=None, 
         throughput_unit=cfg.metrics.throughput_unit,
         interrupter=interrupter, checkpointer=checkpointer, early_stopping=early,
         capture_output=True, config=cfg.to_dict(), experiment=cfg.experiment.name, bus=bus,
-        run_dir=run_dir, env=git_info(cfg.base_dir), notes=notes, strategy=strategy)
+        run_dir=run_dir, env=git_info(cfg.base_dir), notes=notes, strategy=strategy,
+        watch=dataclasses.asdict(cfg.watch))
     return learner, train_loader, valid_loader
 
 

@@ -89,13 +89,16 @@ class Learner(CoreLearner):
     __doc__ = CoreLearner.__doc__
 
     @functools.wraps(CoreLearner.__init__)  # help() and IDEs show the core's keyword arguments
-    def __init__(self, *args, run_dir=None, bus=None, sinks=None, experiment: str = "", **kwargs) -> None:
+    def __init__(self, *args, run_dir=None, bus=None, sinks=None, experiment: str = "", alerts=None, **kwargs) -> None:
         # a bus or sinks given by the caller already write what they should: the run directory's files
         # come from the session only without them
         self._own_files = run_dir is not None and bus is None and sinks is None
         if not experiment and run_dir is not None:
             experiment = Path(run_dir).resolve().name  # what experiment.log and run.json call the run
         super().__init__(*args, run_dir=run_dir, bus=bus, sinks=sinks or [], experiment=experiment, **kwargs)
+        from tuitrain.core.health import Alerts
+
+        self.alerts = Alerts.of(alerts)  # where AlertRaised goes besides the events (a webhook, a command)
 
     def fit(self, train_data, valid_data=None, resume=None, resumed_from=None, *, dashboard: Any = "auto",
             theme: str | Path | None = None) -> FitResult:
@@ -115,7 +118,13 @@ class Learner(CoreLearner):
         session = None
         if self.run_dir is not None:
             session = RunSession(self.run_dir, interrupter=self.interrupter, bus=self.bus, devices=False,
-                                 files=self._own_files).open()
+                                 files=self._own_files, alerts=self.alerts).open()
+        else:
+            from tuitrain.sinks.alerts import alert_sender
+
+            sender = alert_sender(self.alerts, say=self.bus.emit)
+            if sender is not None:
+                self.bus.subscribe(sender, steps=False)
         core_fit = functools.partial(super().fit, train_data, valid_data, resume, resumed_from)
         try:
             if screen == "dashboard":

@@ -65,12 +65,19 @@ class Monitor:
     console lines), True (a terminal or ValueError) or False (nothing printed); theme: the dashboard's
     theme; keep_last: checkpoints kept; max_steps: the steps the loop will take, if known (a progress bar
     and an ETA); batch_size: items per step, if known (items/s beside it/s); epochs: the epochs it will
-    run, if it counts them (`mon.epoch = n` as each begins).
+    run, if it counts them (`mon.epoch = n` as each begins); watch: the `[watch]` rules for what `log` is
+    given (spikes and non-finite values of `loss` and `grad_norm`: alerts, and "stop" sets
+    `stop_requested`); alerts: the `[alerts]` table (a webhook, a command).
     """
 
     def __init__(self, experiment: str = "", config: dict | None = None, run_dir: str | os.PathLike | None = None,
                  dashboard: Any = "auto", *, dir: str | os.PathLike = "runs", theme: str | None = None,
-                 keep_last: int = 3, max_steps: int = 0, batch_size: int = 0, epochs: int = 0) -> None:
+                 keep_last: int = 3, max_steps: int = 0, batch_size: int = 0, epochs: int = 0,
+                 watch: dict | None = None, alerts: dict | None = None) -> None:
+        from tuitrain.core.health import Alerts, Health, Watch
+
+        self.health = Health(Watch.of(watch))  # a bad key or action is a ValueError here, on every rank
+        self.alerts = Alerts.of(alerts)
         for name, value in (("max_steps", max_steps), ("batch_size", batch_size), ("epochs", epochs)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"Monitor({name}=...) takes a whole number of 0 or more, not {value!r}")
@@ -108,6 +115,7 @@ class Monitor:
         self._last: dict[str, dict[str, float]] = {}
         self._summary: dict[str, dict] = {}  # "split/name" -> min, max, last (the run's summary table)
         self._session: RunSession | None = None
+        self.bus = None  # the run's event bus, on rank 0 once started
         self._signals: StopOnSignals | None = None
         self._viewer: subprocess.Popen | None = None
         self._rank_fds: tuple[int, int] | None = None
@@ -161,6 +169,40 @@ class Monitor:
         if self._synced is None and self.interrupter.pending and self.interrupter.paused \
                 and not self.interrupter.stop_requested:
             self._wait_while_paused()
+
+    def alert(self, title: str, text: str = "", level: str = "warning", step: int | None = None,
+              value: float | None = None) -> None:
+        """Raise an alert of your own: in the run's events and log, on the screen, and to the `[alerts]`
+        webhook or command. `level`: "warning" or "error". Ranks other than 0: nothing."""
+        if level not in ("warning", "error"):
+            raise ValueError(f"level must be \"warning\" or \"error\", not {level!r}")
+        if not self.owner or self.bus is None:
+            return
+        from tuitrain.core.events import AlertRaised
+
+        self._flush()  # the values logged before it come first
+        self.bus.emit(AlertRaised(rule="user", level=level, title=str(title), text=str(text or title),
+                                  step=self.step if step is None else int(step),
+                                  value=None if value is None else _number(value), epoch=self.epoch))
+
+    def _judge(self, metrics: dict, step: int, epoch: int) -> None:
+        """The spike and non-finite rules on what `log` was given: alerts, and a "stop" rule's stop."""
+        from tuitrain.core.events import AlertRaised
+
+        found = []
+        if "loss" in metrics:
+            found.append(self.health.loss(metrics["loss"], step))
+        if "grad_norm" in metrics:
+            found.append(self.health.grads(metrics["grad_norm"], step))
+        for verdict in found:
+            if verdict is None:
+                continue
+            action = "stop" if verdict.action == "stop" else "alert"
+            self.bus.emit(AlertRaised(rule=verdict.rule, level=verdict.level, title=verdict.title,
+                                      text=verdict.text.split("; ")[0] + ("; training stops here" if action == "stop" else ""),
+                                      step=step, value=verdict.value, action=action, epoch=epoch))
+            if action == "stop":
+                self.interrupter.request_stop("watch", verdict.title)
 
     def _reason(self, reason: str | None = None) -> str:
         taken = self.take_checkpoint_request() or self._request_taken
@@ -234,6 +276,8 @@ class Monitor:
                     row = self._summary.setdefault(f"{split}/{name}", {"min": v, "max": v, "last": v})
                     row["min"], row["max"], row["last"] = min(row["min"], v), max(row["max"], v), v
             self.bus.emit(MetricsLogged(split=split, epoch=epoch, step=step, metrics=metrics, time=t))
+            if split == "train":
+                self._judge(metrics, step, epoch)
         for command, source, detail in self._flags.take_log():
             self.bus.emit(ControlReceived(command=command, source=source, detail=detail))
         if self._synced is None:
@@ -296,7 +340,7 @@ class Monitor:
         if self.world_size > 1:
             env = {"strategy": "ddp", "world_size": self.world_size}
         self._session = RunSession(self.run_dir, config=self.config, interrupter=self.interrupter,
-                                   console=self.screen == "console", signals="sigint")
+                                   console=self.screen == "console", signals="sigint", alerts=self.alerts)
         self._session.open()
         self.bus = self._session.bus
         self._checkpointer = ckpt.Checkpointer(self.run_dir / "checkpoint", keep_last=self.keep_last, keep_best=0)

@@ -7,6 +7,8 @@ returns the exit code. The CLI and the dashboard drive a `Run`; this module neve
 
 from __future__ import annotations
 
+import dataclasses
+
 import os
 import sys
 import traceback
@@ -189,7 +191,8 @@ class Run:
 
         session = RunSession(self.run_dir, config=self.cfg.to_toml(), interrupter=self.interrupter,
                              tensorboard=self.cfg.log.tensorboard, console=self.headless, devices=devices,
-                             callbacks=self._callbacks, inline_chores=inline_chores)
+                             callbacks=self._callbacks, inline_chores=inline_chores,
+                             alerts=dataclasses.asdict(self.cfg.alerts))
         # the one process that owns the run directory asks for the requeue (one process, the parent of
         # spawned ranks, torchrun's rank 0); last, so that every other callback has the RunFinished first
         session.callbacks.append((RequeueOnPreemption(session.bus, self.cfg.train.requeue), False))

@@ -106,15 +106,17 @@ class RunSession:
     CPU/GPUs for the devices panel; signals: None, or "sigint" (Ctrl+C and SIGTERM stop gracefully) or
     "sigterm" (Ctrl+C left to a dashboard); capture: what the process prints becomes events;
     inline_chores: the loop does the watcher's polling while it is quick (one process, see Housekeeping);
-    files: False when the caller's bus already has its writers (the folder is then the caller's too).
+    files: False when the caller's bus already has its writers (the folder is then the caller's too);
+    alerts: the `[alerts]` table (a webhook, a command; the environment's TUITRAIN_ALERTS_* fill it).
     """
 
     def __init__(self, run_dir: str | os.PathLike, *, config: dict | str | None = None,
                  interrupter: Interrupter | None = None, bus: EventBus | None = None, tensorboard: bool = False,
                  console: bool = False, devices: bool = True, signals: str | None = None, capture: bool = False,
                  inline_chores: bool = False, callbacks: Iterable[tuple[Callable, Any]] = (),
-                 files: bool = True) -> None:
+                 files: bool = True, alerts: Any = None) -> None:
         self.run_dir = Path(run_dir)
+        self.alerts = alerts
         self.config = config
         self.interrupter = interrupter or Interrupter()
         self.bus = bus if bus is not None else EventBus(housekeeping=Housekeeping(inline=inline_chores))
@@ -144,6 +146,11 @@ class RunSession:
             bus.subscribe(HeadlessConsole(), steps=False)
         for cb, steps in self.callbacks:
             bus.subscribe(cb, steps)
+        from tuitrain.sinks.alerts import alert_sender
+
+        sender = alert_sender(self.alerts, str(self.run_dir), say=bus.emit)
+        if sender is not None:
+            bus.subscribe(sender, steps=False)
         if self.devices:
             from tuitrain.core.devices import DeviceMonitor
 

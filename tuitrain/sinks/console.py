@@ -15,7 +15,7 @@ from typing import Callable, TextIO
 
 from tuitrain.core.events import (
     CheckpointFailed, CheckpointSaved, ControlReceived, EpochCompleted, EpochStarted, Event, JobRequeued,
-    MetricsLogged, OutputPrinted, PhaseStarted, RunFailed, RunFinished, RunPaused, RunResumed,
+    AlertRaised, MetricsLogged, OutputPrinted, PhaseStarted, RolledBack, RunFailed, RunFinished, RunPaused, RunResumed,
     RunStarted, StepCompleted, StepStarted,
 )
 from tuitrain.core.text import safe_text
@@ -144,6 +144,12 @@ class HeadlessConsole:
                 pass  # a line still being redrawn: its whole line comes when it ends
             case OutputPrinted(text=text, stream=stream):
                 self._emit(text, self.err if stream == "stderr" else self.stream)
+            case AlertRaised():  # one line of its own, on stderr: seen in a CI log, a `tee`, a mail from cron
+                self._emit(f"ALERT {safe_text(event.level)} [{safe_text(event.rule)}] {safe_text(event.text)}", self.err)
+            case RolledBack():
+                self._emit(f"rolled back from step {event.from_step} to step {event.to_step} ({event.checkpoint}); "
+                           f"{len(event.skipped_batches)} batch(es) passed over, lr x{event.lr_factor:g} "
+                           f"(rollback {event.rollbacks})")
             case RunFinished():
                 self._finished(event)
             case JobRequeued(job_id=job, requeued=True):

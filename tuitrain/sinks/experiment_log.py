@@ -16,7 +16,7 @@ from pathlib import Path
 
 from tuitrain.core.events import (
     CheckpointDeleted, CheckpointFailed, CheckpointSaved, ControlReceived, EpochCompleted,
-    EpochStarted, Event, OutputPrinted, RunFailed, RunFinished, RunPaused, RunResumed, RunStarted,
+    AlertRaised, EpochStarted, Event, OutputPrinted, RolledBack, StepSkipped, RunFailed, RunFinished, RunPaused, RunResumed, RunStarted,
 )
 from tuitrain.core.text import safe_text
 from tuitrain.sinks.summary import format_bytes, format_duration, format_summary_table, format_value
@@ -103,6 +103,14 @@ class ExperimentLog:
                 level = "WARN" if stream == "stderr" else "INFO"
                 for line in text.split("\n"):
                     self.write(f"[{stream}] {line}", level=level, t=t)
+            case AlertRaised():
+                self.write(f"alert [{event.rule}] {event.title}: {event.text}",
+                           level="ERROR" if event.level == "error" else "WARN", t=t)
+            case StepSkipped():
+                self.write(f"step {event.step} skipped (epoch {event.epoch}, batch {event.batch}): {event.rule}", t=t)
+            case RolledBack():
+                self.write(f"rolled back from step {event.from_step} to step {event.to_step} ({event.checkpoint}); "
+                           f"batches passed over: {event.skipped_batches}; lr x{event.lr_factor:g}", level="WARN", t=t)
             case RunFinished():
                 self.write(f"run {event.status} ({event.reason}) at epoch {event.epoch}, step {event.step} "
                            f"after {format_duration(event.duration)}, exit code {event.exit_code}", t=t)
