@@ -1,4 +1,4 @@
-"""The `tuitrain` command: argparse front for run, watch, stop, checkpoint, ls and lr-find.
+"""The `tuitrain` command: argparse front for run, watch, serve, stop, checkpoint, ls and lr-find.
 
 Heavy imports (torch, textual) happen inside the command that needs them, so `tuitrain --help`
 answers fast. The dashboard is imported only when one opens.
@@ -11,6 +11,12 @@ import sys
 from pathlib import Path
 
 EXIT_USAGE = 2
+
+
+def _port(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port (1 to 65535)")
+    return int(text)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -36,6 +42,13 @@ def _parser() -> argparse.ArgumentParser:
     w.add_argument("--theme", metavar="NAME|FILE.tcss")
     # Monitor's viewer: the run is the parent's, so Ctrl+C stops it instead of leaving the viewer
     w.add_argument("--owned", action="store_true", help=argparse.SUPPRESS)
+    sv = sub.add_parser("serve", help="the dashboard of `watch` in a web browser, at one URL with a random token "
+                                      "(pip install 'tuitrain[serve]')")
+    sv.add_argument("run_dirs", metavar="RUN_DIR|DIR", nargs="+")
+    sv.add_argument("--port", type=_port, default=8000, help="default 8000")
+    sv.add_argument("--host", default="127.0.0.1",
+                    help="the address to listen on (default 127.0.0.1: this machine only; reach it with ssh -L)")
+    sv.add_argument("--theme", metavar="NAME|FILE.tcss")
     s = sub.add_parser("stop", help="ask a live run to stop gracefully (it saves a checkpoint)")
     s.add_argument("run_dir", metavar="RUN_DIR")
     c = sub.add_parser("checkpoint", help="ask a live run to write a checkpoint now")
@@ -176,6 +189,30 @@ def cmd_watch(args: argparse.Namespace) -> int:
     return run_watch(runs[0], theme, owned=args.owned)
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    runs = _watched_runs(args.run_dirs)
+    if isinstance(runs, int):
+        return runs
+    from .dashboard.themes import ThemeError, resolve_theme
+
+    theme = None
+    if args.theme:
+        try:
+            theme = resolve_theme(args.theme, Path.cwd())
+        except ThemeError as e:
+            return _error(f"--theme: {e}")
+    import importlib.util
+
+    if importlib.util.find_spec("textual_serve") is None:
+        return _error("serve needs textual-serve: pip install 'tuitrain[serve]'")
+    from .dashboard.serve import ServeError, serve
+
+    try:
+        return serve(runs, theme, host=args.host, port=args.port)
+    except ServeError as e:
+        return _error(str(e))
+
+
 def cmd_lr_find(args: argparse.Namespace) -> int:
     from .run.lr_find import lr_find_command
 
@@ -205,6 +242,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_control(args, args.command)
         if args.command == "watch":
             return cmd_watch(args)
+        if args.command == "serve":
+            return cmd_serve(args)
         if args.command == "ls":
             return cmd_ls(args)
         if args.command == "lr-find":
