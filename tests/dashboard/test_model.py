@@ -13,7 +13,7 @@ from tuitrain.core.events import (
 from tuitrain.dashboard.bridge import EventBridge
 from tuitrain.dashboard.model import DashboardState
 from tuitrain.dashboard.series import Series
-from tuitrain.dashboard.sources import FileSource
+from tuitrain.dashboard.sources import FileSource, MetricsBlock
 
 from .fixtures import T0, recorded_run, write_jsonl
 
@@ -56,7 +56,9 @@ def folded(**kw) -> DashboardState:
 
 def test_state_collects_metrics_epochs_and_checkpoints():
     st = folded(epochs=3, steps_per_epoch=20, total_epochs=5, end="running")
-    assert st.metric_names == ["loss", "accuracy", "lr"]
+    # the fixture's device samples are charted too, after the metrics
+    assert st.metric_names == ["loss", "accuracy", "lr", "device/cpu", "device/memory", "device/rss_mib",
+                               "device/gpu0_util", "device/gpu0_memory"]
     assert st.metric_series("loss", "train").count == 60
     assert st.metric_series("loss", "valid").count == 3  # epoch aggregates
     assert st.epoch_steps == [20, 40, 60]
@@ -155,6 +157,11 @@ def test_bridge_takes_events_from_many_threads():
 # --- FileSource -------------------------------------------------------------------------------
 
 
+def collect(got: list):
+    """A FileSource's emit that keeps the events, a MetricsBlock's as the events it stands for."""
+    return lambda e, s: got.extend(e.events()) if isinstance(e, MetricsBlock) else got.append(e)
+
+
 def test_file_source_follows_a_growing_file_with_a_partial_last_line(tmp_path):
     events = recorded_run(epochs=1, steps_per_epoch=5, end="completed")
     persisted = [e for e in events if e.persistent]
@@ -163,7 +170,7 @@ def test_file_source_follows_a_growing_file_with_a_partial_last_line(tmp_path):
     path = write_jsonl(tmp_path / "events.jsonl", head, partial_tail=half[:20])
     src = FileSource(tmp_path, poll=0.02)
     got = []
-    src.open(lambda e, s: got.append(e))
+    src.open(collect(got))
     worker = threading.Thread(target=src.work, daemon=True)  # a failed wait leaves no process behind
     worker.start()
     wait_for(lambda: src.caught_up, timeout=10, what="the source to read to the end of the file")
@@ -197,7 +204,7 @@ def test_file_source_waits_for_the_file_to_appear(tmp_path):
     src = FileSource(tmp_path, poll=0.02)
     src._stop = waits = CountedWaits()
     got = []
-    src.open(lambda e, s: got.append(e))
+    src.open(collect(got))
     worker = threading.Thread(target=src.work, daemon=True)  # a failed wait leaves no process behind
     worker.start()
     wait_for(lambda: waits.waits >= 2, timeout=10, what="two polls of a folder with no events.jsonl")
@@ -246,7 +253,7 @@ def test_file_source_waits_while_the_screen_is_behind(tmp_path):
 
     src.backlog = backlog
     got = []
-    src.open(lambda e, s: got.append(e))
+    src.open(collect(got))
     worker = threading.Thread(target=src.work, daemon=True)  # a failed wait leaves no process behind
     worker.start()
     wait_for(lambda: len(asked) >= 5, timeout=10, what="the source to ask about the backlog again and again")

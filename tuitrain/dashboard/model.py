@@ -2,7 +2,9 @@
 
 Pure Python so it can be tested without a screen: `apply(events)` updates the state and returns
 the names of the panels that changed ("plot", "progress", "devices", "checkpoints", "log",
-"result"). The widgets only read it. Must not import textual.
+"result"). The widgets only read it. A file's logged metrics may come as `MetricsBlock`s (many
+MetricsLogged at once, folded with numpy); device samples become series too (`device/cpu`, ...),
+charted after the metrics. Must not import textual.
 """
 
 from __future__ import annotations
@@ -12,12 +14,15 @@ import time
 from collections import deque
 from typing import Callable, Iterable
 
+import numpy as np
+
 from tuitrain.core.events import (
     CheckpointDeleted, CheckpointFailed, CheckpointSaved, CheckpointStarted, ControlReceived,
     DevicesSampled, EpochCompleted, EpochStarted, Event, MetricsLogged, OutputPrinted, PhaseCompleted,
     PhaseStarted, RunFailed, RunFinished, RunPaused, RunResumed, RunStarted, StepCompleted, StepStarted,
 )
 from tuitrain.dashboard.series import Anchors, Series
+from tuitrain.dashboard.sources import MetricsBlock
 
 # names of metrics where lower is better (the best valid value is their minimum); others: maximum
 LOWER_IS_BETTER = ("loss", "error", "err", "perplexity", "ppl", "mse", "mae", "rmse", "distance", "nll",
@@ -26,6 +31,8 @@ X_AXES = ("step", "epoch", "time", "samples")  # what a chart's x axis can be
 
 WARMUP_STEPS = 5  # steps ignored before items/s and ETA are shown (compilation, loader start-up)
 RATE_WINDOW = 50  # training steps the items/s average covers
+DEVICE_PREFIX = "device/"  # device samples charted over time: device/cpu, device/gpu0_util, ... (a `/cpu` filter)
+MIB = 1 << 20
 
 
 def _is_number(v: object) -> bool:
@@ -232,6 +239,8 @@ class DashboardState:
                 return set()
             case MetricsLogged():
                 return self._metrics(event)
+            case MetricsBlock():
+                return self._block(event)
             case RunStarted():
                 self.experiment, self.run_dir = event.experiment, event.run_dir
                 self.env = dict(event.env) if isinstance(event.env, dict) else {}
@@ -316,7 +325,7 @@ class DashboardState:
                 return {"log"}
             case DevicesSampled():
                 self.devices[event.rank] = event
-                return {"devices"}
+                return {"devices"} | self._device_history(event)
             case RunFinished():
                 self.finished, self.final = event, event.status or "completed"
                 self.epoch, self.step = event.epoch, event.step
@@ -339,12 +348,7 @@ class DashboardState:
             if not _is_number(value):
                 continue
             key = (event.split, event.scope, name)
-            series = self.series.get(key)
-            if series is None:
-                series = self.series[key] = Series(self.capacity, self.recent)
-                if name not in self.metric_names:
-                    # loss first: it is what people look at
-                    self.metric_names.insert(0 if name == "loss" else len(self.metric_names), name)
+            series = self.series.get(key) or self._new_series(key)
             series.append(event.step, value)
             self.latest[f"{event.split}/{name}"] = value
         if event.split == self.split and event.batches:
@@ -357,6 +361,82 @@ class DashboardState:
             items = (event.step - prev) * self.batch_size if prev is not None else 0
             self._tick(event.time, event.step, items, steps=event.step - prev if prev is not None else 1)
         return {"plot", "progress"}
+
+    def _new_series(self, key: tuple[str, str, str]) -> Series:
+        series = self.series[key] = Series(self.capacity, self.recent)
+        name = key[2]
+        if name not in self.metric_names:
+            if name.startswith(DEVICE_PREFIX):
+                self.metric_names.append(name)  # device charts after the metrics: training comes first
+            else:  # loss first: it is what people look at; then the others as they came, before the devices
+                devices = next((i for i, n in enumerate(self.metric_names) if n.startswith(DEVICE_PREFIX)),
+                               len(self.metric_names))
+                self.metric_names.insert(0 if name == "loss" else devices, name)
+        return series
+
+    def _block(self, block: MetricsBlock) -> set[str]:
+        """Many MetricsLogged of a file at once: what `_metrics` of each would leave, with numpy."""
+        self.epoch = block.epoch
+        if block.max_step is not None:
+            self.step = max(self.step, block.max_step)
+        for key, (xs, ys) in block.series.items():
+            (self.series.get(key) or self._new_series(key)).extend(xs, ys)
+        self.latest.update(block.latest)
+        if self.split in block.progress:
+            self.batch, self.batches = block.progress[self.split]
+        if block.train_steps is not None:
+            steps, times, epochs, batch, batches = block.train_steps
+            if self.started_at is not None:
+                self.axes["time"].extend(steps, times - self.started_at)
+            known = (batches > 0) & (epochs != 0)
+            if known.any():
+                part = np.minimum(batch[known], batches[known]) / batches[known]
+                self.axes["epoch"].extend(steps[known], epochs[known] - 1 + part)
+            if self._samples:
+                self.axes["samples"].extend(steps, np.full(steps.size, float(self._samples)))
+            elif self.batch_size and not self._step_events:
+                self.axes["samples"].extend(steps, steps * self.batch_size)
+            if not self._step_events:
+                self._ticks_of(steps, times)
+        return {"plot", "progress"}
+
+    def _ticks_of(self, steps, times) -> None:
+        """`_tick` of each logged training step of a block (only the newest RATE_WINDOW + 1 are kept)."""
+        prev = self._ticks[-1][1] if self._ticks else None
+        before = np.maximum.accumulate(np.concatenate(([-np.inf if prev is None else prev], steps)))[:-1]
+        new = steps > before  # a repeated step (validation reports the current one) is not a tick
+        kept, at = steps[new], times[new]
+        if not kept.size:
+            return
+        gaps = np.diff(kept, prepend=kept[0] - 1 if prev is None else prev)
+        first_items = 0 if prev is None else None  # the first tick of all counts no items
+        self._train_steps_seen += int(np.maximum(gaps, 1).sum())
+        start = max(0, kept.size - (self._ticks.maxlen or kept.size))
+        for i in range(start, kept.size):
+            items = first_items if i == 0 and first_items is not None else int(gaps[i]) * self.batch_size
+            self._ticks.append((float(at[i]), int(kept[i]), items, self._stretch))
+
+    def _device_history(self, event: DevicesSampled) -> set[str]:
+        """A device sample as points at the newest training step: machine CPU and memory (%), the run's
+        RSS (MiB), each GPU's utilization and memory (%); under DDP other ranks' as device/rankN/..."""
+        prefix = DEVICE_PREFIX if not event.rank else f"{DEVICE_PREFIX}rank{event.rank}/"
+        values: list[tuple[str, object]] = [("cpu", event.cpu), ("memory", event.memory),
+                                            ("rss_mib", event.rss / MIB if _is_number(event.rss) else None)]
+        for i, gpu in enumerate(event.gpus):
+            index = gpu.get("index", i)
+            index = index if isinstance(index, int) and not isinstance(index, bool) else i
+            used, total = gpu.get("mem_used"), gpu.get("mem_total")
+            memory = 100.0 * used / total if _is_number(used) and _is_number(total) and total > 0 else None
+            values += [(f"gpu{index}_util", gpu.get("util")), (f"gpu{index}_memory", memory)]
+        shown = False
+        for name, value in values:
+            if not _is_number(value):
+                continue
+            key = ("train", "step", prefix + name)
+            (self.series.get(key) or self._new_series(key)).append(self.step, value)
+            self.latest[f"train/{prefix}{name}"] = value
+            shown = True
+        return {"plot"} if shown else set()
 
     def _anchor(self, event: MetricsLogged) -> None:
         """The other x axes at a logged training step."""

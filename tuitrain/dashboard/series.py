@@ -1,9 +1,11 @@
 """Bounded metric series for the plots: min/max-preserving decimation plus an exact recent tail.
 
-A `Series` takes any number of (step, value) points in memory bounded by `capacity`: old points
-are merged pairwise into buckets that keep their minimum and maximum, so a spike stays visible
-after a million steps. The last `recent` points are kept exactly for the recent-window view.
-Must not import textual.
+A `Series` takes any number of (step, value) points in memory bounded by `capacity`: points are
+gathered into buckets of `stride` points that keep their minimum and maximum (and where they lie),
+and when `capacity` buckets are full, neighbours merge pairwise and the stride doubles, so a spike
+stays visible after a million steps. The last `recent` points are kept exactly for the
+recent-window view. `append` takes one point; `extend` takes many at once with numpy (a file read
+back): the same buckets, without a Python step per point. Must not import textual.
 """
 
 from __future__ import annotations
@@ -11,24 +13,12 @@ from __future__ import annotations
 import bisect
 import math
 from collections import deque
-from dataclasses import dataclass
 
+import numpy as np
 
-@dataclass(slots=True)
-class _Bucket:
-    x_min: float  # x of the minimum
-    y_min: float
-    x_max: float  # x of the maximum
-    y_max: float
-    n: int
-    total: float  # sum of the values: the bucket's mean, for smoothing
-    x_last: float  # x of the newest point
-
-    def merge(self, other: "_Bucket") -> "_Bucket":
-        lo = self if self.y_min <= other.y_min else other
-        hi = self if self.y_max >= other.y_max else other
-        return _Bucket(lo.x_min, lo.y_min, hi.x_max, hi.y_max, self.n + other.n, self.total + other.total,
-                       max(self.x_last, other.x_last))
+# a bucket's columns: x of its minimum, the minimum, x of its maximum, the maximum, points, their sum,
+# x of its newest point
+_COLUMNS = ("x_min", "y_min", "x_max", "y_max", "n", "total", "x_last")
 
 
 class Series:
@@ -36,15 +26,18 @@ class Series:
 
     def __init__(self, capacity: int = 1024, recent: int = 400) -> None:
         self.capacity = max(4, capacity)
-        self._buckets: list[_Bucket] = []
+        # the full buckets, one list per column (see _COLUMNS), oldest first
+        self._cols: tuple[list[float], ...] = tuple([] for _ in _COLUMNS)
         self._stride = 1  # raw points per full bucket
-        self._open: _Bucket | None = None  # the bucket still filling up
+        self._open: list[float] | None = None  # the bucket still filling up, as a row of _COLUMNS
         self._recent: deque[tuple[float, float]] = deque(maxlen=recent)
         self.count = 0  # finite points seen
         self.skipped = 0  # NaN/inf values: counted, not plotted
         self.last: tuple[float, float] | None = None
         self.min: float = math.inf
         self.max: float = -math.inf
+
+    # --- taking points ---------------------------------------------------------------------
 
     def append(self, x: float, y: float) -> None:
         try:
@@ -58,27 +51,143 @@ class Series:
         x = float(x)
         self.count += 1
         self.last = (x, y)
-        self.min = min(self.min, y)
-        self.max = max(self.max, y)
+        if y < self.min:
+            self.min = y
+        if y > self.max:
+            self.max = y
         self._recent.append((x, y))
-        b = _Bucket(x, y, x, y, 1, y, x)
-        self._open = b if self._open is None else self._open.merge(b)
-        if self._open.n >= self._stride:
-            self._buckets.append(self._open)
+        b = self._open
+        if b is None:
+            b = self._open = [x, y, x, y, 1, y, x]
+        else:
+            if y < b[1]:  # a tie keeps the older point, as np.argmin does
+                b[0], b[1] = x, y
+            if y > b[3]:
+                b[2], b[3] = x, y
+            b[4] += 1
+            b[5] += y
+            if x > b[6]:
+                b[6] = x
+        if b[4] >= self._stride:
+            self._close_open()
+
+    def extend(self, xs, ys) -> None:
+        """Many points at once, in order: what `append` of each would keep, with numpy."""
+        x = np.asarray(xs, dtype=np.float64)
+        y = np.asarray(ys, dtype=np.float64)
+        finite = np.isfinite(y)
+        if not finite.all():
+            self.skipped += int(y.size - np.count_nonzero(finite))
+            x, y = x[finite], y[finite]
+        if not y.size:
+            return
+        self.count += int(y.size)
+        self.last = (float(x[-1]), float(y[-1]))
+        self.min = min(self.min, float(y.min()))
+        self.max = max(self.max, float(y.max()))
+        tail = max(self._recent.maxlen or 0, 0)
+        self._recent.extend(zip(x[-tail:].tolist(), y[-tail:].tolist()) if tail else ())
+        i = 0
+        while i < y.size:
+            if self._open is not None:  # fill the open bucket first, one point at a time (fewer than a stride)
+                need = self._stride - int(self._open[4])
+                take = min(need, y.size - i)
+                if take < 8:
+                    for xv, yv in zip(x[i:i + take].tolist(), y[i:i + take].tolist()):
+                        self._add_to_open(xv, yv)
+                else:
+                    self._add_to_open_many(x[i:i + take], y[i:i + take])
+                i += take
+                if self._open is not None and self._open[4] >= self._stride:
+                    self._close_open()
+                continue
+            room = self.capacity - len(self._cols[0])  # whole buckets before the next halving
+            whole = min(room, (y.size - i) // self._stride)
+            if whole > 0:
+                end = i + whole * self._stride
+                self._add_buckets(x[i:end].reshape(whole, self._stride), y[i:end].reshape(whole, self._stride))
+                i = end
+                if len(self._cols[0]) >= self.capacity:
+                    self._halve()
+                continue
             self._open = None
-            if len(self._buckets) >= self.capacity:
-                self._halve()
+            self._add_to_open_many(x[i:], y[i:])  # fewer than a stride left: the new open bucket
+            i = y.size
+
+    def _add_to_open(self, x: float, y: float) -> None:
+        b = self._open
+        if b is None:
+            self._open = [x, y, x, y, 1, y, x]
+            return
+        if y < b[1]:
+            b[0], b[1] = x, y
+        if y > b[3]:
+            b[2], b[3] = x, y
+        b[4] += 1
+        b[5] += y
+        if x > b[6]:
+            b[6] = x
+
+    def _add_to_open_many(self, x: np.ndarray, y: np.ndarray) -> None:
+        lo, hi = int(np.argmin(y)), int(np.argmax(y))
+        row = [float(x[lo]), float(y[lo]), float(x[hi]), float(y[hi]), int(y.size), float(y.sum()), float(x.max())]
+        b = self._open
+        if b is None:
+            self._open = row
+            return
+        if row[1] < b[1]:
+            b[0], b[1] = row[0], row[1]
+        if row[3] > b[3]:
+            b[2], b[3] = row[2], row[3]
+        b[4] += row[4]
+        b[5] += row[5]
+        b[6] = max(b[6], row[6])
+
+    def _close_open(self) -> None:
+        for col, v in zip(self._cols, self._open):
+            col.append(v)
+        self._open = None
+        if len(self._cols[0]) >= self.capacity:
+            self._halve()
+
+    def _add_buckets(self, x: np.ndarray, y: np.ndarray) -> None:
+        """Whole buckets from (buckets, stride) arrays of points."""
+        rows = np.arange(y.shape[0])
+        lo, hi = np.argmin(y, axis=1), np.argmax(y, axis=1)
+        new = (x[rows, lo], y[rows, lo], x[rows, hi], y[rows, hi], np.full(y.shape[0], y.shape[1]),
+               y.sum(axis=1), x.max(axis=1))
+        for col, values in zip(self._cols, new):
+            col.extend(values.tolist())
 
     def _halve(self) -> None:
         """Merge neighbouring buckets: half the points, same extremes."""
-        merged = [self._buckets[i].merge(self._buckets[i + 1]) for i in range(0, len(self._buckets) - 1, 2)]
-        if len(self._buckets) % 2:
-            merged.append(self._buckets[-1])
-        self._buckets = merged
+        n = len(self._cols[0])
+        pairs = n // 2
+        x_min, y_min, x_max, y_max, cnt, total, x_last = (np.asarray(c[:2 * pairs], dtype=np.float64).reshape(pairs, 2)
+                                                          for c in self._cols)
+        rows = np.arange(pairs)
+        lo = np.where(y_min[:, 0] <= y_min[:, 1], 0, 1)  # a tie keeps the older bucket's point
+        hi = np.where(y_max[:, 0] >= y_max[:, 1], 0, 1)
+        merged = (x_min[rows, lo], y_min[rows, lo], x_max[rows, hi], y_max[rows, hi], cnt.sum(axis=1),
+                  total.sum(axis=1), x_last.max(axis=1))
+        odd = [c[-1] for c in self._cols] if n % 2 else None
+        self._cols = tuple(m.tolist() for m in merged)
+        self._cols[4][:] = [int(v) for v in self._cols[4]]
+        if odd is not None:
+            for col, v in zip(self._cols, odd):
+                col.append(v)
         self._stride *= 2
+
+    # --- reading ---------------------------------------------------------------------------
 
     def __len__(self) -> int:
         return self.count
+
+    def _rows(self) -> list:
+        rows = list(zip(*self._cols))
+        if self._open is not None:
+            rows.append(tuple(self._open))
+        return rows
 
     def points(self, window: int | None = None) -> tuple[list[float], list[float]]:
         """(xs, ys) in step order: the decimated full history, or the last `window` raw points."""
@@ -87,10 +196,12 @@ class Series:
             return [p[0] for p in tail], [p[1] for p in tail]
         xs: list[float] = []
         ys: list[float] = []
-        buckets = self._buckets + ([self._open] if self._open is not None else [])
-        for b in buckets:
-            pts = sorted({(b.x_min, b.y_min), (b.x_max, b.y_max)})
-            for x, y in pts:
+        for x_min, y_min, x_max, y_max, *_ in self._rows():
+            if x_min == x_max and y_min == y_max:
+                xs.append(x_min)
+                ys.append(y_min)
+                continue
+            for x, y in sorted(((x_min, y_min), (x_max, y_max))):
                 xs.append(x)
                 ys.append(y)
         if self.last is not None and (not xs or xs[-1] != self.last[0]):
@@ -105,8 +216,8 @@ class Series:
         if window is not None:
             xs, ys = self.points(window)
             return xs, ys, [1] * len(xs)
-        buckets = self._buckets + ([self._open] if self._open is not None else [])
-        return ([b.x_last for b in buckets], [b.total / b.n for b in buckets], [b.n for b in buckets])
+        rows = self._rows()
+        return ([r[6] for r in rows], [r[5] / r[4] for r in rows], [int(r[4]) for r in rows])
 
     def recent_size(self) -> int:
         """Points the recent window shows: the newest quarter of the history (at least 10), at most
@@ -115,7 +226,7 @@ class Series:
 
     def stored(self) -> int:
         """Points held in memory (for tests of the bound)."""
-        return 2 * (len(self._buckets) + (self._open is not None)) + len(self._recent)
+        return 2 * (len(self._cols[0]) + (self._open is not None)) + len(self._recent)
 
 
 class Anchors:
@@ -159,3 +270,34 @@ class Anchors:
 
     def map(self, xs: list[float]) -> list[float]:
         return [self(x) for x in xs] if self.steps else list(xs)
+
+    def extend(self, steps, values) -> None:
+        """Many anchors at once, in step order: what `add` of each would keep, give or take which
+        ones a long map thins away."""
+        s = np.asarray(steps, dtype=np.float64)
+        v = np.asarray(values, dtype=np.float64)
+        ok = np.isfinite(s) & np.isfinite(v)
+        s, v = s[ok], v[ok]
+        if not s.size:
+            return
+        last_step = self.steps[-1] if self.steps else -math.inf
+        before = np.maximum.accumulate(np.concatenate(([last_step], s)))[:-1]  # the newest step before each
+        new = s > before
+        same = s == before  # a repeated step raises the value at that step
+        group = np.cumsum(new) - 1  # which new anchor each point belongs to (-1: the last one kept)
+        if self.steps:
+            old = v[same & (group < 0)]
+            if old.size:
+                self.values[-1] = max(self.values[-1], float(old.max()))
+        kept = s[new]
+        if not kept.size:
+            return
+        top = np.full(kept.size, -np.inf)
+        np.maximum.at(top, group[(new | same) & (group >= 0)], v[(new | same) & (group >= 0)])
+        floor = self.values[-1] if self.values else -np.inf
+        top = np.maximum.accumulate(np.maximum(top, floor))  # a resumed run's clock must not run backwards
+        self.steps.extend(kept.tolist())
+        self.values.extend(top.tolist())
+        while len(self.steps) > self.capacity:  # every other one goes, as in `add`; the ends stay
+            self.steps = self.steps[0:-1:2] + self.steps[-1:]
+            self.values = self.values[0:-1:2] + self.values[-1:]
