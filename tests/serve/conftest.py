@@ -91,9 +91,9 @@ def serve():
         s.stop()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def finished_run(make_tiny):
-    """A finished tiny run, trained once for the module: (project, run directory)."""
+    """A finished tiny run, trained once for these tests: (project, run directory)."""
     tiny = make_tiny("served")
     run = tiny.root / "served-run"
     r = tiny.cli("run", tiny.config, "--headless", "--run-dir", run, "--set", "train.epochs=1")

@@ -121,7 +121,10 @@ def _server_class():
                                                      "`tuitrain serve` printed\n")
             if request.path == f"/{self.token}":
                 raise web.HTTPFound(f"/{self.token}/")
-            return await handler(request)
+            response = await handler(request)
+            if not response.prepared:  # the page loads a font from elsewhere: the token is not to go with it
+                response.headers["Referrer-Policy"] = "no-referrer"
+            return response
 
         async def handle_websocket(self, request: web.Request) -> web.WebSocketResponse:
             task = asyncio.current_task()
