@@ -15,7 +15,7 @@ DIM = 8
 
 
 class Regression(Dataset):
-    def __init__(self, n, seed, scale_at=(), scale=300.0, nan_at=-1, sleep_at=-1, sleep=0.0):
+    def __init__(self, n, seed, scale_at=(), scale=300.0, nan_at=-1, sleep_at=-1, sleep=0.0, drop=(), slow=0.0):
         g = torch.Generator().manual_seed(seed)
         self.x = torch.randn(n, DIM, generator=g)
         w = torch.arange(1.0, DIM + 1).div(DIM)
@@ -24,7 +24,10 @@ class Regression(Dataset):
             self.x[i] *= scale
         if nan_at >= 0:
             self.x[nan_at, 0] = math.nan
-        self.sleep_at, self.sleep = sleep_at, sleep
+        self.sleep_at, self.sleep, self.slow = sleep_at, sleep, slow
+        if drop:
+            keep = [i for i in range(n) if i not in set(drop)]
+            self.x, self.y = self.x[keep], self.y[keep]
 
     def __len__(self):
         return len(self.x)
@@ -32,12 +35,19 @@ class Regression(Dataset):
     def __getitem__(self, i):
         if i == self.sleep_at:
             time.sleep(self.sleep)
+        if self.slow:
+            time.sleep(self.slow)
         return self.x[i], self.y[i].reshape(1)
 
 
-def datasets(n=2048, batch_size=16, scale_batch=-1, scale=300.0, nan_item=-1, sleep_item=-1, sleep=0.0):
+def datasets(n=2048, batch_size=16, scale_batch=-1, scale=300.0, nan_item=-1, sleep_item=-1, sleep=0.0,
+             drop_batch=-1, slow=0.0):
+    """`drop_batch`: that batch's items left out of the data altogether (what a skip should equal);
+    `slow`: seconds every item takes to load (starved data)."""
     scale_at = range(scale_batch * batch_size, (scale_batch + 1) * batch_size) if scale_batch >= 0 else ()
-    train = Regression(n, 0, scale_at=scale_at, scale=scale, nan_at=nan_item, sleep_at=sleep_item, sleep=sleep)
+    drop = range(drop_batch * batch_size, (drop_batch + 1) * batch_size) if drop_batch >= 0 else ()
+    train = Regression(n, 0, scale_at=scale_at, scale=scale, nan_at=nan_item, sleep_at=sleep_item, sleep=sleep,
+                       drop=drop, slow=slow)
     return train, Regression(256, 100)
 
 

@@ -134,7 +134,11 @@ class TuitrainCallback:
         return object.__new__(_concrete(cls))
 
     def __init__(self, experiment: str = "", run_dir: str | os.PathLike | None = None, dashboard: Any = "auto",
-                 theme: str | None = None, *, dir: str | os.PathLike = "runs", save_on_stop: bool = True) -> None:
+                 theme: str | None = None, *, dir: str | os.PathLike = "runs", save_on_stop: bool = True,
+                 watch: dict | None = None, alerts: dict | None = None) -> None:
+        from tuitrain.core.health import Alerts, Watch
+
+        self.watch, self.alerts = Watch.of(watch), Alerts.of(alerts)  # the [watch] rules on what is logged
         self.save_on_stop = save_on_stop
         self.experiment = experiment
         self.run_dir = run_dir
@@ -161,7 +165,8 @@ class TuitrainCallback:
         mon = Monitor(experiment=self.experiment or type(pl_module).__name__.lower(),
                       config=self._config(trainer, pl_module), run_dir=self.run_dir, dashboard=self.dashboard,
                       dir=self.dir, theme=self.theme, max_steps=self._max_steps(trainer),
-                      batch_size=self._batch_size(trainer), epochs=max(0, int(trainer.max_epochs or 0)))
+                      batch_size=self._batch_size(trainer), epochs=max(0, int(trainer.max_epochs or 0)),
+                      watch=self.watch, alerts=self.alerts)
         self.monitor = mon.start()
         if mon.owner and mon.screen == "dashboard":
             bar = getattr(trainer, "progress_bar_callback", None)

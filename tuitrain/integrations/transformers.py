@@ -106,7 +106,11 @@ class TuitrainCallback(TrainerCallback):
     """
 
     def __init__(self, experiment: str = "", run_dir: str | os.PathLike | None = None, dashboard: Any = "auto",
-                 theme: str | None = None, *, dir: str | os.PathLike = "runs") -> None:
+                 theme: str | None = None, *, dir: str | os.PathLike = "runs", watch: dict | None = None,
+                 alerts: dict | None = None) -> None:
+        from tuitrain.core.health import Alerts, Watch
+
+        self.watch, self.alerts = Watch.of(watch), Alerts.of(alerts)  # the [watch] rules on what is logged
         if dashboard not in ("auto", True, False) or not isinstance(dashboard, (str, bool)):
             raise ValueError(f"dashboard must be \"auto\", True or False, not {dashboard!r}")
         self.experiment, self.run_dir, self.dashboard, self.theme, self.dir = experiment, run_dir, dashboard, theme, dir
@@ -123,7 +127,7 @@ class TuitrainCallback(TrainerCallback):
             experiment=self._experiment(args, model), config=self._config(args, model), run_dir=self.run_dir,
             dashboard=self.dashboard, dir=self.dir, theme=self.theme, max_steps=max(0, int(state.max_steps or 0)),
             batch_size=per_device * args.gradient_accumulation_steps * world,
-            epochs=max(0, math.ceil(getattr(state, "num_train_epochs", 0) or 0)))
+            epochs=max(0, math.ceil(getattr(state, "num_train_epochs", 0) or 0)), watch=self.watch, alerts=self.alerts)
         self.monitor.start()
         self._active = True
         atexit.register(self._end_unfinished)  # after start(): it runs before the Monitor's own
