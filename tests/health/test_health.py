@@ -369,3 +369,21 @@ def test_a_webhook_that_fails_is_said_once_and_never_stops_training(project):
     assert len(of(events, "AlertRaised")) == 2
     said = [e["text"] for e in of(events, "OutputPrinted") if "alerts: the webhook" in e["text"]]
     assert len(said) == 1 and "said once" in said[0], said
+
+
+def test_under_ddp_a_rank_stuck_in_a_step_aborts_the_run_within_the_stall_time(project):
+    """Two gloo ranks: rank 0 hangs loading an item, rank 1 waits in the all-reduce. The watchdog ends the
+    run in seconds (not at the collective's timeout), failed with reason stalled and the stuck stack."""
+    t0 = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "tuitrain", "run", str(project), "--headless",
+                           "--set", "train.strategy=ddp", "--set", "train.devices=2",
+                           "--set", "data.sleep_item=1600", "--set", "data.sleep=120",
+                           "--set", 'watch.stall="3s"', "--set", "watch.stall_action=abort"],
+                          capture_output=True, text=True, timeout=100, cwd=project.parent)
+    took = time.monotonic() - t0
+    assert done.returncode == 1, done.stderr
+    assert took < 60, took
+    run_dir = next((project.parent / "runs" / "health").iterdir())
+    info = json.loads((run_dir / "run.json").read_text())
+    assert info["status"] == "failed" and info["reason"] == "stalled", info
+    assert "time.sleep(self.sleep)" in (run_dir / "experiment.log").read_text()
