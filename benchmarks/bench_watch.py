@@ -170,16 +170,18 @@ def child_live(run_dir: str, source: str, rate: float, seconds: float) -> dict:
     worker = threading.Thread(target=src.work, daemon=True)
     worker.start()
     before = _usage()
-    while writer.poll() is None or not src.caught_up or pending:
+    written = None
+    while written is None or state.step < written:
         with lock:
             batch, pending[:] = pending[:], []
         if batch:
             state.apply(batch)
         else:
             time.sleep(0.01)
+        if written is None and writer.poll() is not None:
+            written = int((Path(run_dir) / "done").read_text())
     lag_end = time.perf_counter()
     src.close()
-    written = int((Path(run_dir) / "done").read_text())
     after = _usage()
     return {"written": written, "folded_step": state.step, "lines": src.lines_read, "cpu": after["cpu"] - before["cpu"],
             "rate_target": rate, "caught_up_after_s": lag_end - float((Path(run_dir) / "done_at").read_text())}

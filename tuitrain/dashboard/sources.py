@@ -30,7 +30,10 @@ except ImportError:  # pragma: no cover - a dependency; without it every line ta
     msgspec = None
 
 Emit = Callable[[Event, Any], None]
-MAX_BACKLOG = 20_000  # events (or logged lines, in blocks) a file reader may run ahead of the screen
+MAX_BACKLOG = 20_000  # events a file reader may run ahead of the screen
+# logged lines it may run ahead in MetricsBlocks (~300 bytes each): the screen folds a block in about
+# a millisecond, and takes what waits 15 times a second, so this much keeps the reader going
+MAX_BACKLOG_LINES = 200_000
 METRICS_PREFIX = b'{"event":"MetricsLogged",'  # how JsonlWriter begins every such line
 _IS_METRICS = operator.methodcaller("startswith", METRICS_PREFIX)
 
@@ -277,12 +280,17 @@ class FileSource:
                         self.lines_read += 1
                         self.bad_lines += 1
                     partial, skipping = b"", True
-                while self.backlog() * self._per_item > MAX_BACKLOG and not self._stop.is_set():
+                while self._behind() and not self._stop.is_set():
                     self._stop.wait(0.05)  # let the screen catch up: keys stay responsive, memory bounded
         finally:
             if handle is not None:
                 handle.close()
         return None
+
+    def _behind(self) -> bool:
+        """The screen has more waiting than the reader may run ahead (an item weighs its lines)."""
+        waiting = self.backlog()
+        return waiting > MAX_BACKLOG or waiting * self._per_item > MAX_BACKLOG_LINES
 
     def _lines(self, lines: list[bytes], emit: Emit) -> None:
         if not self.blocks or msgspec is None:
