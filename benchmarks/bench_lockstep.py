@@ -51,7 +51,7 @@ def default_cpu() -> int:
 
 
 def lockstep(kind: str, tmp: Path, tuitrain_first: bool = False, control: bool = False,
-             cpu: int | None = None, fetch: str = "item") -> tuple[float, float]:
+             cpu: int | None = None, fetch: str = "item", sets: tuple[str, ...] = ()) -> tuple[float, float]:
     """One lockstep run: (tuitrain's seconds per step, the hand-written loop's). `control`: a second
     hand-written loop in tuitrain's place (the method's own noise). `cpu`: both processes run on
     that CPU only (None: wherever the kernel puts them). `fetch`: the hand-written loop's data
@@ -74,7 +74,7 @@ def lockstep(kind: str, tmp: Path, tuitrain_first: bool = False, control: bool =
                             stdout=subprocess.DEVNULL, preexec_fn=pin)
     tt_cmd = ([sys.executable, "-c", hand_code] if control else
               [sys.executable, "-m", "tuitrain", "run", str(cfg), "--headless", "--run-dir",
-               str(tmp / f"run-{time.time_ns()}")])
+               str(tmp / f"run-{time.time_ns()}")] + [a for kv in sets for a in ("--set", kv)])
     tt = subprocess.Popen(tt_cmd, env=tt_env, pass_fds=(a_r, b_w), stdout=subprocess.DEVNULL,
                           stderr=subprocess.DEVNULL, preexec_fn=pin)
     for fd in (a_r, a_w, b_r, b_w):  # only the two processes hold the pipes: one's exit frees the other

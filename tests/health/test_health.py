@@ -387,3 +387,21 @@ def test_under_ddp_a_rank_stuck_in_a_step_aborts_the_run_within_the_stall_time(p
     info = json.loads((run_dir / "run.json").read_text())
     assert info["status"] == "failed" and info["reason"] == "stalled", info
     assert "time.sleep(self.sleep)" in (run_dir / "experiment.log").read_text()
+
+
+def test_the_dashboard_model_lists_alerts_and_logs_them(project):
+    from tuitrain.dashboard.model import DashboardState
+    from tuitrain.core.events import from_dict
+
+    code, run_dir, events = train(project, f"data.scale_batch={SPIKE_BATCH}", "watch.loss_spike=rollback",
+                                  "train.epochs=1")
+    assert code == 0
+    state = DashboardState()
+    changed = set()
+    for e in events:
+        changed |= state.apply([from_dict(e)])
+    assert "alerts" in changed
+    assert [(a.rule, a.step, a.action) for a in state.alerts] == [("loss_spike", SPIKE_BATCH + 1, "rollback")]
+    shown = [text for _, text, _ in state.lines]
+    assert any(t.startswith(f"[alert] step {SPIKE_BATCH + 1}: loss spike") for t in shown), shown
+    assert any("rolled back from step 101 to step 100" in t for t in shown), shown

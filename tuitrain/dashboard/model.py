@@ -18,7 +18,7 @@ import numpy as np
 
 from tuitrain.core.events import (
     CheckpointDeleted, CheckpointFailed, CheckpointSaved, CheckpointStarted, ControlReceived,
-    DevicesSampled, EpochCompleted, EpochStarted, Event, MetricsLogged, OutputPrinted, PhaseCompleted,
+    AlertRaised, DevicesSampled, EpochCompleted, RolledBack, EpochStarted, Event, MetricsLogged, OutputPrinted, PhaseCompleted,
     PhaseStarted, RunFailed, RunFinished, RunPaused, RunResumed, RunStarted, StepCompleted, StepStarted,
 )
 from tuitrain.dashboard.series import Anchors, Series
@@ -103,6 +103,8 @@ class DashboardState:
         self.lines: deque[tuple[str, str, bool]] = deque(maxlen=5000)  # (stream, text, partial) not yet shown
         self.finished: RunFinished | None = None
         self.failed: RunFailed | None = None
+        #: the health rules' alerts (AlertRaised), oldest first: the alerts list, the charts' marks, the header
+        self.alerts: list = []
 
     # --- reading ---------------------------------------------------------------------------
 
@@ -323,6 +325,14 @@ class DashboardState:
             case OutputPrinted():
                 self._log(event.stream, event.text, event.partial)
                 return {"log"}
+            case AlertRaised():
+                self.alerts.append(event)
+                self._log("stderr", f"[alert] step {event.step}: {event.title} ({event.action}): {event.text}")
+                return {"log", "alerts", "progress"}
+            case RolledBack():
+                self._log("tuitrain", f"[tuitrain] rolled back from step {event.from_step} to step {event.to_step}; "
+                                      f"{len(event.skipped_batches)} batch(es) passed over")
+                return {"log", "progress"}
             case DevicesSampled():
                 self.devices[event.rank] = event
                 return {"devices"} | self._device_history(event)
