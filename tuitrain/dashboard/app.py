@@ -70,6 +70,7 @@ class DashboardApp(LayoutMixin, PacingMixin, EndingMixin, App[int]):
 
     TITLE = "tuitrain"
     ENABLE_COMMAND_PALETTE = False
+    ESCAPE_TO_MINIMIZE = False  # Esc reaches action_unzoom, which ends inspecting before it leaves the zoom
 
     BINDINGS = [
         Binding("c", "checkpoint", "Checkpoint"),
@@ -79,8 +80,8 @@ class DashboardApp(LayoutMixin, PacingMixin, EndingMixin, App[int]):
         Binding("ctrl+c", "leave_viewer", "Leave", priority=True),  # ctrl+c when there is nothing to stop
         Binding("tab", "focus_chart(1)", "Chart", show=False, priority=True),
         Binding("shift+tab", "focus_chart(-1)", "Chart", show=False, priority=True),
-        Binding("right", "focus_chart(1)", "Chart", show=False),
-        Binding("left", "focus_chart(-1)", "Chart", show=False),
+        Binding("right", "arrow(1)", "Chart", show=False),  # inspecting: the cursor
+        Binding("left", "arrow(-1)", "Chart", show=False),
         Binding("down", "focus_row(1)", "Chart", show=False),
         Binding("up", "focus_row(-1)", "Chart", show=False),
         Binding("enter", "zoom", "Zoom", show=False),
@@ -91,6 +92,7 @@ class DashboardApp(LayoutMixin, PacingMixin, EndingMixin, App[int]):
         Binding("w", "chart('window')", "Window"),
         Binding("slash", "filter", "Filter"),
         Binding("e", "export", "Export"),
+        Binding("i", "inspect", "Inspect"),
         Binding("d", "differences", "Config diff", show=False),
         Binding("r", "show_result", "Summary", show=False),
         Binding("question_mark", "help", "Keys"),
@@ -260,6 +262,21 @@ class DashboardApp(LayoutMixin, PacingMixin, EndingMixin, App[int]):
         if self._on_dashboard() and self.screen.maximized is None:
             self.query_one(ChartGrid).move(delta)
 
+    def action_arrow(self, delta: int) -> None:
+        """← →: the inspect cursor when there is one, else the focus."""
+        if not self._on_dashboard():
+            return
+        chart = self.query_one(ChartGrid).inspected()
+        if chart is not None:
+            chart.move_cursor(delta)
+        elif self.screen.maximized is None:
+            self.query_one(ChartGrid).move(delta)
+
+    def action_inspect(self) -> None:
+        """i: a cursor on the focused chart showing the step and every series' value there; i again: off."""
+        if self._on_dashboard():
+            self.query_one(ChartGrid).toggle_inspect()
+
     def action_focus_row(self, delta: int) -> None:
         if self._on_dashboard() and self.screen.maximized is None:
             grid = self.query_one(ChartGrid)
@@ -278,7 +295,13 @@ class DashboardApp(LayoutMixin, PacingMixin, EndingMixin, App[int]):
             self.screen.maximize(chart, container=False)
 
     def action_unzoom(self) -> None:
-        if self._on_dashboard() and self.screen.maximized is not None:
+        """Esc: the inspect cursor off, else back to the grid."""
+        if not self._on_dashboard():
+            return
+        chart = self.query_one(ChartGrid).inspected()
+        if chart is not None:
+            chart.stop_inspecting()
+        elif self.screen.maximized is not None:
             self.screen.minimize()
 
     def action_chart(self, tool: str) -> None:

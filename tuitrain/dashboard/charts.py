@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 
 SMOOTHING = (0.0, 0.6, 0.9, 0.99)  # `s` cycles through these EMA weights; 0: off
 MIN_CHART = (36, 12)  # the smallest chart worth drawing (columns, rows, borders included)
@@ -82,8 +83,9 @@ def finite_for(xs: list[float], ys: list[float], log: bool) -> tuple[list[float]
 
 
 def thin(xs: list[float], ys: list[float], buckets: int) -> tuple[list[float], list[float]]:
-    """At most 2 points per bucket (its min and its max, in x order): drawing cost follows the
-    plot's width, not the history's length, and a spike stays visible."""
+    """At most 2 points per bucket (its min and its max, in x order), and the first and last points:
+    drawing cost follows the plot's width, not the history's length, a spike stays visible and the
+    line spans the whole history."""
     n = len(xs)
     if n <= 2 * buckets or buckets < 1:
         return xs, ys
@@ -96,50 +98,10 @@ def thin(xs: list[float], ys: list[float], buckets: int) -> tuple[list[float], l
         seg = ys[lo:hi]
         i_min = lo + min(range(len(seg)), key=seg.__getitem__)
         i_max = lo + max(range(len(seg)), key=seg.__getitem__)
-        for i in sorted({i_min, i_max}):
+        for i in sorted({i_min, i_max} | ({0} if b == 0 else set()) | ({n - 1} if b == buckets - 1 else set())):
             out_x.append(xs[i])
             out_y.append(ys[i])
     return out_x, out_y
-
-
-def nice_ticks(lo: float, hi: float, count: int = 5, integer: bool = False) -> list[float]:
-    """Round tick positions (1, 2, 2.5, 5 times a power of ten) inside [lo, hi]."""
-    if not (math.isfinite(lo) and math.isfinite(hi)):
-        return []
-    if hi <= lo:
-        return [lo]
-    raw = (hi - lo) / max(count, 1)
-    mag = 10 ** math.floor(math.log10(raw))
-    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
-    if integer:
-        step = max(1.0, float(round(step)))
-    first = math.ceil(lo / step - 1e-9) * step
-    ticks = []
-    t = first
-    while t <= hi + step * 1e-9 and len(ticks) < 50:
-        ticks.append(round(t, 12))
-        t += step
-    return ticks or [lo]
-
-
-def log_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
-    """Tick positions for a log axis between lo > 0 and hi: powers of ten, with 2 and 5 between
-    them when the range is less than a few decades."""
-    if lo <= 0 or hi <= 0 or not (math.isfinite(lo) and math.isfinite(hi)):
-        return []
-    if hi <= lo:
-        return [lo]
-    a, b = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
-    for mults in ((1,), (1, 2, 5), (1, 1.5, 2, 3, 5, 7)):
-        ticks = [m * 10 ** e for e in range(a, b + 1) for m in mults if lo <= m * 10 ** e <= hi]
-        if len(ticks) >= min(count, 3):
-            break
-    if len(ticks) < 2:  # less than a decade: round linear positions, still in order on a log axis
-        return nice_ticks(lo, hi, count)
-    if len(ticks) > count + 1:  # many decades: every k-th
-        every = -(-len(ticks) // count)
-        ticks = ticks[::every]
-    return ticks
 
 
 def short(value: float, digits: int = 4) -> str:
@@ -163,17 +125,190 @@ def short(value: float, digits: int = 4) -> str:
     return text.rstrip("0").rstrip(".") if "." in text else text
 
 
-def tick_labels(ticks: list[float], axis: str = "") -> list[str]:
-    """Labels for tick positions: as short as `short` makes them, durations for wall time, k/M for
-    large counts."""
-    if axis == "time":
-        return [duration_label(t) for t in ticks]
-    if axis in ("step", "samples") or (ticks and max(abs(t) for t in ticks) >= 1e4):
-        return [count_label(t) for t in ticks]
-    return [short(t, 3) for t in ticks]
+NICE = (1, 2, 2.5, 5)  # tick steps: these times a power of ten
+TIME_STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
+
+
+@dataclass(frozen=True)
+class Axis:
+    """An axis snapped to character cells: cell i stands for the value `lo + i * unit` (log10 of it on a
+    log axis), and every tick is a whole number of cells from `lo`, so each label sits on its value."""
+
+    lo: float
+    unit: float  # the value one cell spans
+    cells: int
+    ticks: tuple[float, ...]  # the labelled values (exponents on a log axis)
+    labels: tuple[str, ...]
+    step: float  # between neighbouring ticks
+    log: bool = False
+
+    @property
+    def hi(self) -> float:
+        return self.lo + (self.cells - 1) * self.unit
+
+    def position(self, value: float) -> float:
+        """Where a value lies, in cells from cell 0 (fractional)."""
+        return (value - self.lo) / self.unit
+
+    def cell(self, value: float) -> int:
+        return math.floor(self.position(value) + 0.5)
+
+    def value(self, cell: float) -> float:
+        return self.lo + cell * self.unit
+
+    def tick_cells(self) -> list[int]:
+        return [self.cell(t) for t in self.ticks]
+
+
+def _decimals(x: float) -> int:
+    """Decimal places that write x exactly (x a tick step: 0.25 -> 2, 5 -> 0)."""
+    for d in range(0, 16):
+        if abs(round(x, d) - x) <= 1e-9 * abs(x):
+            return d
+    return 16
+
+
+def _steps(span: float, cells: int, kind: str):
+    """Candidate tick steps for a span drawn over `cells` cells, smallest first: 1, 2, 2.5, 5 x 10^k
+    (whole ones for counts and decades); on wall time, durations people count in (15 s, 30 min, 6 h,
+    2 days)."""
+    if kind == "time" and span >= 2:
+        yield from (float(s) for s in TIME_STEPS if s >= span / (4 * cells))
+        yield from (86400.0 * m * 10 ** e for e in range(0, 7) for m in (2, 5, 10))
+        return
+    whole = kind in ("step", "samples", "log")
+    first = math.floor(math.log10(span / max(cells - 1, 1))) - 1
+    for e in range(first, max(math.floor(math.log10(span)) + 2, 1 if whole else first + 1)):
+        for m in NICE:
+            s = float(f"{m}e{e}")  # exactly the decimal number, not m * 10.0 ** e
+            if whole and (s < 1 or s != int(s)):
+                continue
+            yield s
+
+
+def snap_axis(lo: float, hi: float, cells: int, kind: str = "", *, min_gap: int = 1, prefer: float = 3.0,
+              centre: bool = True, label_room: bool = False) -> Axis:
+    """The axis that shows [lo, hi] over `cells` character cells with ticks at round values in equal
+    steps (1, 2, 2.5, 5 x 10^k; decades on a log axis, `kind` "log", lo and hi then being exponents),
+    each exactly on a cell: the cell's span is the step divided by a whole number of cells (the gap
+    between ticks, at least `min_gap`, near `prefer`), and cell 0 is a multiple of it. Of those, the
+    one the data fills most. `label_room`: the gap leaves room for the labels written side by side
+    (an x axis). `kind` also picks the labels: "step", "samples", "time", "epoch", "log" or ""."""
+    cells = max(int(cells), 2)
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        lo, hi = 0.0, 1.0
+    lo, hi = min(lo, hi), max(lo, hi)
+    if hi - lo <= max(abs(lo), abs(hi)) * 1e-9 or hi - lo < 1e-200:  # a constant (or float noise): in the middle
+        pad = 1.0 if kind == "log" or abs(lo) < 1e-200 else abs(lo) * 0.5
+        lo, hi = lo - pad, hi + pad
+    span = hi - lo
+    if not math.isfinite(span) or span > 1e300:  # beyond what steps can be counted in
+        return Axis(lo, span / (cells - 1) if math.isfinite(span) else 1.0, cells, (), (), span)
+    gap = max(1, min_gap)
+    axis = None
+    for _ in range(4):  # widen the gap until the labels fit side by side
+        axis = _snap(lo, hi, span, cells, kind, gap, max(prefer, gap), centre)
+        if not label_room or not axis.labels:
+            return axis
+        room = max(len(label) for label in axis.labels) + 2
+        gap_now = round(axis.step / axis.unit)
+        if gap_now >= room or room > cells - 1:
+            return axis
+        gap = room
+    return axis
+
+
+def _snap(lo: float, hi: float, span: float, cells: int, kind: str, gap: int, prefer: float, centre: bool) -> Axis:
+    best: tuple | None = None
+    for s in _steps(span, cells, kind):
+        most = min(cells - 1, math.floor(s * (cells - 1) / span + 1e-9))  # more cells a step: too fine a cell
+        for k in range(gap, most + 1):
+            u = s / k
+            start = math.floor(lo / u + 1e-9)
+            used = math.ceil(hi / u - 1e-9) - start
+            if used > cells - 1:
+                continue
+            if centre:
+                start -= (cells - 1 - used) // 2
+            first, last = math.ceil(start / k - 1e-9), math.floor((start + cells - 1) / k + 1e-9)
+            ticks = last - first + 1
+            fill = span / ((cells - 1) * u)
+            score = fill - 0.25 * abs(math.log(k / prefer)) - (2.0 if ticks < 2 else 0.3 if ticks < 3 else 0.0)
+            if best is None or score > best[0]:
+                best = (score, s, k, start, first, last)
+    if best is None:  # fewer cells than ticks need: the ends only
+        u = span / (cells - 1)
+        return Axis(lo, u, cells, (), (), span)
+    _, s, k, start, first, last = best
+    u = s / k
+    ticks = tuple(_multiple(j, s) for j in range(first, last + 1))
+    return Axis(start * u, u, cells, ticks, tuple(axis_labels(list(ticks), s, kind)), s, kind == "log")
+
+
+def _multiple(j: int, step: float) -> float:
+    """j times the step, as the decimal number it is (3 x 0.1 is 0.3, not 0.30000000000000004)."""
+    d = _decimals(step)
+    return round(j * step, d) if d < 16 else j * step
+
+
+def axis_labels(ticks: list[float], step: float, kind: str = "") -> list[str]:
+    """Labels for ticks `step` apart, with as many digits as tell neighbours apart and no more:
+    decades on a log axis (ticks are exponents), durations on wall time, k/M/G for large counts,
+    a shared exponent for tiny values."""
+    if not ticks:
+        return []
+    if kind == "log":
+        plain = all(-3 <= round(t) <= 3 for t in ticks)  # one style for the whole axis
+        return [decade_label(round(t), plain) for t in ticks]
+    if kind == "time" and step >= 1 and float(step).is_integer():
+        return [duration_label(t, step) for t in ticks]
+    big = max(abs(t) for t in ticks)
+    suffix, scale = "", 1.0
+    if kind in ("step", "samples") or big >= 1e4:
+        for suffix, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3), ("", 1.0)):
+            if (big >= scale * (10 if scale == 1e3 else 1) and step >= scale / 1000) or scale == 1.0:
+                break
+    elif 0 < big < 1e-3:  # 2.5e-5, 5e-5, 7.5e-5: one exponent, the mantissa's digits from the step
+        e = math.floor(math.log10(big))
+        d = _decimals(step / 10 ** e)
+        return ["0" if t == 0 else f"{t / 10 ** e:.{d}f}e{e}" for t in ticks]
+    d = _decimals(step / scale)
+    unit = "s" if kind == "time" else ""
+    labels = [f"{t / scale:.{d}f}" for t in ticks]
+    labels = ["0" if float(label) == 0 else label for label in labels]  # never "-0.0"
+    if suffix or kind in ("step", "samples", "time"):  # short x labels: 12.5k, 15k
+        labels = [_strip(label) for label in labels]
+    return [f"{label}{suffix}{unit}" if label != "0" else "0" for label in labels]
+
+
+def _strip(label: str) -> str:
+    return label.rstrip("0").rstrip(".") if "." in label else label
+
+
+def decade_label(e: int, plain: bool = True) -> str:
+    """10^e: plainly (0.001 to 1000), or as 1e-05's shorter 1e-5."""
+    if plain:
+        return f"{10.0 ** e:.{max(0, -e)}f}"
+    return f"1e{e}"
+
+
+def duration_label(seconds: float, step: float = 1.0) -> str:
+    """A tick on a wall-time axis ticks `step` seconds apart: 45s, 2m, 1m30, 1h, 1h05, 1:00:30, 2d."""
+    s = int(round(seconds))
+    if step % 86400 == 0:
+        return f"{s // 86400}d"
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}" if step % 60 else f"{s // 60}m"
+    h, m, sec = s // 3600, (s % 3600) // 60, s % 60
+    if step % 60:
+        return f"{h}:{m:02d}:{sec:02d}"
+    return f"{h}h{m:02d}" if step % 3600 else f"{h}h"
 
 
 def count_label(n: float) -> str:
+    """A step or sample count in a few characters: 950, 12.3k, 1.25M."""
     if abs(n) >= 1e9:
         return f"{n / 1e9:.3g}G"
     if abs(n) >= 1e6:
@@ -181,15 +316,6 @@ def count_label(n: float) -> str:
     if abs(n) >= 1e4:
         return f"{n / 1e3:.3g}k"
     return short(n, 4)
-
-
-def duration_label(seconds: float) -> str:
-    s = int(round(max(seconds, 0)))
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}" if s % 60 else f"{s // 60}m"
-    return f"{s // 3600}h{(s % 3600) // 60:02d}"
 
 
 def compile_filter(text: str) -> tuple[re.Pattern | None, str]:

@@ -1,11 +1,13 @@
 """`ChartGrid`: one `MetricPlot` per metric (or group of metrics), in a grid sized to the space it
 has (`charts.grid_shape`): four or more at 120x40, one at 80x24, more on large terminals; the rest
 scroll. It keeps the charts in step with the state's metric names, hides those the filter leaves
-out, and moves the focus between the charts it shows.
+out, and moves the focus between the charts it shows. Inspecting (`i`), the cursor is on the
+focused chart and follows the focus to another chart at the same x.
 """
 
 from __future__ import annotations
 
+from textual import events
 from textual.containers import VerticalScroll
 
 from tuitrain.dashboard.charts import compile_filter, grid_shape, group_metrics
@@ -118,6 +120,33 @@ class ChartGrid(VerticalScroll):
             j = i if i >= 0 else 0
         shown[j].focus()
         return shown[j]
+
+    # --- inspect ----------------------------------------------------------------------------
+
+    def inspected(self) -> MetricPlot | None:
+        """The chart that shows the cursor, if any."""
+        return next((c for c in self.charts.values() if c.inspecting), None)
+
+    def toggle_inspect(self) -> MetricPlot | None:
+        """`i`: the cursor on the focused chart, or off."""
+        chart = self.inspected()
+        if chart is not None:
+            chart.stop_inspecting()
+            return None
+        chart = self.current()
+        if chart is not None:
+            chart.focus()
+            chart.inspect()
+        return chart
+
+    def on_descendant_focus(self, event: events.DescendantFocus) -> None:
+        """The cursor moves with the focus, to the same x when the charts share their x axis."""
+        old, new = self.inspected(), event.widget
+        if old is None or old is new or not isinstance(new, MetricPlot):
+            return
+        x = old.cursor if old.x_axis == new.x_axis else None
+        old.stop_inspecting()
+        new.inspect(x)
 
     def build_cost(self) -> float:
         """CPU seconds the charts' last figures took to build, all together (the pace of replots)."""

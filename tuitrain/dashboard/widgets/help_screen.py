@@ -17,6 +17,8 @@ KEYS = [
     ("x", "x axis: step, epoch, wall time, samples seen (those the run has)"),
     ("w", "window: full history, then the most recent steps only"),
     ("/", "show only the charts whose metric names match a regular expression (empty: all)"),
+    ("i", "inspect: a cursor on the focused chart (←/→ or a click move it) with the step and every"
+          " series' value there; i or Esc: off"),
     ("e", "export: the screen as SVG and every series as CSV, in RUN_DIR/exports/"),
     ("d", "comparing runs (tuitrain watch A B): the config keys whose values differ"),
     ("c", "write a checkpoint now"),

@@ -11,16 +11,21 @@ axes, the component classes for the series.
 
 from __future__ import annotations
 
+import bisect
+import math
 import time
+from dataclasses import dataclass
 
 import plotext
+from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
+from textual import events
 from textual.strip import Strip
 from textual.widget import Widget
 
 from tuitrain.core.text import NAME_WIDTH, safe_name
-from tuitrain.dashboard.charts import SMOOTHING, ema, finite_for, log_ticks, nice_ticks, short, thin, tick_labels
+from tuitrain.dashboard.charts import SMOOTHING, Axis, ema, finite_for, short, snap_axis, thin
 from tuitrain.dashboard.model import DashboardState
 
 MAX_BOUNDARIES = 12  # epoch lines drawn at most
@@ -40,13 +45,198 @@ def _blend(a: tuple[int, int, int], b: tuple[int, int, int], share: float) -> tu
     return tuple(round(x * share + y * (1 - share)) for x, y in zip(a, b))  # type: ignore[return-value]
 
 
+def _hex(color: tuple[int, int, int]) -> str:
+    return "#%02x%02x%02x" % color
+
+
 class Line:
-    """One drawn series: its points, colour, marker and legend name."""
+    """One drawn series: its points, colour, marker ("braille": a line; "dot": a mark per point) and
+    how the inspect readout names it (`glyph` in its colour, then `label`, or `short` where room is
+    short); `steps`: the global step of each point, when the x axis is another."""
 
-    __slots__ = ("key", "xs", "ys", "color", "marker")
+    __slots__ = ("key", "xs", "ys", "color", "marker", "glyph", "label", "steps", "short")
 
-    def __init__(self, key: str, xs: list[float], ys: list[float], color: tuple[int, int, int], marker: str) -> None:
+    def __init__(self, key: str, xs: list[float], ys: list[float], color: tuple[int, int, int], marker: str,
+                 glyph: str = "━", label: str = "", steps: list[float] | None = None, short: str = "") -> None:
         self.key, self.xs, self.ys, self.color, self.marker = key, xs, ys, color, marker
+        self.glyph, self.label, self.steps, self.short = glyph, label, steps, short
+
+    def at(self, x: float) -> int:
+        """The index of the point at or before x (-1: none)."""
+        return bisect.bisect_right(self.xs, x) - 1
+
+
+@dataclass
+class Palette:
+    background: tuple[int, int, int]
+    foreground: tuple[int, int, int]
+    grid: tuple[int, int, int]
+    epoch: tuple[int, int, int]
+    cursor: tuple[int, int, int]
+
+
+@dataclass
+class Drawn:
+    """A chart drawn: its lines, its axes and where its canvas lies (for the cursor and for tests)."""
+
+    lines: list[Strip]
+    x: Axis | None = None
+    y: Axis | None = None
+    left: int = 0  # the canvas's first column
+    top: int = 0  # the canvas's first row
+
+
+def _cells_of(text: Text, width: int, base: Style) -> list[list]:
+    """A line of plotext's ANSI output as [char, style] cells."""
+    plain = text.plain[:width]
+    styles = [base] * len(plain)
+    for span in text.spans:
+        style = span.style if isinstance(span.style, Style) else Style.parse(span.style)
+        for i in range(span.start, min(span.end, len(plain))):
+            styles[i] = styles[i] + style
+    cells = [[ch, st] for ch, st in zip(plain, styles)]
+    return cells + [[" ", base] for _ in range(width - len(cells))]
+
+
+def _strip(cells: list) -> Strip:
+    """Cells to a Strip, neighbours of one style in one segment."""
+    segments: list[Segment] = []
+    run, style = [], None
+    for ch, st in cells:
+        if st is not style and run:
+            segments.append(Segment("".join(run), style))
+            run = []
+        run.append(ch)
+        style = st
+    if run:
+        segments.append(Segment("".join(run), style))
+    return Strip(segments, len(cells))
+
+
+def draw_chart(lines: list[Line], width: int, height: int, palette: Palette, *, x_kind: str = "step",
+               log: bool = False, boundaries: list[float] = (), cursor: float | None = None,
+               header: list[Text] = (), message: str = "waiting for values") -> Drawn:
+    """The chart as `height` lines of `width` cells: y labels on the rows their values fall on, the y
+    axis, the canvas (grid lines at the labelled ticks, epoch boundaries, the cursor, the series), the
+    x axis and its labels under the columns of their values (see `charts.snap_axis`).
+
+    plotext draws the braille lines alone, on a canvas with no frame or ticks, with its limits set so
+    that the value of a cell's tick falls in the middle of that cell's four dot rows (two dot columns);
+    the axes, labels, grid, epoch lines, cursor and the valid points' marks are drawn here, cell by cell."""
+    bg, fg = palette.background, palette.foreground
+    base = Style(color=_hex(fg), bgcolor=_hex(bg))
+    blank = lambda: [[" ", base] for _ in range(width)]  # noqa: E731
+    out: list[list] = []
+    for text in list(header)[:max(0, height - 4)]:
+        cells = _cells_of(text, width, base)
+        out.append(cells)
+    top = len(out)
+    drawn = [ln for ln in lines if ln.xs]
+    if log:
+        drawn = [Line(ln.key, ln.xs, [math.log10(y) for y in ln.ys], ln.color, ln.marker) for ln in drawn]
+    if not drawn or height - top < 3 or width < 8:
+        rows = [blank() for _ in range(height - top)]
+        if rows:
+            mid = rows[len(rows) // 2]
+            start = max(0, (width - len(message)) // 2)
+            for i, ch in enumerate(message[:width]):
+                mid[start + i][0] = ch
+        return Drawn([_strip(c) for c in out + rows], top=top)
+    rows_h = height - top - 2  # the x axis and its labels below
+    ys_all = [y for ln in drawn for y in ln.ys]
+    y = snap_axis(min(ys_all), max(ys_all), rows_h, "log" if log else "", min_gap=2 if rows_h >= 7 else 1,
+                  prefer=max(2.0, (rows_h - 1) / 6))
+    label_w = max([len(label) for label in y.labels] + [1])
+    cols_w = width - label_w - 1
+    xs_all = [x for ln in drawn for x in ln.xs]
+    x = snap_axis(min(xs_all), max(xs_all), cols_w, x_kind, min_gap=3, prefer=max(6.0, (cols_w - 1) / 5),
+                  centre=False, label_room=True)
+    # the x labels, centred under their columns; one that would touch its neighbour is left out, with its tick
+    label_row = blank()
+    x_ticks: list[int] = []
+    end = -1
+    for col, label in zip(x.tick_cells(), x.labels):
+        at = label_w + 1 + col
+        start = min(max(0, at - len(label) // 2), width - len(label))
+        if start <= end or not 0 <= col < cols_w:
+            continue
+        for i, ch in enumerate(label):
+            label_row[start + i][0] = ch
+        end = start + len(label)
+        x_ticks.append(col)
+    y_ticks = {y.cell(t): label for t, label in zip(y.ticks, y.labels)}
+
+    canvas = _canvas(drawn, cols_w, rows_h, x, y, base, bg)
+    grid_style = Style(color=_hex(palette.grid), bgcolor=_hex(bg))
+    epoch_style = Style(color=_hex(palette.epoch), bgcolor=_hex(bg))
+    cursor_style = Style(color=_hex(palette.cursor), bgcolor=_hex(bg), bold=True)
+    under: dict[tuple[int, int], tuple[str, Style]] = {}  # what shows where the series leave a cell blank
+    for r in y_ticks:
+        for c in range(cols_w):
+            under[(r, c)] = ("─", grid_style)
+    for c in x_ticks:
+        if c == 0:
+            continue  # the y axis stands there
+        for r in range(rows_h):
+            under[(r, c)] = ("┼" if r in y_ticks else "│", grid_style)
+    for b in boundaries:
+        c = x.cell(b)
+        if 0 <= c < cols_w:
+            for r in range(rows_h):
+                under[(r, c)] = ("┊", epoch_style)
+    if cursor is not None and 0 <= x.cell(cursor) < cols_w:
+        for r in range(rows_h):
+            under[(r, x.cell(cursor))] = ("┃", cursor_style)
+    for (r, c), cell in under.items():
+        target = canvas[rows_h - 1 - r][c]
+        if target[0] == " ":
+            target[0], target[1] = cell
+    for ln in drawn:  # the valid points: a mark each, over the lines
+        if ln.marker != "dot":
+            continue
+        style = Style(color=_hex(ln.color), bgcolor=_hex(bg))
+        for px, py in zip(ln.xs, ln.ys):
+            c, r = x.cell(px), y.cell(py)
+            if 0 <= c < cols_w and 0 <= r < rows_h:
+                canvas[rows_h - 1 - r][c] = ["•", style]
+    for i, row in enumerate(canvas):
+        r = rows_h - 1 - i
+        label = y_ticks.get(r, "")
+        left = [[ch, base] for ch in label.rjust(label_w)] + [["┤" if r in y_ticks else "│", base]]
+        out.append(left + row)
+    axis = [[" ", base] for _ in range(label_w)] + [["└", base]]
+    axis += [["┬" if c in x_ticks else "─", base] for c in range(cols_w)]
+    out.append(axis)
+    out.append(label_row)
+    return Drawn([_strip(c) for c in out], x, y, label_w + 1, top)
+
+
+def _canvas(lines: list[Line], width: int, height: int, x: Axis, y: Axis, base: Style,
+            bg: tuple[int, int, int]) -> list[list]:
+    """The braille lines on a canvas of width x height cells, drawn by plotext's public module API
+    (one global figure, cleared each time), as rows of [char, style] cells, top first."""
+    braille = [ln for ln in lines if ln.marker == "braille"]
+    if not braille:
+        return [[[" ", base] for _ in range(width)] for _ in range(height)]
+    plt = plotext
+    plt.clf()
+    plt.limitsize(False, False)
+    plt.plotsize(width, height)
+    plt.frame(False)
+    plt.xticks([])
+    plt.yticks([])
+    plt.canvas_color(bg)
+    plt.axes_color(bg)
+    # plotext puts value v on dot row floor(0.5 + (4h - 1)(v - lo) / (hi - lo)); with these limits a
+    # cell's tick value lands between its 2nd and 3rd dot rows (x: between its two dot columns)
+    plt.xlim(x.lo - 0.25 * x.unit, x.lo + (width - 0.75) * x.unit)
+    plt.ylim(y.lo - 0.375 * y.unit, y.lo + (height - 0.625) * y.unit)
+    for ln in braille:
+        xs, ys = thin(ln.xs, ln.ys, width)
+        plt.plot(xs, ys, marker="braille", color=ln.color)
+    text = Text.from_ansi(plt.build())
+    rows = [_cells_of(line, width, base) for line in text.split("\n", allow_blank=True)[:height]]
+    return rows + [[[" ", base] for _ in range(width)] for _ in range(height - len(rows))]
 
 
 class MetricPlot(Widget, can_focus=True):
@@ -75,6 +265,10 @@ class MetricPlot(Widget, can_focus=True):
         # what the last show() computed (tests read these)
         self.points: dict[str, tuple[list[float], list[float]]] = {}  # raw, by split ("valid/d_loss" in groups)
         self.smoothed: dict[str, tuple[list[float], list[float]]] = {}
+        self.steps: dict[str, list[float]] = {}  # each raw series' global steps, beside its x values
+        self.cursor: float | None = None  # inspecting: the x the cursor stands at (None: off)
+        self.readout_text = ""  # what the inspect line says (tests read it)
+        self.drawn = Drawn([])
         self.boundaries: list[float] = []
         self.key_colors: dict[str, tuple[int, int, int]] = {}  # compared runs: each run's colour
         self.skipped = 0  # points left out: not finite, or <= 0 on a log scale
@@ -111,7 +305,7 @@ class MetricPlot(Widget, can_focus=True):
             self.x_axis = "step"
         axis = state.axes.get(self.x_axis)
         group = len(self.metrics) > 1
-        self.points, self.smoothed, self.skipped = {}, {}, 0
+        self.points, self.smoothed, self.steps, self.skipped = {}, {}, {}, 0
         runs = getattr(state, "runs", None)
         if runs:  # several runs compared: each one's series, in its own colour
             self._show_runs(state, runs)
@@ -126,11 +320,11 @@ class MetricPlot(Widget, can_focus=True):
             xs, ys = train.points(size)
             if size is not None and xs:
                 lo = xs[0] if lo is None else min(lo, xs[0])
-            self.points[key] = self._prepare(xs, ys, axis)
+            self._keep(key, xs, ys, axis)
             if self.smoothing:
                 mx, my, ns = train.means(size)
                 sx, sy = ema(mx, my, ns, self.smoothing)
-                self.smoothed[key] = self._prepare(sx, sy, axis, count=False)
+                self.smoothed[key] = self._prepare(sx, sy, axis, count=False)[:2]
         for name in self.metrics:
             valid = state.metric_series(name, "valid")
             if valid is None:
@@ -139,7 +333,7 @@ class MetricPlot(Widget, can_focus=True):
             if lo is not None:  # valid points older than the recent train window would stretch the axis
                 kept = [(x, y) for x, y in zip(xs, ys) if x >= lo]
                 xs, ys = [p[0] for p in kept], [p[1] for p in kept]
-            self.points[f"valid/{name}" if group else "valid"] = self._prepare(xs, ys, axis)
+            self._keep(f"valid/{name}" if group else "valid", xs, ys, axis)
         self.points = {k: v for k, v in self.points.items() if v[0]}
         xs_all = [x for xs, _ in self.points.values() for x in (xs[0], xs[-1])]
         self.boundaries = []
@@ -152,6 +346,11 @@ class MetricPlot(Widget, can_focus=True):
             self.boundaries = inside[every - 1::every] if inside else []
         self._set_title(state)
         self._set_subtitle()
+        self._replotted()
+
+    def _replotted(self) -> None:
+        if self.cursor is not None:
+            self.cursor = self._snap(self.cursor)
         self._version += 1
         self.refresh()
 
@@ -167,32 +366,35 @@ class MetricPlot(Widget, can_focus=True):
                 if train is not None:
                     size = train.recent_size() if self.window == "recent" else None
                     xs, ys = train.points(size)
-                    self.points[f"train/{suffix}"] = self._prepare(xs, ys, axis)
+                    self._keep(f"train/{suffix}", xs, ys, axis)
                     self.key_colors[f"train/{suffix}"] = run_color(i)
                     if self.smoothing:
                         mx, my, ns = train.means(size)
                         sx, sy = ema(mx, my, ns, self.smoothing)
-                        self.smoothed[f"train/{suffix}"] = self._prepare(sx, sy, axis, count=False)
+                        self.smoothed[f"train/{suffix}"] = self._prepare(sx, sy, axis, count=False)[:2]
                 valid = rs.metric_series(name, "valid")
                 if valid is not None:
                     xs, ys = valid.points()
-                    self.points[f"valid/{suffix}"] = self._prepare(xs, ys, axis)
+                    self._keep(f"valid/{suffix}", xs, ys, axis)
                     self.key_colors[f"valid/{suffix}"] = _blend(run_color(i), (255, 255, 255), 0.75)
         self.points = {k: v for k, v in self.points.items() if v[0]}
         self.boundaries = []  # each run has its own epochs
         self._set_title(state)
         self._set_subtitle()
-        self._version += 1
-        self.refresh()
+        self._replotted()
 
-    def _prepare(self, xs, ys, axis, count: bool = True) -> tuple[list[float], list[float]]:
-        if axis:
-            xs = axis.map(xs)
-        n = len(xs)
-        xs, ys = finite_for(xs, ys, self.log_scale)
+    def _keep(self, key: str, steps: list[float], ys: list[float], axis) -> None:
+        xs, ys, steps = self._prepare(steps, ys, axis)
+        self.points[key] = (xs, ys)
+        self.steps[key] = steps
+
+    def _prepare(self, steps, ys, axis, count: bool = True) -> tuple[list[float], list[float], list[float]]:
+        """(x values on the chart's x axis, values, steps) of the points that can be drawn."""
+        n = len(steps)
+        steps, ys = finite_for(steps, ys, self.log_scale)  # a finite step maps to a finite x
         if count:
-            self.skipped += n - len(xs)
-        return xs, ys
+            self.skipped += n - len(steps)
+        return (axis.map(steps) if axis else list(steps)), ys, steps
 
     def _set_title(self, state: DashboardState) -> None:
         """The chart's name, then each metric's latest train value, latest valid value and best valid
@@ -255,6 +457,8 @@ class MetricPlot(Widget, can_focus=True):
             tools.append(f"EMA {self.smoothing:g}")
         if self.window == "recent":
             tools.append("recent")
+        if self.cursor is not None:
+            tools.append("inspect ←/→")
         if self.skipped:
             tools.append(f"{self.skipped} not drawn" + (" (<= 0)" if self.log_scale else ""))
         self.border_subtitle = " · ".join(tools)
@@ -275,65 +479,171 @@ class MetricPlot(Widget, can_focus=True):
     def toggle_window(self) -> None:
         self.window = "recent" if self.window == "full" else "full"
 
+    # --- inspect: a cursor at a step, and every series' value there --------------------------
+
+    @property
+    def inspecting(self) -> bool:
+        return self.cursor is not None
+
+    def _xs(self) -> list[float]:
+        """Every logged x of the chart's raw series, in order: where the cursor can stand."""
+        return sorted({x for xs, _ in self.points.values() for x in xs})
+
+    def _snap(self, x: float) -> float | None:
+        """The logged x at or before x (the first one when none is before)."""
+        xs = self._xs()
+        if not xs:
+            return x
+        i = bisect.bisect_right(xs, x) - 1
+        return xs[max(i, 0)]
+
+    def inspect(self, x: float | None = None) -> None:
+        """Cursor on, at x (snapped to a logged point at or before it), else at the newest point."""
+        xs = self._xs()
+        self.cursor = self._snap(x) if x is not None else (xs[-1] if xs else 0.0)
+        self._moved()
+
+    def stop_inspecting(self) -> None:
+        self.cursor = None
+        self._moved()
+
+    def _column(self, x: float) -> int:
+        axis = self.drawn.x
+        return axis.cell(x) if axis is not None else 0
+
+    def move_cursor(self, delta: int) -> None:
+        """One column right (delta 1) or left (-1), to the newest logged point in that column: each
+        press moves the line on screen, and the cursor always stands on a real point."""
+        if self.cursor is None:
+            return
+        xs = self._xs()
+        if not xs:
+            return
+        if self.drawn.x is None:  # not drawn yet: point by point
+            i = bisect.bisect_left(xs, self.cursor)
+            self.cursor = xs[min(max(i + delta, 0), len(xs) - 1)]
+        else:
+            here = self._column(self.cursor)
+            if delta > 0:
+                right = [x for x in xs if self._column(x) > here]
+                if right:
+                    target = self._column(right[0])
+                    self.cursor = max(x for x in right if self._column(x) == target)
+            else:
+                left = [x for x in xs if self._column(x) < here]
+                if left:
+                    self.cursor = left[-1]
+        self._moved()
+
+    def cursor_to_column(self, column: int) -> None:
+        """The cursor at the canvas's column (a click): the newest logged point at or before it."""
+        xs = self._xs()
+        if not xs or self.drawn.x is None:
+            return
+        at = [x for x in xs if self._column(x) <= column]
+        self.cursor = at[-1] if at else xs[0]
+        self._moved()
+
+    def _moved(self) -> None:
+        self._set_subtitle()
+        self._version += 1
+        self.refresh()
+
+    def readout(self) -> tuple[float | None, list[tuple[Line, float | None]]]:
+        """(the step under the cursor, [(series, its value at or before the cursor)]), None: no value."""
+        lines = self.lines()
+        step = None
+        values: list[tuple[Line, float | None]] = []
+        for line in lines:
+            i = line.at(self.cursor) if self.cursor is not None else -1
+            values.append((line, line.ys[i] if i >= 0 else None))
+            if step is None and i >= 0 and line.xs[i] == self.cursor and line.steps is not None:
+                step = line.steps[i]
+        return step, values
+
+    def _readout(self, lines: list[Line], width: int) -> list[Text]:
+        """The inspect line(s) above the canvas: the step (and the x, on another x axis), then each
+        series' glyph, name and value in its colour; shorter forms when the width is short."""
+        step, values = self.readout()
+        fg = self.palette().foreground
+        where = f"step {step:,.0f}" if step is not None else f"{AXIS_NAMES[self.x_axis]} {short(self.cursor)}"
+        if step is not None and self.x_axis != "step":
+            where += f" · {AXIS_NAMES[self.x_axis]} {short(self.cursor, 4)}"
+        out: list[Text] = []
+        for named, digits in ((True, 4), (False, 4), (False, 3)):  # then the glyph alone names a series
+            head = Text("▏" + where, style=Style(color=_hex(fg), bold=True))
+            out = [head]
+            for line, value in values:
+                name = line.label if named else line.short
+                part = Text(line.glyph + (" " if name else "") + name, style=Style(color=_hex(line.color)))
+                part.append(" " + (short(value, digits) if value is not None else "-"), style=Style(color=_hex(fg)))
+                if out[-1].cell_len + 2 + part.cell_len > width:
+                    out.append(Text(" "))
+                else:
+                    out[-1].append("  ")
+                out[-1].append_text(part)
+            if len(out) == 1:
+                break
+        self.readout_text = " ".join(t.plain.strip() for t in out)
+        return out[:3]
+
+    def on_click(self, event: events.Click) -> None:
+        if self.cursor is None:
+            return
+        offset = event.get_content_offset(self)
+        if offset is not None and self.drawn.x is not None:
+            self.cursor_to_column(offset.x - self.drawn.left)
+
     # --- drawing -------------------------------------------------------------------------
 
-    def _draw(self, width: int, height: int) -> str:
-        """The chart as plotext's ANSI text, through its public module API (one figure, reused)."""
-        _, _, bg, fg = self.colors
-        background, foreground = _rgb(bg), _rgb(fg)
-        plt = plotext
-        plt.clf()
-        plt.limitsize(False, False)
-        plt.plotsize(width, height)
-        plt.canvas_color(background)
-        plt.axes_color(background)
-        plt.ticks_color(foreground)
-        if not self.points:
-            plt.xticks([])
-            plt.yticks([])
-            plt.text("waiting for values", x=0.5, y=0.5, alignment="center", color=foreground)
-            plt.xlim(0, 1)
-            plt.ylim(0, 1)
-            return plt.build()
-        buckets = max(10, width - 8)  # braille: a column shows its min and max, no more
-        for x in self.boundaries:
-            plt.vline(x, color=self._series_color("epoch"))
+    def lines(self) -> list[Line]:
+        """The series as drawn and read: train lines (raw, faint under a smoothed one), valid marks."""
+        _, _, bg, _ = self.colors
+        background = _rgb(bg)
         train, valid = self._series_color("train"), self._series_color("valid")
+        runs = list(getattr(self._state, "runs", None) or [])
+        group = len(self.metrics) > 1
+        out: list[Line] = []
+
+        def name(key: str) -> tuple[str, str, str]:
+            """(the run's number when comparing, the series' long name, its short name)."""
+            rest = key.partition("/")[2]
+            if runs:  # "run" or "run/metric": numbered as in the title, named as in the legend
+                run, _, metric = rest.partition("/")
+                return (str(runs.index(run) + 1) if run in runs else "?"), f"{run} {metric}".strip(), metric
+            return "", (rest if group else ""), (rest if group else "")
+
         for i, key in enumerate(k for k in self.points if k.startswith("train")):
             color = self.key_colors.get(key) or (train if i == 0 else EXTRA[(i - 1) % len(EXTRA)])
-            xs, ys = thin(*self.points[key], buckets)
+            xs, ys = self.points[key]
+            number, long, tag = name(key)
+            steps = self.steps.get(key)
             if key in self.smoothed:
-                plt.plot(xs, ys, marker="braille", color=_blend(color, background, 0.35))
-                sx, sy = thin(*self.smoothed[key], buckets)
-                if sx:
-                    plt.plot(sx, sy, marker="braille", color=color)
+                out.append(Line(key, xs, ys, _blend(color, background, 0.35), "braille", "━" + number,
+                                long or "train", steps, tag))
+                sx, sy = self.smoothed[key]
+                out.append(Line(f"~{key}", sx, sy, color, "braille", "~" + number, f"{long} EMA".strip(), None, tag))
             else:
-                plt.plot(xs, ys, marker="braille", color=color)
+                out.append(Line(key, xs, ys, color, "braille", "━" + number, long or "train", steps, tag))
         for i, key in enumerate(k for k in self.points if k.startswith("valid")):
             color = self.key_colors.get(key) or (
                 valid if i == 0 else _blend(EXTRA[(i - 1) % len(EXTRA)], (255, 255, 255), 0.7))
-            xs, ys = thin(*self.points[key], buckets)
-            plt.plot(xs, ys, marker="dot", color=color)
-        xs_all = [x for xs, _ in self.points.values() for x in xs]
-        ys_all = [y for _, ys in self.points.values() for y in ys]
-        x_lo, x_hi = min(xs_all), max(xs_all)
-        y_lo, y_hi = min(ys_all), max(ys_all)
-        if x_hi > x_lo:
-            plt.xlim(x_lo, x_hi)
-        x_ticks = nice_ticks(x_lo, x_hi, max(3, width // 12), integer=self.x_axis in ("step", "samples"))
-        plt.xticks(x_ticks, tick_labels(x_ticks, self.x_axis))
-        rows = max(2, (height - 2) // 2)
-        if self.log_scale:
-            plt.yscale("log")
-        if y_hi <= y_lo:  # a constant (the lr without a schedule): the value in the middle
-            pad = abs(y_lo) * 0.5 or 1.0
-            lo, hi = (y_lo / 2, y_lo * 2) if self.log_scale else (y_lo - pad, y_lo + pad)
-            plt.ylim(lo, hi)
-            plt.yticks([y_lo], tick_labels([y_lo]))
-        else:
-            y_ticks = log_ticks(y_lo, y_hi, rows) if self.log_scale else nice_ticks(y_lo, y_hi, rows)
-            plt.yticks(y_ticks, tick_labels(y_ticks))
-        return plt.build()
+            xs, ys = self.points[key]
+            number, long, tag = name(key)
+            out.append(Line(key, xs, ys, color, "dot", "•" + number, long or "valid", self.steps.get(key), tag))
+        return out
+
+    def palette(self) -> Palette:
+        _, _, bg, fg = self.colors
+        background, foreground = _rgb(bg), _rgb(fg)
+        return Palette(background, foreground, _blend(foreground, background, 0.22), self._series_color("epoch"),
+                       foreground)
+
+    def _draw(self, width: int, height: int) -> Drawn:
+        lines = self.lines()
+        header = self._readout(lines, width) if self.cursor is not None else []
+        return draw_chart(lines, width, height, self.palette(), x_kind=self.x_axis, log=self.log_scale,
+                          boundaries=self.boundaries, cursor=self.cursor, header=header)
 
     def frame(self) -> list[Strip]:
         """The figure's lines, top first, each the widget's width. Textual re-renders on layout
@@ -345,11 +655,9 @@ class MetricPlot(Widget, can_focus=True):
             t0 = time.thread_time()
             style = self.rich_style
             lines: list[Strip] = []
-            if width >= 8 and height >= 3:
-                text = Text.from_ansi(self._draw(width, height))
-                console = self.app.console
-                for line in text.split("\n", allow_blank=True)[:height]:
-                    lines.append(Strip(list(line.render(console))).crop_extend(0, width, style))
+            if width >= 1 and height >= 1:
+                self.drawn = self._draw(width, height)
+                lines = [line.crop_extend(0, width, style) for line in self.drawn.lines[:height]]
             lines += [Strip.blank(width, style)] * (height - len(lines))
             self._rendered = (key, lines)
             self.build_cost = time.thread_time() - t0
