@@ -1,6 +1,7 @@
 """What a chart shows, as pure functions the chart widget calls: which metrics share a chart, the
-grid's shape for a terminal, smoothing, log-scale filtering, thinning to the chart's width, tick
-positions and short number labels. Must not import textual or plotext.
+grid's shape for a terminal, smoothing, log-scale filtering, thinning to the chart's width, axes
+snapped to character cells (`snap_axis`: round ticks in equal steps, each exactly on a row or column)
+with their labels, and short numbers. Must not import textual or plotext.
 """
 
 from __future__ import annotations
@@ -305,17 +306,6 @@ def duration_label(seconds: float, step: float = 1.0) -> str:
     if step % 60:
         return f"{h}:{m:02d}:{sec:02d}"
     return f"{h}h{m:02d}" if step % 3600 else f"{h}h"
-
-
-def count_label(n: float) -> str:
-    """A step or sample count in a few characters: 950, 12.3k, 1.25M."""
-    if abs(n) >= 1e9:
-        return f"{n / 1e9:.3g}G"
-    if abs(n) >= 1e6:
-        return f"{n / 1e6:.3g}M"
-    if abs(n) >= 1e4:
-        return f"{n / 1e3:.3g}k"
-    return short(n, 4)
 
 
 def compile_filter(text: str) -> tuple[re.Pattern | None, str]:

@@ -3,10 +3,14 @@ share a chart, `g_loss`/`d_loss`), its latest and best values in its title, and 
 tools: log scale, smoothing, x axis, window.
 
 `show(state)` takes the points from the bounded series in `DashboardState` (a few thousand at most,
-whatever the history's length); `frame()` thins them to the chart's width and draws them with
-plotext's public module API (`plotext.plot`, `plotext.build`, ...) on the UI thread, one chart after
-another. Colours come from the theme's CSS: the widget's own background/color for canvas and
-axes, the component classes for the series.
+whatever the history's length); `frame()` draws them with `draw_chart` on the UI thread, one chart
+after another: the axes, labels, grid and marks here, cell by cell, on axes snapped to the cells
+(`charts.snap_axis`), and the braille lines by plotext's public module API (`plotext.plot`,
+`plotext.build`, ...) on a frameless canvas. Colours come from the theme's CSS: the widget's own
+background/color for canvas and axes, the component classes for the series.
+
+Inspect (`i`): `inspect()`, `move_cursor()`, `cursor_to_column()`; `readout()` gives the step under
+the cursor and each series' value at or before it, shown in a line above the canvas.
 """
 
 from __future__ import annotations
@@ -90,10 +94,10 @@ def _cells_of(text: Text, width: int, base: Style) -> list[list]:
     """A line of plotext's ANSI output as [char, style] cells."""
     plain = text.plain[:width]
     styles = [base] * len(plain)
-    for span in text.spans:
-        style = span.style if isinstance(span.style, Style) else Style.parse(span.style)
-        for i in range(span.start, min(span.end, len(plain))):
-            styles[i] = styles[i] + style
+    for span in text.spans:  # plotext's spans do not overlap: one style a span
+        style = base + (span.style if isinstance(span.style, Style) else Style.parse(span.style))
+        end = min(span.end, len(plain))
+        styles[span.start:end] = [style] * max(0, end - span.start)
     cells = [[ch, st] for ch, st in zip(plain, styles)]
     return cells + [[" ", base] for _ in range(width - len(cells))]
 
