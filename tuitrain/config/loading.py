@@ -22,7 +22,8 @@ from tuitrain.config.schema import (
 )
 from tuitrain.config.targets import check_kwargs, metric_name, resolve_target, split_target
 
-BUILTIN_METRICS = ("loss", "accuracy", "lr", "throughput", "step_time", "grad_norm", "data_wait")
+BUILTIN_METRICS = ("loss", "accuracy", "lr", "throughput", "step_time", "grad_norm", "data_wait", "tflops", "mfu",
+                   "max_memory")
 TOPK_RE = re.compile(r"^top([1-9]\d*)_accuracy$")
 
 

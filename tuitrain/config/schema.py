@@ -124,6 +124,8 @@ class TrainConfig:
     limit_valid_batches: int = 0  # > 0: at most this many validation batches each time
     max_time: str = ""  # "2h30m": when spent, stop gracefully with a checkpoint (status completed)
     requeue: bool = True  # preempted (SIGUSR1/SIGUSR2) under Slurm: `scontrol requeue $SLURM_JOB_ID` from rank 0
+    flops_per_step: float = 0.0  # FLOPs of one optimizer step of one process (tflops, mfu); 0: counted on the first batch
+    peak_tflops: float = 0.0  # one device's peak TFLOP/s (mfu); 0: the GPU table's (none on a CPU)
 
 
 @dataclass
@@ -448,6 +450,8 @@ RULES: dict[str, Callable[[Any], str | None]] = {
     "train.validate_every_n_steps": _at_least(0),
     "train.limit_valid_batches": _at_least(0),
     "train.max_time": _duration,
+    "train.flops_per_step": _finite_non_negative,
+    "train.peak_tflops": _finite_non_negative,
     "optimizer.no_decay": _names,
     "metrics.throughput_unit": _one_of("samples", "tokens"),
     "ema.decay": _decay,

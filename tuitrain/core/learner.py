@@ -25,6 +25,7 @@ from typing import Iterable, Sequence
 import torch
 
 from . import checkpoint as ckpt
+from . import flops
 from . import heap
 from .callbacks import EventBus
 from .control import Interrupter
@@ -125,7 +126,9 @@ class Learner(OptimizationMixin, CheckpointMixin, HealthMixin):
 
     `train`/`valid` may be Datasets (loaders are built with `batch_size`, `shuffle`, `num_workers`) or
     DataLoaders. Metrics are names ("loss", "accuracy", "top5_accuracy", "lr", "throughput",
-    "step_time"), `Metric` objects or torchmetrics metrics.
+    "step_time", "tflops", "mfu", "max_memory", ...), `Metric` objects or torchmetrics metrics.
+    `flops_per_step` (0: counted on the first batch) and `peak_tflops` (0: the GPU table's) serve
+    tflops and mfu.
 
     Several models: `model`, `optimizer` (and `scheduler`, `scheduler_interval`) are dicts keyed by name
     ({"generator": G, "discriminator": D}), read as `learner.models[name]` and `learner.optimizers[name]`
@@ -156,7 +159,7 @@ class Learner(OptimizationMixin, CheckpointMixin, HealthMixin):
                  env: dict | None = None, notes: Sequence[str] = (), sinks: Iterable = (),
                  max_time: float | str = 0, ema_decay: float = 0.0, validate_every_n_steps: int = 0,
                  limit_valid_batches: int = 0, throughput_unit: str = "samples", strategy: Strategy | None = None,
-                 watch: dict | None = None) -> None:
+                 watch: dict | None = None, flops_per_step: float = 0.0, peak_tflops: float = 0.0) -> None:
         #: how this process trains among others (one process, a DDP or FSDP rank): strategies/base.py
         self.strategy = strategy = strategy if strategy is not None else Strategy()
         self.world_size = strategy.world_size
@@ -257,6 +260,14 @@ class Learner(OptimizationMixin, CheckpointMixin, HealthMixin):
             "valid": MetricSet(valid_metrics, self.optimizer, step_values=True)}
         #: the `grad_norm` metric, when asked for: the loop computes the norm on logged steps only
         self._grad_norm = self.metric_sets["train"].grad_norm
+        # tflops, mfu, max_memory: the FLOPs of a step (given, or counted on the first batch) and the peak
+        self._step_flops = flops.setup(
+            self.metric_sets, self.device, flops_per_step, peak_tflops, models=self.models.values(),
+            optimizers=self.optimizers.values(), batches_per_step=1 if getattr(
+                self.train_phase, "manual_optimization", False) else grad_accumulation,
+            position=lambda: (self.state.epoch, self.state.batch) if self.state.stage == "train" else None)
+        if self._step_flops is not None:
+            bus.subscribe(self._step_flops.on_event, steps=False)
         if throughput_unit not in ("samples", "tokens"):
             raise ValueError(f"throughput_unit must be 'samples' or 'tokens', not {throughput_unit!r}")
         self.throughput_unit = throughput_unit

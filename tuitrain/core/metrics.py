@@ -345,6 +345,81 @@ class DataWait(Metric):
         return min(1.0, ctx.phase_wait / ctx.phase_time) if ctx.phase_time > 0 else None
 
 
+class Tflops(Metric):
+    """Achieved TFLOP/s of this process: the FLOPs of one optimizer step (counted once on the first
+    batch, or given; see flops.py) times the steps since the last read, over their seconds. Nothing
+    happens per step. Under DDP/FSDP each process counts its own share; the job's figure is this one
+    times the processes when they do equal work."""
+
+    name = "tflops"
+
+    def __init__(self) -> None:
+        self.flops = None  # an object with per_step() -> FLOPs or None (set by flops.setup)
+        self.peak = 0.0  # one device's peak TFLOP/s (mfu)
+
+    def _value(self, steps: int, seconds: float) -> float | None:
+        per_step = self.flops.per_step() if self.flops is not None else None
+        if per_step is None or not steps or seconds <= 0:
+            return None
+        return per_step * steps / seconds / 1e12
+
+    def window(self, ctx: Context) -> float | None:
+        return self._value(ctx.window_steps, ctx.window_time)
+
+    def phase(self, ctx: Context) -> float | None:
+        return self._value(ctx.phase_steps, ctx.phase_time)
+
+
+class Mfu(Tflops):
+    """Model FLOPs utilization in percent: the job's achieved FLOP/s over the peak of its devices
+    (peak x processes), which is this process's tflops over one device's peak."""
+
+    name = "mfu"
+
+    def _value(self, steps: int, seconds: float) -> float | None:
+        tflops = super()._value(steps, seconds)
+        return tflops / self.peak * 100.0 if tflops is not None and self.peak else None
+
+
+class MaxMemory(Metric):
+    """Bytes: on a CUDA device the peak allocated since the last read (the allocator's own counter,
+    no device sync); elsewhere the process's resident memory when read. The phase value is the
+    highest reading of the phase."""
+
+    name = "max_memory"
+
+    def __init__(self) -> None:
+        self.device: torch.device | None = None  # set by flops.setup; None reads the RSS
+        self._proc = None
+        self._phase_max = 0.0
+
+    def _read(self) -> float:
+        dev = self.device
+        if dev is not None and dev.type == "cuda":
+            peak = torch.cuda.max_memory_allocated(dev)
+            torch.cuda.reset_peak_memory_stats(dev)
+        else:
+            if self._proc is None:
+                import psutil
+
+                self._proc = psutil.Process()
+            peak = self._proc.memory_info().rss
+        self._phase_max = max(self._phase_max, float(peak))
+        return float(peak)
+
+    def window(self, ctx: Context) -> float | None:
+        return self._read()
+
+    def phase(self, ctx: Context) -> float | None:
+        self._read()
+        return self._phase_max
+
+    def reset(self) -> None:
+        self._phase_max = 0.0
+        if self.device is not None and self.device.type == "cuda" and torch.cuda.is_initialized():
+            torch.cuda.reset_peak_memory_stats(self.device)
+
+
 class TorchMetric(Metric):
     """Any torchmetrics `Metric`: updated with (output, target); a logged step shows the running value."""
 
@@ -384,7 +459,8 @@ class TorchMetric(Metric):
 
 
 BUILTIN = {"loss": Loss, "accuracy": Accuracy, "lr": LearningRate, "throughput": Throughput,
-           "step_time": StepTime, "grad_norm": GradNorm, "data_wait": DataWait}
+           "step_time": StepTime, "grad_norm": GradNorm, "data_wait": DataWait, "tflops": Tflops, "mfu": Mfu,
+           "max_memory": MaxMemory}
 _TOPK = re.compile(r"^top(\d+)_accuracy$")
 
 

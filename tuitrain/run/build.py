@@ -133,7 +133,7 @@ def build_learner(cfg, run_dir: Path, bus: EventBus, interrupter, *, dist=None, 
         interrupter=interrupter, checkpointer=checkpointer, early_stopping=early,
         capture_output=True, config=cfg.to_dict(), experiment=cfg.experiment.name, bus=bus,
         run_dir=run_dir, env=git_info(cfg.base_dir), notes=notes, strategy=strategy,
-        watch=dataclasses.asdict(cfg.watch))
+        watch=dataclasses.asdict(cfg.watch), flops_per_step=t.flops_per_step, peak_tflops=t.peak_tflops)
     return learner, train_loader, valid_loader
 
 

@@ -1,8 +1,8 @@
 """The one preflight: every check of a config that can fail before anything is written or built.
 
 `preflight(cfg)` checks the file's content (`tuitrain.config.validate`: keys, types, targets,
-theme) and then the environment it is to run in: a device this machine has, torch.compile where it
-works, TensorBoard installed when asked for, weights to start from that load, and a distributed setup
+theme) and then the environment it is to run in: a device this machine has (and its peak TFLOP/s
+when `mfu` is asked for), torch.compile where it works, TensorBoard installed when asked for, weights to start from that load, and a distributed setup
 that can start (`check_ranks`). Each failure is a ConfigError naming the file and the key (exit 2).
 `tuitrain run`, its torchrun ranks and `tuitrain lr-find` all call it. Must not import textual.
 """
@@ -31,9 +31,10 @@ def preflight(cfg: Any) -> None:
     try:  # a device this machine does not have is a config error, found before anything is written
         from tuitrain.core.learner import resolve_device
 
-        resolve_device(cfg.train.device)
+        device = resolve_device(cfg.train.device)
     except RuntimeError as e:
         raise ConfigError(str(e), file=cfg.source, key="train.device") from None
+    check_peak(cfg, device)
     if cfg.train.strategy != "single" or os.environ.get("WORLD_SIZE"):
         check_ranks(cfg)
     if cfg.log.tensorboard and importlib.util.find_spec("tensorboard") is None:
@@ -46,6 +47,20 @@ def preflight(cfg: Any) -> None:
             check_weights_file(cfg.checkpoint.init_from)
         except CheckpointError as e:
             raise ConfigError(str(e), file=cfg.source, key="checkpoint.init_from") from None
+
+
+def check_peak(cfg: Any, device: Any) -> None:
+    """ConfigError when metric `mfu` is asked for with no peak to divide by: none given and none in
+    the GPU table for this device (a CPU, MPS, an unknown GPU)."""
+    asked = [item for items in (cfg.metrics.train, cfg.metrics.valid) for item in items if item == "mfu"]
+    if not asked or cfg.train.peak_tflops:
+        return
+    from tuitrain.core.flops import peak_for
+
+    try:
+        peak_for(device, 0.0, key="train.peak_tflops")
+    except ValueError as e:
+        raise ConfigError(str(e), file=cfg.source, key="train.peak_tflops") from None
 
 
 def distributed_wanted(cfg: Any) -> bool:
