@@ -48,11 +48,11 @@ def data(n=96, seed=0):
     return TensorDataset(torch.randn(n, SIZES[0], generator=g), torch.randint(0, SIZES[-1], (n,), generator=g))
 
 
-def fit(metrics, *, dropout=0.3, accum=1, epochs=2, **kw):
-    model = mlp(dropout=dropout)
+def fit(metrics, *, dropout=0.3, accum=1, epochs=2, device="cpu", model=None, **kw):
+    model = model if model is not None else mlp(dropout=dropout)
     events = []
     learner = Learner(model, torch.optim.AdamW(model.parameters(), lr=1e-2), loss_fn=nn.CrossEntropyLoss(),
-                      device="cpu", train_metrics=metrics, epochs=epochs, batch_size=16, seed=3,
+                      device=device, train_metrics=metrics, epochs=epochs, batch_size=16, seed=3,
                       grad_accumulation=accum, log_every_n_steps=1,
                       callbacks=[lambda e, s: events.append(e)], **kw)
     result = learner.fit(data())
@@ -120,6 +120,54 @@ def test_manual_phase_counts_the_whole_step():
                       batch_size=16, train_phase=TwoModels(), log_every_n_steps=2)
     assert learner.fit(data()).exit_code == 0
     assert learner._step_flops.flops == hand_count(SIZES, 16) + hand_count((4, 64, 3), 16)
+    assert no_counting_left()
+
+
+@pytest.mark.skipif(not torch._dynamo.is_dynamo_supported(), reason="torch.compile is not supported here")
+def test_a_compiled_model_is_counted_forward_and_backward():
+    """A hook inside the compiled call would see the forward only: the call itself is watched."""
+    model = mlp(dropout=0.3)
+    model.compile(backend="aot_eager")
+    counter = StepFlops([model], [], position=lambda: (1, 0))
+    counter.watch()
+    model(torch.randn(16, SIZES[0])).sum().backward()
+    assert counter.per_step() == hand_count(SIZES, 16)
+    assert no_counting_left()
+
+
+@pytest.mark.skipif(not torch._dynamo.is_dynamo_supported(), reason="torch.compile is not supported here")
+def test_a_torch_compile_wrapper_is_counted_without_a_global_hook():
+    import warnings
+
+    model = torch.compile(mlp(dropout=0.3), backend="aot_eager")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # torch warns of global hooks around a torch.compile(m) wrapper
+        learner, _ = fit(["loss", "tflops"], model=model, epochs=1)
+    assert learner._step_flops.flops == hand_count(SIZES, 16)
+    assert no_counting_left()
+
+
+@pytest.mark.skipif(not torch._dynamo.is_dynamo_supported(), reason="torch.compile is not supported here")
+def test_a_run_with_a_compiled_model():
+    model = mlp(dropout=0.3)
+    model.compile(backend="aot_eager")
+    compiled = model._compiled_call_impl
+    learner, logged = fit(["loss", "tflops"], model=model, epochs=1)
+    assert learner._step_flops.flops == hand_count(SIZES, 16)
+    assert model._compiled_call_impl is compiled and no_counting_left()
+    assert all(e.metrics["tflops"] > 0 for e in logged)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_on_cuda_the_count_the_table_and_peak_memory():
+    known = peak_tflops_of(torch.cuda.get_device_name())
+    peak = {} if known else {"peak_tflops": 100.0}
+    learner, logged = fit(["loss", "tflops", "mfu", "max_memory"], device="cuda", precision="bf16-mixed", **peak)
+    assert learner._step_flops.flops == hand_count(SIZES, 16)
+    for e in logged:
+        m = e.metrics
+        assert m["max_memory"] > 0 and m["tflops"] > 0
+        assert m["mfu"] == pytest.approx(m["tflops"] / (known or 100.0) * 100, rel=1e-12)
     assert no_counting_left()
 
 

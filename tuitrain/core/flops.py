@@ -102,7 +102,7 @@ class StepFlops:
     step after `position()` has changed (the batch is done), or when the value is read. `position`
     says where training is ((epoch, batch) while training, else None). A model compiled in place
     (`nn.Module.compile`) is watched around its compiled call: a hook inside it would run within the
-    compiled code and see the forward only."""
+    compiled code and see the forward only; a `torch.compile(model)` wrapper by a hook of its own."""
 
     def __init__(self, models: Iterable[torch.nn.Module], optimizers: Iterable[torch.optim.Optimizer],
                  position: Callable[[], Any], batches_per_step: int = 1) -> None:
@@ -128,13 +128,14 @@ class StepFlops:
         return bool(self._hooks or self._swapped)
 
     def watch(self) -> None:
-        compiled = [m for m in self.models if getattr(m, "_compiled_call_impl", None) is not None]
-        if compiled:
-            for m in compiled:
-                self._swapped.append((m, m._compiled_call_impl))
-                m._compiled_call_impl = self._watching(m, m._compiled_call_impl)
+        in_place = [m for m in self.models if getattr(m, "_compiled_call_impl", None) is not None]
+        if in_place or any(hasattr(m, "_orig_mod") for m in self.models):  # torch.compile(m) wraps it
+            # no global hook: compiled code would run it (and torch.compile(m) warns of it)
             for m in self.models:
-                if m not in compiled:
+                if any(m is c for c in in_place):
+                    self._swapped.append((m, m._compiled_call_impl))
+                    m._compiled_call_impl = self._watching(m, m._compiled_call_impl)
+                else:  # a wrapper's own hooks run before its compiled forward
                     self._hooks.append(m.register_forward_pre_hook(self._on_forward))
         else:  # any module: a train_step may call the model's parts rather than the model
             self._hooks.append(torch.nn.modules.module.register_module_forward_pre_hook(self._on_forward))
