@@ -67,3 +67,16 @@ async def test_watch_of_a_finished_run_shows_the_device_history_from_its_file(tm
                     and grid.charts["device/gpu0_util"].points)
         assert list(grid.charts)[:3] == ["loss", "accuracy", "lr"]  # the metrics first
         assert grid.charts["device/gpu0_util"].points["train"] == ([20.0, 40.0, 60.0], [91.0, 91.0, 91.0])
+
+
+@sync
+async def test_device_charts_wait_for_a_filter_that_names_them():
+    app = make_app(recorded_run(epochs=3, total_epochs=5, end="running"))
+    async with app.run_test(size=(120, 40)) as pilot:
+        grid = app.query_one(ChartGrid)
+        await until(pilot, lambda: "device/cpu" in grid.charts and grid.charts["loss"].points)
+        assert [c.chart for c in grid.visible()][:1] == ["loss"]
+        assert not [c.chart for c in grid.visible() if c.chart.startswith("device/")]
+        await pilot.press("slash", *"device", "enter")
+        await pilot.pause()
+        assert [c.chart for c in grid.visible()] and all(c.chart.startswith("device/") for c in grid.visible())

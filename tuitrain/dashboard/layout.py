@@ -158,9 +158,16 @@ class LayoutMixin:
         mode = run_state(st)
         if self.watching:
             mode = f"watching · {mode}"
-        key = (name, where, mode)
+        alerts = len(getattr(st, "alerts", ()))
+        key = (name, where, mode, alerts)
         if key == self._title_shown:
             return
         self._title_shown = key
         text = Text.assemble((f" {name}", "bold"), f"  {where}" if where else "", f"  [{mode}]")
-        self.query_one("#title-bar", Static).update(text, layout=False)  # one line, always
+        bar = self.query_one("#title-bar", Static)
+        if alerts:  # the header's colour says the run needs a look; the output panel lists them
+            last = st.alerts[-1]
+            text.append(f"  ⚠ {alerts} alert{'s' if alerts != 1 else ''}: {safe_text(last.title, lines=False)}",
+                        style="bold")
+        bar.set_class(bool(alerts), "-alerting")
+        bar.update(text, layout=False)  # one line, always

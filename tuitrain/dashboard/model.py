@@ -105,6 +105,7 @@ class DashboardState:
         self.failed: RunFailed | None = None
         #: the health rules' alerts (AlertRaised), oldest first: the alerts list, the charts' marks, the header
         self.alerts: list = []
+        self.bell = True  # [alerts] bell: ring the terminal's bell for a live alert
 
     # --- reading ---------------------------------------------------------------------------
 
@@ -256,6 +257,7 @@ class DashboardState:
                 checkpoint = _table(cfg, "checkpoint")
                 self.monitor = str(checkpoint.get("monitor", "") or "")
                 self.mode = str(checkpoint.get("mode", "") or "")
+                self.bell = _table(cfg, "alerts").get("bell", True) is not False
                 self._samples = max(self._samples, event.start_step * (event.batch_size or 0))
                 every = _table(cfg, "train").get("validate_every", 1)
                 self.validate_every = every if isinstance(every, int) and every > 0 else 1

@@ -52,7 +52,12 @@ class PacingMixin:
             self._drain_timer = self.set_interval(every, self.drain, name="drain")
         batch = self.bridge.drain(DRAIN_LIMIT)
         if batch:
-            self._dirty |= self.state.apply(batch)
+            changed = self.state.apply(batch)
+            if "alerts" in changed:
+                self._dirty.add("plot")  # the charts' marks at the alerts' steps
+                if st.bell and not self.watching:  # a live alert, not one read back from a finished run
+                    self.bell()
+            self._dirty |= changed
         skipped = self.skipped_lines()
         if skipped != getattr(self, "_skipped_shown", 0):  # the one notice of damaged lines, counted
             self._skipped_shown = skipped

@@ -86,7 +86,11 @@ class ChartGrid(VerticalScroll):
     # --- the filter and the focus ----------------------------------------------------------
 
     def matches(self, chart: MetricPlot) -> bool:
-        return self._pattern is None or any(self._pattern.search(m) for m in chart.metrics + [chart.chart])
+        """Shown under the filter; without one, every chart but the device history (`device/...`), which
+        a filter that names it shows (`/cpu`, `/device`): the training metrics keep the grid."""
+        if self._pattern is None:
+            return not chart.chart.startswith("device/")
+        return any(self._pattern.search(m) for m in chart.metrics + [chart.chart])
 
     def set_filter(self, text: str) -> str:
         """Show only the charts whose metric names match the regular expression `text` (empty: all).

@@ -77,6 +77,7 @@ class Palette:
     grid: tuple[int, int, int]
     epoch: tuple[int, int, int]
     cursor: tuple[int, int, int]
+    alert: tuple[int, int, int] = (229, 83, 75)  # the marks of health alerts
 
 
 @dataclass
@@ -119,6 +120,7 @@ def _strip(cells: list) -> Strip:
 
 def draw_chart(lines: list[Line], width: int, height: int, palette: Palette, *, x_kind: str = "step",
                log: bool = False, boundaries: list[float] = (), cursor: float | None = None,
+               alerts: list[float] = (),
                header: list[Text] = (), message: str = "waiting for values") -> Drawn:
     """The chart as `height` lines of `width` cells: y labels on the rows their values fall on, the y
     axis, the canvas (grid lines at the labelled ticks, epoch boundaries, the cursor, the series), the
@@ -195,6 +197,11 @@ def draw_chart(lines: list[Line], width: int, height: int, palette: Palette, *, 
         target = canvas[rows_h - 1 - r][c]
         if target[0] == " ":
             target[0], target[1] = cell
+    alert_style = Style(color=_hex(palette.alert), bgcolor=_hex(bg), bold=True)
+    for a in alerts:  # a health alert's step: a mark on the top row, over whatever is there
+        c = x.cell(a)
+        if 0 <= c < cols_w:
+            canvas[0][c] = ["▼", alert_style]
     for ln in drawn:  # the valid points: a mark each, over the lines
         if ln.marker != "dot":
             continue
@@ -274,6 +281,7 @@ class MetricPlot(Widget, can_focus=True):
         self.readout_text = ""  # what the inspect line says (tests read it)
         self.drawn = Drawn([])
         self.boundaries: list[float] = []
+        self.alert_marks: list[float] = []  # x of the health alerts shown on this chart
         self.key_colors: dict[str, tuple[int, int, int]] = {}  # compared runs: each run's colour
         self.skipped = 0  # points left out: not finite, or <= 0 on a log scale
         self.title_text = ""
@@ -348,6 +356,11 @@ class MetricPlot(Widget, can_focus=True):
             most = min(MAX_BOUNDARIES, max(1, (self.size.width - 10) // 6)) if self.size.width else MAX_BOUNDARIES
             every = -(-len(inside) // most)  # many epochs: every k-th line, 6 columns apart, or they hide the data
             self.boundaries = inside[every - 1::every] if inside else []
+        self.alert_marks = []
+        if xs_all and getattr(state, "alerts", None):  # the health alerts' steps (SPEC "Health")
+            x_lo, x_hi = min(xs_all), max(xs_all)
+            marks = [axis(a.step) if axis else a.step for a in state.alerts if lo is None or a.step >= lo]
+            self.alert_marks = [x for x in marks if x is not None and x_lo <= x <= x_hi]
         self._set_title(state)
         self._set_subtitle()
         self._replotted()
@@ -441,7 +454,8 @@ class MetricPlot(Widget, can_focus=True):
                                                           else EXTRA[(i - 1) % len(EXTRA)]))
             latest, valid = state.latest.get(f"train/{name}"), state.metric_series(name, "valid")
             if latest is not None:
-                label = "━ train " if form == "long" else "━ " if form == "short" else "━"
+                device = (self.chart or "").startswith("device/")  # a device figure has no splits
+                label = "━ train " if form == "long" and not device else "━ " if form != "tight" else "━"
                 title.append_text(Text.assemble(gap, (label, train_style), short(latest, digits)))
             if valid is not None:
                 best = state.best_valid(name)
@@ -647,7 +661,7 @@ class MetricPlot(Widget, can_focus=True):
         lines = self.lines()
         header = self._readout(lines, width) if self.cursor is not None else []
         return draw_chart(lines, width, height, self.palette(), x_kind=self.x_axis, log=self.log_scale,
-                          boundaries=self.boundaries, cursor=self.cursor, header=header)
+                          boundaries=self.boundaries, cursor=self.cursor, header=header, alerts=self.alert_marks)
 
     def frame(self) -> list[Strip]:
         """The figure's lines, top first, each the widget's width. Textual re-renders on layout
