@@ -59,6 +59,9 @@ class Interrupter:
         self.stop_reason = "stopped"
         self.checkpoint_requested = False
         self.paused = False
+        #: called (from the watchdog's thread) before the process ends itself on a stall (`[watch]
+        #: stall_action = "abort"`): a screen gives the terminal back first; each may take a few seconds
+        self.before_abort: list = []
         #: why the run must end as failed at the next step boundary ("" while nothing failed): a
         #: write of the run directory that failed (see EventBus.on_write_failure)
         self.failure = ""

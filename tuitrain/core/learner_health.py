@@ -210,5 +210,12 @@ class HealthMixin:
             self.bus.close()
         except Exception:
             pass
+        inbox = getattr(self.interrupter, "inbox", None)  # ranks: the requests' own interrupter
+        for it in (self.interrupter, inbox):
+            for hook in list(getattr(it, "before_abort", ())):
+                try:
+                    hook()  # a dashboard gives the terminal back before the process ends
+                except Exception:
+                    pass
         time.sleep(0.05)
         self.on_abort()

@@ -164,6 +164,19 @@ def run_live(run: Any, theme: Path | None) -> int:
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
         app.exit()
 
+    screen_closed = threading.Event()
+
+    def before_abort() -> None:  # a stalled run ends the process ([watch] stall_action = "abort"):
+        steering.aborting = True  # the terminal is given back first, with the reason on it
+        try:
+            app.call_from_thread(app.exit, 1)
+        except Exception:
+            pass
+        screen_closed.wait(5.0)
+
+    hooks = getattr(run.interrupter, "before_abort", None)
+    if hooks is not None:
+        hooks.append(before_abort)
     saved = {}
     if threading.current_thread() is threading.main_thread():
         saved = {signal.SIGTERM: signal.signal(signal.SIGTERM, on_term),
@@ -177,6 +190,17 @@ def run_live(run: Any, theme: Path | None) -> int:
         for signum, handler in saved.items():
             if signum != signal.SIGHUP or not steering.screen_gone:
                 signal.signal(signum, handler)
+        if getattr(steering, "aborting", False):
+            failed = getattr(app.state, "failed", None)
+            why = failed.error if failed is not None else "training stalled"
+            sys.__stderr__.write(f"tuitrain: {why}; the run is aborted (exit 1); every thread's stack is in "
+                                 f"{run.run_dir}/experiment.log\n")
+            sys.__stderr__.flush()
+            screen_closed.set()
+            threading.Event().wait()  # the watchdog ends the process
+        screen_closed.set()
+        if hooks is not None and before_abort in hooks:
+            hooks.remove(before_abort)
     failed = crash is not None or app.return_code not in (None, 0)
     if training.thread.ident is None and failed:  # the screen failed before training began
         steering.screen_gone = True
