@@ -386,7 +386,9 @@ def test_under_ddp_a_rank_stuck_in_a_step_aborts_the_run_within_the_stall_time(p
     run_dir = next((project.parent / "runs" / "health").iterdir())
     info = json.loads((run_dir / "run.json").read_text())
     assert info["status"] == "failed" and info["reason"] == "stalled", info
-    assert "time.sleep(self.sleep)" in (run_dir / "experiment.log").read_text()
+    log = (run_dir / "experiment.log").read_text()
+    assert "time.sleep(self.sleep)" in log  # the stuck rank's stack
+    assert "rank 1: no training step completed" in log and "Thread MainThread" in log.split("rank 1:")[1]
 
 
 def test_the_dashboard_model_lists_alerts_and_logs_them(project):

@@ -161,6 +161,22 @@ class HealthMixin:
                                  skipped_batches=[list(x) for x in self.state.skip_batches], lr_factor=factor,
                                  rule=rb.verdict.rule, rollbacks=rollbacks))
 
+    def _append_to_log(self, block: str) -> None:
+        """One write appended to RUN_DIR/experiment.log (another process writes it too: O_APPEND)."""
+        if self.run_dir is None:
+            return
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+        lines = block.rstrip("\n").split("\n")
+        text = f"{stamp} ERROR {lines[0]}\n" + "".join(f"    {line}\n" for line in lines[1:])
+        try:
+            fd = os.open(self.run_dir / "experiment.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, text.encode("utf-8", "replace"))
+            finally:
+                os.close(fd)
+        except OSError:
+            pass
+
     # --- the stall watchdog --------------------------------------------------------------------
 
     def _start_watchdog(self) -> None:
@@ -203,8 +219,12 @@ class HealthMixin:
         if self.strategy.writes:
             self.bus.emit(RunFailed(error=f"stalled: {verdict.text}", traceback=stacks, epoch=s.epoch, step=s.step,
                                     duration=self.time_used(), cause="stalled", checkpoint=str(last or "")))
-        else:  # another rank writes the run's files: this one's stacks go to its own output (ranks/rank-N.log)
-            print(f"tuitrain: rank {self.strategy.rank}: {text}\n{stacks}", file=sys.stderr, flush=True)
+        else:  # another rank writes the run's events: this one's stacks go to its output and experiment.log
+            block = f"tuitrain: rank {self.strategy.rank}: {text}; every thread's stack:\n{stacks}"
+            print(block, file=sys.stderr, flush=True)
+            self._append_to_log(block)
+        if self.world_size > 1:  # the peers' watchdogs (stalled in a collective) write their stacks too
+            time.sleep(min(3.0, max(0.5, w.stall / 4)))
         try:
             self.bus.deliver()
             self.bus.close()
