@@ -19,7 +19,7 @@ from tuitrain.core.events import (
     RunStarted, StepCompleted, StepStarted,
 )
 from tuitrain.core.text import safe_text
-from tuitrain.sinks.summary import format_duration, format_summary_table, format_value
+from tuitrain.sinks.summary import format_duration, format_metric, format_summary_table, format_value
 
 SEP = " · "
 
@@ -126,7 +126,7 @@ class HeadlessConsole:
                 self._maybe_progress()
             case EpochCompleted():
                 parts = [f"epoch {event.epoch}/{event.epochs} done in {format_duration(event.duration)}"]
-                parts += [f"{k} {format_value(v)}" for k, v in event.metrics.items()]
+                parts += [f"{k} {format_metric(k, v)}" for k, v in event.metrics.items()]
                 self._emit(SEP.join(parts))
             case CheckpointSaved():
                 best = f"{SEP}best" if event.best else ""
@@ -215,7 +215,7 @@ class HeadlessConsole:
                 parts.append(f"step {self.step - self.epoch_start_step}")
         else:
             parts.append(f"{self.phase} {self.batch}/{self.batches}" if self.batches else f"{self.phase} {self.batch}")
-        parts += [f"{k} {format_value(v)}" for k, v in self.metrics.items()]
+        parts += [f"{k} {format_metric(k, v)}" for k, v in self.metrics.items()]
         if self.rate:
             parts.append(format_rate(self.rate))
         if self.phase == "train" or not self.phase:

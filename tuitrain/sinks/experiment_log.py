@@ -19,7 +19,7 @@ from tuitrain.core.events import (
     AlertRaised, EpochStarted, Event, OutputPrinted, RolledBack, StepSkipped, RunFailed, RunFinished, RunPaused, RunResumed, RunStarted,
 )
 from tuitrain.core.text import safe_text
-from tuitrain.sinks.summary import format_bytes, format_duration, format_summary_table, format_value
+from tuitrain.sinks.summary import format_bytes, format_duration, format_metric, format_summary_table, format_value
 
 FILENAME = "experiment.log"
 
@@ -38,7 +38,7 @@ def _env_summary(env: dict) -> str:
 
 
 def _metrics_text(metrics: dict) -> str:
-    return " · ".join(f"{k} {format_value(v)}" for k, v in metrics.items())
+    return " · ".join(f"{k} {format_metric(k, v)}" for k, v in metrics.items())
 
 
 class ExperimentLog:

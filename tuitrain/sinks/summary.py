@@ -13,6 +13,14 @@ HEADERS = ("Split", "Metric", "Min.", "Epoch", "Max.", "Epoch")
 _SPLIT_ORDER = {"train": 0, "valid": 1}
 
 
+def format_metric(name: str, value: Any) -> str:
+    """`format_value`, except for byte counts (`max_memory`): 327.5 MB, not 3.275e+08."""
+    if name.endswith("max_memory") and isinstance(value, (int, float)) and not isinstance(value, bool) \
+            and math.isfinite(value):
+        return format_bytes(int(value))
+    return format_value(value)
+
+
 def format_value(value: Any) -> str:
     """A metric value for people: 4 decimals in the usual range (1 from 1000 up: a throughput of
     27996.7, not 27996.7359), scientific outside it."""
