@@ -407,3 +407,18 @@ def test_the_dashboard_model_lists_alerts_and_logs_them(project):
     shown = [text for _, text, _ in state.lines]
     assert any(t.startswith(f"[alert] step {SPIKE_BATCH + 1}: loss spike") for t in shown), shown
     assert any("rolled back from step 101 to step 100" in t for t in shown), shown
+
+
+def test_an_alert_only_rule_makes_one_alert_of_a_burst_and_an_acting_rule_acts_on_each_spike():
+    def spikes(action: str) -> list[int]:
+        health = Health(Watch.of({"loss_spike": action}))
+        found = []
+        for step in range(1, 301):
+            v = 100.0 if step in (100, 110, 140, 200) else 1.0 + 0.01 * (step % 5)
+            verdict = health.loss(v, step)
+            if verdict is not None:
+                found.append(step)
+        return found
+
+    assert spikes("alert") == [100, 200]  # 110 and 140 fall in the half window after 100
+    assert spikes("skip") == [100, 110, 140, 200]

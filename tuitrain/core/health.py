@@ -19,7 +19,9 @@ A spike is a value above mean + `spike_sigmas` x sd of the last `spike_window` f
 the rule starts once half the window is filled. A value acted on with skip, rollback or stop stays out
 of the statistics (the run goes on as if it had not come); an alerted one goes in (the run goes on
 with it, and a loss that really moved to a new level stops alerting). Consecutive spikes are one
-episode: one alert, until a value falls back under the threshold.
+episode: one alert, until a value falls back under the threshold; and an alert-only rule says nothing
+more for half a window after it alerts (a burst of spikes is one alert, not a storm at a webhook).
+Rules that act (skip, rollback, stop) act on every spike.
 
 Must not import textual, nor torch (the Learner hands plain floats in).
 """
@@ -156,7 +158,7 @@ class Alerts:
 class Spike:
     """mean + k sd over the last `window` values, from running sums (O(1) per value)."""
 
-    __slots__ = ("window", "sigmas", "values", "total", "squares", "pushes", "in_episode")
+    __slots__ = ("window", "sigmas", "values", "total", "squares", "pushes", "in_episode", "quiet_until")
 
     def __init__(self, window: int, sigmas: float) -> None:
         self.window, self.sigmas = window, sigmas
@@ -164,6 +166,7 @@ class Spike:
         self.total = self.squares = 0.0
         self.pushes = 0
         self.in_episode = False
+        self.quiet_until = 0  # an alert-only rule says nothing more until this step (no alert storms)
 
     def threshold(self) -> float | None:
         """The value above which the next one is a spike; None while warming up."""
@@ -193,7 +196,7 @@ class Spike:
             self.squares = math.fsum(x * x for x in self.values)
 
     def state_dict(self) -> dict:
-        return {"values": list(self.values), "in_episode": self.in_episode}
+        return {"values": list(self.values), "in_episode": self.in_episode, "quiet_until": self.quiet_until}
 
     def load_state_dict(self, d: dict) -> None:
         self.values.clear()
@@ -201,6 +204,7 @@ class Spike:
         for v in d.get("values", []):
             self.push(float(v))
         self.in_episode = bool(d.get("in_episode", False))
+        self.quiet_until = int(d.get("quiet_until", 0))
 
 
 @dataclass(frozen=True)
@@ -243,8 +247,9 @@ class Health:
             limit = rule.threshold()
             if w.loss_spike == "alert":
                 rule.push(v)
-                if rule.in_episode:
+                if rule.in_episode or step < rule.quiet_until:
                     return None
+                rule.quiet_until = step + rule.window // 2
             rule.in_episode = True
             return Verdict("loss_spike", w.loss_spike, v, f"loss spike at step {step}",
                            f"loss {_fmt(v)} at step {step} is above {_fmt(limit)} (mean + {w.spike_sigmas:g} sd of "
@@ -264,8 +269,9 @@ class Health:
             limit = rule.threshold()
             if w.grad_spike == "alert":
                 rule.push(norm)
-                if rule.in_episode:
+                if rule.in_episode or step < rule.quiet_until:
                     return None
+                rule.quiet_until = step + rule.window // 2
             rule.in_episode = True
             return Verdict("grad_spike", w.grad_spike, norm, f"grad-norm spike at step {step}",
                            f"grad_norm {_fmt(norm)} at step {step} is above {_fmt(limit)} (mean + "
