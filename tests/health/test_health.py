@@ -422,3 +422,15 @@ def test_an_alert_only_rule_makes_one_alert_of_a_burst_and_an_acting_rule_acts_o
 
     assert spikes("alert") == [100, 200]  # 110 and 140 fall in the half window after 100
     assert spikes("skip") == [100, 110, 140, 200]
+
+
+def test_an_alert_command_gets_the_alert_as_json_on_stdin(project, tmp_path):
+    out = tmp_path / "alert.json"
+    script = tmp_path / "receive.py"
+    script.write_text(f"import sys\nopen({str(out)!r}, 'w').write(sys.stdin.read())\n")
+    code, run_dir, events = train(project, f"data.scale_batch={SPIKE_BATCH}", "watch.loss_spike=skip",
+                                  "train.max_steps=120", f'alerts.command="{sys.executable} {script}"')
+    assert code == 0
+    body = json.loads(out.read_text())  # the run's end waits for the alert's delivery
+    assert body["rule"] == "loss_spike" and body["step"] == SPIKE_BATCH + 1 and body["action"] == "skip"
+    assert body["run_dir"] == str(run_dir)
