@@ -47,6 +47,7 @@ from tuitrain.dashboard.widgets.control_bar import ControlBar
 from tuitrain.dashboard.widgets.filter_screen import FilterScreen
 from tuitrain.dashboard.widgets.help_screen import HelpScreen
 from tuitrain.dashboard.widgets.result_screen import ResultScreen, result_body, result_title
+from tuitrain.dashboard.widgets.run_list import RunList
 
 # the names this module held before the split, still importable from here (tests read the pacing ones)
 from tuitrain.dashboard.layout import COMPACT, HIGH_CONTRAST, TOO_SMALL  # noqa: F401
@@ -94,6 +95,7 @@ class DashboardApp(LayoutMixin, PacingMixin, EndingMixin, App[int]):
         Binding("e", "export", "Export"),
         Binding("i", "inspect", "Inspect"),
         Binding("d", "differences", "Config diff", show=False),
+        Binding("R", "runs", "Runs"),  # comparing runs: the run list (hidden otherwise, see check_action)
         Binding("r", "show_result", "Summary", show=False),
         Binding("question_mark", "help", "Keys"),
     ]
@@ -187,6 +189,8 @@ class DashboardApp(LayoutMixin, PacingMixin, EndingMixin, App[int]):
             return self._stops_the_run()
         if action == "leave_viewer":
             return not self._stops_the_run()
+        if action == "runs":
+            return self.comparing
         return True
 
     def steering_changed(self) -> None:
@@ -362,7 +366,7 @@ class DashboardApp(LayoutMixin, PacingMixin, EndingMixin, App[int]):
         self.set_notice(f"exported to {folder}")
 
     def action_differences(self) -> None:
-        """d: the config keys whose values differ between the compared runs."""
+        """d: the config keys whose values differ between the compared runs shown."""
         runs = getattr(self.state, "runs", None)
         if not runs or not self._on_dashboard():
             if not runs:
@@ -371,15 +375,48 @@ class DashboardApp(LayoutMixin, PacingMixin, EndingMixin, App[int]):
         from tuitrain.dashboard.compare import run_color
         from tuitrain.dashboard.widgets.diff_screen import DiffScreen
 
-        names = list(runs)
-        self.push_screen(DiffScreen(names, self.state.differences(), [run_color(i) for i in range(len(names))]))
+        names = self.state.shown_runs() or list(runs)
+        numbers = [self.state.number[n] for n in names]
+        self.push_screen(DiffScreen(names, self.state.differences(names), [run_color(i - 1) for i in numbers],
+                                    numbers=numbers, of=len(runs)))
+
+    def action_runs(self) -> None:
+        """R: the run list takes the keys (show/hide, pin, filter the runs); R again: the charts."""
+        if not self._on_dashboard():
+            return
+        if self.screen.maximized is not None:
+            self.screen.minimize()
+        run_list = self.query_one(RunList)
+        if run_list.has_focus:
+            self._back_to_charts()
+        else:
+            run_list.focus()
+
+    def _back_to_charts(self) -> None:
+        chart = self.query_one(ChartGrid).current()
+        if chart is not None:
+            chart.focus()
+        else:
+            self.set_focus(None)
+
+    def on_run_list_changed(self, message: RunList.Changed) -> None:
+        """The runs shown changed: the charts, their titles and the legend follow."""
+        if message.note == "charts":
+            self._back_to_charts()
+            return
+        self._replot()
+        self._title()
+        if message.note:
+            self.notify(safe_text(message.note), severity="warning", timeout=4, markup=False)
 
     def action_help(self) -> None:
         if isinstance(self.screen, HelpScreen):
             return
         note = ""
         if getattr(self.state, "runs", None):
-            note = "Comparing runs: d shows the config keys that differ; c, p and the buttons are off."
+            note = ("Comparing runs: R moves to the run list (space show/hide, p pin, o only this, a all, / filter by "
+                    "name or config value such as optimizer.lr=1e-3, v sort, Esc back); d shows the config keys "
+                    "that differ; c, p and the buttons are off.")
         elif self.controller is None:
             note = "This run cannot be steered from here: c, p and the buttons are off."
         elif self.owned:

@@ -1,25 +1,30 @@
 """Several runs compared (`tuitrain watch RUN_DIR RUN_DIR...`): each run's events.jsonl followed by
-its own reader, folded into one `DashboardState` per run; every chart overlays the runs, one colour
-each, and `d` lists the config keys whose values differ. Nothing is steered.
+its own reader, folded into one `DashboardState` per run; every chart overlays the runs shown, one
+colour each, and `d` lists the config keys whose values differ. Nothing is steered.
 
-The first run is the primary one: the progress, devices, checkpoint and output panels show it.
-Must not import torch.
+Which runs are shown is the state's too (the run list's keys change it): a run is shown when it is
+pinned, or when it is not hidden and matches the filter (`RunFilter`: name patterns and config
+conditions such as `optimizer.lr=1e-3`). Pinned runs are listed first and drawn last (on top).
+The first run is the primary one: the output panel shows it. Must not import torch or textual.
 """
 
 from __future__ import annotations
 
+import math
+import re
 import threading
 import time
 import tomllib
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from tuitrain.core.events import Event
+from tuitrain.core.events import Event, RunStarted
 from tuitrain.dashboard.model import DashboardState
 from tuitrain.dashboard.sources import Emit, FileSource
 
-# one colour per run, in order (the fifth run and on take them again)
-RUN_COLORS = [(60, 155, 232), (240, 160, 48), (80, 200, 120), (220, 110, 200), (230, 220, 90), (120, 220, 230)]
+# one colour per run, in order (the eleventh run and on take them again; the run's number tells them apart)
+RUN_COLORS = [(60, 155, 232), (240, 160, 48), (80, 200, 120), (220, 110, 200), (230, 220, 90), (120, 220, 230),
+              (235, 95, 85), (165, 135, 245), (175, 215, 95), (245, 175, 190)]
 
 
 def run_color(i: int) -> tuple[int, int, int]:
@@ -82,14 +87,20 @@ class CompareSource:
 
 class CompareState(DashboardState):
     """The primary run's state (for the panels), plus every run's own state in `runs` (for the
-    charts); the metric names are every run's."""
+    charts); the metric names are every run's. `hidden`, `pinned` and `run_filter` say which runs
+    the charts, their titles and the legend show (`shown_runs`)."""
 
     def __init__(self, names: list[str], configs: dict[str, dict] | None = None,
                  clock: Callable[[], float] = time.time, **kwargs: Any) -> None:
         super().__init__(clock=clock, **kwargs)
         self.runs: dict[str, DashboardState] = {n: DashboardState(clock=clock, **kwargs) for n in names}
         self.primary = names[0]
-        self.configs = configs or {}
+        self.configs = configs or {}  # each run's config.toml
+        self.started_configs: dict[str, dict] = {}  # each run's resolved config, from its RunStarted
+        self.number = {n: i + 1 for i, n in enumerate(names)}  # the run's number and colour never change
+        self.hidden: set[str] = set()
+        self.pinned: list[str] = []  # in the order they were pinned
+        self.run_filter = RunFilter("")
 
     def apply(self, events: Iterable[Any]) -> set[str]:
         dirty: set[str] = set()
@@ -100,9 +111,13 @@ class CompareState(DashboardState):
             run = self.runs.get(item.run)
             if run is None:
                 continue
+            if isinstance(item.event, RunStarted) and isinstance(item.event.config, dict) and item.event.config:
+                self.started_configs[item.run] = item.event.config
             changed = run.apply([item.event])
             if item.run == self.primary:
                 dirty |= super().apply([item.event])
+            if changed & {"progress", "checkpoints", "result"}:
+                dirty.add("progress")  # the run list's status and value, the legend's state
             if "plot" in changed:
                 dirty.add("plot")
                 for name in run.metric_names:
@@ -110,16 +125,227 @@ class CompareState(DashboardState):
                         self.metric_names.insert(0 if name == "loss" else len(self.metric_names), name)
         return dirty
 
-    def differences(self) -> list[tuple[str, list[str]]]:
-        """(dotted key, each run's value as text) for every config key whose values differ."""
-        flat = {name: flatten(cfg) for name, cfg in self.configs.items()}
+    # --- which runs are shown ----------------------------------------------------------------
+
+    def config_of(self, name: str) -> dict:
+        """The run's config as resolved when it started (config.toml; its RunStarted's without one)."""
+        return self.configs.get(name) or self.started_configs.get(name) or {}
+
+    def matches(self, name: str) -> bool:
+        return self.run_filter.matches(name, self.config_of(name))
+
+    def is_shown(self, name: str) -> bool:
+        return name in self.pinned or (name not in self.hidden and self.matches(name))
+
+    def listed(self) -> list[str]:
+        """Every run, as the run list and the legend order them: the pinned first, then by number."""
+        return self.pinned + [n for n in self.runs if n not in self.pinned]
+
+    def shown_runs(self) -> list[str]:
+        """The runs shown, in the list's order (chart titles, the legend)."""
+        return [n for n in self.listed() if self.is_shown(n)]
+
+    def drawn_runs(self) -> list[str]:
+        """The runs shown, in the order they are drawn: the pinned last, on top of the others."""
+        shown = self.shown_runs()
+        pinned = [n for n in shown if n in self.pinned]
+        return [n for n in shown if n not in self.pinned] + pinned[::-1]
+
+    def toggle(self, name: str) -> str:
+        """Show or hide one run; returns a note when that cannot be done as asked."""
+        if name in self.pinned:  # hiding a pinned run unpins it
+            self.pinned.remove(name)
+            self.hidden.add(name)
+            return ""
+        if name in self.hidden:
+            self.hidden.discard(name)
+            if not self.matches(name):
+                return "the filter leaves this run out: p pins it, a shows every run"
+            return ""
+        if not self.matches(name):
+            return "the filter leaves this run out: p pins it, a shows every run"
+        self.hidden.add(name)
+        return ""
+
+    def pin(self, name: str) -> bool:
+        """Pin a run (shown whatever the filter, listed first, drawn on top), or unpin it; True: pinned."""
+        if name in self.pinned:
+            self.pinned.remove(name)
+            return False
+        self.pinned.append(name)
+        self.hidden.discard(name)
+        return True
+
+    def only(self, name: str) -> None:
+        """This run alone (with the pinned ones): the others hidden, the filter cleared."""
+        self.run_filter = RunFilter("")
+        self.hidden = {n for n in self.runs if n != name}
+
+    def show_all(self) -> None:
+        self.run_filter = RunFilter("")
+        self.hidden = set()
+
+    def set_run_filter(self, text: str) -> str:
+        """Filter the runs (see `RunFilter`); returns an error message, and then changes nothing."""
+        flt = RunFilter(text)
+        if flt.error:
+            return flt.error
+        self.run_filter = flt
+        return ""
+
+    # --- what the run list shows ---------------------------------------------------------------
+
+    def status_of(self, name: str) -> str:
+        """The run's state in a word: live, paused, completed, interrupted, failed (or killed)."""
+        rs = self.runs[name]
+        return rs.final or ("paused" if rs.paused else "live")
+
+    def monitored(self, name: str) -> tuple[float | None, bool]:
+        """(value, best): the run's best checkpoint's monitored value (best True), else the latest value
+        of the metric it monitors (`checkpoint.monitor`; valid/loss, then train/loss when none is set)."""
+        rs = self.runs[name]
+        best = next((c.get("value") for c in rs.checkpoints if c["file"] == rs.best_file), None)
+        if best is None and rs.finished is not None and isinstance(rs.finished.best, dict):
+            best = rs.finished.best.get("value")
+        if _is_number(best):
+            return float(best), True
+        for key in ([rs.monitor] if rs.monitor else []) + ["valid/loss", "train/loss"]:
+            split, _, metric = key.partition("/")
+            series = rs.metric_series(metric, split) if metric else None
+            if series is not None and series.last is not None:
+                return float(series.last[1]), False
+            if _is_number(rs.latest.get(key)):
+                return float(rs.latest[key]), False
+        return None, False
+
+    def monitor_name(self) -> str:
+        """What the run list's value column holds: the runs' `checkpoint.monitor` when they agree."""
+        monitors = {rs.monitor for rs in self.runs.values() if rs.monitor}
+        return monitors.pop() if len(monitors) == 1 else "monitored"
+
+    def differences(self, names: list[str] | None = None) -> list[tuple[str, list[str]]]:
+        """(dotted key, each run's value as text) for every config key whose values differ between
+        `names` (default: every run)."""
+        names = list(self.runs) if names is None else names
+        flat = {name: flatten(self.configs.get(name, {})) for name in names}
         keys = sorted({k for f in flat.values() for k in f})
         out = []
         for key in keys:
-            values = [flat.get(name, {}).get(key, _MISSING) for name in self.runs]
+            values = [flat[name].get(key, _MISSING) for name in names]
             if any(v != values[0] for v in values[1:]):
                 out.append((key, ["-" if v is _MISSING else _show(v) for v in values]))
         return out
+
+
+def _is_number(v: object) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+class RunFilter:
+    """Which runs a filter text keeps: terms separated by spaces, all of them must hold.
+
+    A term `KEY=VALUE` (also `!=`, `<`, `<=`, `>`, `>=`) is a condition on the run's config: KEY is a
+    dotted key (`optimizer.lr`) or its last parts (`lr`), VALUE a TOML value (a bare word is a
+    string) compared as TOML values are: numbers by value (`1e-3` is `0.001`, `1` is `1.0`). Any
+    other term is a regular expression searched in the run's name, case-insensitive (a term that is
+    not a valid expression: the text itself). Empty: every run."""
+
+    _CONDITION = re.compile(r"^([A-Za-z_][\w.-]*?)\s*(==|!=|<=|>=|=|<|>)(.*)$")
+
+    def __init__(self, text: str) -> None:
+        self.text = text.strip()
+        self.error = ""
+        self.names: list[re.Pattern] = []
+        self.conditions: list[tuple[str, str, Any]] = []
+        for term in _terms(self.text):
+            m = self._CONDITION.match(term)
+            if m:
+                key, op, raw = m.groups()
+                if not raw.strip():
+                    self.error = f"{term}: a value is missing after {op}"
+                    return
+                self.conditions.append((key, "=" if op == "==" else op, _toml_value(raw.strip())))
+                continue
+            try:
+                self.names.append(re.compile(term, re.IGNORECASE))
+            except re.error:
+                self.names.append(re.compile(re.escape(term), re.IGNORECASE))
+
+    def __bool__(self) -> bool:
+        return bool(self.names or self.conditions)
+
+    def matches(self, name: str, config: dict) -> bool:
+        if not all(p.search(name) for p in self.names):
+            return False
+        flat = flatten(config) if self.conditions else {}
+        # a run without the key matches no condition on it; `name=AdamW`: any key ending in .name
+        return all(any(_holds(v, op, value) for v in _lookup(flat, key)) for key, op, value in self.conditions)
+
+
+def _terms(text: str) -> list[str]:
+    """Split on spaces outside quotes and brackets: `a.b="x y" c=[1, 2]` is two terms."""
+    terms, cur, depth, quote = [], "", 0, ""
+    for ch in text:
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "\"'":
+            quote = ch
+        elif ch in "[{":
+            depth += 1
+        elif ch in "]}":
+            depth = max(depth - 1, 0)
+        elif ch.isspace() and not depth:
+            if cur:
+                terms.append(cur)
+            cur = ""
+            continue
+        cur += ch
+    if cur:
+        terms.append(cur)
+    return terms
+
+
+def _toml_value(raw: str) -> Any:
+    """A filter's value as TOML reads it (`1e-3`, `true`, `"AdamW"`, `[1, 2]`); a bare word: the word."""
+    try:
+        return tomllib.loads(f"v = {raw}")["v"]
+    except (tomllib.TOMLDecodeError, RecursionError):
+        return raw
+
+
+def _lookup(flat: dict[str, Any], key: str) -> list[Any]:
+    """The values at a dotted key, else at every key ending in `.key` (`lr`: `optimizer.lr`)."""
+    if key in flat:
+        return [flat[key]]
+    return [v for k, v in flat.items() if k.endswith("." + key)]
+
+
+def _number(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def _same(a: Any, b: Any) -> bool:
+    x, y = _number(a), _number(b)
+    if x is not None and y is not None:
+        return x == y or math.isclose(x, y, rel_tol=1e-9, abs_tol=0.0)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(p, q) for p, q in zip(a, b))
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b
+    if isinstance(a, str) and isinstance(b, str):
+        return a == b
+    return str(a) == str(b) if isinstance(b, str) else a == b
+
+
+def _holds(value: Any, op: str, wanted: Any) -> bool:
+    if op == "=":
+        return _same(value, wanted)
+    if op == "!=":
+        return not _same(value, wanted)
+    x, y = _number(value), _number(wanted)
+    if x is None or y is None:
+        return False
+    return {"<": x < y, "<=": x <= y, ">": x > y, ">=": x >= y}[op]
 
 
 _MISSING = object()

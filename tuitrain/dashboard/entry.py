@@ -268,9 +268,9 @@ def run_watch(run_dir: Path, theme: Path | None, owned: bool = False) -> int:
     return 0
 
 
-def run_compare(runs: list[Path], theme: Path | None) -> int:
-    """Several runs' dashboards in one: every chart overlays them, `d` lists their config
-    differences; nothing is steered (each run keeps its own `tuitrain stop`)."""
+def compare_app(runs: list[Path], theme: Path | None):
+    """The dashboard of several runs: every chart overlays the runs shown, the run list names them
+    all (R: show/hide, pin, filter), `d` lists their config differences; nothing is steered."""
     from tuitrain.dashboard.app import DashboardApp
     from tuitrain.dashboard.compare import CompareSource, CompareState, read_config, run_names
     from tuitrain.sinks.run_status import live_status as run_status
@@ -280,10 +280,15 @@ def run_compare(runs: list[Path], theme: Path | None) -> int:
     live = [run_status(r) == "running" for r in runs]
     source = CompareSource(runs, names, live)
     app = DashboardApp(source, None, theme, watch=True,
-                       notice=f"comparing {len(runs)} runs: d config differences · keys that steer are off")
+                       notice=f"comparing {len(runs)} runs: R run list · d config differences · keys that steer are off")
     app.state = CompareState(names, {n: read_config(r) for n, r in zip(names, runs)}, clock=app.clock)
-    app.run()
+    return app
+
+
+def run_compare(runs: list[Path], theme: Path | None) -> int:
+    """Several runs' dashboards in one (see `compare_app`); each run keeps its own `tuitrain stop`."""
+    compare_app(runs, theme).run()
     return 0
 
 
-__all__ = ["run_compare", "run_live", "run_watch"]
+__all__ = ["compare_app", "run_compare", "run_live", "run_watch"]

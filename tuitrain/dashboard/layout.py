@@ -27,6 +27,7 @@ from tuitrain.dashboard.widgets.devices_panel import DevicesPanel
 from tuitrain.dashboard.widgets.chart_grid import ChartGrid
 from tuitrain.dashboard.widgets.output_log import OutputLog
 from tuitrain.dashboard.widgets.progress_panel import ProgressPanel
+from tuitrain.dashboard.widgets.run_list import RunList
 
 DASHBOARD_TCSS = Path(__file__).with_name("dashboard.tcss")
 COMPACT = (100, 32)  # below this width or height the side panels shrink
@@ -84,6 +85,8 @@ class LayoutMixin:
                 yield ChartGrid(id="charts")
                 yield OutputLog(id="log", classes="panel")
             with VerticalScroll(id="side"):
+                if self.comparing:  # the run list takes the side column (the panels below are one run's)
+                    yield RunList(id="runs", classes="panel")
                 yield ProgressPanel(id="progress", classes="panel")
                 yield DevicesPanel(id="devices", classes="panel")
                 yield CheckpointList(clock=self.clock, id="checkpoints", classes="panel")
@@ -93,6 +96,11 @@ class LayoutMixin:
         yield Static("The terminal is too small for the dashboard: make it larger (at least 50x12).\n"
                      "Training goes on; q leaves.", id="too-small")
         yield Footer()
+
+    @property
+    def comparing(self) -> bool:
+        """Several runs watched (`tuitrain watch A B`, an experiment folder)."""
+        return bool(getattr(self.state, "runs", None))
 
     def set_notice(self, text: str) -> None:
         """The bottom bar's one line of notice (shown as typed, never as markup)."""
@@ -125,6 +133,7 @@ class LayoutMixin:
         self.query_one("#progress").border_title = "progress"
         self.query_one("#devices").border_title = "devices"
         self.query_one("#checkpoints").border_title = "checkpoints"
+        self.set_class(self.comparing, "-compare")
         self._title()
         self._layout_for(self.size.width, self.size.height)
         if self.controller is None:
@@ -140,18 +149,8 @@ class LayoutMixin:
     def _title(self) -> None:
         st = self.state
         runs = getattr(st, "runs", None)
-        if runs:  # compared runs: the legend of their colours
-            from tuitrain.dashboard.compare import run_color
-
-            key = ("compare", tuple(r.final for r in runs.values()))
-            if key == self._title_shown:
-                return
-            self._title_shown = key
-            text = Text(f" comparing {len(runs)} runs ", style="bold")
-            for i, (name, rs) in enumerate(runs.items()):
-                text.append(f"  ━{i + 1} {safe_name(name, 32)}", style="#%02x%02x%02x" % run_color(i))
-                text.append(f" [{run_state(rs)}]", style="dim")
-            self.query_one("#title-bar", Static).update(text, layout=False)
+        if runs:  # compared runs: the legend of the shown ones' colours, and the run list
+            self._show_runs()
             return
         name = safe_name(st.experiment or "tuitrain", 40)  # the first row shows the run, whatever it is named
         where = safe_name(st.run_dir or (str(getattr(self.source, "run_dir", "")) if self.watching else ""), 60)
@@ -171,3 +170,26 @@ class LayoutMixin:
                         style="bold")
         bar.set_class(bool(alerts), "-alerting")
         bar.update(text, layout=False)  # one line, always
+
+    def _show_runs(self) -> None:
+        """Compared runs: the title bar's legend (the runs shown, pinned first) and the run list."""
+        from tuitrain.dashboard.compare import run_color
+
+        st = self.state
+        shown = st.shown_runs()
+        for run_list in self.query(RunList):
+            run_list.show(st)
+        key = ("compare", tuple(shown), tuple(r.final for r in st.runs.values()), tuple(st.pinned))
+        if key == self._title_shown:
+            return
+        self._title_shown = key
+        count = f"{len(st.runs)} runs" if len(shown) == len(st.runs) else f"{len(shown)} of {len(st.runs)} runs"
+        text = Text(f" comparing {count} ", style="bold")
+        for name in shown:
+            i = st.number[name]
+            text.append(f"  {'◆' if name in st.pinned else '━'}{i} {safe_name(name, 32)}",
+                        style="#%02x%02x%02x" % run_color(i - 1))
+            text.append(f" [{st.status_of(name)}]", style="dim")
+        if not shown:
+            text.append("  none shown: R, then a shows every run", style="dim")
+        self.query_one("#title-bar", Static).update(text, layout=False)

@@ -1,4 +1,4 @@
-"""`DiffScreen`: the config keys whose values differ between the compared runs (`d`)."""
+"""`DiffScreen`: the config keys whose values differ between the compared runs shown (`d`)."""
 
 from __future__ import annotations
 
@@ -26,21 +26,25 @@ class DiffScreen(ModalScreen[None]):
     #diff-scroll { height: auto; max-height: 1fr; }
     """
 
-    def __init__(self, names: list[str], rows: list[tuple[str, list[str]]], colors: list[tuple[int, int, int]]) -> None:
+    def __init__(self, names: list[str], rows: list[tuple[str, list[str]]], colors: list[tuple[int, int, int]],
+                 numbers: list[int] | None = None, of: int = 0) -> None:
         super().__init__()
         self.names, self.rows, self.run_colors = names, rows, colors
+        self.numbers = numbers or list(range(1, len(names) + 1))  # each run's number in the legend
+        self.of = of  # how many runs are compared, when only some are shown
         self.text = "\n".join(f"{key}: " + " | ".join(values) for key, values in rows)  # for tests
 
     def compose(self) -> ComposeResult:
         table = Table(box=None, padding=(0, 2), show_edge=False)
         table.add_column("config key", style="bold", no_wrap=True)
         for i, name in enumerate(self.names):
-            table.add_column(Text(f"━{i + 1} {safe_name(name, 32)}", style=Style(color="#%02x%02x%02x" % self.run_colors[i])),
+            table.add_column(Text(f"━{self.numbers[i]} {safe_name(name, 32)}", style=Style(color="#%02x%02x%02x" % self.run_colors[i])),
                              overflow="fold")
         for key, values in self.rows:  # cells as Text: a config's strings are shown, never read as markup
             table.add_row(Text(safe_name(key, 60)), *(Text(safe_text(v)) for v in values))
         with Vertical(id="diff-box", classes="panel"):
-            yield Static(Text(f"Config differences between {len(self.names)} runs", style="bold"))
+            which = f"the {len(self.names)} runs shown (of {self.of})" if self.of > len(self.names) else f"{len(self.names)} runs"
+            yield Static(Text(f"Config differences between {which}", style="bold"))
             with VerticalScroll(id="diff-scroll"):
                 yield Static(table if self.rows else "the runs' configs are the same")
             yield Static(Text("Esc, d or q: back", style="dim"))

@@ -1,4 +1,5 @@
 """`FilterScreen`: `/` asks for a regular expression; the charts whose metric names match stay.
+The run list's `/` asks with it too, for a filter of the compared runs (its own title and hint).
 
 Enter applies it (empty: every chart), Esc keeps the current filter. A bad expression is named under
 the field and the screen stays, so that it can be corrected; the app checks it with `check`.
@@ -26,17 +27,19 @@ class FilterScreen(ModalScreen[str | None]):
     #filter-error { height: auto; color: $error; }
     """
 
-    def __init__(self, current: str, check: Callable[[str], str]) -> None:
+    def __init__(self, current: str, check: Callable[[str], str], *,
+                 title: str = "Show the charts whose metric names match (a regular expression; empty: all)",
+                 placeholder: str = "e.g. loss|acc") -> None:
         super().__init__()
         self.current = current
         self.check = check
+        self.title, self.placeholder = title, placeholder
         self.error = ""
 
     def compose(self) -> ComposeResult:
         with Vertical(id="filter-box"):
-            yield Static("Show the charts whose metric names match (a regular expression; empty: all)",
-                         id="filter-title")
-            yield Input(self.current, placeholder="e.g. loss|acc", id="filter-input")
+            yield Static(self.title, id="filter-title", markup=False)
+            yield Input(self.current, placeholder=self.placeholder, id="filter-input")
             yield Static("", id="filter-error")
 
     def on_mount(self) -> None:

@@ -375,7 +375,10 @@ class MetricPlot(Widget, can_focus=True):
         from tuitrain.dashboard.compare import run_color
 
         self.key_colors = {}
-        for i, (run, rs) in enumerate(runs.items()):
+        numbers = {run: i for i, run in enumerate(runs)}  # a run's colour is its own, shown or not
+        drawn = state.drawn_runs() if hasattr(state, "drawn_runs") else list(runs)  # the pinned last: on top
+        for run in drawn:
+            i, rs = numbers[run], runs[run]
             axis = rs.axes.get(self.x_axis)
             for name in self.metrics:
                 suffix = f"{run}/{name}" if len(self.metrics) > 1 else run
@@ -435,7 +438,9 @@ class MetricPlot(Widget, can_focus=True):
 
             title = Text(safe_name(self.chart or "metrics", self._name_width), style="bold")
             name = self.metric
-            for i, rs in enumerate(runs.values()):
+            numbers = {run: i for i, run in enumerate(runs)}
+            for run in (state.shown_runs() if hasattr(state, "shown_runs") else list(runs)):  # the pinned first
+                i, rs = numbers[run], runs[run]
                 latest, best = rs.latest.get(f"train/{name}"), rs.best_valid(name)
                 if latest is None and best is None:
                     continue

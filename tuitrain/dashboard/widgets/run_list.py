@@ -1,0 +1,224 @@
+"""`RunList`: the compared runs, one row each (mark, number in the run's colour, name, status,
+monitored value), in the side column when several runs are watched. Its keys change which runs
+the charts show: space or Enter shows/hides the run under the cursor, `p` pins it (shown whatever
+the filter, listed first, drawn on top), `o` shows it alone, `a` shows every run, `/` filters by
+name or config value, `v` sorts by the monitored value; Esc goes back to the charts.
+
+The shown/pinned/filter state is the `CompareState`'s; the list changes it and posts `Changed`, on
+which the app redraws the charts and the legend.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rich.style import Style
+from rich.text import Text
+from textual.binding import Binding
+from textual.message import Message
+from textual.widgets import DataTable
+
+from tuitrain.core.text import safe_name, safe_text
+from tuitrain.dashboard.fmt import format_value
+
+SHOWN, HIDDEN, PINNED, FILTERED = "●", "○", "◆", "·"
+LEGEND = f"{SHOWN} shown {PINNED} pinned {HIDDEN} hidden {FILTERED} filtered out"
+
+
+@dataclass
+class RunRow:
+    """One run as the list shows it (tests and the benchmark read these)."""
+
+    name: str
+    number: int
+    color: tuple[int, int, int]
+    status: str
+    value: float | None
+    best: bool  # the value is the best checkpoint's (else the latest of the monitored metric)
+    mark: str  # SHOWN, PINNED, HIDDEN or FILTERED
+
+
+class RunList(DataTable):
+    """`show(state)` with a `CompareState`; the rows it shows are in `runs` (RunRow)."""
+
+    BINDINGS = [
+        Binding("space", "toggle", "Show/hide"),
+        Binding("enter", "toggle", "Show/hide", show=False),
+        Binding("p", "pin", "Pin"),
+        Binding("o", "only", "Only this"),
+        Binding("a", "all", "All"),
+        Binding("slash", "filter", "Filter runs"),
+        Binding("v", "sort", "Sort"),
+        Binding("escape", "charts", "Charts"),
+    ]
+
+    DEFAULT_CSS = """
+    RunList { height: 1fr; scrollbar-size-vertical: 1; }
+    """
+
+    @dataclass
+    class Changed(Message):
+        """The runs shown changed: the charts and the legend follow."""
+
+        note: str = ""
+
+    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes, cursor_type="row", cell_padding=0, zebra_stripes=False)
+        self.runs: list[RunRow] = []
+        self.by_value = False
+        self._state = None
+        self._shown: tuple | None = None  # what is on screen
+        self._width = 0
+        self._names: list[str] = []  # the runs in the order of the rows on screen
+
+    # --- what it shows ---------------------------------------------------------------------
+
+    def show(self, state) -> None:
+        """Take the runs from the state; cheap when nothing changed."""
+        from tuitrain.dashboard.compare import run_color
+
+        self._state = state
+        rows = []
+        for name in state.listed():
+            value, best = state.monitored(name)
+            mark = (PINNED if name in state.pinned else SHOWN if state.is_shown(name)
+                    else HIDDEN if name in state.hidden else FILTERED)
+            number = state.number[name]
+            rows.append(RunRow(name, number, run_color(number - 1), state.status_of(name), value, best, mark))
+        if self.by_value:  # pinned first still; then the best value first (the runs' direction)
+            lower = next(iter(state.runs.values())).lower_is_better(state.monitor_name().partition("/")[2] or "loss")
+            pinned = [r for r in rows if r.mark == PINNED]
+            rest = sorted((r for r in rows if r.mark != PINNED),
+                          key=lambda r: (r.value is None, (r.value if lower else -r.value) if r.value is not None else 0))
+            rows = pinned + rest
+        self.runs = rows
+        shown = sum(r.mark in (SHOWN, PINNED) for r in rows)
+        flt = state.run_filter.text
+        title = f"runs {shown}/{len(rows)} shown · {state.monitor_name()}" + (f" · {flt}" if flt else "")
+        self.border_title = Text(safe_text(title, lines=False))
+        self.border_subtitle = LEGEND if self.has_focus else "R: the run list's keys"
+        self._render_rows(state.monitor_name())
+
+    def on_resize(self) -> None:
+        if self._state is not None and self.size.width != self._width:
+            self._shown = None
+            self.show(self._state)
+
+    def on_focus(self) -> None:
+        self.border_subtitle = LEGEND
+
+    def on_blur(self) -> None:
+        self.border_subtitle = "R: the run list's keys"
+
+    def _render_rows(self, monitor: str) -> None:
+        width = self.scrollable_content_region.width or 44
+        value_w = 9
+        if len(monitor) > value_w - 1:  # valid/loss: "loss" (the border's subtitle names it in full when focused)
+            monitor = monitor.rpartition("/")[2]
+        status_w = max((len(r.status) for r in self.runs), default=9) + 1
+        number_w = len(str(max((r.number for r in self.runs), default=1))) + 2  # "━12 "
+        name_w = max(8, width - (2 + number_w) - status_w - value_w)
+        key = (width, monitor, tuple((r.name, r.number, r.status, r.value, r.best, r.mark) for r in self.runs))
+        if key == self._shown:
+            return
+        self._shown, self._width = key, width
+        # the run under the cursor stays under it
+        cursor = self._names[self.cursor_row] if 0 <= self.cursor_row < len(self._names) else None
+        self.clear(columns=True)
+        self.add_column("", width=2 + number_w, key="run")
+        self.add_column("name", width=name_w, key="name")
+        self.add_column("status", width=status_w, key="status")
+        self.add_column(Text(safe_name(monitor, value_w), justify="right"), width=value_w, key="value")
+        for r in self.runs:
+            on = r.mark in (SHOWN, PINNED)
+            color = Style(color="#%02x%02x%02x" % r.color)
+            dim = Style(dim=True)
+            run = Text.assemble((r.mark + " ", color if on else dim), (f"━{r.number}".ljust(number_w), color if on else dim))
+            name = Text(_fit(safe_name(r.name, 200), name_w - 1), style="" if on else "dim")
+            status = Text(r.status, style=_STATUS_STYLE.get(r.status, "") + ("" if on else " dim"))
+            value = Text(("★" if r.best else " ") + (format_value(r.value) if r.value is not None else "-"),
+                         justify="right", style="" if on else "dim")
+            self.add_row(run, name, status, value, key=r.name)
+        names = self._names = [r.name for r in self.runs]
+        if cursor in names:
+            self.move_cursor(row=names.index(cursor), scroll=False)
+
+    def current_run(self) -> str | None:
+        """The run under the cursor."""
+        return self._names[self.cursor_row] if 0 <= self.cursor_row < len(self._names) else None
+
+    # --- its keys ----------------------------------------------------------------------------
+
+    def _changed(self, note: str = "") -> None:
+        if self._state is not None:
+            self.show(self._state)
+        self.post_message(self.Changed(note))
+
+    def action_toggle(self) -> None:
+        name = self.current_run()
+        if name is not None and self._state is not None:
+            self._changed(self._state.toggle(name))
+
+    def action_pin(self) -> None:
+        name = self.current_run()
+        if name is not None and self._state is not None:
+            before = [r.name for r in self.runs]
+            below = before[before.index(name) + 1] if before.index(name) + 1 < len(before) else name
+            self._state.pin(name)
+            self._changed()
+            # the run moves (the pinned are listed first); the cursor goes on to the run that was below it
+            self.move_cursor(row=self._names.index(below))
+
+    def action_only(self) -> None:
+        name = self.current_run()
+        if name is not None and self._state is not None:
+            self._state.only(name)
+            self._changed()
+
+    def action_all(self) -> None:
+        if self._state is not None:
+            self._state.show_all()
+            self._changed()
+
+    def action_sort(self) -> None:
+        self.by_value = not self.by_value
+        if self._state is not None:
+            self.show(self._state)
+            self.move_cursor(row=0)
+
+    def action_filter(self) -> None:
+        from tuitrain.dashboard.compare import RunFilter
+        from tuitrain.dashboard.widgets.filter_screen import FilterScreen
+
+        state = self._state
+        if state is None:
+            return
+
+        def apply(text: str | None) -> None:
+            if text is None:
+                return
+            state.set_run_filter(text)
+            shown = [n for n in state.runs if state.is_shown(n)]
+            note = f"no run matches {text.strip()}" if text.strip() and not shown else ""
+            self._changed(note)
+
+        self.app.push_screen(FilterScreen(state.run_filter.text, lambda text: RunFilter(text).error,
+                                          title="Show the runs that match: a name (a regular expression) or a config "
+                                                "value (optimizer.lr=1e-3, lr<1e-2); terms separated by spaces, all "
+                                                "must hold; empty: every run",
+                                          placeholder="e.g. lr=1e-3 or adam"), apply)
+
+    def action_charts(self) -> None:
+        self.post_message(self.Changed("charts"))
+
+
+_STATUS_STYLE = {"failed": "bold red", "killed": "bold red", "interrupted": "yellow", "live": "bold cyan",
+                 "paused": "yellow"}
+
+
+def _fit(name: str, width: int) -> str:
+    """A long run name keeps its start and its end (where run folders differ): 2025…-lr0.01-h64."""
+    if len(name) <= width:
+        return name
+    head = max(1, (width - 1) // 3)
+    return name[:head] + "…" + name[len(name) - (width - 1 - head):]
