@@ -20,7 +20,9 @@ KEYS = [
     ("i", "inspect: a cursor on the focused chart (←/→ or a click move it) with the step and every"
           " series' value there; i or Esc: off"),
     ("e", "export: the screen as SVG and every series as CSV, in RUN_DIR/exports/"),
-    ("d", "comparing runs (tuitrain watch A B): the config keys whose values differ"),
+    ("d", "comparing runs (tuitrain watch A B): the config keys whose values differ between the runs shown"),
+    ("R", "comparing runs: the run list takes the keys: space show/hide, p pin, o only this, a all, / filter by"
+          " name or config value (optimizer.lr=1e-3), v sort, Esc or R back"),
     ("c", "write a checkpoint now"),
     ("p", "pause training; p again resumes"),
     ("q", "stop training and leave (asks y / any other key cancels); once training has ended, leave"),
