@@ -10,6 +10,7 @@ which the app redraws the charts and the legend.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from rich.style import Style
@@ -94,7 +95,7 @@ class RunList(DataTable):
         self.runs = rows
         shown = sum(r.mark in (SHOWN, PINNED) for r in rows)
         flt = state.run_filter.text
-        title = f"runs {shown}/{len(rows)} shown · {state.monitor_name()}" + (f" · {flt}" if flt else "")
+        title = f"runs {shown}/{len(rows)} shown" + (f" · {flt}" if flt else "") + f" · {state.monitor_name()}"
         self.border_title = Text(safe_text(title, lines=False))
         self.border_subtitle = LEGEND if self.has_focus else "R: the run list's keys"
         self._render_rows(state.monitor_name())
@@ -118,6 +119,10 @@ class RunList(DataTable):
         status_w = max((len(r.status) for r in self.runs), default=9) + 1
         number_w = len(str(max((r.number for r in self.runs), default=1))) + 2  # "━12 "
         name_w = max(8, width - (2 + number_w) - status_w - value_w)
+        short = name_w < 14  # a narrow column (80x24): the status as one sign, the names get the room
+        if short:
+            name_w += status_w - 2
+            status_w = 2
         key = (width, monitor, tuple((r.name, r.number, r.status, r.value, r.best, r.mark) for r in self.runs))
         if key == self._shown:
             return
@@ -127,19 +132,22 @@ class RunList(DataTable):
         self.clear(columns=True)
         self.add_column("", width=2 + number_w, key="run")
         self.add_column("name", width=name_w, key="name")
-        self.add_column("status", width=status_w, key="status")
+        self.add_column("" if short else "status", width=status_w, key="status")
         self.add_column(Text(safe_name(monitor, value_w), justify="right"), width=value_w, key="value")
+        names = [r.name for r in self.runs]
+        cut = _common_head(names) if any(len(n) > name_w - 1 for n in names) else 0  # names too long: the start they share goes
         for r in self.runs:
             on = r.mark in (SHOWN, PINNED)
             color = Style(color="#%02x%02x%02x" % r.color)
             dim = Style(dim=True)
             run = Text.assemble((r.mark + " ", color if on else dim), (f"━{r.number}".ljust(number_w), color if on else dim))
-            name = Text(_fit(safe_name(r.name, 200), name_w - 1), style="" if on else "dim")
-            status = Text(r.status, style=_STATUS_STYLE.get(r.status, "") + ("" if on else " dim"))
+            name = Text(_fit(safe_name(r.name, 200), name_w - 1, cut), style="" if on else "dim")
+            word = _STATUS_SIGN.get(r.status, r.status[:1]) if short else r.status
+            status = Text(word, style=_STATUS_STYLE.get(r.status, "") + ("" if on else " dim"))
             value = Text(("★" if r.best else " ") + (format_value(r.value) if r.value is not None else "-"),
                          justify="right", style="" if on else "dim")
             self.add_row(run, name, status, value, key=r.name)
-        names = self._names = [r.name for r in self.runs]
+        self._names = names
         if cursor in names:
             self.move_cursor(row=names.index(cursor), scroll=False)
 
@@ -212,13 +220,29 @@ class RunList(DataTable):
         self.post_message(self.Changed("charts"))
 
 
+# the status as one sign where the column is narrow
+_STATUS_SIGN = {"completed": "✓", "failed": "✗", "killed": "✗", "interrupted": "■", "live": "▶", "paused": "‖"}
 _STATUS_STYLE = {"failed": "bold red", "killed": "bold red", "interrupted": "yellow", "live": "bold cyan",
                  "paused": "yellow"}
 
 
-def _fit(name: str, width: int) -> str:
-    """A long run name keeps its start and its end (where run folders differ): 2025…-lr0.01-h64."""
+def _fit(name: str, width: int, cut: int = 0) -> str:
+    """A run name in `width` cells, without the start all the names share (`cut`), else keeping its
+    start and its end: run folders differ at the end (…000027-lr0.01-h32, 2025…-lr0.01-h64)."""
+    if cut:
+        tail = name[cut:]
+        return "…" + tail[max(0, len(tail) - (width - 1)):]
     if len(name) <= width:
         return name
     head = max(1, (width - 1) // 3)
     return name[:head] + "…" + name[len(name) - (width - 1 - head):]
+
+
+def _common_head(names: list[str]) -> int:
+    """How much of the start all the names share, up to a separator (runs/exp/20250101-1200..: the
+    date): the list shows what tells the runs apart. 0 when it is short or there is one run."""
+    if len(names) < 2:
+        return 0
+    head = os.path.commonprefix(names)
+    cut = max(head.rfind(sep) for sep in "-_./ ") + 1
+    return cut if cut >= 4 and all(len(n) > cut for n in names) else 0
