@@ -258,3 +258,19 @@ def test_shown_runs_pinned_first_drawn_last():
     st.show_all()
     assert st.shown_runs() == ["d", "a", "b", "c"]
     assert st.differences(["a", "c"]) == [] and st.differences(["a", "b"]) == [("x", ["1", "2"])]
+
+
+def test_snapshot_thirty_runs_filtered_with_one_pinned(snap_compare, many_runs):
+    """The run list at 120x40 with run 3 pinned and `optimizer.lr=1e-3`: 11 runs drawn, 30 listed."""
+    app = compare_app(many_runs, None)
+
+    async def run_before(pilot) -> None:
+        await until(pilot, lambda: loaded(app))
+        run_list = await open_runs(pilot, app)
+        await go_to(pilot, run_list, list(app.state.runs)[2])
+        await pilot.press("p")
+        await set_filter(pilot, app, "optimizer.lr=1e-3")
+        await until(pilot, lambda: len(drawn_runs(app)) == 11)
+        await pilot.pause(0.3)
+
+    assert snap_compare(app, run_before=run_before, terminal_size=SIZE)
