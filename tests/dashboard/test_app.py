@@ -85,6 +85,12 @@ async def until(pilot, condition, timeout: float = 60.0) -> None:
 # --- feeding --------------------------------------------------------------------------------
 
 
+def plot_cost(app) -> float:
+    from tuitrain.dashboard.widgets.chart_grid import ChartGrid
+
+    return app.query_one(ChartGrid).build_cost()
+
+
 @sync
 async def test_recorded_run_fills_plot_devices_checkpoints_and_log():
     app = make_app()
@@ -512,19 +518,19 @@ async def test_redraws_give_way_when_the_screen_takes_more_than_its_share_of_a_c
     app = make_app(events, source=source, ui_share=0.025, cpu_clock=lambda: cpu[0], pace_clock=lambda: now[0])
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
-        assert app.slow == 1.0
-        app._paced = True  # past the start-up window, which is not counted
+        assert app.pacer.slow == 1.0
+        app.pacer.started = True  # past the start-up window, which is not counted
         cpu[0] += 0.1 * window  # 10% of a core: 4x the share
         now[0] += window
         app._dirty.add("progress")
         app.drain()
-        assert app.slow == pytest.approx(2.0)  # at most doubles per window
+        assert app.pacer.slow == pytest.approx(2.0)  # at most doubles per window
         cpu[0] += 0.1 * window
         now[0] += window
         app._dirty.add("progress")
         app.drain()
-        assert app.slow == pytest.approx(app_module.MAX_SLOW)
-        app._last_plot = now[0]  # the plot was just drawn
+        assert app.pacer.slow == pytest.approx(app_module.MAX_SLOW)
+        app.pacer.last_plot = now[0]  # the plot was just drawn
         plot = loss_chart(app)
         more = recorded_run(epochs=2, total_epochs=3, end="running")[len(events):]
         source.push(*more)
@@ -536,15 +542,15 @@ async def test_redraws_give_way_when_the_screen_takes_more_than_its_share_of_a_c
         now[0] += 3.5  # more than plot_interval (1 s), less than plot_interval * slow: the new points wait
         cpu[0] += 0.1 * 3.5  # the screen still takes 4x its share
         await pilot.pause(0.3)
-        assert plot.builds == before and app.slow == pytest.approx(app_module.MAX_SLOW)
-        now[0] += app._plot_wait()
+        assert plot.builds == before and app.pacer.slow == pytest.approx(app_module.MAX_SLOW)
+        now[0] += app.pacer.plot_wait(plot_cost(app), False)
         await until(pilot, lambda: plot.builds > before)  # their turn came
         source.push(RunPaused(epoch=2, step=40))
         await until(pilot, lambda: app.state.paused)
         now[0] += window  # a quiet window while paused
         app._dirty.add("progress")
         app.drain()
-        assert app.slow == 1.0
+        assert app.pacer.slow == 1.0
 
 
 @sync

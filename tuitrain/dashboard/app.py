@@ -37,7 +37,7 @@ from tuitrain.dashboard.ending import EndingMixin
 from tuitrain.dashboard.layout import DASHBOARD_TCSS, LayoutMixin, base_theme_of, default_theme
 from tuitrain.dashboard.messages import TrainingEnded
 from tuitrain.dashboard.model import DashboardState
-from tuitrain.dashboard.pacing import UI_SHARE, PacingMixin
+from tuitrain.dashboard.pacing import UI_SHARE, Pacer, PacingMixin
 from tuitrain.dashboard.sources import Source
 from tuitrain.dashboard.charts import compile_filter
 from tuitrain.dashboard.export import export_folder, write_compared, write_series
@@ -122,7 +122,6 @@ class DashboardApp(LayoutMixin, PacingMixin, EndingMixin, App[int]):
         self.drain_interval = drain_interval
         self._drain_every = drain_interval  # the drain timer's interval now (see BUSY_DRAIN_INTERVAL)
         self._drain_timer: Timer | None = None
-        self.plot_interval = plot_interval
         self.hard_exit = hard_exit or _restore_terminal_and_exit
         self.bridge = EventBridge()
         self.state = DashboardState(clock=clock)
@@ -131,17 +130,11 @@ class DashboardApp(LayoutMixin, PacingMixin, EndingMixin, App[int]):
         self.interrupts = 0
         self.leave_when_done = False
         self._dirty: set[str] = set()
-        self._last_plot = 0.0
-        self._last_progress = 0.0
         self._title_shown: tuple | None = None
-        self.ui_share = ui_share
         self.cpu_clock = cpu_clock  # this thread's CPU time: what the screen costs
-        self.slow = 1.0  # the factor on the refresh intervals (see UI_SHARE)
         self.pace_clock = pace_clock  # seconds, for the pace of redraws
-        self._pace_at = pace_clock()
-        self._pace_cpu = cpu_clock()
-        self._paced = False
-        self._status_shown: tuple = ()
+        #: when to redraw (pacing.py): the clocks in, a decision out
+        self.pacer = Pacer(pace_clock(), cpu_clock(), ui_share=ui_share, plot_interval=plot_interval)
         self._result_shown = False
         self._source_closed = False
         self._base_theme = base_theme_of(self.theme_path)

@@ -3,8 +3,9 @@ and refreshes the panels that changed, no more often than the screen can afford 
 runs in this process (`UI_SHARE`, `PACE_WINDOW`, `MAX_SLOW`, `PLOT_SHARE`, `BUSY_DRAIN_INTERVAL`,
 `DRAIN_LIMIT`, `PROGRESS_INTERVAL`); the progress and plot refreshes, and the once-a-second clock.
 
-`PacingMixin` is one part of `DashboardApp` (tuitrain/dashboard/app.py) and works on its
-attributes. Like the rest of the dashboard, this module must not import the run layer
+`Pacer` decides when (clock readings in, a decision out) and knows nothing of Textual: it is tested
+alone (tests/dashboard/test_pacer.py). `PacingMixin` is one part of `DashboardApp`
+(tuitrain/dashboard/app.py): it drains, asks its `pacer`, and refreshes the panels. Like the rest of the dashboard, this module must not import the run layer
 (`tuitrain.config`, `tuitrain.run*`, `tuitrain.runner`, `tuitrain.build`, `tuitrain.runs`,
 `tuitrain.cli`): only `tuitrain.core`, `tuitrain.sinks` and `tuitrain.dashboard`.
 """
@@ -35,17 +36,76 @@ BUSY_DRAIN_INTERVAL = 0.25
 DRAIN_LIMIT = 5000  # events folded per tick (~40 ms): a long events.jsonl loads without freezing keys
 
 
+class Pacer:
+    """When the screen redraws: fed the clocks (seconds, and the UI thread's CPU seconds) and what is
+    going on (`relaxed`: paused, ended or watching another process's run, when the screen takes its
+    time freely), it says whether a refresh is due now. `slow` is the factor on the refresh intervals:
+    it grows (at most doubling per PACE_WINDOW) while the screen takes more than `ui_share` of a core,
+    up to MAX_SLOW, and falls back to 1 when relaxed."""
+
+    def __init__(self, now: float, cpu: float, *, ui_share: float = UI_SHARE, plot_interval: float = 1.0,
+                 progress_interval: float = PROGRESS_INTERVAL) -> None:
+        self.ui_share, self.plot_interval, self.progress_interval = ui_share, plot_interval, progress_interval
+        self.slow = 1.0
+        self.window_at, self.window_cpu = now, cpu
+        self.started = False  # the first window (the screen's start-up) is not counted
+        self.last_progress = self.last_plot = 0.0
+        self.status_shown: tuple = ()
+
+    @staticmethod
+    def drain_every(base: float, relaxed: bool) -> float:
+        """The drain timer's interval: while training runs in this process, the screen wakes less often."""
+        return base if relaxed else max(base, BUSY_DRAIN_INTERVAL)
+
+    def observe(self, now: float, cpu: float, relaxed: bool) -> None:
+        """Every PACE_WINDOW seconds: the screen's share of a core over the window sets `slow`."""
+        elapsed = now - self.window_at
+        if elapsed < PACE_WINDOW:
+            return
+        share = (cpu - self.window_cpu) / elapsed
+        self.window_at, self.window_cpu = now, cpu
+        if not self.started:
+            self.started = True
+            return
+        if relaxed:
+            self.slow = 1.0  # nothing to give way to: no training, or it runs in another process
+        else:  # converges where the screen takes its share; at most doubles per window
+            self.slow = min(MAX_SLOW, max(1.0, self.slow * min(2.0, share / self.ui_share)))
+
+    def progress_due(self, now: float, status: tuple, ended: bool) -> bool:
+        """A change of state shows at once; counters wait their (spread) interval. True: refresh now."""
+        if now - self.last_progress >= self.progress_interval * self.slow or status != self.status_shown or ended:
+            self.status_shown, self.last_progress = status, now
+            return True
+        return False
+
+    def plot_wait(self, build_cost: float, relaxed: bool) -> float:
+        """Seconds between plot refreshes: the interval, spread by `slow`, and while training runs in this
+        process at least the last figure's build cost over PLOT_SHARE."""
+        wait = self.plot_interval * self.slow
+        return wait if relaxed else max(wait, build_cost / PLOT_SHARE)
+
+    def plot_due(self, now: float, build_cost: float, relaxed: bool, ended: bool) -> bool:
+        if now - self.last_plot >= self.plot_wait(build_cost, relaxed) or ended:
+            self.last_plot = now
+            return True
+        return False
+
+
 class PacingMixin:
-    """`DashboardApp`'s drain of the event stream and the pace of its redraws."""
+    """`DashboardApp`'s drain of the event stream; when to redraw is its `pacer`'s decision."""
+
+    def _relaxed(self) -> bool:
+        """Nothing to give way to: paused, ended, or the run trains in another process."""
+        st = self.state
+        return bool(self.watching or st.ended or st.paused)
 
     def drain(self) -> None:
         """Fold what the bridge holds into the state and refresh the panels that changed."""
         if not self.is_running:  # shutting down: a timer still due finds the panels gone
             return
-        every = self.drain_interval
         st = self.state
-        if not (self.watching or self.worker_done or st.ended or st.paused):
-            every = max(every, BUSY_DRAIN_INTERVAL)
+        every = self.pacer.drain_every(self.drain_interval, self._relaxed() or self.worker_done)
         if every != self._drain_every and self._drain_timer is not None:
             self._drain_timer.stop()
             self._drain_every = every
@@ -66,15 +126,13 @@ class PacingMixin:
         if not dirty:
             return
         now = self.pace_clock()
-        self._pace(now)
+        pacer = self.pacer
+        pacer.observe(now, self.cpu_clock(), self._relaxed())
         keep: set[str] = set()  # what waits for its turn
         if "progress" in dirty:
             # a change of state (paused, stopping, checkpointing, ended) shows at once; counters wait
             status = (st.activity, st.paused, st.stopping, st.checkpointing, st.final, st.epoch)
-            if (now - self._last_progress >= PROGRESS_INTERVAL * self.slow or status != self._status_shown
-                    or st.ended):
-                self._status_shown = status
-                self._last_progress = now
+            if pacer.progress_due(now, status, st.ended):
                 self._refresh_progress()
             else:
                 keep.add("progress")
@@ -89,8 +147,7 @@ class PacingMixin:
             if log.count and not log.has_class("-has-lines"):
                 log.add_class("-has-lines")  # the panel takes rows from its first line on
         if "plot" in dirty:
-            if now - self._last_plot >= self._plot_wait() or st.ended:
-                self._last_plot = now
+            if pacer.plot_due(now, self.query_one(ChartGrid).build_cost(), self._relaxed(), st.ended):
                 self._replot()
             else:
                 keep.add("plot")
@@ -100,31 +157,6 @@ class PacingMixin:
                 return
             self._show_result()
         self._dirty = keep
-
-    def _plot_wait(self) -> float:
-        """Seconds between plot refreshes: the interval, spread out by `slow`, and while training runs
-        in this process at least the last figure's build cost over PLOT_SHARE."""
-        wait = self.plot_interval * self.slow
-        st = self.state
-        if not (st.ended or st.paused or self.watching):
-            wait = max(wait, self.query_one(ChartGrid).build_cost() / PLOT_SHARE)
-        return wait
-
-    def _pace(self, now: float) -> None:
-        """Every PACE_WINDOW seconds: the screen's share of a core sets `slow` (see UI_SHARE)."""
-        elapsed = now - self._pace_at
-        if elapsed < PACE_WINDOW:
-            return
-        cpu = self.cpu_clock()
-        share = (cpu - self._pace_cpu) / elapsed
-        self._pace_at, self._pace_cpu = now, cpu
-        if not self._paced:  # the first window holds the screen's start-up (compose, first frames)
-            self._paced = True
-            return
-        if self.state.ended or self.state.paused or self.watching:
-            self.slow = 1.0  # nothing to give way to: no training, or it runs in another process
-        else:  # converges where the screen takes its share; at most doubles per window
-            self.slow = min(MAX_SLOW, max(1.0, self.slow * min(2.0, share / self.ui_share)))
 
     def _refresh_progress(self) -> None:
         st = self.state
