@@ -7,7 +7,10 @@ the same scalars when tensorboard is installed.
 The runs are written once into a temp dir (events.jsonl as JsonlWriter writes it: 4 train metrics a
 step, valid metrics and EpochCompleted every 10,000 steps, a device sample every 1,000 steps, one
 loss spike). Every measurement runs in a fresh process, in rounds, the variants interleaved:
-- `model`: FileSource -> DashboardState, no screen (the reading and folding alone);
+- `model`: FileSource -> DashboardState, no screen (the reading and folding alone), reading the
+  numbers from events.columns (the side file JsonlWriter writes);
+- `model json`: the same without the side file (`FileSource(columns=False)`: a run written before it,
+  or by another writer): MetricsBlocks decoded from the JSON;
 - `app`: the real DashboardApp under `run_test` at 120x40, until the run's last step is folded,
   the bridge is empty and the loss chart has drawn its points;
 - `events`: the model fed one event per line (`FileSource(blocks=False)`: the general path, what
@@ -35,20 +38,29 @@ PER_EPOCH = 10_000
 METRICS = ("loss", "accuracy", "lr", "grad_norm")
 
 
-def write_run(run_dir: Path, steps: int, spike_at: int | None = None, devices_every: int = 1000) -> Path:
-    """A finished run of `steps` logged training steps, written with the event classes' own JSON."""
+def write_run(run_dir: Path, steps: int, spike_at: int | None = None, devices_every: int = 1000,
+              batch: int = 250) -> Path:
+    """A finished run of `steps` logged training steps, written by the run's JsonlWriter (events.jsonl
+    and events.columns), in batches of `batch` events as an EventBus hands them over."""
     from tuitrain.core.events import (
         DevicesSampled, EpochCompleted, EpochStarted, MetricsLogged, PhaseStarted, RunFinished, RunStarted,
     )
+    from tuitrain.sinks.jsonl import JsonlWriter
 
     run_dir.mkdir(parents=True, exist_ok=True)
     rnd = random.Random(0)
     t0 = t = 1_700_000_000.0
     epochs = -(-steps // PER_EPOCH)
     spike_at = spike_at or steps // 3
-    with open(run_dir / "events.jsonl", "w", encoding="utf-8") as f:
+    writer = JsonlWriter(run_dir, flush_interval=1e9, background=False)
+    count = 0
+    try:
         def w(e):
-            f.write(e.to_json() + "\n")
+            nonlocal count
+            writer(e)
+            count += 1
+            if count % batch == 0:
+                writer.end_batch()
         w(RunStarted(run_dir=str(run_dir), experiment="bench", epochs=epochs, max_steps=0, steps_per_epoch=PER_EPOCH,
                      batch_size=64, config={"checkpoint": {"monitor": "valid/loss", "mode": "min"}}, time=t))
         step = 0
@@ -74,6 +86,8 @@ def write_run(run_dir: Path, steps: int, spike_at: int | None = None, devices_ev
                              metrics={"train/loss": loss, "valid/loss": vloss}))
         w(RunFinished(status="completed", exit_code=0, epoch=epochs, step=step, reason="epochs", duration=t - t0,
                       summary={}, best={}, time=t))
+    finally:
+        writer.close()
     return run_dir
 
 
@@ -87,7 +101,7 @@ def _usage() -> dict:
     return {"cpu": r.ru_utime + r.ru_stime, "rss_mb": r.ru_maxrss / 1024}
 
 
-def child_model(run_dir: str, blocks: bool) -> dict:
+def child_model(run_dir: str, how: str) -> dict:
     import threading
 
     from tuitrain.dashboard.model import DashboardState
@@ -95,7 +109,7 @@ def child_model(run_dir: str, blocks: bool) -> dict:
 
     before = _usage()
     t0 = time.perf_counter()
-    state, src, pending = DashboardState(), FileSource(Path(run_dir), blocks=blocks), []
+    state, src, pending = DashboardState(), FileSource(Path(run_dir), blocks=how != "events", columns=how == "blocks"), []
     lock = threading.Lock()
 
     def emit(e, s=None):
@@ -251,7 +265,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--steps", default="100000,1000000")
-    p.add_argument("--skip", default="", help="comma-separated: app, events, live, tb")
+    p.add_argument("--skip", default="", help="comma-separated: app, json, events, live, tb")
     p.add_argument("--dir", default="", help="where to write the runs (default: a temp dir)")
     p.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
@@ -260,7 +274,7 @@ def main(argv=None) -> int:
         if kind == "writer":
             child_writer(rest[0], rest[1], float(rest[2]), float(rest[3]))
             return 0
-        result = {"model": lambda: child_model(rest[0], rest[1] == "blocks"), "app": lambda: child_app(rest[0]),
+        result = {"model": lambda: child_model(rest[0], rest[1]), "app": lambda: child_app(rest[0]),
                   "live": lambda: child_live(rest[0], rest[1], float(rest[2]), float(rest[3])),
                   "tb": lambda: child_tensorboard(rest[0])}[kind]()
         print(json.dumps(result))
@@ -290,7 +304,9 @@ def main(argv=None) -> int:
     results: dict[tuple, list[dict]] = {}
     for r in range(a.rounds):
         for n, run in runs.items():
-            plan = [("model", str(run), "blocks")]
+            plan = [("model", str(run), "blocks"), ("model", str(run), "json")]
+            if "json" in skip:
+                plan.pop()
             if "app" not in skip:
                 plan.append(("app", str(run)))
             if "events" not in skip and n <= 100_000:

@@ -100,3 +100,113 @@ def test_a_20k_step_run_read_in_blocks_folds_as_its_events_one_by_one(tmp_path):
     for axis in ("time", "epoch", "samples"):
         assert blocks.axes[axis].steps[-1] == slow.axes[axis].steps[-1]
         assert blocks.axes[axis].values[-1] == slow.axes[axis].values[-1]
+
+
+# --- events.columns: the numbers beside events.jsonl -------------------------------------------------
+
+
+def write_with_columns(run_dir, events, batch: int = 50):
+    """The run as the run's JsonlWriter writes it (events.jsonl and events.columns), `batch` events a flush."""
+    from tuitrain.sinks.jsonl import JsonlWriter
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    w = JsonlWriter(run_dir, flush_interval=1e9, background=False)
+    for i, e in enumerate(events):
+        w(e)
+        if i % batch == batch - 1:
+            w.end_batch()
+    w.close()
+
+
+def assert_same(a: DashboardState, b: DashboardState) -> None:
+    assert (a.step, a.epoch, a.final, a.batch, a.batches) == (b.step, b.epoch, b.final, b.batch, b.batches)
+    assert a.metric_names == b.metric_names and a.latest == b.latest and a.rates() == b.rates()
+    assert a.series.keys() == b.series.keys()
+    for key, s in a.series.items():
+        t = b.series[key]
+        assert (s.last, s.min, s.max, s.count, s.skipped) == (t.last, t.min, t.max, t.count, t.skipped), key
+        assert s.points() == t.points() and s.points(50) == t.points(50), key
+    for axis in ("time", "epoch", "samples"):
+        assert (a.axes[axis].steps[-1], a.axes[axis].values[-1]) == (b.axes[axis].steps[-1], b.axes[axis].values[-1])
+
+
+def from_columns(got) -> int:
+    return sum(1 for e in got if isinstance(e, MetricsBlock) and e._raw is not None)
+
+
+def test_a_run_read_from_its_side_file_folds_as_its_json(tmp_path):
+    events = [e for e in recorded_run(epochs=10, steps_per_epoch=2_000, end="completed", spike_at=7_777)
+              if e.persistent]
+    write_with_columns(tmp_path, events)
+    fast, src, got = read_back(tmp_path, blocks=True)
+    assert from_columns(got) > 0
+    json_only = FileSource(tmp_path, columns=False)
+    slow, slow_src, slow_got = read_back(tmp_path, blocks=False)
+    assert not from_columns(slow_got) and json_only.use_columns is False
+    read = [e for item in got for e in (item.events() if isinstance(item, MetricsBlock) else [item])]
+    assert [e.to_json() for e in read] == [e.to_json() for e in events]
+    assert src.lines_read == slow_src.lines_read == len(events) and src.bad_lines == 0
+    assert_same(fast, slow)
+    assert max(fast.metric_series("loss", "train").points()[1]) == 50.0  # the spike
+
+
+def test_a_stale_or_damaged_side_file_is_not_believed(tmp_path):
+    events = [e for e in recorded_run(epochs=4, steps_per_epoch=500, end="completed") if e.persistent]
+    write_with_columns(tmp_path, events)
+    jsonl, side = tmp_path / "events.jsonl", tmp_path / "events.columns"
+    good_side = side.read_bytes()
+    expected, _, _ = read_back(tmp_path, blocks=False)
+
+    # events.jsonl changed under the side file: a logged value rewritten in place, same length
+    text = jsonl.read_bytes()
+    at = text.index(b'"step":777,')
+    line_end = text.index(b"\n", at)
+    line = text[text.rindex(b"\n", 0, at) + 1:line_end]
+    value = line[line.index(b'"loss":') + 7:].split(b",")[0]
+    changed = text[:line_end - len(line)] + line.replace(value, b"9" * len(value), 1) + text[line_end:]
+    jsonl.write_bytes(changed)
+    edited, _, got = read_back(tmp_path, blocks=True)
+    assert from_columns(got) > 0  # the other records are still used
+    assert float(b"9" * len(value)) in edited.metric_series("loss", "train").points()[1]
+    jsonl.write_bytes(text)
+
+    # a damaged payload, a damaged head, a torn last record, another run's side file: the JSON's values
+    damaged = bytearray(good_side)
+    damaged[len(good_side) // 2] ^= 0x55
+    other = tmp_path / "other"
+    write_with_columns(other, [e for e in recorded_run(epochs=4, steps_per_epoch=500, spike_at=3) if e.persistent])
+    for bad in (bytes(damaged), good_side[:40] + b"\0" * 8 + good_side[48:], good_side[:-100],
+                (other / "events.columns").read_bytes(), b"not a side file"):
+        side.write_bytes(bad)
+        state, src, _ = read_back(tmp_path, blocks=True)
+        assert_same(state, expected)
+        assert src.bad_lines == 0
+
+
+def test_a_live_run_with_its_side_file_is_followed_to_the_last_step(tmp_path):
+    from tuitrain.sinks.jsonl import JsonlWriter
+
+    events = [e for e in recorded_run(epochs=6, steps_per_epoch=1_000, end="completed") if e.persistent]
+    expected_dir = tmp_path / "expected"
+    write_with_columns(expected_dir, events)
+    expected, _, _ = read_back(expected_dir, blocks=False)
+    run = tmp_path / "live"
+    run.mkdir()
+    w = JsonlWriter(run, flush_interval=1e9, background=False)
+    state, src, got = DashboardState(), FileSource(run, poll=0.01, chunk=1 << 12), []
+    src.open(lambda e, s: got.append(e))
+    worker = threading.Thread(target=src.work, daemon=True)
+    worker.start()
+    try:
+        for i, e in enumerate(events):
+            w(e)
+            if i % 300 == 299:  # records bigger than the reader's chunk: it reads on to their ends
+                w.end_batch()
+        w.close()
+        wait_for(lambda: src.lines_read == len(events), timeout=60, what="the reader to reach the last line")
+    finally:
+        src.close()
+        worker.join(5)
+    state.apply(got)
+    assert from_columns(got) > 0
+    assert_same(state, expected)

@@ -91,6 +91,7 @@ class DashboardState:
         self._ticks: deque[tuple[float, int, int, int]] = deque(maxlen=RATE_WINDOW + 1)
         self._stretch = 0
         self._train_steps_seen = 0
+        self._waiting_ticks: list[tuple[np.ndarray, np.ndarray, int]] = []  # blocks' (steps, times, stretch), not yet ticks
         self._last_rates: tuple[float | None, float | None] = (None, None)
         self._step_events = False  # live runs send StepCompleted; files only MetricsLogged
         self._valid_durations: list[float] = []
@@ -138,6 +139,7 @@ class DashboardState:
 
         Right after a phase starts (too few steps to measure) the previous phase's rate stands.
         """
+        self._fold_ticks()
         if self._train_steps_seen < WARMUP_STEPS or len(self._ticks) < 3:
             return self._last_rates
         # over consecutive ticks of one stretch: short epochs add up, their gaps are left out
@@ -369,6 +371,7 @@ class DashboardState:
             self._anchor(event)
         if event.split == "train" and event.scope == "step" and not self._step_events:
             # from a file there are no step events: logged steps are the ticks
+            self._fold_ticks()
             prev = self._ticks[-1][1] if self._ticks else None
             items = (event.step - prev) * self.batch_size if prev is not None else 0
             self._tick(event.time, event.step, items, steps=event.step - prev if prev is not None else 1)
@@ -409,10 +412,21 @@ class DashboardState:
             elif self.batch_size and not self._step_events:
                 self.axes["samples"].extend(steps, steps * self.batch_size)
             if not self._step_events:
-                self._ticks_of(steps, times)
+                self._waiting_ticks.append((steps, times, self._stretch))
+                if len(self._waiting_ticks) > 64:
+                    self._fold_ticks()
         return {"plot", "progress"}
 
-    def _ticks_of(self, steps, times) -> None:
+    def _fold_ticks(self) -> None:
+        """The blocks' logged training steps as ticks, those of one stretch at once."""
+        waiting, self._waiting_ticks = self._waiting_ticks, []
+        while waiting:
+            stretch = waiting[0][2]
+            same = next((i for i, w in enumerate(waiting) if w[2] != stretch), len(waiting))
+            part, waiting = waiting[:same], waiting[same:]
+            self._ticks_of(np.concatenate([w[0] for w in part]), np.concatenate([w[1] for w in part]), stretch)
+
+    def _ticks_of(self, steps, times, stretch: int) -> None:
         """`_tick` of each logged training step of a block (only the newest RATE_WINDOW + 1 are kept)."""
         prev = self._ticks[-1][1] if self._ticks else None
         before = np.maximum.accumulate(np.concatenate(([-np.inf if prev is None else prev], steps)))[:-1]
@@ -426,7 +440,7 @@ class DashboardState:
         start = max(0, kept.size - (self._ticks.maxlen or kept.size))
         for i in range(start, kept.size):
             items = first_items if i == 0 and first_items is not None else int(gaps[i]) * self.batch_size
-            self._ticks.append((float(at[i]), int(kept[i]), items, self._stretch))
+            self._ticks.append((float(at[i]), int(kept[i]), items, stretch))
 
     def _device_history(self, event: DevicesSampled) -> set[str]:
         """A device sample as points at the newest training step: machine CPU and memory (%), the run's
@@ -462,6 +476,7 @@ class DashboardState:
             self.axes["samples"].add(event.step, event.step * self.batch_size)
 
     def _tick(self, t: float, step: int, items: int, steps: int = 1) -> None:
+        self._fold_ticks()
         if self._ticks and step <= self._ticks[-1][1]:
             return  # a repeated step (validation reports the current step)
         if self._step_events:

@@ -5,7 +5,9 @@ gathered into buckets of `stride` points that keep their minimum and maximum (an
 and when `capacity` buckets are full, neighbours merge pairwise and the stride doubles, so a spike
 stays visible after a million steps. The last `recent` points are kept exactly for the
 recent-window view. `append` takes one point; `extend` takes many at once with numpy (a file read
-back): the same buckets, without a Python step per point. Must not import textual.
+back): the same buckets, without a Python step per point. What `extend` gets waits in arrays until
+it is read or FOLD_AT points wait (count, last, min and max are kept at once), so a file's thousand
+small blocks are bucketed as a few big ones. Must not import textual.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import numpy as np
 # a bucket's columns: x of its minimum, the minimum, x of its maximum, the maximum, points, their sum,
 # x of its newest point
 _COLUMNS = ("x_min", "y_min", "x_max", "y_max", "n", "total", "x_last")
+FOLD_AT = 1 << 18  # points `extend` may hold before bucketing them (2 x 8 bytes each)
 
 
 class Series:
@@ -36,10 +39,14 @@ class Series:
         self.last: tuple[float, float] | None = None
         self.min: float = math.inf
         self.max: float = -math.inf
+        self._waiting: list[tuple[np.ndarray, np.ndarray]] = []  # extend's finite points, not bucketed yet
+        self._waiting_n = 0
 
     # --- taking points ---------------------------------------------------------------------
 
     def append(self, x: float, y: float) -> None:
+        if self._waiting:
+            self._fold()
         try:
             y = float(y)
         except (TypeError, ValueError):
@@ -75,16 +82,32 @@ class Series:
         """Many points at once, in order: what `append` of each would keep, with numpy."""
         x = np.asarray(xs, dtype=np.float64)
         y = np.asarray(ys, dtype=np.float64)
-        finite = np.isfinite(y)
-        if not finite.all():
+        lo, hi = float(y.min(initial=math.inf)), float(y.max(initial=-math.inf))
+        if not (math.isfinite(lo) and math.isfinite(hi)):  # (NaN makes both NaN)
+            finite = np.isfinite(y)
             self.skipped += int(y.size - np.count_nonzero(finite))
             x, y = x[finite], y[finite]
+            lo, hi = float(y.min(initial=math.inf)), float(y.max(initial=-math.inf))
         if not y.size:
             return
         self.count += int(y.size)
         self.last = (float(x[-1]), float(y[-1]))
-        self.min = min(self.min, float(y.min()))
-        self.max = max(self.max, float(y.max()))
+        self.min = min(self.min, lo)
+        self.max = max(self.max, hi)
+        self._waiting.append((x, y))
+        self._waiting_n += int(y.size)
+        if self._waiting_n >= FOLD_AT:
+            self._fold()
+
+    def _fold(self) -> None:
+        """Bucket the points `extend` left waiting."""
+        waiting, self._waiting, self._waiting_n = self._waiting, [], 0
+        if not waiting:
+            return
+        if len(waiting) == 1:
+            x, y = waiting[0]
+        else:
+            x, y = np.concatenate([w[0] for w in waiting]), np.concatenate([w[1] for w in waiting])
         tail = max(self._recent.maxlen or 0, 0)
         self._recent.extend(zip(x[-tail:].tolist(), y[-tail:].tolist()) if tail else ())
         i = 0
@@ -184,6 +207,7 @@ class Series:
         return self.count
 
     def _rows(self) -> list:
+        self._fold()
         rows = list(zip(*self._cols))
         if self._open is not None:
             rows.append(tuple(self._open))
@@ -191,6 +215,7 @@ class Series:
 
     def points(self, window: int | None = None) -> tuple[list[float], list[float]]:
         """(xs, ys) in step order: the decimated full history, or the last `window` raw points."""
+        self._fold()
         if window is not None:
             tail = list(self._recent)[-window:] if window < len(self._recent) else list(self._recent)
             return [p[0] for p in tail], [p[1] for p in tail]
@@ -222,27 +247,51 @@ class Series:
     def recent_size(self) -> int:
         """Points the recent window shows: the newest quarter of the history (at least 10), at most
         what is kept exactly. A fixed count would show the whole of a short run twice."""
+        self._fold()
         return min(len(self._recent), max(10, self.count // 4))
 
     def stored(self) -> int:
         """Points held in memory (for tests of the bound)."""
+        self._fold()
         return 2 * (len(self._cols[0]) + (self._open is not None)) + len(self._recent)
 
 
 class Anchors:
     """A monotone map from global step to another x (wall time, epoch, samples seen), known at the
     steps where events said so and interpolated between them; bounded like a `Series`: past
-    `capacity` anchors every other one goes (the map stays monotone, the ends stay exact)."""
+    `capacity` anchors every other one goes (the map stays monotone, the ends stay exact). What
+    `extend` gets waits until the map is read or FOLD_AT anchors wait."""
 
     def __init__(self, capacity: int = 2048) -> None:
         self.capacity = max(8, capacity)
-        self.steps: list[float] = []
-        self.values: list[float] = []
+        self._steps: list[float] = []
+        self._values: list[float] = []
+        self._waiting: list[tuple[np.ndarray, np.ndarray]] = []
+        self._waiting_n = 0
+
+    @property
+    def steps(self) -> list[float]:
+        self._fold()
+        return self._steps
+
+    @steps.setter
+    def steps(self, steps: list[float]) -> None:
+        self._steps = steps
+
+    @property
+    def values(self) -> list[float]:
+        self._fold()
+        return self._values
+
+    @values.setter
+    def values(self, values: list[float]) -> None:
+        self._values = values
 
     def __bool__(self) -> bool:
         return bool(self.steps)
 
     def add(self, step: float, value: float) -> None:
+        self._fold()
         if not (math.isfinite(step) and math.isfinite(value)):
             return
         if self.steps and step <= self.steps[-1]:
@@ -276,6 +325,20 @@ class Anchors:
         ones a long map thins away."""
         s = np.asarray(steps, dtype=np.float64)
         v = np.asarray(values, dtype=np.float64)
+        if s.size:
+            self._waiting.append((s, v))
+            self._waiting_n += int(s.size)
+            if self._waiting_n >= FOLD_AT:
+                self._fold()
+
+    def _fold(self) -> None:
+        waiting, self._waiting, self._waiting_n = self._waiting, [], 0
+        if not waiting:
+            return
+        if len(waiting) == 1:
+            s, v = waiting[0]
+        else:
+            s, v = np.concatenate([w[0] for w in waiting]), np.concatenate([w[1] for w in waiting])
         ok = np.isfinite(s) & np.isfinite(v)
         s, v = s[ok], v[ok]
         if not s.size:
@@ -296,8 +359,9 @@ class Anchors:
         np.maximum.at(top, group[(new | same) & (group >= 0)], v[(new | same) & (group >= 0)])
         floor = self.values[-1] if self.values else -np.inf
         top = np.maximum.accumulate(np.maximum(top, floor))  # a resumed run's clock must not run backwards
-        self.steps.extend(kept.tolist())
-        self.values.extend(top.tolist())
-        while len(self.steps) > self.capacity:  # every other one goes, as in `add`; the ends stay
-            self.steps = self.steps[0:-1:2] + self.steps[-1:]
-            self.values = self.values[0:-1:2] + self.values[-1:]
+        steps = np.concatenate((np.asarray(self._steps, dtype=np.float64), kept))
+        values = np.concatenate((np.asarray(self._values, dtype=np.float64), top))
+        while steps.size > self.capacity:  # every other one goes, as in `add`; the ends stay
+            steps = np.concatenate((steps[0:-1:2], steps[-1:]))
+            values = np.concatenate((values[0:-1:2], values[-1:]))
+        self._steps, self._values = steps.tolist(), values.tolist()

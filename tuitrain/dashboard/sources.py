@@ -7,7 +7,9 @@ in a thread worker; its return value is the exit code, or None) and `close()` (a
 
 `FileSource` hands consecutive MetricsLogged lines over as one `MetricsBlock` (columns, decoded with
 msgspec when it is installed), not one event each: a run of a million logged steps is read in
-seconds, and the model folds a block with numpy. Must not import textual.
+seconds, and the model folds a block with numpy. Where the run directory's `events.columns` holds
+those lines' numbers and events.jsonl still has the very bytes they came from (its CRC-32), the
+block is read from there without parsing the JSON. Must not import textual.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import itertools
 import operator
 import os
 import threading
+import zlib
+from collections import deque
 from pathlib import Path
 import time
 from typing import Annotated, Any, Callable, Iterable, Literal, Protocol
@@ -23,6 +27,7 @@ from typing import Annotated, Any, Callable, Iterable, Literal, Protocol
 import numpy as np
 
 from tuitrain.core.events import MAX_LINE, Event, MetricsLogged, parse_line
+from tuitrain.sinks.columns import ColumnsReader, Record
 
 try:  # a typed JSON decoder: MetricsLogged lines at about 1 µs each (the json module and events: ~25 µs)
     import msgspec
@@ -112,11 +117,11 @@ class MetricsBlock:
     came; `latest`: {"split/name": the newest value}; `train_steps`: the columns of the rows logged
     at a training step (step, time, epoch, batch, batches), for the x axes and the rates."""
 
-    __slots__ = ("lines", "series", "latest", "epoch", "max_step", "progress", "train_steps", "time")
+    __slots__ = ("_lines", "_raw", "_n", "series", "latest", "epoch", "max_step", "progress", "train_steps", "time")
     persistent = True
 
     def __init__(self, lines: list[bytes], rows: list) -> None:
-        self.lines = lines
+        self._lines, self._raw, self._n = lines, None, len(lines)
         last = rows[-1]
         self.epoch, self.time = last.epoch, last.time
         self.series: dict[tuple[str, str, str], tuple[np.ndarray, np.ndarray]] = {}
@@ -155,8 +160,35 @@ class MetricsBlock:
                 itertools.chain.from_iterable(r.metrics for r in rows)))}
             self.series = dict(sorted(self.series.items(), key=lambda kv: order[kv[0][2]]))
 
+    @classmethod
+    def of_columns(cls, raw: bytes, record: Record, ints: np.ndarray, floats: np.ndarray) -> "MetricsBlock":
+        """The block of one events.columns record (its lines `raw`): what `__init__` makes of them."""
+        self = cls.__new__(cls)
+        self._lines, self._raw, self._n = None, raw, record.rows
+        split, scope = record.split, record.scope
+        steps = ints[0].astype(np.float64)
+        self.epoch, self.time = int(ints[1, -1]), float(floats[0, -1])
+        self.max_step = int(ints[0].max()) if scope == "step" or split == "train" else None
+        self.train_steps = None
+        if split == "train" and scope == "step":
+            self.train_steps = (steps, floats[0], ints[1].astype(np.float64), ints[2].astype(np.float64),
+                                ints[3].astype(np.float64))
+        self.progress = {}
+        known = np.flatnonzero(ints[3])
+        if known.size:
+            self.progress[split] = (int(ints[2, known[-1]]), int(ints[3, known[-1]]))
+        self.series = {(split, scope, name): (steps, floats[1 + j]) for j, name in enumerate(record.names)}
+        self.latest = {f"{split}/{name}": float(floats[1 + j, -1]) for j, name in enumerate(record.names)}
+        return self
+
+    @property
+    def lines(self) -> list[bytes]:
+        if self._lines is None:
+            self._lines = bytes(self._raw).split(b"\n")[:-1]
+        return self._lines
+
     def __len__(self) -> int:
-        return len(self.lines)
+        return self._n
 
     def events(self) -> list[Event]:
         return [e for e in map(parse_line, self.lines) if e is not None]
@@ -226,7 +258,7 @@ class FileSource:
     """Follows RUN_DIR/events.jsonl from its start, like `tail -f`, until closed."""
 
     def __init__(self, run_dir: Path, live: bool = False, poll: float = 0.2, chunk: int = 1 << 21,
-                 blocks: bool = True) -> None:
+                 blocks: bool = True, columns: bool = True) -> None:
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / "events.jsonl"
         self.live = live
@@ -240,7 +272,11 @@ class FileSource:
         # events read but not yet shown; the reader waits while there are many (set by the app)
         self.backlog: Callable[[], int] = lambda: 0
         self.blocks = blocks  # MetricsLogged lines in a row as one MetricsBlock (False: one event each)
+        self.use_columns = columns and blocks  # blocks from events.columns where it matches (False: the JSON only)
         self._per_item = 1.0  # lines per item handed on, in the last chunk: how much a backlog item weighs
+        self._columns: ColumnsReader | None = None  # events.columns, when blocks are on
+        self._records: deque[Record] = deque()  # its records not yet reached, in file order
+        self._awaiting: int | None = None  # the end of a record whose lines are not all read yet
 
     def open(self, emit: Emit) -> None:
         self._emit = emit
@@ -249,8 +285,10 @@ class FileSource:
         assert self._emit is not None, "open() first"
         emit = self._emit
         partial = b""
+        pos = 0  # where `partial` begins in the file
         skipping = False  # inside a line past MAX_LINE
         handle = None
+        want = self.chunk
         try:
             while not self._stop.is_set():
                 if handle is None:
@@ -259,44 +297,121 @@ class FileSource:
                     except FileNotFoundError:
                         self._stop.wait(self.poll)  # the run may not have written it yet
                         continue
-                data = handle.read(self.chunk)
-                if not data:
+                    self._open_columns()
+                data = handle.read(want)
+                if not data and self._awaiting is None:
                     if self._truncated(handle):
                         handle.close()
-                        handle, partial, skipping = None, b"", False
+                        handle, partial, pos, skipping = None, b"", 0, False
                         continue
                     self.caught_up = True
                     self._stop.wait(self.poll)
                     continue
+                if not data:  # a record's lines never came whole (the file was cut): they go as JSON
+                    self._records.popleft()
                 data = partial + data
-                lines = data.split(b"\n")
-                partial = lines.pop()  # a line still being written has no newline yet
-                if skipping and lines:  # the rest of a line too long to keep
-                    lines.pop(0)
-                    skipping = False
-                self._lines(lines, emit)
-                if len(partial) > MAX_LINE:  # no line is this long: count it once, drop it to its end
+                if skipping:  # the rest of a line too long to keep
+                    nl = data.find(b"\n")
+                    if nl >= 0:
+                        data, pos, skipping = data[nl + 1:], pos + nl + 1, False
+                cut = data.rfind(b"\n") + 1  # a line still being written has no newline yet
+                done = self._chunk(data, cut, pos, handle, emit) if cut else 0
+                partial, pos = data[done:], pos + done
+                want = self.chunk
+                if self._awaiting is not None:  # read on to a record's end
+                    want = max(self.chunk, self._awaiting - pos - len(partial))
+                elif len(partial) > MAX_LINE:  # no line is this long: count it once, drop it to its end
                     if not skipping:
                         self.lines_read += 1
                         self.bad_lines += 1
-                    partial, skipping = b"", True
+                    partial, pos, skipping = b"", pos + len(partial), True
                 while self._behind() and not self._stop.is_set():
                     self._stop.wait(0.05)  # let the screen catch up: keys stay responsive, memory bounded
         finally:
             if handle is not None:
                 handle.close()
+            if self._columns is not None:
+                self._columns.close()
         return None
+
+    def _open_columns(self) -> None:
+        if self._columns is not None:
+            self._columns.close()
+        self._columns = ColumnsReader(self.run_dir) if self.use_columns else None
+        self._records = deque()
+        self._awaiting = None
+
+    def _chunk(self, data: bytes, cut: int, pos: int, handle: Any, emit: Emit) -> int:
+        """The whole lines data[:cut] (at byte `pos` of the file): records of events.columns that match
+        them as blocks (records in a row of one kind as one block), the other lines as JSON. Returns
+        the bytes handled: less than `cut` when a record's lines go on past it (`_awaiting` is then
+        where they end)."""
+        self._awaiting = None
+        records, at, items, lines = self._records, 0, 0, 0
+        group: list[tuple[Record, tuple]] = []  # matching records in a row, of one kind: one block
+        if self._columns is not None and (not records or records[-1].end < pos + cut):
+            size = os.fstat(handle.fileno()).st_size
+            records.extend(r for r in self._columns.refresh() if pos <= r.start and r.end <= size)
+        while records and records[0].start < pos + cut:
+            record = records[0]
+            s, e = record.start - pos, record.end - pos
+            if s < at or (s and data[s - 1] != 10):  # lines already read, or not where a line begins
+                records.popleft()
+                continue
+            if e > cut:
+                self._awaiting = record.end
+                break
+            records.popleft()
+            cols = self._matching(data, s, e, record)
+            if cols is None:  # stale or damaged: those lines go as JSON
+                continue
+            if group and (s > at or group[0][0][4:7] != record[4:7]):
+                lines += self._emit_group(group, data, pos, emit)
+                items, group = items + 1, []
+            if s > at:
+                part = data[at:s].split(b"\n")[:-1]
+                items, lines = items + self._lines(part, emit), lines + len(part)
+            group.append((record, cols))
+            at = e
+        if group:
+            lines += self._emit_group(group, data, pos, emit)
+            items += 1
+        end = cut if self._awaiting is None else records[0].start - pos
+        part = data[at:end].split(b"\n")[:-1]
+        items, lines = items + self._lines(part, emit), lines + len(part)
+        self._per_item = max(1.0, lines / max(items, 1))
+        return end
+
+    def _matching(self, data: bytes, s: int, e: int, record: Record) -> tuple | None:
+        """A record's columns, if data[s:e] are the very bytes it was written from."""
+        if data[e - 1] != 10 or zlib.crc32(memoryview(data)[s:e]) != record.crc:
+            return None
+        return self._columns.columns(record)
+
+    def _emit_group(self, group: list, data: bytes, pos: int, emit: Emit) -> int:
+        first, last = group[0][0], group[-1][0]
+        record = first._replace(end=last.end, rows=sum(r.rows for r, _ in group))
+        if len(group) == 1:
+            ints, floats = group[0][1]
+        else:
+            ints = np.concatenate([c[0] for _, c in group], axis=1)
+            floats = np.concatenate([c[1] for _, c in group], axis=1)
+        block = MetricsBlock.of_columns(memoryview(data)[first.start - pos:last.end - pos], record, ints, floats)
+        self.lines_read += len(block)
+        emit(block, None)
+        return len(block)
 
     def _behind(self) -> bool:
         """The screen has more waiting than the reader may run ahead (an item weighs its lines)."""
         waiting = self.backlog()
         return waiting > MAX_BACKLOG or waiting * self._per_item > MAX_BACKLOG_LINES
 
-    def _lines(self, lines: list[bytes], emit: Emit) -> None:
+    def _lines(self, lines: list[bytes], emit: Emit) -> int:
+        """Whole lines as JSON; returns the items handed on."""
         if not self.blocks or msgspec is None:
             for raw in lines:
                 self._line(raw, emit)
-            return
+            return len(lines)
         items, at = 0, 0
         # the lines that are not MetricsLogged, found without a Python step per line
         others = np.flatnonzero(~np.fromiter(map(_IS_METRICS, lines), bool, len(lines))).tolist()
@@ -307,7 +422,7 @@ class FileSource:
                 self._line(lines[i], emit)
                 items += 1
             at = i + 1
-        self._per_item = max(1.0, len(lines) / max(items, 1))
+        return items
 
     def _metrics(self, run: list[bytes], emit: Emit) -> int:
         """MetricsLogged lines in a row: as blocks, each line the fast path cannot take on its own way."""
