@@ -21,7 +21,7 @@ import numpy as np
 # a bucket's columns: x of its minimum, the minimum, x of its maximum, the maximum, points, their sum,
 # x of its newest point
 _COLUMNS = ("x_min", "y_min", "x_max", "y_max", "n", "total", "x_last")
-FOLD_AT = 1 << 18  # points `extend` may hold before bucketing them (2 x 8 bytes each)
+FOLD_AT = 1 << 16  # points `extend` may hold before bucketing them (2 x 8 bytes each)
 
 
 class Series:
