@@ -419,6 +419,8 @@ class DashboardState:
 
     def _fold_ticks(self) -> None:
         """The blocks' logged training steps as ticks, those of one stretch at once."""
+        if not self._waiting_ticks:
+            return
         waiting, self._waiting_ticks = self._waiting_ticks, []
         while waiting:
             stretch = waiting[0][2]
@@ -476,7 +478,8 @@ class DashboardState:
             self.axes["samples"].add(event.step, event.step * self.batch_size)
 
     def _tick(self, t: float, step: int, items: int, steps: int = 1) -> None:
-        self._fold_ticks()
+        if self._waiting_ticks:
+            self._fold_ticks()
         if self._ticks and step <= self._ticks[-1][1]:
             return  # a repeated step (validation reports the current step)
         if self._step_events:

@@ -291,25 +291,29 @@ class Anchors:
         return bool(self.steps)
 
     def add(self, step: float, value: float) -> None:
-        self._fold()
+        if self._waiting:
+            self._fold()
         if not (math.isfinite(step) and math.isfinite(value)):
             return
-        if self.steps and step <= self.steps[-1]:
-            if step == self.steps[-1]:
-                self.values[-1] = max(self.values[-1], value)
+        steps, values = self._steps, self._values
+        if steps and step <= steps[-1]:
+            if step == steps[-1]:
+                values[-1] = max(values[-1], value)
             return  # a repeated or older step (validation reports the current one)
-        if self.values and value < self.values[-1]:
-            value = self.values[-1]  # a resumed run's clock must not run backwards
-        self.steps.append(step)
-        self.values.append(value)
-        if len(self.steps) > self.capacity:
-            keep = list(range(0, len(self.steps) - 1, 2)) + [len(self.steps) - 1]
-            self.steps = [self.steps[i] for i in keep]
-            self.values = [self.values[i] for i in keep]
+        if values and value < values[-1]:
+            value = values[-1]  # a resumed run's clock must not run backwards
+        steps.append(step)
+        values.append(value)
+        if len(steps) > self.capacity:
+            keep = list(range(0, len(steps) - 1, 2)) + [len(steps) - 1]
+            self._steps = [steps[i] for i in keep]
+            self._values = [values[i] for i in keep]
 
     def __call__(self, step: float) -> float:
         """The x of a step: interpolated inside, the nearest slope carried on outside."""
-        s, v = self.steps, self.values
+        if self._waiting:
+            self._fold()
+        s, v = self._steps, self._values
         if len(s) == 1:
             return v[0]
         i = bisect.bisect_left(s, step)
