@@ -31,28 +31,31 @@ FILENAME = "events.columns"
 MAGIC = b"TTC1"
 _HEAD = struct.Struct("<4sIIqqII")  # magic, kind bytes, rows, start, end, CRC-32 of the lines, of the payload
 _CHECK = struct.Struct("<I")  # CRC-32 of the head and the kind
-_INTS = ("step", "epoch", "batch", "batches")
+_INTS_ONLY, _NUMBERS, _STRS = frozenset({int}), frozenset({int, float}), frozenset({str})
 _INT64 = (-(1 << 63) + 1, (1 << 63) - 1)  # the ints events.jsonl's fast reader takes
 MAX_HEADER = 1 << 20
 
 
 def _row(event: Any) -> tuple | None:
-    """(key, numbers) of a MetricsLogged the columns can hold exactly, else None."""
-    if type(event) is not MetricsLogged or type(event.split) is not str or type(event.scope) is not str:
+    """(key, numbers) of a MetricsLogged the columns can hold exactly, else None (bools, NaN, strings,
+    huge ints: the JSON's way)."""
+    if type(event) is not MetricsLogged:
+        return None
+    metrics, t = event.metrics, event.time
+    if type(metrics) is not dict or not metrics or type(event.split) is not str or type(event.scope) is not str:
         return None
     ints = (event.step, event.epoch, event.batch, event.batches)
-    if any(type(v) is not int or not _INT64[0] <= v <= _INT64[1] for v in ints):
-        return None
-    metrics = event.metrics
-    if type(metrics) is not dict or not metrics or type(event.time) not in (float, int):
+    if not _INTS_ONLY.issuperset(map(type, ints)) or min(ints) < _INT64[0] or max(ints) > _INT64[1]:
         return None
     values = tuple(metrics.values())
-    for v in values + (event.time,):
-        if type(v) not in (float, int) or not math.isfinite(v):  # bools, NaN, strings: the JSON's way
-            return None
-    if any(type(k) is not str for k in metrics):
+    if not _NUMBERS.issuperset(map(type, values)) or type(t) not in _NUMBERS or not _STRS.issuperset(map(type, metrics)):
         return None
-    return (event.split, event.scope, tuple(metrics)), ints + (float(event.time),) + values
+    try:
+        if not math.isfinite(sum(values, t)):  # NaN or infinity somewhere (or a sum too big: the JSON then)
+            return None
+    except OverflowError:
+        return None
+    return (event.split, event.scope, tuple(metrics)), ints + (float(t),) + values
 
 
 def encode_record(start: int, chunk: bytes, key: tuple, rows: list[tuple]) -> bytes:
