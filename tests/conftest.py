@@ -283,6 +283,8 @@ def end_pty(pid: int, fd: int) -> None:
 # The default run (the README's test command, CI) leaves these out to stay under 10 minutes on 2
 # cores; each repeats, with more processes or a longer run, what a faster test beside it checks.
 SLOW = {
+    "tests/distributed/test_ddp.py::test_stop_and_checkpoint_commands_then_resume_latest_is_exact",
+    "tests/distributed/test_ddp.py::test_two_ranks_match_one_process_with_the_same_global_batch[2-True]",
     "tests/health/test_health.py::test_under_ddp_a_rank_stuck_in_a_step_aborts_the_run_within_the_stall_time",
     "tests/cluster/test_cluster.py::test_torchrun_restart_after_a_rank_is_killed_ends_equal_to_an_uninterrupted_run",
     "tests/cluster/test_cluster.py::test_two_nodes_share_one_run_dir_and_either_one_stops_both",

@@ -194,21 +194,21 @@ def check_chart(xs, ys, width, height, log=False, kind="step"):
         assert row in rows, f"the line at {label} is not drawn on its row {row} (drawn on {sorted(rows)})"
 
 
-@settings(derandomize=True, max_examples=150, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(derandomize=True, max_examples=40, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data(), SIZES)
 def test_linear_axes_put_each_label_on_its_value(points, size):
     xs, ys = points
     check_chart(xs, ys, *size)
 
 
-@settings(derandomize=True, max_examples=100, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(derandomize=True, max_examples=40, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data(log=True), SIZES)
 def test_log_axes_label_decades_on_their_rows(points, size):
     xs, ys = points
     check_chart(xs, ys, *size, log=True)
 
 
-@settings(derandomize=True, max_examples=60, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(derandomize=True, max_examples=30, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data(), SIZES, st.sampled_from(["epoch", "time", "samples"]), st.floats(0.01, 1000))
 def test_other_x_axes_label_their_columns(points, size, kind, scale):
     xs, ys = points

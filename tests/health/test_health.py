@@ -227,7 +227,7 @@ def test_rollback_recovers_to_within_a_quarter_of_the_clean_run(project):
     final = of(events, "EpochCompleted")[-1]["metrics"]["train/loss"]
     clean_final = of(clean, "EpochCompleted")[-1]["metrics"]["train/loss"]
     assert final <= 1.25 * clean_final, (final, clean_final)
-    # without the rule the same data ruins the run
+    # without the rule the same data ruins the run (the control)
     code, _, ruined = train(project, "train.epochs=2", f"data.scale_batch={SPIKE_BATCH}", "watch.loss_spike=alert")
     assert code == 1 and "nan" in of(ruined, "RunFailed")[0]["error"]
 
