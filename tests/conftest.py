@@ -283,6 +283,11 @@ def end_pty(pid: int, fd: int) -> None:
 # The default run (the README's test command, CI) leaves these out to stay under 10 minutes on 2
 # cores; each repeats, with more processes or a longer run, what a faster test beside it checks.
 SLOW = {
+    "tests/integrations/test_transformers.py::test_torchrun_two_ranks_obey_checkpoint_and_stop_at_the_same_step",
+    "tests/integrations/test_transformers.py::test_the_dashboard_shows_the_trainers_metrics_and_no_tqdm_bar",
+    "tests/integrations/test_monitor_ranks.py::test_the_dashboard_of_a_torchrun_script_shows_rank_0_and_q_y_stops_both",
+    "tests/distributed/test_ddp.py::test_ddp_run_completes_with_a_full_run_dir",
+    "tests/distributed/test_fsdp.py::test_another_world_size_resumes_from_a_checkpoint_directory",
     "tests/distributed/test_ddp.py::test_stop_and_checkpoint_commands_then_resume_latest_is_exact",
     "tests/distributed/test_ddp.py::test_two_ranks_match_one_process_with_the_same_global_batch[2-True]",
     "tests/health/test_health.py::test_under_ddp_a_rank_stuck_in_a_step_aborts_the_run_within_the_stall_time",
