@@ -283,6 +283,11 @@ def end_pty(pid: int, fd: int) -> None:
 # The default run (the README's test command, CI) leaves these out to stay under 10 minutes on 2
 # cores; each repeats, with more processes or a longer run, what a faster test beside it checks.
 SLOW = {
+    "tests/distributed/test_ddp.py::test_a_crashing_rank_ends_the_run_within_seconds",
+    "tests/phases/test_config_phases.py::test_gan_toml_runs_headless_and_resumes",
+    "tests/run/test_api_learner.py::test_a_script_in_a_terminal_shows_the_dashboard_and_stops_from_outside",
+    "tests/integrations/test_monitor_ranks.py::test_one_process_start_finish_is_the_with_form_and_an_uncaught_exception_fails",
+    "tests/integrations/test_monitor_ranks.py::test_sigterm_to_rank_1_alone_stops_both_ranks_at_the_same_step",
     "tests/integrations/test_transformers.py::test_torchrun_two_ranks_obey_checkpoint_and_stop_at_the_same_step",
     "tests/integrations/test_transformers.py::test_the_dashboard_shows_the_trainers_metrics_and_no_tqdm_bar",
     "tests/integrations/test_monitor_ranks.py::test_the_dashboard_of_a_torchrun_script_shows_rank_0_and_q_y_stops_both",

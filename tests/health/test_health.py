@@ -160,7 +160,8 @@ def test_the_x300_batch_raises_one_alert_at_its_step_on_the_console_in_the_event
     try:
         env = dict(os.environ, TUITRAIN_ALERTS_WEBHOOK=receiver.url)
         done = subprocess.run([sys.executable, "-m", "tuitrain", "run", str(project), "--headless",
-                               "--set", f"data.scale_batch={SPIKE_BATCH}", "--set", "watch.loss_spike=skip"],
+                               "--set", f"data.scale_batch={SPIKE_BATCH}", "--set", "watch.loss_spike=skip",
+                               "--set", "train.max_steps=110"],
                               capture_output=True, text=True, timeout=120, env=env, cwd=project.parent)
         assert done.returncode == 0, done.stderr
         alerts = [line for line in done.stderr.splitlines() if line.startswith("ALERT")]
