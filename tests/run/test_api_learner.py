@@ -168,7 +168,8 @@ def test_a_script_learner_obeys_tuitrain_checkpoint_and_stop(tmp_path):
     assert info["status"] == "interrupted"
     index = json.loads((run_dir / "checkpoint" / "index.json").read_text())
     # epochs are short here, so epoch checkpoints come and go around the one that was asked for
-    assert index[-1]["step"] == info["step"] and index[-1]["reason"] == "stop"
+    # (a stop that lands on an epoch's last step finds that state on disk already, as "epoch")
+    assert index[-1]["step"] == info["step"] and index[-1]["reason"] in ("stop", "epoch"), index[-1]
     sources = {(e["command"], e["source"]) for e in read_events(run_dir) if e["event"] == "ControlReceived"}
     assert {("checkpoint", "cli"), ("stop", "cli")} <= sources
     assert not list((run_dir / "control").glob("*.cmd"))
