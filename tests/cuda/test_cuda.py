@@ -8,8 +8,6 @@ the peak table, and no hidden host-device syncs on the steps that log nothing, e
 from __future__ import annotations
 
 import math
-import shutil
-import sys
 import warnings
 from pathlib import Path
 
@@ -17,25 +15,10 @@ import pytest
 import torch
 
 from tests.conftest import read_events
+from tests.health.test_health import project  # noqa: F401 (the fixture: healthproj in a folder of its own)
 
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
-
-HEALTH = Path(__file__).parent.parent / "health"
-
-
-@pytest.fixture
-def project(tmp_path, monkeypatch):
-    from tests.health.test_health import CONFIG
-
-    shutil.copy(HEALTH / "healthproj.py", tmp_path / "healthproj.py")
-    config = tmp_path / "health.toml"
-    config.write_text(CONFIG.format(runs=tmp_path / "runs"))
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    yield config
-    sys.modules.pop("healthproj", None)
-
 
 def train(config: Path, *sets: str):
     from tuitrain.run.runner import prepare_run

@@ -41,7 +41,7 @@ def test_a_stall_abort_under_the_dashboard_gives_the_terminal_back_and_says_why(
     import time
     from pathlib import Path
 
-    from tests.conftest import cli_env, wait_exit
+    from tests.conftest import cli_env, end_pty, wait_exit
     from tests.health.test_health import CONFIG
 
     here = Path(__file__).parent
@@ -69,9 +69,4 @@ def test_a_stall_abort_under_the_dashboard_gives_the_terminal_back_and_says_why(
         info = json.loads((tmp_path / "run" / "run.json").read_text())
         assert info["status"] == "failed" and info["reason"] == "stalled"
     finally:
-        try:
-            os.kill(pid, 9)
-            os.waitpid(pid, 0)
-        except (ProcessLookupError, ChildProcessError):
-            pass
-        os.close(fd)
+        end_pty(pid, fd)

@@ -237,48 +237,36 @@ class Health:
         self._starved = False  # data_wait above the share at the last logged step (one alert per episode)
 
     def loss(self, v: float, step: int) -> Verdict | None:
-        w = self.watch
         if not math.isfinite(v):
             return self._nonfinite("loss", v, step)
-        rule = self.loss_spike
-        if rule is None:
-            return None
-        if rule.judge(v):
-            limit = rule.threshold()
-            if w.loss_spike == "alert":
-                rule.push(v)
-                if rule.in_episode or step < rule.quiet_until:
-                    return None
-                rule.quiet_until = step + rule.window // 2
-            rule.in_episode = True
-            return Verdict("loss_spike", w.loss_spike, v, f"loss spike at step {step}",
-                           f"loss {_fmt(v)} at step {step} is above {_fmt(limit)} (mean + {w.spike_sigmas:g} sd of "
-                           f"the last {len(rule.values)} steps)" + _doing(w.loss_spike))
-        rule.in_episode = False
-        rule.push(v)
-        return None
+        return self._spike(self.loss_spike, "loss_spike", self.watch.loss_spike, v, step,
+                           "loss spike", "loss", "steps")
 
     def grads(self, norm: float, step: int) -> Verdict | None:
-        w = self.watch
         if not math.isfinite(norm):
             return self._nonfinite("gradients", norm, step)
-        rule = self.grad_spike
+        return self._spike(self.grad_spike, "grad_spike", self.watch.grad_spike, norm, step,
+                           "grad-norm spike", "grad_norm", "logged steps")
+
+    def _spike(self, rule: Spike | None, name: str, action: str, v: float, step: int, title: str, what: str,
+               over: str) -> Verdict | None:
+        """A spike rule's verdict on finite `v` (see the module docstring: episodes, the quiet half window)."""
         if rule is None:
             return None
-        if rule.judge(norm):
-            limit = rule.threshold()
-            if w.grad_spike == "alert":
-                rule.push(norm)
-                if rule.in_episode or step < rule.quiet_until:
-                    return None
-                rule.quiet_until = step + rule.window // 2
-            rule.in_episode = True
-            return Verdict("grad_spike", w.grad_spike, norm, f"grad-norm spike at step {step}",
-                           f"grad_norm {_fmt(norm)} at step {step} is above {_fmt(limit)} (mean + "
-                           f"{w.spike_sigmas:g} sd of the last {len(rule.values)} logged steps)" + _doing(w.grad_spike))
-        rule.in_episode = False
-        rule.push(norm)
-        return None
+        if not rule.judge(v):
+            rule.in_episode = False
+            rule.push(v)
+            return None
+        limit = rule.threshold()
+        if action == "alert":
+            rule.push(v)
+            if rule.in_episode or step < rule.quiet_until:
+                return None
+            rule.quiet_until = step + rule.window // 2
+        rule.in_episode = True
+        return Verdict(name, action, v, f"{title} at step {step}",
+                       f"{what} {_fmt(v)} at step {step} is above {_fmt(limit)} (mean + "
+                       f"{self.watch.spike_sigmas:g} sd of the last {len(rule.values)} {over})" + _doing(action))
 
     def _nonfinite(self, what: str, v: float, step: int) -> Verdict:
         action = self.watch.nonfinite
