@@ -145,7 +145,8 @@ class HeadlessConsole:
             case OutputPrinted(text=text, stream=stream):
                 self._emit(text, self.err if stream == "stderr" else self.stream)
             case AlertRaised():  # one line of its own, on stderr: seen in a CI log, a `tee`, a mail from cron
-                self._emit(f"ALERT {safe_text(event.level)} [{safe_text(event.rule)}] {safe_text(event.text)}", self.err)
+                self._emit(f"ALERT {safe_text(event.level, lines=False)} [{safe_text(event.rule, lines=False)}] "
+                           f"{safe_text(event.text, lines=False)}", self.err)
             case RolledBack():
                 self._emit(f"rolled back from step {event.from_step} to step {event.to_step} ({event.checkpoint}); "
                            f"{len(event.skipped_batches)} batch(es) passed over, lr x{event.lr_factor:g} "
