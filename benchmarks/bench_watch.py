@@ -3,6 +3,7 @@ whole, the viewer's peak RSS, how fast a live run is followed, and TensorBoard's
 the same scalars when tensorboard is installed.
 
     python benchmarks/bench_watch.py [--rounds 3] [--steps 100000,1000000] [--skip app,events,live,tb]
+                                     [--terminal PAIRS [--base OTHER_TREE]]
 
 The runs are written once into a temp dir (events.jsonl as JsonlWriter writes it: 4 train metrics a
 step, valid metrics and EpochCompleted every 10,000 steps, a device sample every 1,000 steps, one
@@ -245,6 +246,26 @@ def write_tensorboard(run_dir: Path, log_dir: Path) -> None:
     writer.close()
 
 
+def terminal_open(run_dir: Path, tree: Path, timeout: float = 60.0) -> float:
+    """Seconds from starting `python -m tuitrain watch RUN` (the tuitrain of `tree`) in a 120x40 tmux
+    pane to the screen showing the run whole ("Training completed", which comes once the whole file is
+    read and drawn), polled every 30 ms: the whole process, Python's and Textual's start included."""
+    session = f"bench-watch-{os.getpid()}"
+    cmd = f"PYTHONPATH={tree} {sys.executable} -m tuitrain watch {run_dir}"
+    t0 = time.perf_counter()
+    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "120", "-y", "40", "-c", str(tree), cmd],
+                   check=True)  # started in the tree: `python -m` looks there first
+    try:
+        while time.perf_counter() - t0 < timeout:
+            shown = subprocess.run(["tmux", "capture-pane", "-p", "-t", session], capture_output=True, text=True)
+            if "Training completed" in shown.stdout:
+                return time.perf_counter() - t0
+            time.sleep(0.03)
+        raise RuntimeError(f"{run_dir}: not shown whole within {timeout} s")
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+
+
 # --- the parent: rounds, interleaved -----------------------------------------------------------
 
 
@@ -267,6 +288,9 @@ def main(argv=None) -> int:
     p.add_argument("--steps", default="100000,1000000")
     p.add_argument("--skip", default="", help="comma-separated: app, json, events, live, tb")
     p.add_argument("--dir", default="", help="where to write the runs (default: a temp dir)")
+    p.add_argument("--terminal", type=int, default=0, metavar="PAIRS",
+                   help="also time `tuitrain watch` of the biggest run in tmux, PAIRS times (with --base: in turn)")
+    p.add_argument("--base", default="", help="another tuitrain tree (a git worktree) to time beside this one")
     p.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.child:
@@ -325,6 +349,13 @@ def main(argv=None) -> int:
             res = run_child("live", str(tmp / f"live-{rate}"), str(big), str(rate), "5")
             results.setdefault(("live", rate), []).append(res)
             print(f"live follow at {rate} lines/s for 5 s: {json.dumps(res)}", flush=True)
+    if a.terminal:
+        big, trees = runs[max(runs)], [("this tree", ROOT)] + ([("base", Path(a.base))] if a.base else [])
+        for i in range(a.terminal):
+            for name, tree in (trees if i % 2 == 0 else trees[::-1]):  # who goes first alternates
+                secs = terminal_open(big, tree)
+                results.setdefault((max(runs), f"terminal, {name}"), []).append({"wall": secs})
+                print(f"pair {i + 1} tuitrain watch in tmux, {name}: {secs:.2f} s", flush=True)
     print(f"load average after: {os.getloadavg()}")
     print("\n| run | what | wall, median (min-max) | CPU time | peak RSS |")
     print("| --- | --- | --- | --- | --- |")
@@ -332,8 +363,9 @@ def main(argv=None) -> int:
         if key[0] == "live":
             continue
         n, what = key[0], " ".join(key[1:])
-        print(f"| {n:,} steps | {what} | {summary([x['wall'] for x in rows])} | {summary([x['cpu'] for x in rows])} "
-              f"| {summary([x['rss_mb'] for x in rows], 'MB')} |")
+        cpu = summary([x['cpu'] for x in rows]) if "cpu" in rows[0] else ""
+        rss = summary([x['rss_mb'] for x in rows], 'MB') if "rss_mb" in rows[0] else ""
+        print(f"| {n:,} steps | {what} | {summary([x['wall'] for x in rows])} | {cpu} | {rss} |")
     return 0
 
 

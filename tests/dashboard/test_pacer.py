@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tuitrain.dashboard.pacing import (BUSY_DRAIN_INTERVAL, MAX_SLOW, PACE_WINDOW, PLOT_SHARE,
+from tuitrain.dashboard.pacing import (BUSY_DRAIN_INTERVAL, LOADING_PLOT_INTERVAL, MAX_SLOW, PACE_WINDOW, PLOT_SHARE,
                                        PROGRESS_INTERVAL, Pacer)
 
 
@@ -70,3 +70,16 @@ def test_the_plot_waits_for_its_build_cost_while_training_runs_here():
 def test_the_drain_wakes_less_often_while_training_runs_here():
     assert Pacer.drain_every(1 / 15, relaxed=False) == BUSY_DRAIN_INTERVAL
     assert Pacer.drain_every(1 / 15, relaxed=True) == pytest.approx(1 / 15)
+
+
+def test_while_a_watched_file_loads_the_charts_wait_and_its_end_draws_them_at_once():
+    pacer = Pacer(10.0, 0.0, plot_interval=1.0)
+    # reading a finished run from its start: not even a first draw before LOADING_PLOT_INTERVAL
+    assert not pacer.plot_due(10.5, 0.02, relaxed=True, ended=False, loading=True)
+    assert not pacer.plot_due(10.0 + LOADING_PLOT_INTERVAL - 0.1, 0.02, relaxed=True, ended=False, loading=True)
+    assert pacer.plot_due(10.0 + LOADING_PLOT_INTERVAL, 0.02, relaxed=True, ended=False, loading=True)
+    assert not pacer.plot_due(10.0 + LOADING_PLOT_INTERVAL + 1.0, 0.02, relaxed=True, ended=False, loading=True)
+    # the run's end read: drawn at once; then, caught up, at the plain interval again
+    assert pacer.plot_due(10.0 + LOADING_PLOT_INTERVAL + 1.1, 0.02, relaxed=True, ended=True, loading=True)
+    assert not pacer.plot_due(10.0 + LOADING_PLOT_INTERVAL + 1.5, 0.02, relaxed=True, ended=False)
+    assert pacer.plot_due(10.0 + LOADING_PLOT_INTERVAL + 2.2, 0.02, relaxed=True, ended=False)

@@ -8,15 +8,17 @@ import math
 import threading
 
 import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.conftest import wait_for
-from tuitrain.core.events import parse_line
+from tuitrain.core.events import MetricsLogged, parse_line
 from tuitrain.dashboard.charts import thin
 from tuitrain.dashboard.model import DashboardState
-from tuitrain.dashboard.series import Series
+from tuitrain.dashboard.series import Anchors, Series
 from tuitrain.dashboard.sources import FileSource, MetricsBlock
 
-from .fixtures import recorded_run, write_jsonl
+from .fixtures import devices, recorded_run, write_jsonl
 
 SPIKE_AT = 123_457
 
@@ -150,6 +152,31 @@ def test_a_run_read_from_its_side_file_folds_as_its_json(tmp_path):
     assert max(fast.metric_series("loss", "train").points()[1]) == 50.0  # the spike
 
 
+def test_device_samples_between_logged_steps_do_not_cut_the_blocks_and_keep_their_steps(tmp_path):
+    """A sampler's line every few flushes (as a real run's every second) sits between records of the
+    side file: the block goes on past it, and each sample's device point stays at the step it came at."""
+    events = []
+    for e in recorded_run(epochs=3, steps_per_epoch=600, end="completed"):
+        if not e.persistent:
+            continue
+        events.append(e)
+        if isinstance(e, MetricsLogged) and e.split == "train" and e.step % 100 == 0:
+            events.append(devices(e.time, cpu=float(e.step % 97)))
+    write_with_columns(tmp_path, events, batch=25)
+    fast, src, got = read_back(tmp_path, blocks=True)
+    carried = [row for e in got if isinstance(e, MetricsBlock) for row, _ in e.samples]
+    assert len(carried) > 10 and all(row > 0 for row in carried)
+    read = [e for item in got for e in (item.events() if isinstance(item, MetricsBlock) else [item])]
+    assert [e.to_json() for e in read] == [e.to_json() for e in events]
+    slow, slow_src, _ = read_back(tmp_path, blocks=False)
+    assert src.lines_read == slow_src.lines_read == len(events)
+    assert_same(fast, slow)
+    cpu = fast.series[("train", "step", "device/cpu")]
+    assert cpu.points() == slow.series[("train", "step", "device/cpu")].points()
+    assert cpu.points()[0][:3] == [100.0, 200.0, 300.0] and cpu.points()[1][:3] == [3.0, 6.0, 9.0]
+    assert fast.devices[0].cpu == slow.devices[0].cpu
+
+
 def test_a_stale_or_damaged_side_file_is_not_believed(tmp_path):
     events = [e for e in recorded_run(epochs=4, steps_per_epoch=500, end="completed") if e.persistent]
     write_with_columns(tmp_path, events)
@@ -210,3 +237,20 @@ def test_a_live_run_with_its_side_file_is_followed_to_the_last_step(tmp_path):
     state.apply(got)
     assert from_columns(got) > 0
     assert_same(state, expected)
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(st.lists(st.tuples(st.integers(0, 40), st.one_of(st.floats(-1e6, 1e6), st.sampled_from([math.nan, math.inf, -math.inf]))), max_size=60),
+       st.integers(1, 4))
+def test_anchors_extended_in_bulk_map_steps_as_anchors_added_one_by_one(points, parts):
+    """A block's anchors (repeated, older and non-finite steps among them) give the map that adding
+    each gives: the highest value at a repeated step, a clock that never runs backwards."""
+    one, bulk = Anchors(capacity=1000), Anchors(capacity=1000)
+    for step, value in points:
+        one.add(float(step), value)
+    cut = max(1, len(points) // parts)
+    for i in range(0, len(points), cut):
+        chunk = points[i:i + cut]
+        bulk.extend([p[0] for p in chunk], [p[1] for p in chunk])
+    assert bulk.steps == one.steps
+    assert bulk.values == one.values

@@ -392,6 +392,14 @@ class DashboardState:
     def _block(self, block: MetricsBlock) -> set[str]:
         """Many MetricsLogged of a file at once: what `_metrics` of each would leave, with numpy."""
         self.epoch = block.epoch
+        changed = {"plot", "progress"}
+        if block.samples:  # device samples that came between the rows: each at the newest step before it
+            before = self.step
+            top = np.maximum.accumulate(block.train_steps[0]) if block.train_steps is not None else None
+            for row, sample in block.samples:
+                self.step = max(before, int(top[row - 1])) if row and top is not None else before
+                changed |= self._apply(sample)
+            self.step = before
         if block.max_step is not None:
             self.step = max(self.step, block.max_step)
         for key, (xs, ys) in block.series.items():
@@ -415,7 +423,7 @@ class DashboardState:
                 self._waiting_ticks.append((steps, times, self._stretch))
                 if len(self._waiting_ticks) > 64:
                     self._fold_ticks()
-        return {"plot", "progress"}
+        return changed
 
     def _fold_ticks(self) -> None:
         """The blocks' logged training steps as ticks, those of one stretch at once."""

@@ -34,6 +34,9 @@ PLOT_SHARE = 0.015
 # the bus hands the frequent events over every 0.25 s anyway. Paused, ended or watching: 1/15 s.
 BUSY_DRAIN_INTERVAL = 0.25
 DRAIN_LIMIT = 5000  # events folded per tick (~40 ms): a long events.jsonl loads without freezing keys
+# While a watched run's file is read from its start (a finished 1M-step run: a second or two), the
+# charts are drawn at most this often: each draw of a half-read run is work the whole one waits for.
+LOADING_PLOT_INTERVAL = 2.5
 
 
 class Pacer:
@@ -46,6 +49,7 @@ class Pacer:
     def __init__(self, now: float, cpu: float, *, ui_share: float = UI_SHARE, plot_interval: float = 1.0,
                  progress_interval: float = PROGRESS_INTERVAL) -> None:
         self.ui_share, self.plot_interval, self.progress_interval = ui_share, plot_interval, progress_interval
+        self.created = now
         self.slow = 1.0
         self.window_at, self.window_cpu = now, cpu
         self.started = False  # the first window (the screen's start-up) is not counted
@@ -85,8 +89,12 @@ class Pacer:
         wait = self.plot_interval * self.slow
         return wait if relaxed else max(wait, build_cost / PLOT_SHARE)
 
-    def plot_due(self, now: float, build_cost: float, relaxed: bool, ended: bool) -> bool:
-        if now - self.last_plot >= self.plot_wait(build_cost, relaxed) or ended:
+    def plot_due(self, now: float, build_cost: float, relaxed: bool, ended: bool, loading: bool = False) -> bool:
+        """True: redraw the charts now. `loading`: a watched file is still read from its start."""
+        wait, since = self.plot_wait(build_cost, relaxed), self.last_plot
+        if loading and not ended:  # the first draw too waits: a run read whole in a second or two is drawn once
+            wait, since = max(wait, LOADING_PLOT_INTERVAL), max(since, self.created)
+        if now - since >= wait or ended:
             self.last_plot = now
             return True
         return False
@@ -147,7 +155,8 @@ class PacingMixin:
             if log.count and not log.has_class("-has-lines"):
                 log.add_class("-has-lines")  # the panel takes rows from its first line on
         if "plot" in dirty:
-            if pacer.plot_due(now, self.query_one(ChartGrid).build_cost(), self._relaxed(), st.ended):
+            loading = self.watching and not getattr(self.source, "caught_up", True)
+            if pacer.plot_due(now, self.query_one(ChartGrid).build_cost(), self._relaxed(), st.ended, loading):
                 self._replot()
             else:
                 keep.add("plot")

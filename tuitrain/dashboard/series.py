@@ -347,20 +347,23 @@ class Anchors:
         s, v = s[ok], v[ok]
         if not s.size:
             return
-        last_step = self.steps[-1] if self.steps else -math.inf
+        last_step = self._steps[-1] if self._steps else -math.inf
         before = np.maximum.accumulate(np.concatenate(([last_step], s)))[:-1]  # the newest step before each
         new = s > before
         same = s == before  # a repeated step raises the value at that step
         group = np.cumsum(new) - 1  # which new anchor each point belongs to (-1: the last one kept)
-        if self.steps:
+        if self._steps:
             old = v[same & (group < 0)]
             if old.size:
-                self.values[-1] = max(self.values[-1], float(old.max()))
+                self._values[-1] = max(self._values[-1], float(old.max()))
         kept = s[new]
         if not kept.size:
             return
-        top = np.full(kept.size, -np.inf)
-        np.maximum.at(top, group[(new | same) & (group >= 0)], v[(new | same) & (group >= 0)])
+        if kept.size == s.size:  # every step new (the common case): each anchor its own value
+            top = v.copy()
+        else:  # the highest value of each new step's run of repeats (runs are contiguous: group ascends)
+            starts = np.flatnonzero(new)
+            top = np.maximum.reduceat(np.where(new | same, v, -np.inf), starts)
         floor = self.values[-1] if self.values else -np.inf
         top = np.maximum.accumulate(np.maximum(top, floor))  # a resumed run's clock must not run backwards
         steps = np.concatenate((np.asarray(self._steps, dtype=np.float64), kept))

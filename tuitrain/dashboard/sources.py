@@ -26,7 +26,7 @@ from typing import Annotated, Any, Callable, Iterable, Literal, Protocol
 
 import numpy as np
 
-from tuitrain.core.events import MAX_LINE, Event, MetricsLogged, parse_line
+from tuitrain.core.events import MAX_LINE, DevicesSampled, Event, MetricsLogged, parse_line
 from tuitrain.sinks.columns import ColumnsReader, Record
 
 try:  # a typed JSON decoder: MetricsLogged lines at about 1 µs each (the json module and events: ~25 µs)
@@ -41,6 +41,7 @@ MAX_BACKLOG = 20_000  # events a file reader may run ahead of the screen
 MAX_BACKLOG_LINES = 200_000
 METRICS_PREFIX = b'{"event":"MetricsLogged",'  # how JsonlWriter begins every such line
 _IS_METRICS = operator.methodcaller("startswith", METRICS_PREFIX)
+_SAMPLE_PREFIX = b'{"event":"DevicesSampled",'  # as Event.to_json writes it
 
 
 class Source(Protocol):
@@ -115,13 +116,16 @@ class MetricsBlock:
 
     `series`: {(split, scope, name): (steps, values)} as float arrays, names in the order they first
     came; `latest`: {"split/name": the newest value}; `train_steps`: the columns of the rows logged
-    at a training step (step, time, epoch, batch, batches), for the x axes and the rates."""
+    at a training step (step, time, epoch, batch, batches), for the x axes and the rates; `samples`:
+    the device samples that came between its rows, each as (the rows before it, the event)."""
 
-    __slots__ = ("_lines", "_raw", "_n", "series", "latest", "epoch", "max_step", "progress", "train_steps", "time")
+    __slots__ = ("_lines", "_raw", "_n", "series", "latest", "epoch", "max_step", "progress", "train_steps", "time",
+                 "samples")
     persistent = True
 
     def __init__(self, lines: list[bytes], rows: list) -> None:
         self._lines, self._raw, self._n = lines, None, len(lines)
+        self.samples: list[tuple[int, DevicesSampled]] = []
         last = rows[-1]
         self.epoch, self.time = last.epoch, last.time
         self.series: dict[tuple[str, str, str], tuple[np.ndarray, np.ndarray]] = {}
@@ -165,6 +169,7 @@ class MetricsBlock:
         """The block of one events.columns record (its lines `raw`): what `__init__` makes of them."""
         self = cls.__new__(cls)
         self._lines, self._raw, self._n = None, raw, record.rows
+        self.samples = []
         split, scope = record.split, record.scope
         steps = ints[0].astype(np.float64)
         self.epoch, self.time = int(ints[1, -1]), float(floats[0, -1])
@@ -257,7 +262,7 @@ def decode_metrics(lines: list[bytes]) -> list | None:
 class FileSource:
     """Follows RUN_DIR/events.jsonl from its start, like `tail -f`, until closed."""
 
-    def __init__(self, run_dir: Path, live: bool = False, poll: float = 0.2, chunk: int = 1 << 21,
+    def __init__(self, run_dir: Path, live: bool = False, poll: float = 0.2, chunk: int = 1 << 23,
                  blocks: bool = True, columns: bool = True) -> None:
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / "events.jsonl"
@@ -349,6 +354,7 @@ class FileSource:
         self._awaiting = None
         records, at, items, lines = self._records, 0, 0, 0
         group: list[tuple[Record, tuple]] = []  # matching records in a row, of one kind: one block
+        samples: list[tuple[int, DevicesSampled]] = []  # device samples between the group's records
         if self._columns is not None and (not records or records[-1].end < pos + cut):
             size = os.fstat(handle.fileno()).st_size
             records.extend(r for r in self._columns.refresh() if pos <= r.start and r.end <= size)
@@ -365,16 +371,24 @@ class FileSource:
             cols = self._matching(data, s, e, record)
             if cols is None:  # stale or damaged: those lines go as JSON
                 continue
+            if group and s > at and group[0][0][4:7] == record[4:7] and record.split == "train" \
+                    and record.scope == "step":
+                between = self._samples_between(data[at:s], sum(r.rows for r, _ in group))
+                if between is not None:  # only device samples between: the block goes on past them
+                    samples.extend(between)
+                    group.append((record, cols))
+                    at = e
+                    continue
             if group and (s > at or group[0][0][4:7] != record[4:7]):
-                lines += self._emit_group(group, data, pos, emit)
-                items, group = items + 1, []
+                lines += self._emit_group(group, data, pos, emit, samples)
+                items, group, samples = items + 1, [], []
             if s > at:
                 part = data[at:s].split(b"\n")[:-1]
                 items, lines = items + self._lines(part, emit), lines + len(part)
             group.append((record, cols))
             at = e
         if group:
-            lines += self._emit_group(group, data, pos, emit)
+            lines += self._emit_group(group, data, pos, emit, samples)
             items += 1
         end = cut if self._awaiting is None else records[0].start - pos
         part = data[at:end].split(b"\n")[:-1]
@@ -388,7 +402,22 @@ class FileSource:
             return None
         return self._columns.columns(record)
 
-    def _emit_group(self, group: list, data: bytes, pos: int, emit: Emit) -> int:
+    @staticmethod
+    def _samples_between(raw: bytes, row: int) -> list[tuple[int, DevicesSampled]] | None:
+        """The lines between two records of training steps, if they are device samples and nothing else
+        (a sampler's line every second or so would otherwise cut a long run into thousands of small
+        blocks): each with the number of the block's rows before it. None: anything else is there."""
+        found = []
+        for line in raw.split(b"\n")[:-1]:
+            if not line.startswith(_SAMPLE_PREFIX):
+                return None
+            event = parse_line(line)
+            if not isinstance(event, DevicesSampled):
+                return None
+            found.append((row, event))
+        return found
+
+    def _emit_group(self, group: list, data: bytes, pos: int, emit: Emit, samples: list = ()) -> int:
         first, last = group[0][0], group[-1][0]
         record = first._replace(end=last.end, rows=sum(r.rows for r, _ in group))
         if len(group) == 1:
@@ -397,6 +426,9 @@ class FileSource:
             ints = np.concatenate([c[0] for _, c in group], axis=1)
             floats = np.concatenate([c[1] for _, c in group], axis=1)
         block = MetricsBlock.of_columns(memoryview(data)[first.start - pos:last.end - pos], record, ints, floats)
+        if samples:
+            block.samples = list(samples)
+            block._n += len(samples)
         self.lines_read += len(block)
         emit(block, None)
         return len(block)
