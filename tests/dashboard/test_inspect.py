@@ -149,3 +149,51 @@ async def test_compared_runs_each_show_their_value_at_the_cursor():
             assert got[f"train/{name}"] == at_or_before(series, step)
         assert got["train/run-a"] != got["train/run-b"]
         assert "━1" in loss.readout_text and "━2" in loss.readout_text
+
+
+def long_run(run_dir, slope: float, noise: int, steps: int = 30_000) -> None:
+    """A run of `steps` logged steps as its JsonlWriter writes it (events.jsonl and events.columns): the
+    loss at step s is slope * s, plus a deterministic wiggle of `noise` (0: none), so the charts keep
+    bucket extremes only (1024 buckets), not every step."""
+    from tuitrain.core.events import RunFinished
+
+    from .test_scale import write_with_columns
+
+    events = [RunStarted(run_dir=str(run_dir), experiment="long", epochs=1, max_steps=0, steps_per_epoch=steps,
+                         batch_size=8, time=T0)]
+    for s in range(1, steps + 1):
+        wiggle = ((s * 7919) % 101) * noise
+        events.append(MetricsLogged(split="train", epoch=1, step=s, batch=s, batches=steps,
+                                    metrics={"loss": slope * s + wiggle}, time=T0 + s / 100))
+    events.append(RunFinished(status="completed", exit_code=0, reason="completed", duration=steps / 100, summary={},
+                              best={}, epoch=1, step=steps, time=T0 + steps / 100 + 1))
+    write_with_columns(run_dir, events, batch=250)
+
+
+@sync
+async def test_on_long_compared_runs_each_value_is_read_exactly_at_the_cursors_step_from_the_files(tmp_path):
+    """The cursor stands on run-a's stored points (bucket extremes); run-b's chart points near there
+    are some steps away, so its value is looked up in its events.columns: exactly slope * step."""
+    from tuitrain.dashboard.entry import compare_app
+
+    runs = [tmp_path / "run-a", tmp_path / "run-b"]
+    long_run(runs[0], 1e-4, 1)
+    long_run(runs[1], 1e-5, 0)
+    app = compare_app(runs, None)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: app.state.runs["run-b"].final and app.state.runs["run-a"].final
+                    and "loss" in grid(app).charts and len(grid(app).charts["loss"].points) == 2, timeout=60)
+        await pilot.pause(0.3)
+        loss = grid(app).charts["loss"]
+        loss.focus()
+        await pilot.press("i")
+        b_steps = set(app.state.runs["run-b"].metric_series("loss", "train").points()[0])
+        a_only = [x for x in app.state.runs["run-a"].metric_series("loss", "train").points()[0] if x not in b_steps]
+        loss.inspect(a_only[len(a_only) // 2])  # where a click on that column puts it
+        await pilot.pause()
+        step, _ = loss.readout()
+        got = values(loss)
+        assert step == a_only[len(a_only) // 2] and step not in b_steps  # run-b's chart keeps no point here...
+        assert got["train/run-b"] == 1e-5 * step  # ...and its value there is read exactly
+        assert got["train/run-a"] == 1e-4 * step + ((int(step) * 7919) % 101)
+        assert f"step {step:,.0f}" in loss.readout_text

@@ -144,11 +144,23 @@ class DashboardApp(LayoutMixin, PacingMixin, EndingMixin, App[int]):
         self._set_up_panels()
         if hasattr(self.source, "backlog"):
             self.source.backlog = self.bridge.__len__  # a file reader waits for the screen
+        self._files_of_source()
         self.source.open(self.bridge)
         self.run_worker(self._work, name="tuitrain-source", thread=True, exit_on_error=False)
         self._drain_timer = self.set_interval(self._drain_every, self.drain, name="drain")
         self.set_interval(1.0, self._every_second, name="clock")
         self.drain()
+
+    def _files_of_source(self) -> None:
+        """Where the states' runs' files are read from (a watched run may have moved since it was
+        written): the inspect readout looks values up there."""
+        run_dir = getattr(self.source, "run_dir", None)
+        if isinstance(run_dir, Path) and getattr(self.source, "readers", None) is None:
+            self.state.files_dir = run_dir
+        runs = getattr(self.state, "runs", None)
+        for name, reader in (getattr(self.source, "readers", None) or {}).items():
+            if runs and name in runs:
+                runs[name].files_dir = reader.run_dir
 
     def _work(self) -> None:
         try:

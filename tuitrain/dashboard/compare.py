@@ -141,6 +141,10 @@ class CompareState(DashboardState):
         """Every run, as the run list and the legend order them: the pinned first, then by number."""
         return self.pinned + [n for n in self.runs if n not in self.pinned]
 
+    def value_at(self, split: str, name: str, step: float, run: str | None = None) -> tuple[float, float] | None:
+        state = self.runs.get(run) if run is not None else None
+        return state.value_at(split, name, step) if state is not None else None
+
     def shown_runs(self) -> list[str]:
         """The runs shown, in the list's order (chart titles, the legend)."""
         return [n for n in self.listed() if self.is_shown(n)]

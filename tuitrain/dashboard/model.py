@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
+from pathlib import Path
 from typing import Callable, Iterable
 
 import numpy as np
@@ -21,6 +22,7 @@ from tuitrain.core.events import (
     AlertRaised, DevicesSampled, EpochCompleted, RolledBack, EpochStarted, Event, MetricsLogged, OutputPrinted, PhaseCompleted,
     PhaseStarted, RunFailed, RunFinished, RunPaused, RunResumed, RunStarted, StepCompleted, StepStarted,
 )
+from tuitrain.dashboard.lookup import StepLookup
 from tuitrain.dashboard.series import Anchors, Series
 from tuitrain.dashboard.sources import MetricsBlock
 
@@ -55,6 +57,8 @@ class DashboardState:
         # what the run is
         self.experiment = ""
         self.run_dir = ""
+        self.files_dir: Path | None = None  # where its files are read from (watch), when not run_dir
+        self._lookup: StepLookup | None = None
         self.epochs = 0
         self.max_steps = 0
         self.steps_per_epoch = 0
@@ -174,6 +178,16 @@ class DashboardState:
             return None
         end = (self.finished.time if self.finished else self.failed.time if self.failed else self.clock())
         return max(end - self.started_at, 0.0)
+
+    def value_at(self, split: str, name: str, step: float, run: str | None = None) -> tuple[float, float] | None:
+        """(the newest logged step at or before `step`, its value) as the run's files hold it, exactly
+        (lookup.py); None where they cannot tell. `run`: for a comparison's state."""
+        where = self.files_dir or (Path(self.run_dir) if self.run_dir else None)
+        if where is None:
+            return None
+        if self._lookup is None or self._lookup.run_dir != where:
+            self._lookup = StepLookup(where)
+        return self._lookup.value(split, name, step)
 
     def metric_series(self, name: str, split: str) -> Series | None:
         """The series to plot for one split: step values first for train, epoch values first for valid."""

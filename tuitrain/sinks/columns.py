@@ -224,6 +224,14 @@ class ColumnsReader:
         floats = np.frombuffer(data, "<f8", (1 + len(record.names)) * n, 32 * n).reshape(-1, n)
         return ints, floats
 
+    def steps(self, record: Record) -> np.ndarray | None:
+        """A record's steps alone (the payload's first row, unchecked: for an index; `columns` checks)."""
+        try:
+            head = os.pread(self._file.fileno(), 8 * record.rows, record.at)
+        except (OSError, AttributeError):
+            return None
+        return np.frombuffer(head, "<i8", record.rows) if len(head) == 8 * record.rows else None
+
     def close(self) -> None:
         if self._file is not None:
             self._file.close()

@@ -277,6 +277,7 @@ class MetricPlot(Widget, can_focus=True):
         self.points: dict[str, tuple[list[float], list[float]]] = {}  # raw, by split ("valid/d_loss" in groups)
         self.smoothed: dict[str, tuple[list[float], list[float]]] = {}
         self.steps: dict[str, list[float]] = {}  # each raw series' global steps, beside its x values
+        self.origin: dict[str, tuple] = {}  # each raw series' (run or None, split, metric)
         self.cursor: float | None = None  # inspecting: the x the cursor stands at (None: off)
         self.readout_text = ""  # what the inspect line says (tests read it)
         self.drawn = Drawn([])
@@ -317,7 +318,7 @@ class MetricPlot(Widget, can_focus=True):
             self.x_axis = "step"
         axis = state.axes.get(self.x_axis)
         group = len(self.metrics) > 1
-        self.points, self.smoothed, self.steps, self.skipped = {}, {}, {}, 0
+        self.points, self.smoothed, self.steps, self.skipped, self.origin = {}, {}, {}, 0, {}
         runs = getattr(state, "runs", None)
         if runs:  # several runs compared: each one's series, in its own colour
             self._show_runs(state, runs)
@@ -332,7 +333,7 @@ class MetricPlot(Widget, can_focus=True):
             xs, ys = train.points(size)
             if size is not None and xs:
                 lo = xs[0] if lo is None else min(lo, xs[0])
-            self._keep(key, xs, ys, axis)
+            self._keep(key, xs, ys, axis, (None, "train", name))
             if self.smoothing:
                 mx, my, ns = train.means(size)
                 sx, sy = ema(mx, my, ns, self.smoothing)
@@ -345,7 +346,7 @@ class MetricPlot(Widget, can_focus=True):
             if lo is not None:  # valid points older than the recent train window would stretch the axis
                 kept = [(x, y) for x, y in zip(xs, ys) if x >= lo]
                 xs, ys = [p[0] for p in kept], [p[1] for p in kept]
-            self._keep(f"valid/{name}" if group else "valid", xs, ys, axis)
+            self._keep(f"valid/{name}" if group else "valid", xs, ys, axis, (None, "valid", name))
         self.points = {k: v for k, v in self.points.items() if v[0]}
         xs_all = [x for xs, _ in self.points.values() for x in (xs[0], xs[-1])]
         self.boundaries = []
@@ -386,7 +387,7 @@ class MetricPlot(Widget, can_focus=True):
                 if train is not None:
                     size = train.recent_size() if self.window == "recent" else None
                     xs, ys = train.points(size)
-                    self._keep(f"train/{suffix}", xs, ys, axis)
+                    self._keep(f"train/{suffix}", xs, ys, axis, (run, "train", name))
                     self.key_colors[f"train/{suffix}"] = run_color(i)
                     if self.smoothing:
                         mx, my, ns = train.means(size)
@@ -395,7 +396,7 @@ class MetricPlot(Widget, can_focus=True):
                 valid = rs.metric_series(name, "valid")
                 if valid is not None:
                     xs, ys = valid.points()
-                    self._keep(f"valid/{suffix}", xs, ys, axis)
+                    self._keep(f"valid/{suffix}", xs, ys, axis, (run, "valid", name))
                     self.key_colors[f"valid/{suffix}"] = _blend(run_color(i), (255, 255, 255), 0.75)
         self.points = {k: v for k, v in self.points.items() if v[0]}
         self.boundaries = []  # each run has its own epochs
@@ -403,10 +404,12 @@ class MetricPlot(Widget, can_focus=True):
         self._set_subtitle()
         self._replotted()
 
-    def _keep(self, key: str, steps: list[float], ys: list[float], axis) -> None:
+    def _keep(self, key: str, steps: list[float], ys: list[float], axis, origin: tuple | None = None) -> None:
         xs, ys, steps = self._prepare(steps, ys, axis)
         self.points[key] = (xs, ys)
         self.steps[key] = steps
+        if origin is not None:
+            self.origin[key] = origin  # (run or None, split, metric): where the inspect readout looks it up
 
     def _prepare(self, steps, ys, axis, count: bool = True) -> tuple[list[float], list[float], list[float]]:
         """(x values on the chart's x axis, values, steps) of the points that can be drawn."""
@@ -582,7 +585,25 @@ class MetricPlot(Widget, can_focus=True):
             values.append((line, line.ys[i] if i >= 0 else None))
             if step is None and i >= 0 and line.xs[i] == self.cursor and line.steps is not None:
                 step = line.steps[i]
+        if step is not None:
+            values = [(line, self._exact(line, step, value)) for line, value in values]
         return step, values
+
+    def _exact(self, line: Line, step: float, shown: float | None) -> float | None:
+        """A series' value at the newest step at or before `step` as the run's files hold it: a long
+        run's chart keeps each bucket's extremes only, so its nearest stored point may be steps away.
+        The chart's own point where it is as new (a live run's newest, not yet in the files), or where
+        the files cannot tell."""
+        origin, value_at = self.origin.get(line.key), getattr(self._state, "value_at", None)
+        if origin is None or value_at is None:
+            return shown
+        run, split, name = origin
+        found = value_at(split, name, step, run)
+        if found is None:
+            return shown
+        i = line.at(self.cursor)
+        own = line.steps[i] if i >= 0 and line.steps is not None else -math.inf
+        return found[1] if found[0] >= own else shown
 
     def _readout(self, lines: list[Line], width: int) -> list[Text]:
         """The inspect line(s) above the canvas: the step (and the x, on another x axis), then each
