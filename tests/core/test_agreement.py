@@ -53,8 +53,18 @@ def worker(rank: int, port: int, out: Path) -> None:
             if s.checkpoint_requested:
                 first.setdefault("checkpoint", tick)
         s.close()
-        seen["runs"].append({"stop_at": stop_at, "first": first, "source": s.stop_source,
+        seen["runs"].append({"stop_at": stop_at, "first": first, "source": s.stop_source, "reason": s.stop_reason,
                              "log": [list(x) for x in s.take_log()]})
+
+    s = SyncedInterrupter(rank, None, every=EVERY)  # SIGUSR1 reaches rank 1 alone: a preemption everywhere
+    for tick in range(1, TICKS + 1):
+        if rank == 1 and tick == 5:
+            s.inbox.preempt("SIGUSR1")
+        s.pending  # noqa: B018 - the tick
+        if s.stop_requested:
+            seen.setdefault("preempted_at", tick)
+    s.close()
+    seen["preempted"] = (s.stop_reason, s.stop_source)
 
     s = SyncedInterrupter(rank, None, every=EVERY)  # pause: the blocking form, rank 0's request
     if rank == 0:
@@ -123,6 +133,14 @@ def test_a_stop_on_rank_1_is_seen_by_both_ranks_at_the_same_tick(ranks):
         assert b["source"] == "test" and a["source"] == "rank 1"  # rank 0 knows who asked
         # rank 0 writes the run's events: it says where the stop came from
         assert ["stop", "test", ""] in b["log"] and ["stop", "rank 1", "requested on another rank"] in a["log"]
+
+
+def test_a_preemption_on_rank_1_is_one_on_both_ranks(ranks):
+    """Rank 0 owns the run: it ends it as preempted (and requeues the job) though the signal reached rank 1."""
+    r0, r1 = ranks
+    assert r0["preempted_at"] == r1["preempted_at"] > 5
+    assert r0["preempted"] == ["preempted", "rank 1"] and r1["preempted"][0] == "preempted"
+    assert all(run["reason"] == "stopped" for seen in ranks for run in seen["runs"])  # a plain stop stays one
 
 
 def test_a_checkpoint_on_rank_0_is_seen_by_both_ranks_at_the_same_tick(ranks):

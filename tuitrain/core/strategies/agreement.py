@@ -86,7 +86,9 @@ class Agreement:
 
 class SyncedInterrupter(Interrupter):
     """Control flags that every rank agrees on: [stop, checkpoint, paused, logged, ticks until the next
-    exchange, the rank that asked to stop + 1], each rank's `inbox` requests combined by `Agreement`.
+    exchange, the rank that asked to stop + 1, preempted], each rank's `inbox` requests combined by
+    `Agreement`. `preempted`: the stop is a preemption (SIGUSR1/2 on any rank): every rank's
+    `stop_reason` says "preempted", so rank 0 ends the run as one and requeues the job.
 
     `pending` is the tick, read by the loop on every rank at the same points (once per optimizer step,
     once per `Monitor.stop_requested`). At an exchange tick it applies the flags of the exchange begun at
@@ -111,7 +113,7 @@ class SyncedInterrupter(Interrupter):
         self._countdown = 1
         self._reads = 0
         self._last_fill: tuple[float, int] | None = None  # rank 0: (time, reads) at the last exchange
-        self._agreement = Agreement(group, width=6)
+        self._agreement = Agreement(group, width=7)
         self._own_stop = False  # this rank's own inbox asked to stop (its source is `_source`)
         self._source = ""
 
@@ -153,7 +155,7 @@ class SyncedInterrupter(Interrupter):
             stop = ib.stop_requested or bool(ib.failure)
             # who asked (rank + 1; the highest such rank wins), so that rank 0 can say where a stop came from
             vals = [int(stop), int(ib.checkpoint_requested), int(ib.paused), int(bool(ib._log)), every,
-                    self.rank + 1 if stop else 0]
+                    self.rank + 1 if stop else 0, int(stop and ib.stop_reason == "preempted")]
             if stop:
                 self._own_stop = True
                 self._source = ib.stop_source or "failure"
@@ -172,12 +174,14 @@ class SyncedInterrupter(Interrupter):
         return self._apply(flags)
 
     def _apply(self, flags: list[int]) -> bool:
-        stop, checkpoint, paused, logged, every, by = flags
+        stop, checkpoint, paused, logged, every, by, preempted = flags
         self._countdown = max(1, every)
         with self._lock:
             if stop and not self.stop_requested:
                 self.stop_requested = True
                 self.stop_source = self._source if self._own_stop else f"rank {by - 1}"
+                if preempted and self.stop_reason == "stopped":  # an earlier stop keeps its reason
+                    self.stop_reason = "preempted"
                 if not self._own_stop:  # said in the run's events (rank 0 writes them)
                     self._log.append(("stop", self.stop_source, "requested on another rank"))
             if checkpoint:
