@@ -85,7 +85,7 @@ def test_a_failing_batched_callback_is_reported_once_and_others_still_get_every_
     assert any("disk on fire" in e.text for e in good.seen if isinstance(e, OutputPrinted))
 
 
-def test_sampled_callbacks_get_a_phase_s_first_steps_then_one_step_per_interval_with_every_item():
+def test_sampled_callbacks_get_a_phase_s_first_steps_then_one_step_per_interval_with_every_item(monkeypatch):
     """steps="sampled": the loop keeps its fast path; the callback gets the first steps of each phase
     (a screen can show a speed even for short phases), then one StepCompleted per interval, and the
     phase's last step."""
@@ -95,6 +95,7 @@ def test_sampled_callbacks_get_a_phase_s_first_steps_then_one_step_per_interval_
 
     from tuitrain.core.events import StepCompleted
     from tuitrain.core.learner import Learner
+    from tuitrain.core import loop
     from tuitrain.core.phases import StepSampler, TrainPhase
 
     got = []
@@ -107,13 +108,13 @@ def test_sampled_callbacks_get_a_phase_s_first_steps_then_one_step_per_interval_
     bus.subscribe(progress, steps="sampled")
     assert bus.step_mode == "sampled" and bus.wants_sampled_steps and not bus.wants_steps
     used_plain = []
-    plain = TrainPhase._run_plain
+    plain = loop._plain_epoch
     g = torch.Generator().manual_seed(0)
     ds = TensorDataset(torch.randn(400, 3, generator=g), torch.randn(400, 1, generator=g))
     torch.manual_seed(0)
     model = nn.Linear(3, 1)
     phase = TrainPhase()
-    phase._run_plain = lambda *a: used_plain.append(1) or plain(phase, *a)
+    monkeypatch.setattr(loop, "_plain_epoch", lambda *a: used_plain.append(1) or plain(*a))
     learner = Learner(model, torch.optim.SGD(model.parameters(), lr=0.01), loss_fn=nn.MSELoss(), bus=bus,
                       device="cpu", batch_size=4, epochs=2, train_phase=phase)
     assert learner.fit(ds).exit_code == 0

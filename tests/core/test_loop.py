@@ -273,18 +273,18 @@ def test_epoch_started_after_a_midepoch_resume_names_the_epochs_first_step(tmp_p
 
 
 def test_the_plain_loop_and_the_general_loop_train_and_log_the_same(monkeypatch):
-    """Without per-step callbacks the common case runs TrainPhase._run_plain; with one it runs the
+    """Without per-step callbacks the common case runs loop._plain_epoch; with one it runs the
     general loop. Same data, model and seed: bitwise the same parameters, logged values and counts."""
-    from tuitrain.core.phases import TrainPhase
+    from tuitrain.core import loop
 
     plain_calls = []
-    original = TrainPhase._run_plain
+    original = loop._plain_epoch
 
-    def spy(self, *args):
+    def spy(*args):
         plain_calls.append(1)
-        return original(self, *args)
+        return original(*args)
 
-    monkeypatch.setattr(TrainPhase, "_run_plain", spy)
+    monkeypatch.setattr(loop, "_plain_epoch", spy)
 
     def run(per_step: bool):
         seen = []

@@ -5,9 +5,10 @@ step boundaries and never waits on a UI. What writes the events somewhere is giv
 `callbacks`, or a `bus` that has them): the core imports nothing of tuitrain outside `tuitrain.core`,
 and never textual. `tuitrain.Learner` (tuitrain/run/learner.py) adds a run directory's standard files.
 
-What happens after every optimizer step, in every training loop, is `Learner.after_step` (the log every
-N steps, a due checkpoint, the step boundary `at_boundary` with the control requests, max_steps); what
-happens at an epoch's end is `_epochs`. How a rank differs is its `strategy` (strategies/base.py).
+The loops over an epoch's batches are in loop.py (a phase, phases.py, is the step). What happens after
+every optimizer step, in every training loop, is `Learner.after_step` (the log every N steps, a due
+checkpoint, the step boundary `at_boundary` with the control requests, max_steps); what happens at an
+epoch's end is `_epochs`. How a rank differs is its `strategy` (strategies/base.py).
 """
 
 from __future__ import annotations
