@@ -258,23 +258,19 @@ def _plain_epoch(phase: "TrainPhase", learner: "Learner", loader, state: "TrainS
                     loss, output, target = out.loss, out.output, out.target
                     n = phase.items_of(out, batch)
                 loss.backward()
-                if check_finite:
+                if check_finite:  # the loss on the host anyway (CPU): judged every step, added as a float
                     v = loss.item()
-                    if judge_loss(v, state, i):  # a [watch] rule: this update is not applied
-                        learner.skip_update()
-                        i += 1
-                        state.batch = i
-                        continue
-                    if add_loss is not None:
-                        add_loss(v, n, n)
-                else:
-                    if judge_logged and (state.step + 1) % log_every == 0 and judge_loss(loss.item(), state, i):
-                        learner.skip_update()
-                        i += 1
-                        state.batch = i
-                        continue
-                    if add_loss is not None:
-                        add_loss(loss, n, n)
+                    bad = judge_loss(v, state, i)
+                else:  # judged on the steps that log only; added as a tensor (no sync)
+                    v = loss
+                    bad = judge_logged and (state.step + 1) % log_every == 0 and judge_loss(loss.item(), state, i)
+                if bad:  # a [watch] rule: this update is not applied
+                    learner.skip_update()
+                    i += 1
+                    state.batch = i
+                    continue
+                if add_loss is not None:
+                    add_loss(v, n, n)
                 ctx.window_items += n
             except CancelStep:
                 pass
