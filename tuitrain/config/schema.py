@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from tuitrain.core.health import Watch
+
 
 class ConfigError(Exception):
     """A problem in a config: `str(err)` is "file: key: message", printed to the user as is."""
@@ -175,18 +177,19 @@ class DashboardConfig:
 
 @dataclass
 class WatchConfig:
-    """The health rules (SPEC "Health"; tuitrain/core/health.py)."""
+    """The health rules (SPEC "Health"): the defaults are the core's (tuitrain/core/health.py `Watch`),
+    which also checks the values; `stall` is written as the table takes it ("10m")."""
 
-    nonfinite: str = "fail"
-    loss_spike: str = "alert"
-    grad_spike: str = "alert"
-    spike_sigmas: float = 6.0
-    spike_window: int = 128
-    stall: str = "10m"
-    stall_action: str = "alert"
-    data_wait: float = 0.5
-    rollback_lr_factor: float = 1.0
-    max_rollbacks: int = 3
+    nonfinite: str = Watch.nonfinite
+    loss_spike: str = Watch.loss_spike
+    grad_spike: str = Watch.grad_spike
+    spike_sigmas: float = Watch.spike_sigmas
+    spike_window: int = Watch.spike_window
+    stall: str = f"{Watch.stall / 60:g}m"
+    stall_action: str = Watch.stall_action
+    data_wait: float = Watch.data_wait
+    rollback_lr_factor: float = Watch.rollback_lr_factor
+    max_rollbacks: int = Watch.max_rollbacks
 
 
 @dataclass
