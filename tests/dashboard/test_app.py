@@ -463,12 +463,12 @@ async def test_small_terminals_do_not_crash(size):
     async with app.run_test(size=size) as pilot:
         await pilot.pause()
         too_small = size[0] < 50 or size[1] < 12
-        assert app.has_class("-too-small") == too_small
+        assert app.dashboard.has_class("-too-small") == too_small
         assert app.query_one("#too-small").display == too_small
-        assert app.has_class("-compact")
+        assert app.dashboard.has_class("-compact")
         await pilot.resize_terminal(120, 40)
         await pilot.pause()
-        assert not app.has_class("-too-small") and not app.has_class("-compact")
+        assert not app.dashboard.has_class("-too-small") and not app.dashboard.has_class("-compact")
         assert app.query_one("#main").display
 
 

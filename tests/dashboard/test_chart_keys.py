@@ -103,7 +103,11 @@ async def test_tab_shift_tab_arrows_and_click_move_the_focus():
         g = grid(app)
         names = list(g.charts)
         assert names == ["loss", "accuracy", "lr", "grad_norm"]
-        assert app.focused is g.charts["loss"]  # the first chart has the focus from the start
+        # no chart has the focus at the start (as in a terminal; the keys act on the first chart): Tab
+        # focuses the first one, wherever the focus was (the side column, or nothing)
+        assert not isinstance(app.focused, MetricPlot)
+        await pilot.press("tab")
+        assert app.focused is g.charts["loss"]
         await pilot.press("tab")
         assert app.focused is g.charts["accuracy"]
         await pilot.press("shift+tab")
@@ -126,7 +130,7 @@ async def test_enter_shows_the_focused_chart_alone_and_enter_or_esc_goes_back():
     app = make_app(four_metrics())
     async with app.run_test(size=(120, 40)) as pilot:
         await until(pilot, lambda: len(grid(app).charts) == 4)
-        await pilot.press("tab")
+        await pilot.press("tab", "tab")  # the first chart, then the second
         chart = grid(app).charts["accuracy"]
         small = chart.region.size
         await pilot.press("enter")

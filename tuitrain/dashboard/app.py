@@ -6,10 +6,13 @@ The app never calls into the training loop: events arrive through an `EventBridg
 timer, and keys act through a `Controller` (the run's `Interrupter`, or `FileControl` for a run
 in another process).
 
-`DashboardApp` is assembled from mixins, one idea a file, all working on the app's attributes:
-  layout.py  compose, panel titles and theme, the title bar, small terminals; the theme helpers
-  pacing.py  `drain` (the event stream into the state) and the pace of redraws
-  ending.py  the source's work returning, the result screen, a watched run gone, read-only
+`DashboardApp` holds the run (its source, controller and state) and its keys (c p q Ctrl+C r ? R d),
+and hands the rest to:
+  screen.py  `DashboardScreen`: the widgets, their titles and layout, the title bar and notice
+  widgets/chart_grid.py  `ChartGrid`: the charts and the chart keys (l s x w / e i, Enter, Esc, arrows, Tab)
+  pacing.py  `Pacer`, when to redraw; `PacingMixin` (still a mixin): `drain`, the event stream into the state
+  ending.py  `EndingMixin` (still a mixin): the work returning, the result screen, a watched run gone
+  layout.py  the sizes and themes
 and entry.py holds `run_live` and `run_watch`.
 This module must not import the run layer (`tuitrain.config`, `tuitrain.run*`, `tuitrain.runner`,
 `tuitrain.build`, `tuitrain.runs`, `tuitrain.cli`): the dashboard imports only `tuitrain.core`,
@@ -34,23 +37,22 @@ from tuitrain.core.control import Controller
 from tuitrain.core.text import safe_text
 from tuitrain.dashboard.bridge import EventBridge
 from tuitrain.dashboard.ending import EndingMixin
-from tuitrain.dashboard.layout import DASHBOARD_TCSS, LayoutMixin, base_theme_of, default_theme
+from tuitrain.dashboard.layout import DASHBOARD_TCSS, HIGH_CONTRAST, base_theme_of, default_theme
 from tuitrain.dashboard.messages import TrainingEnded
 from tuitrain.dashboard.model import DashboardState
 from tuitrain.dashboard.pacing import UI_SHARE, Pacer, PacingMixin
 from tuitrain.dashboard.sources import Source
-from tuitrain.dashboard.charts import compile_filter
 from tuitrain.dashboard.export import export_folder, write_compared, write_series
+from tuitrain.dashboard.screen import DashboardScreen, notice_text
 from tuitrain.dashboard.widgets.chart_grid import ChartGrid
 from tuitrain.dashboard.widgets.confirm_screen import ConfirmScreen
 from tuitrain.dashboard.widgets.control_bar import ControlBar
-from tuitrain.dashboard.widgets.filter_screen import FilterScreen
 from tuitrain.dashboard.widgets.help_screen import HelpScreen
 from tuitrain.dashboard.widgets.result_screen import ResultScreen, result_body, result_title
 from tuitrain.dashboard.widgets.run_list import RunList
 
 # the names this module held before the split, still importable from here (tests read the pacing ones)
-from tuitrain.dashboard.layout import COMPACT, HIGH_CONTRAST, TOO_SMALL  # noqa: F401
+from tuitrain.dashboard.layout import COMPACT, TOO_SMALL  # noqa: F401
 from tuitrain.dashboard.pacing import (BUSY_DRAIN_INTERVAL, DRAIN_LIMIT, MAX_SLOW, PACE_WINDOW,  # noqa: F401
                                        PLOT_SHARE, PROGRESS_INTERVAL)
 
@@ -66,39 +68,27 @@ def _restore_terminal_and_exit(app: App) -> None:
         os._exit(130)
 
 
-class DashboardApp(LayoutMixin, PacingMixin, EndingMixin, App[int]):
+class DashboardApp(PacingMixin, EndingMixin, App[int]):
     """The dashboard of one run. `source` delivers events; `controller` steers (None: read-only)."""
 
     TITLE = "tuitrain"
     ENABLE_COMMAND_PALETTE = False
     ESCAPE_TO_MINIMIZE = False  # Esc reaches action_unzoom, which ends inspecting before it leaves the zoom
 
+    #: the run's keys (the chart keys are `ChartGrid`'s: tuitrain/dashboard/widgets/chart_grid.py)
     BINDINGS = [
         Binding("c", "checkpoint", "Checkpoint"),
         Binding("p", "pause", "Pause"),
         Binding("q", "quit_request", "Quit"),
         Binding("ctrl+c", "interrupt", "Stop now", priority=True),
         Binding("ctrl+c", "leave_viewer", "Leave", priority=True),  # ctrl+c when there is nothing to stop
-        Binding("tab", "focus_chart(1)", "Chart", show=False, priority=True),
-        Binding("shift+tab", "focus_chart(-1)", "Chart", show=False, priority=True),
-        Binding("right", "arrow(1)", "Chart", show=False),  # inspecting: the cursor
-        Binding("left", "arrow(-1)", "Chart", show=False),
-        Binding("down", "focus_row(1)", "Chart", show=False),
-        Binding("up", "focus_row(-1)", "Chart", show=False),
-        Binding("enter", "zoom", "Zoom", show=False),
-        Binding("escape", "unzoom", "Grid", show=False),
-        Binding("l", "chart('log')", "Log"),
-        Binding("s", "chart('smoothing')", "Smooth"),
-        Binding("x", "chart('x_axis')", "X axis"),
-        Binding("w", "chart('window')", "Window"),
-        Binding("slash", "filter", "Filter"),
-        Binding("e", "export", "Export"),
-        Binding("i", "inspect", "Inspect"),
         Binding("d", "differences", "Config diff", show=False),
         Binding("R", "runs", "Runs"),  # comparing runs: the run list (hidden otherwise, see check_action)
         Binding("r", "show_result", "Summary", show=False),
         Binding("question_mark", "help", "Keys"),
     ]
+    #: the keys the footer shows after the chart keys (the run's keys come before them)
+    FOOTER_AFTER = frozenset({"d", "R", "r", "question_mark"})
 
     def __init__(self, source: Source, controller: Controller | None = None, theme: Path | None = None, *,
                  watch: bool = False, owned: bool = False, notice: str = "", clock: Callable[[], float] = time.time,
@@ -139,9 +129,22 @@ class DashboardApp(LayoutMixin, PacingMixin, EndingMixin, App[int]):
         self._source_closed = False
         self._base_theme = base_theme_of(self.theme_path)
         self.last_export: Path | None = None
+        self.dashboard: DashboardScreen | None = None  # the screen, once the app runs
 
-    def on_mount(self) -> None:
-        self._set_up_panels()
+    def get_default_screen(self) -> DashboardScreen:
+        """The dashboard's screen: it composes and lays out the widgets (tuitrain/dashboard/screen.py)."""
+        self.dashboard = DashboardScreen(comparing=self.comparing, clock=self.clock,
+                                         notice=notice_text(self.notice, self.skipped_lines()),
+                                         footer_after=self.FOOTER_AFTER)
+        return self.dashboard
+
+    async def on_mount(self) -> None:
+        """Once the screen's widgets are mounted: the run shown, its source read, the timers started."""
+        await self.dashboard.composed.wait()
+        self._set_theme()
+        self._title()
+        if self.controller is None:
+            self.steering_changed()
         if hasattr(self.source, "backlog"):
             self.source.backlog = self.bridge.__len__  # a file reader waits for the screen
         self._files_of_source()
@@ -150,6 +153,36 @@ class DashboardApp(LayoutMixin, PacingMixin, EndingMixin, App[int]):
         self._drain_timer = self.set_interval(self._drain_every, self.drain, name="drain")
         self.set_interval(1.0, self._every_second, name="clock")
         self.drain()
+
+    def _set_theme(self) -> None:
+        if self._base_theme == HIGH_CONTRAST.name:
+            self.register_theme(HIGH_CONTRAST)
+        try:
+            self.theme = self._base_theme
+        except Exception:
+            self.theme = "textual-dark"  # an unknown base theme name must not stop the dashboard
+
+    # --- what the screen shows -------------------------------------------------------------
+
+    @property
+    def comparing(self) -> bool:
+        """Several runs watched (`tuitrain watch A B`, an experiment folder)."""
+        return bool(getattr(self.state, "runs", None))
+
+    def set_notice(self, text: str) -> None:
+        """The bottom bar's one line of notice (shown as typed, never as markup)."""
+        self.notice = text
+        self.dashboard.show_notice(notice_text(text, self.skipped_lines()))
+
+    def skipped_lines(self) -> int:
+        """Lines of the run's events.jsonl (or the compared runs') left out as damaged."""
+        readers = getattr(self.source, "readers", None)
+        sources = readers.values() if isinstance(readers, dict) else [self.source]
+        return sum(getattr(s, "bad_lines", 0) for s in sources)
+
+    def _title(self) -> None:
+        where = self.state.run_dir or (str(getattr(self.source, "run_dir", "")) if self.watching else "")
+        self.dashboard.show_title(self.state, where, self.watching)
 
     def _files_of_source(self) -> None:
         """Where the states' runs' files are read from (a watched run may have moved since it was
@@ -200,7 +233,7 @@ class DashboardApp(LayoutMixin, PacingMixin, EndingMixin, App[int]):
 
     def steering_changed(self) -> None:
         """The run can no longer be steered (ended, or read-only): buttons and footer follow."""
-        self.query_one(ControlBar).set_enabled(self.steerable)
+        self.dashboard.controls.set_enabled(self.steerable)
         self.refresh_bindings()
 
     def action_leave_viewer(self) -> None:
@@ -261,95 +294,12 @@ class DashboardApp(LayoutMixin, PacingMixin, EndingMixin, App[int]):
         self.notify("stopping gracefully; Ctrl+C again ends the process", severity="warning", timeout=5)
 
     def _on_dashboard(self) -> bool:
-        """Chart keys act on the main screen only; a question open is cancelled by any key."""
-        if isinstance(self.screen, ConfirmScreen):
-            self.screen.dismiss("cancel")  # any other key cancels, Tab included
-            return False
+        """The dashboard's own screen is up (no dialog over it)."""
         return not isinstance(self.screen, ModalScreen)
 
-    def action_focus_chart(self, delta: int) -> None:
-        if self._on_dashboard() and self.screen.maximized is None:
-            self.query_one(ChartGrid).move(delta)
-
-    def action_arrow(self, delta: int) -> None:
-        """← →: the inspect cursor when there is one, else the focus."""
-        if not self._on_dashboard():
-            return
-        chart = self.query_one(ChartGrid).inspected()
-        if chart is not None:
-            chart.move_cursor(delta)
-        elif self.screen.maximized is None:
-            self.query_one(ChartGrid).move(delta)
-
-    def action_inspect(self) -> None:
-        """i: a cursor on the focused chart showing the step and every series' value there; i again: off."""
-        if self._on_dashboard():
-            self.query_one(ChartGrid).toggle_inspect()
-
-    def action_focus_row(self, delta: int) -> None:
-        if self._on_dashboard() and self.screen.maximized is None:
-            grid = self.query_one(ChartGrid)
-            grid.move(delta * grid.columns, wrap=False)
-
-    def action_zoom(self) -> None:
-        """Enter: the focused chart alone, full size; Enter again: back to the grid."""
-        if not self._on_dashboard():
-            return
-        if self.screen.maximized is not None:
-            self.screen.minimize()
-            return
-        chart = self.query_one(ChartGrid).current()
-        if chart is not None:
-            chart.focus()
-            self.screen.maximize(chart, container=False)
-
-    def action_unzoom(self) -> None:
-        """Esc: the inspect cursor off, else back to the grid."""
-        if not self._on_dashboard():
-            return
-        chart = self.query_one(ChartGrid).inspected()
-        if chart is not None:
-            chart.stop_inspecting()
-        elif self.screen.maximized is not None:
-            self.screen.minimize()
-
-    def action_chart(self, tool: str) -> None:
-        """l, s, x, w: a reading tool of the focused chart (the first one when none has the focus)."""
-        if not self._on_dashboard():
-            return
-        grid = self.query_one(ChartGrid)
-        chart = grid.current()
-        if chart is None:
-            return
-        if tool == "log":
-            chart.toggle_log()
-        elif tool == "smoothing":
-            chart.cycle_smoothing()
-        elif tool == "x_axis":
-            chart.cycle_x_axis(self.state.x_axes())
-        elif tool == "window":
-            chart.toggle_window()
-        grid.replot(chart)
-
-    def action_filter(self) -> None:
-        if not self._on_dashboard():
-            return
-        grid = self.query_one(ChartGrid)
-
-        def apply(text: str | None) -> None:
-            if text is None:
-                return
-            grid.set_filter(text)
-            shown = len(grid.visible())
-            if text.strip() and not shown:
-                self.notify(safe_text(f"no chart matches /{text.strip()}/"), severity="warning", timeout=4, markup=False)
-
-        self.push_screen(FilterScreen(grid.filter_text, lambda text: compile_filter(text)[1]), apply)
-
-    def action_export(self) -> None:
-        """e: the screen as SVG and every series as CSV in RUN_DIR/exports/STAMP/; the path shown."""
-        if not self._on_dashboard():
-            return
+    def on_chart_grid_export_requested(self, message: ChartGrid.ExportRequested) -> None:
+        """e (a chart key, `ChartGrid`'s): the screen as SVG and every series as CSV in
+        RUN_DIR/exports/STAMP/; the path shown."""
         run_dir = self.state.run_dir or str(getattr(self.source, "run_dir", "") or "")
         if not run_dir:
             self.notify("nothing to export into: this run has no run directory", severity="warning", timeout=4)
@@ -398,7 +348,7 @@ class DashboardApp(LayoutMixin, PacingMixin, EndingMixin, App[int]):
             run_list.focus()
 
     def _back_to_charts(self) -> None:
-        chart = self.query_one(ChartGrid).current()
+        chart = self.dashboard.grid.current()
         if chart is not None:
             chart.focus()
         else:

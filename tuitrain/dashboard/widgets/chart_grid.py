@@ -3,20 +3,56 @@ has (`charts.grid_shape`): four or more at 120x40, one at 80x24, more on large t
 scroll. It keeps the charts in step with the state's metric names, hides those the filter leaves
 out, and moves the focus between the charts it shows. Inspecting (`i`), the cursor is on the
 focused chart and follows the focus to another chart at the same x.
+
+The chart keys are its bindings (`CHART_KEYS`): l log, s smooth, x x-axis, w window, / filter,
+e export, i inspect, Enter zoom, Esc back to the grid, the arrows, Tab/Shift+Tab. They act on the
+focused chart, or the first one shown; `DashboardScreen` (tuitrain/dashboard/screen.py) lets them
+act wherever the focus is on the dashboard. `e` asks for an export (`ChartGrid.ExportRequested`):
+the app writes it, as it knows the run's directory.
 """
 
 from __future__ import annotations
 
 from textual import events
+from textual.binding import Binding
 from textual.containers import VerticalScroll
+from textual.message import Message
 
+from tuitrain.core.text import safe_text
 from tuitrain.dashboard.charts import compile_filter, grid_shape, group_metrics
 from tuitrain.dashboard.model import DashboardState
+from tuitrain.dashboard.widgets.filter_screen import FilterScreen
 from tuitrain.dashboard.widgets.metric_plot import MetricPlot
 
 
 class ChartGrid(VerticalScroll):
     """`show(state)` after new values; `set_filter(text)` for `/`; `move(delta)` for the focus keys."""
+
+    #: the chart keys, in the footer's order (the screen puts them in the binding chain wherever the focus is)
+    CHART_KEYS = [
+        Binding("tab", "focus_chart(1)", "Chart", show=False, priority=True),
+        Binding("shift+tab", "focus_chart(-1)", "Chart", show=False, priority=True),
+        Binding("right", "arrow(1)", "Chart", show=False),  # inspecting: the cursor
+        Binding("left", "arrow(-1)", "Chart", show=False),
+        Binding("down", "focus_row(1)", "Chart", show=False),
+        Binding("up", "focus_row(-1)", "Chart", show=False),
+        Binding("enter", "zoom", "Zoom", show=False),
+        Binding("escape", "unzoom", "Grid", show=False),
+        Binding("l", "chart('log')", "Log"),
+        Binding("s", "chart('smoothing')", "Smooth"),
+        Binding("x", "chart('x_axis')", "X axis"),
+        Binding("w", "chart('window')", "Window"),
+        Binding("slash", "filter", "Filter"),
+        Binding("e", "export", "Export"),
+        Binding("i", "inspect", "Inspect"),
+    ]
+    # a chart focused, ↑ ↓ scroll the grid when its charts do not all fit (the container's own keys,
+    # skipped when there is nothing to scroll), then move the focus a row
+    BINDINGS = [Binding("up", "scroll_up", "Scroll Up", show=False),
+                Binding("down", "scroll_down", "Scroll Down", show=False)] + CHART_KEYS
+
+    class ExportRequested(Message):
+        """`e`: the screen and every series, into the run's directory (the app's to write)."""
 
     DEFAULT_CSS = """
     ChartGrid { layout: grid; grid-size: 1; grid-rows: 12; grid-gutter: 0; height: 1fr; scrollbar-size-vertical: 1; }
@@ -151,6 +187,81 @@ class ChartGrid(VerticalScroll):
         x = old.cursor if old.x_axis == new.x_axis else None
         old.stop_inspecting()
         new.inspect(x)
+
+    # --- the chart keys ---------------------------------------------------------------------
+
+    def action_focus_chart(self, delta: int) -> None:
+        """Tab, Shift+Tab: the next or previous chart (not while one is shown alone)."""
+        if self.screen.maximized is None:
+            self.move(delta)
+
+    def action_arrow(self, delta: int) -> None:
+        """← →: the inspect cursor when there is one, else the focus."""
+        chart = self.inspected()
+        if chart is not None:
+            chart.move_cursor(delta)
+        elif self.screen.maximized is None:
+            self.move(delta)
+
+    def action_focus_row(self, delta: int) -> None:
+        """↑ ↓: the chart above or below."""
+        if self.screen.maximized is None:
+            self.move(delta * self.columns, wrap=False)
+
+    def action_inspect(self) -> None:
+        """i: a cursor on the focused chart showing the step and every series' value there; i again: off."""
+        self.toggle_inspect()
+
+    def action_zoom(self) -> None:
+        """Enter: the focused chart alone, full size; Enter again: back to the grid."""
+        screen = self.screen
+        if screen.maximized is not None:
+            screen.minimize()
+            return
+        chart = self.current()
+        if chart is not None:
+            chart.focus()
+            screen.maximize(chart, container=False)
+
+    def action_unzoom(self) -> None:
+        """Esc: the inspect cursor off, else back to the grid."""
+        chart = self.inspected()
+        if chart is not None:
+            chart.stop_inspecting()
+        elif self.screen.maximized is not None:
+            self.screen.minimize()
+
+    def action_chart(self, tool: str) -> None:
+        """l, s, x, w: a reading tool of the focused chart (the first one when none has the focus)."""
+        chart = self.current()
+        if chart is None:
+            return
+        if tool == "log":
+            chart.toggle_log()
+        elif tool == "smoothing":
+            chart.cycle_smoothing()
+        elif tool == "x_axis":
+            chart.cycle_x_axis(self._state.x_axes() if self._state is not None else [])
+        elif tool == "window":
+            chart.toggle_window()
+        self.replot(chart)
+
+    def action_filter(self) -> None:
+        """/: a regular expression on the charts' metric names (empty: every chart)."""
+
+        def apply(text: str | None) -> None:
+            if text is None:
+                return
+            self.set_filter(text)
+            if text.strip() and not self.visible():
+                self.notify(safe_text(f"no chart matches /{text.strip()}/"), severity="warning", timeout=4,
+                            markup=False)
+
+        self.app.push_screen(FilterScreen(self.filter_text, lambda text: compile_filter(text)[1]), apply)
+
+    def action_export(self) -> None:
+        """e: the screen and every series exported (see `ExportRequested`)."""
+        self.post_message(self.ExportRequested())
 
     def build_cost(self) -> float:
         """CPU seconds the charts' last figures took to build, all together (the pace of replots)."""

@@ -1,0 +1,58 @@
+"""The dashboard's structure (issue 26 item 4): `DashboardApp` holds the run's keys and delegates the
+widgets to `DashboardScreen` and the chart keys to `ChartGrid`, whose keys still act wherever the focus
+is on the dashboard, with the footer in its order."""
+
+from __future__ import annotations
+
+from textual.app import App
+from textual.widgets import Button
+
+from tuitrain.dashboard.app import DashboardApp
+from tuitrain.dashboard.screen import DashboardScreen
+from tuitrain.dashboard.widgets.chart_grid import ChartGrid
+from tuitrain.dashboard.widgets.metric_plot import MetricPlot
+
+from .test_app import RecordingController, make_app, sync, until
+from .test_chart_keys import four_metrics, grid
+
+CHART_KEYS = {"l", "s", "x", "w", "slash", "e", "i", "enter", "escape", "left", "right", "up", "down",
+              "tab", "shift+tab"}
+RUN_KEYS = {"c", "p", "q", "ctrl+c", "r", "question_mark", "R", "d"}
+# the footer as it was when every key was the app's
+FOOTER = ["ctrl+c", "c", "p", "q", "l", "s", "x", "w", "slash", "e", "i", "question_mark"]
+
+
+def test_the_chart_keys_are_the_grid_s_and_the_run_s_keys_the_app_s():
+    app_keys = {b.key for b in DashboardApp.BINDINGS}
+    assert app_keys == RUN_KEYS
+    assert {b.key for b in ChartGrid.CHART_KEYS} == CHART_KEYS
+    assert DashboardApp.compose is App.compose  # the screen composes the widgets
+
+
+def footer(app) -> list[str]:
+    return [key for key, active in app.screen.active_bindings.items() if active.binding.show]
+
+
+@sync
+async def test_the_screen_composes_and_the_chart_keys_act_wherever_the_focus_is():
+    app = make_app(four_metrics(), controller=RecordingController())
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: len(grid(app).charts) == 4 and all(c.points for c in grid(app).charts.values()))
+        await pilot.pause()
+        assert isinstance(app.screen, DashboardScreen) and app.screen is app.dashboard
+        loss = grid(app).charts["loss"]
+        assert footer(app) == FOOTER  # no chart focused
+        button = app.query_one("#button-pause", Button)
+        button.focus()
+        await pilot.pause()
+        assert footer(app) == FOOTER
+        await pilot.press("l")  # a button has the focus: l still acts on the first chart
+        assert loss.log_scale
+        await pilot.press("tab")
+        assert app.focused is loss
+        assert footer(app) == FOOTER  # a chart focused: the grid's keys sit in the chain before the app's
+        await pilot.press("l", "right")
+        assert not loss.log_scale and app.focused is grid(app).charts["accuracy"]
+        await pilot.press("p")  # the run's keys are still the app's
+        assert app.controller.calls == [("pause", "dashboard")]
+        assert isinstance(app.focused, MetricPlot)

@@ -1,0 +1,225 @@
+"""`DashboardScreen`: the dashboard's one screen. It composes the widgets (the title bar, the chart
+grid and the output panel, the side panels, the control bar and notice, the footer), titles the
+panels, lays them out for the terminal's size (`COMPACT`, `TOO_SMALL`), and shows what it is
+given: the title bar, the notice, the panels' contents. It holds no run: `DashboardApp`
+(tuitrain/dashboard/app.py) owns the state and tells the screen what to show.
+
+Keys: the chart keys are `ChartGrid`'s bindings (tuitrain/dashboard/widgets/chart_grid.py), the
+run's keys the app's. The grid's keys act wherever the focus is on this screen (a button, the run
+list, nothing), as they did when they were the app's: `_binding_chain` puts them in the chain when
+the focus is outside the grid, and `active_bindings` keeps the footer in its order (the run's keys,
+then the chart keys, then the app's others).
+
+Like the rest of the dashboard, this module must not import the run layer (`tuitrain.config`,
+`tuitrain.run*`, `tuitrain.runner`, `tuitrain.build`, `tuitrain.runs`, `tuitrain.cli`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Callable
+
+from rich.text import Text
+from textual import events
+from textual.app import ComposeResult
+from textual.binding import BindingsMap
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.dom import DOMNode
+from textual.screen import Screen
+from textual.widgets import Footer, Static
+
+from tuitrain.core.text import safe_name, safe_text
+from tuitrain.dashboard.layout import COMPACT, TOO_SMALL
+from tuitrain.dashboard.widgets.chart_grid import ChartGrid
+from tuitrain.dashboard.widgets.checkpoint_list import CheckpointList
+from tuitrain.dashboard.widgets.control_bar import ControlBar
+from tuitrain.dashboard.widgets.devices_panel import DevicesPanel
+from tuitrain.dashboard.widgets.output_log import OutputLog
+from tuitrain.dashboard.widgets.progress_panel import ProgressPanel
+from tuitrain.dashboard.widgets.run_list import RunList
+
+
+def run_state(state) -> str:
+    """The header's word for the run: live, paused, completed, interrupted, failed (or killed)."""
+    if state.final:
+        return state.final
+    return "paused" if state.paused else "live"
+
+
+def notice_text(text: str, skipped: int = 0) -> Text:
+    """The bottom bar's line: `text` as typed (never markup), after the count of damaged lines skipped."""
+    if skipped:  # one notice for every damaged line skipped, however many
+        text = f"{skipped} damaged line{'s' if skipped != 1 else ''} of events.jsonl skipped" + \
+            (f" · {text}" if text else "")
+    return Text(safe_text(text, lines=False), no_wrap=True, overflow="ellipsis")
+
+
+class DashboardScreen(Screen):
+    """The widgets of one run's dashboard (or of runs compared: `comparing` adds the run list)."""
+
+    def __init__(self, *, comparing: bool = False, clock: Callable[[], float], notice: Text | str = "",
+                 footer_after: frozenset[str] = frozenset()) -> None:
+        super().__init__()
+        self.comparing = comparing
+        self.clock = clock  # the checkpoint list's ages
+        self._notice = notice
+        #: the app's keys the footer shows after the chart keys (the others come before them)
+        self.footer_after = footer_after
+        self._title_shown: tuple | None = None
+        self._grid: ChartGrid | None = None
+        #: set once the widgets are mounted (the app waits for it before it shows anything)
+        self.composed = asyncio.Event()
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="title-bar")
+        with Horizontal(id="main"):
+            with Vertical(id="plot-column"):
+                yield ChartGrid(id="charts")
+                yield OutputLog(id="log", classes="panel")
+            with VerticalScroll(id="side"):
+                if self.comparing:  # the run list takes the side column (the panels below are one run's)
+                    yield RunList(id="runs", classes="panel")
+                yield ProgressPanel(id="progress", classes="panel")
+                yield DevicesPanel(id="devices", classes="panel")
+                yield CheckpointList(clock=self.clock, id="checkpoints", classes="panel")
+        with Horizontal(id="bottom-bar"):
+            yield ControlBar(id="controls")
+            yield Static(self._notice, id="notice")
+        yield Static("The terminal is too small for the dashboard: make it larger (at least 50x12).\n"
+                     "Training goes on; q leaves.", id="too-small")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self._grid = self.query_one(ChartGrid)
+        self.query_one("#log").border_title = "output"
+        self.query_one("#progress").border_title = "progress"
+        self.query_one("#devices").border_title = "devices"
+        self.query_one("#checkpoints").border_title = "checkpoints"
+        self.set_class(self.comparing, "-compare")
+        self.fit(self.app.size.width, self.app.size.height)
+        self.composed.set()
+
+    # --- the terminal's size ---------------------------------------------------------------
+
+    def on_resize(self, event: events.Resize) -> None:
+        self.fit(event.size.width, event.size.height)
+
+    def fit(self, width: int, height: int) -> None:
+        """Small terminals: the side panels shrink (`-compact`); too small: a notice (`-too-small`)."""
+        self.set_class(width < COMPACT[0] or height < COMPACT[1], "-compact")
+        self.set_class(width < TOO_SMALL[0] or height < TOO_SMALL[1], "-too-small")
+
+    # --- the widgets, for the app ----------------------------------------------------------
+
+    @property
+    def grid(self) -> ChartGrid:
+        return self._grid if self._grid is not None else self.query_one(ChartGrid)
+
+    @property
+    def progress(self) -> ProgressPanel:
+        return self.query_one(ProgressPanel)
+
+    @property
+    def devices(self) -> DevicesPanel:
+        return self.query_one(DevicesPanel)
+
+    @property
+    def checkpoints(self) -> CheckpointList:
+        return self.query_one(CheckpointList)
+
+    @property
+    def output(self) -> OutputLog:
+        return self.query_one(OutputLog)
+
+    @property
+    def controls(self) -> ControlBar:
+        return self.query_one(ControlBar)
+
+    # --- the title bar and the notice ------------------------------------------------------
+
+    def show_notice(self, text: Text) -> None:
+        self._notice = text
+        self.query_one("#notice", Static).update(text)
+
+    def show_title(self, state, where: str, watching: bool) -> None:
+        """The first row: the run's name, where it is, live/paused/ended, and its alerts (one run);
+        compared runs: the legend of the shown ones (see `show_runs`)."""
+        if getattr(state, "runs", None):
+            self.show_runs(state)
+            return
+        name = safe_name(state.experiment or "tuitrain", 40)  # the first row shows the run, whatever it is named
+        where = safe_name(where, 60)
+        mode = run_state(state)
+        if watching:
+            mode = f"watching · {mode}"
+        alerts = len(getattr(state, "alerts", ()))
+        key = (name, where, mode, alerts)
+        if key == self._title_shown:
+            return
+        self._title_shown = key
+        text = Text.assemble((f" {name}", "bold"), f"  {where}" if where else "", f"  [{mode}]")
+        bar = self.query_one("#title-bar", Static)
+        if alerts:  # the header's colour says the run needs a look; the output panel lists them
+            last = state.alerts[-1]
+            text.append(f"  ⚠ {alerts} alert{'s' if alerts != 1 else ''}: {safe_text(last.title, lines=False)}",
+                        style="bold")
+        bar.set_class(bool(alerts), "-alerting")
+        bar.update(text, layout=False)  # one line, always
+
+    def show_runs(self, state) -> None:
+        """Compared runs: the title bar's legend (the runs shown, pinned first) and the run list."""
+        from tuitrain.dashboard.compare import run_color
+
+        st = state
+        shown = st.shown_runs()
+        for run_list in self.query(RunList):
+            run_list.show(st)
+        key = ("compare", tuple(shown), tuple(r.final for r in st.runs.values()), tuple(st.pinned))
+        if key == self._title_shown:
+            return
+        self._title_shown = key
+        count = f"{len(st.runs)} runs" if len(shown) == len(st.runs) else f"{len(shown)} of {len(st.runs)} runs"
+        text = Text(f" comparing {count} ", style="bold")
+        for name in shown:
+            i = st.number[name]
+            text.append(f"  {'◆' if name in st.pinned else '━'}{i} {safe_name(name, 32)}",
+                        style="#%02x%02x%02x" % run_color(i - 1))
+            text.append(f" [{st.status_of(name)}]", style="dim")
+        if not shown:
+            text.append("  none shown: R, then a shows every run", style="dim")
+        self.query_one("#title-bar", Static).update(text, layout=False)
+
+    # --- the chart keys --------------------------------------------------------------------
+
+    @property
+    def _binding_chain(self) -> list[tuple[DOMNode, BindingsMap]]:
+        """Textual's chain (the focused widget and its ancestors, this screen, the app) with the chart
+        grid's keys before the app's when the focus is outside the grid: they act on the focused chart,
+        or the first one, wherever the focus is."""
+        chain = super()._binding_chain
+        grid = self._grid
+        if grid is None or any(node is grid for node, _ in chain):
+            return chain
+        at = next((i for i, (node, _) in enumerate(chain) if node is self.app), len(chain))
+        chain.insert(at, (grid, BindingsMap(grid.CHART_KEYS)))
+        return chain
+
+    @property
+    def active_bindings(self):
+        """The keys in the footer's order: the focused widget's own, then the app's run keys, the chart
+        grid's, and the app's `footer_after` keys last."""
+        bindings = super().active_bindings
+        app = self.app
+
+        def place(item) -> int:
+            key, active = item
+            if isinstance(active.node, ChartGrid):
+                return 2
+            if active.node is app:
+                return 3 if key in self.footer_after else 1
+            return 0
+
+        return dict(sorted(bindings.items(), key=place))  # stable: each group keeps its order
+
+
+__all__ = ["DashboardScreen", "notice_text", "run_state"]
