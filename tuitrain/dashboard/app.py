@@ -13,7 +13,8 @@ and hands the rest to:
   pacing.py  `Pacer`, when to redraw; `PacingMixin` (still a mixin): `drain`, the event stream into the state
   ending.py  `EndingMixin` (still a mixin): the work returning, the result screen, a watched run gone
   layout.py  the sizes and themes
-and entry.py holds `run_live` and `run_watch`.
+and entry.py holds `run_live` and `run_watch`; live.py the live run (`LiveRun`: the app's source and
+controller in one object) and `LiveApp`.
 This module must not import the run layer (`tuitrain.config`, `tuitrain.run*`, `tuitrain.runner`,
 `tuitrain.build`, `tuitrain.runs`, `tuitrain.cli`): the dashboard imports only `tuitrain.core`,
 `tuitrain.sinks` and `tuitrain.dashboard`.

@@ -1,0 +1,256 @@
+"""A run trained in this process under the dashboard: `LiveRun`, the one object the app is given
+(its source and its controller), and `LiveApp`, the dashboard that fails without taking training
+down. `run_live` (tuitrain/dashboard/entry.py) is the only function that starts them.
+
+The run trains on a thread of its own, not the app's worker, so the screen may end first (the
+terminal closed under it, a failing widget) while training goes on: `LiveRun` then switches the
+console lines on and waits for the run (`go_on_without_the_screen`).
+
+Imports textual (through `DashboardApp`): imported only when a live dashboard opens. Like the rest
+of the dashboard, this module must not import the run layer (`tuitrain.config`, `tuitrain.run*`,
+`tuitrain.runner`, `tuitrain.build`, `tuitrain.runs`, `tuitrain.cli`): only `tuitrain.core`,
+`tuitrain.sinks` and `tuitrain.dashboard`.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import traceback
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+from tuitrain.dashboard.app import DashboardApp
+from tuitrain.sinks.console import HeadlessConsole
+
+
+class _Switch:
+    """A stream that drops what it is given until enabled: the console of a run whose screen is up."""
+
+    def __init__(self, stream) -> None:
+        self.stream, self.enabled = stream, False
+
+    def write(self, text: str) -> int:
+        return self.stream.write(text) if self.enabled and self.stream is not None else len(text)
+
+    def flush(self) -> None:
+        if self.enabled and self.stream is not None:
+            self.stream.flush()
+
+
+def _away_from_the_terminal() -> None:
+    """The terminal is gone: stdin, stdout and stderr read and write /dev/null from now on."""
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        try:
+            os.dup2(null, fd)
+        except OSError:
+            pass
+    os.close(null)
+
+
+class LiveRun:
+    """`run` (subscribe/execute/interrupter/run_dir) as the dashboard sees it: the app's source
+    (`open`, `work`, `close`) and its controller (`request_stop`, `toggle_pause`,
+    `request_checkpoint`), and what became of the screen (`screen_gone`, `hung_up`, `screen_error`).
+
+    Training runs on a thread of its own; the app's worker (`work`) waits for it, or for the app's
+    end (`close`): closing the app never abandons training, a stop goes through the interrupter.
+    Once the screen is gone, nothing reaches it any more and the app's closing no longer stops
+    training. Until then the run's console lines are held back (`out`, `err`)."""
+
+    live = True
+
+    def __init__(self, run: Any) -> None:
+        self.run = run
+        self.interrupter = run.interrupter
+        self.code: int | None = None  # what training returned
+        self.error: BaseException | None = None  # what escaped training (the worker re-raises it)
+        self.done = threading.Event()  # training returned
+        self._released = threading.Event()  # the worker stops waiting: training returned, or the app left
+        self.thread = threading.Thread(target=self._train, name="tuitrain-train")
+        self._emit: Any = None  # the screen's callback (the app's bridge), once opened
+        self.screen_gone = False  # the screen ended before training: training goes on without it
+        self.hung_up = False  # ... because the terminal closed (SIGHUP)
+        self.screen_error: BaseException | None = None  # ... because the screen failed
+        self.aborting = False  # a stalled run ends the process ([watch] stall_action = "abort")
+        self.out, self.err = _Switch(sys.__stdout__), _Switch(sys.__stderr__)
+        run.subscribe(HeadlessConsole(stream=self.out, err=self.err), False)  # silent while the screen is up
+
+    # --- the app's source ----------------------------------------------------------------------
+
+    def open(self, emit) -> None:
+        self._emit = emit
+        self.run.subscribe(self._to_screen, getattr(emit, "step_events", True))
+
+    def _to_screen(self, event, state=None) -> None:
+        if not self.screen_gone:  # a screen gone: nothing piles up for it
+            self._emit(event, state)
+
+    def _train(self) -> None:
+        try:
+            self.code = self.run.execute()
+        except BaseException as e:  # an escaped error still ends the run: the worker re-raises it
+            self.error = e
+        finally:
+            self.done.set()
+            self._released.set()
+
+    def work(self) -> int | None:
+        self.thread.start()
+        self._released.wait()
+        if self.error is not None:
+            raise self.error
+        return self.code
+
+    def close(self) -> None:
+        self._released.set()  # the app is leaving: its worker stops waiting, training does not stop
+
+    # --- the app's controller ------------------------------------------------------------------
+
+    def request_stop(self, source: str = "api", detail: str = "") -> None:
+        if source == "dashboard" and detail == "dashboard closed" and self.screen_gone:
+            return  # the screen went on its own: the run goes on without it
+        self.interrupter.request_stop(source, detail)
+
+    def toggle_pause(self, source: str = "api") -> None:
+        self.interrupter.toggle_pause(source)
+
+    def request_checkpoint(self, source: str = "api") -> None:
+        self.interrupter.request_checkpoint(source)
+
+    # --- the screen ending before training -----------------------------------------------------
+
+    def screen_failed(self, error: BaseException) -> None:
+        """An error in the app: the screen ends, training goes on."""
+        self.screen_gone, self.screen_error = True, error
+        self.close()  # the app's worker stops waiting: the app can end while training goes on
+
+    def hang_up(self) -> None:
+        """The terminal closed: the screen ends, training goes on detached."""
+        self.screen_gone = self.hung_up = True
+        _away_from_the_terminal()
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+    @contextmanager
+    def screen_up(self, app: DashboardApp) -> Iterator[None]:
+        """While `app` runs: SIGTERM stops the run gracefully and leaves, SIGHUP closes the screen
+        (`hang_up`), and a stalled run's abort gives the terminal back first. Afterwards the handlers
+        from before are back (SIGHUP stays ignored once the terminal is gone)."""
+        screen_closed = threading.Event()
+
+        def on_term(signum, frame):  # nobody is there to read a summary: stop gracefully, then leave
+            app.leave_when_done = True
+            self.interrupter.request_stop("signal", signal.Signals(signum).name)
+
+        def on_hangup(signum, frame):
+            self.hang_up()
+            app.exit()
+
+        def before_abort() -> None:  # called from the watchdog's thread: the terminal is given back
+            self.aborting = True  # first, with the reason on it
+            try:
+                app.call_from_thread(app.exit, 1)
+            except Exception:
+                pass
+            screen_closed.wait(5.0)
+
+        hooks = getattr(self.interrupter, "before_abort", None)
+        if hooks is not None:
+            hooks.append(before_abort)
+        saved = {}
+        if threading.current_thread() is threading.main_thread():
+            saved = {signal.SIGTERM: signal.signal(signal.SIGTERM, on_term),
+                     signal.SIGHUP: signal.signal(signal.SIGHUP, on_hangup)}
+        try:
+            yield
+        finally:
+            for signum, handler in saved.items():
+                if signum != signal.SIGHUP or not self.screen_gone:
+                    signal.signal(signum, handler)
+            if self.aborting:
+                failed = getattr(app.state, "failed", None)
+                why = failed.error if failed is not None else "training stalled"
+                sys.__stderr__.write(f"tuitrain: {why}; the run is aborted (exit 1); every thread's stack is in "
+                                     f"{self.run.run_dir}/experiment.log\n")
+                sys.__stderr__.flush()
+                screen_closed.set()
+                threading.Event().wait()  # the watchdog ends the process
+            screen_closed.set()
+            if hooks is not None and before_abort in hooks:
+                hooks.remove(before_abort)
+
+    # --- after the screen ----------------------------------------------------------------------
+
+    def finish(self, app: DashboardApp, crash: BaseException | None) -> int:
+        """The screen has ended (`crash`: how its own end failed): wait for training, going on
+        without the screen if it ended first; the run's exit code."""
+        failed = crash is not None or app.return_code not in (None, 0)
+        if self.thread.ident is None and failed:  # the screen failed before training began
+            self.screen_gone = True
+            self.thread.start()
+        if self.thread.is_alive():
+            if self.screen_gone or failed:
+                self.go_on_without_the_screen(app, crash)
+            else:  # the screen was closed on purpose: the stop it asked for is under way
+                self.thread.join()
+        if self.code is not None:
+            return self.code
+        if app.exit_code is not None:
+            return app.exit_code
+        return 130 if self.interrupter.stop_requested else 1
+
+    def go_on_without_the_screen(self, app: DashboardApp, crash: BaseException | None) -> None:
+        """The screen ended before training did: say why (experiment.log), then wait for the run."""
+        from tuitrain.core.events import OutputPrinted
+        from tuitrain.core.output import capture_output
+
+        self.screen_gone = True  # nothing more for the screen
+        run = self.run
+        bus = getattr(run, "bus", None)
+        while bus is None and self.thread.is_alive() and not self.done.wait(0.05):
+            bus = getattr(run, "bus", None)  # a run the failing screen never let begin: its bus comes soon
+        if self.hung_up:
+            why = "the terminal closed: training goes on detached; tuitrain watch RUN_DIR shows it again"
+        else:
+            error = crash or self.screen_error
+            detail = "".join(traceback.format_exception(error)) if error is not None else ""
+            head = f"{type(error).__name__}: {error}" if error is not None else f"exit code {app.return_code}"
+            why = f"the dashboard failed ({head}); training goes on without it"
+            if detail:
+                why += "\n" + detail.rstrip()
+        if bus is not None:
+            bus.emit(OutputPrinted(text=why, stream="tuitrain"))
+            bus.deliver()  # into experiment.log before the console comes on
+        if not self.hung_up:
+            self.out.enabled = self.err.enabled = True  # the terminal is still there: console lines from now on
+            sys.__stderr__.write(f"tuitrain: the dashboard failed ({head}); training goes on without it; "
+                                 f"the traceback is in {run.run_dir}/experiment.log\n")
+        if bus is not None:
+            with capture_output(bus.emit):  # what the user's code prints still reaches experiment.log
+                self.thread.join()
+        else:
+            self.thread.join()
+
+
+class LiveApp(DashboardApp):
+    """The dashboard of a run trained here (`LiveRun`): an error in it ends the screen, never the run."""
+
+    def __init__(self, live: LiveRun, theme: Path | None) -> None:
+        super().__init__(live, live, theme)
+        self.live = live
+
+    # Textual's hooks for an unhandled exception (textual < 9, pinned in pyproject): the error is
+    # kept for experiment.log, and its traceback is not printed over the console lines that follow
+    def _handle_exception(self, error: Exception) -> None:
+        self.live.screen_failed(error)
+        super()._handle_exception(error)
+
+    def _fatal_error(self) -> None:
+        self._close_messages_no_wait()
+
+
+__all__ = ["LiveApp", "LiveRun"]
