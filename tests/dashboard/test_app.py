@@ -522,12 +522,12 @@ async def test_redraws_give_way_when_the_screen_takes_more_than_its_share_of_a_c
         app.pacer.started = True  # past the start-up window, which is not counted
         cpu[0] += 0.1 * window  # 10% of a core: 4x the share
         now[0] += window
-        app._dirty.add("progress")
+        app.pacing.dirty.add("progress")
         app.drain()
         assert app.pacer.slow == pytest.approx(2.0)  # at most doubles per window
         cpu[0] += 0.1 * window
         now[0] += window
-        app._dirty.add("progress")
+        app.pacing.dirty.add("progress")
         app.drain()
         assert app.pacer.slow == pytest.approx(app_module.MAX_SLOW)
         app.pacer.last_plot = now[0]  # the plot was just drawn
@@ -548,7 +548,7 @@ async def test_redraws_give_way_when_the_screen_takes_more_than_its_share_of_a_c
         source.push(RunPaused(epoch=2, step=40))
         await until(pilot, lambda: app.state.paused)
         now[0] += window  # a quiet window while paused
-        app._dirty.add("progress")
+        app.pacing.dirty.add("progress")
         app.drain()
         assert app.pacer.slow == 1.0
 
@@ -564,15 +564,15 @@ async def test_the_screen_wakes_less_often_while_training_runs_and_at_once_when_
     source = ReplaySource(events)
     app = make_app(events, source=source)
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: app._drain_every == app_module.BUSY_DRAIN_INTERVAL)
-        timer = app._drain_timer
+        await until(pilot, lambda: app.pacing.every == app_module.BUSY_DRAIN_INTERVAL)
+        timer = app.pacing.timer
         assert timer is not None and timer._interval == app_module.BUSY_DRAIN_INTERVAL
         source.push(RunPaused(epoch=1, step=20))
         await until(pilot, lambda: app.state.paused)
-        await until(pilot, lambda: app._drain_every == app.drain_interval)
-        assert app._drain_timer is not timer and app._drain_timer._interval == app.drain_interval
+        await until(pilot, lambda: app.pacing.every == app.drain_interval)
+        assert app.pacing.timer is not timer and app.pacing.timer._interval == app.drain_interval
         source.push(RunResumed(epoch=1, step=20, paused_for=1.0))
-        await until(pilot, lambda: app._drain_every == app_module.BUSY_DRAIN_INTERVAL)
+        await until(pilot, lambda: app.pacing.every == app_module.BUSY_DRAIN_INTERVAL)
         more = recorded_run(epochs=2, total_epochs=3, end="running")[len(events):]
         source.push(*more)  # still drained, a quarter of a second apart
         await until(pilot, lambda: app.state.step == 40)

@@ -29,6 +29,60 @@ def test_the_chart_keys_are_the_grid_s_and_the_run_s_keys_the_app_s():
     assert DashboardApp.compose is App.compose  # the screen composes the widgets
 
 
+def test_the_app_inherits_only_app_and_owns_its_pacing_and_ending():
+    from tuitrain.dashboard.ending import Ending
+    from tuitrain.dashboard.pacing import Drain
+
+    assert DashboardApp.__bases__ == (App,)
+    app = make_app()
+    assert isinstance(app.pacing, Drain) and isinstance(app.ending, Ending)
+    assert app.pacing.app is app and app.ending.app is app
+
+
+def test_a_live_run_is_the_app_s_source_and_controller_in_one():
+    """`run_live`'s one way in: `LiveRun` is what the app reads from and steers; once the screen is
+    gone, its closing no longer stops training and nothing more reaches it."""
+    from tuitrain.core.control import Interrupter
+    from tuitrain.dashboard.live import LiveApp, LiveRun
+
+    class Run:
+        run_dir = "runs/x"
+
+        def __init__(self):
+            self.interrupter = Interrupter()
+            self.subscribed = []
+
+        def subscribe(self, callback, steps=None):
+            self.subscribed.append((callback, steps))
+
+        def execute(self):
+            return 0
+
+    run = Run()
+    live = LiveRun(run)
+    app = LiveApp(live, None)
+    assert app.source is live and app.controller is live
+    seen = []
+
+    def emit(event, state=None):
+        seen.append(event)
+
+    emit.step_events = "sampled"
+    live.open(emit)
+    callback, steps = run.subscribed[-1]
+    assert steps == "sampled"
+    callback("e1")
+    live.toggle_pause("dashboard")
+    assert run.interrupter.paused
+    live.screen_failed(ZeroDivisionError("x"))
+    callback("e2")
+    live.request_stop("dashboard", "dashboard closed")
+    assert seen == ["e1"] and not run.interrupter.stop_requested
+    live.request_stop("dashboard", "quit")
+    assert run.interrupter.stop_requested
+    assert live.work() == 0 and live.done.is_set()
+
+
 def footer(app) -> list[str]:
     return [key for key, active in app.screen.active_bindings.items() if active.binding.show]
 

@@ -10,8 +10,8 @@ in another process).
 and hands the rest to:
   screen.py  `DashboardScreen`: the widgets, their titles and layout, the title bar and notice
   widgets/chart_grid.py  `ChartGrid`: the charts and the chart keys (l s x w / e i, Enter, Esc, arrows, Tab)
-  pacing.py  `Pacer`, when to redraw; `PacingMixin` (still a mixin): `drain`, the event stream into the state
-  ending.py  `EndingMixin` (still a mixin): the work returning, the result screen, a watched run gone
+  pacing.py  `Pacer`, when to redraw; `Drain` (`app.pacing`): the event stream into the state, the panels refreshed
+  ending.py  `Ending` (`app.ending`): the work returning, the result screen, a watched run gone
   layout.py  the sizes and themes
 and entry.py holds `run_live` and `run_watch`; live.py the live run (`LiveRun`: the app's source and
 controller in one object) and `LiveApp`.
@@ -32,16 +32,15 @@ from rich.text import Text
 from textual.app import App
 from textual.binding import Binding
 from textual.screen import ModalScreen
-from textual.timer import Timer
 
 from tuitrain.core.control import Controller
 from tuitrain.core.text import safe_text
 from tuitrain.dashboard.bridge import EventBridge
-from tuitrain.dashboard.ending import EndingMixin
+from tuitrain.dashboard.ending import Ending
 from tuitrain.dashboard.layout import DASHBOARD_TCSS, HIGH_CONTRAST, base_theme_of, default_theme
 from tuitrain.dashboard.messages import TrainingEnded
 from tuitrain.dashboard.model import DashboardState
-from tuitrain.dashboard.pacing import UI_SHARE, Pacer, PacingMixin
+from tuitrain.dashboard.pacing import UI_SHARE, Drain, Pacer
 from tuitrain.dashboard.sources import Source
 from tuitrain.dashboard.export import export_folder, write_compared, write_series
 from tuitrain.dashboard.screen import DashboardScreen, notice_text
@@ -69,7 +68,7 @@ def _restore_terminal_and_exit(app: App) -> None:
         os._exit(130)
 
 
-class DashboardApp(PacingMixin, EndingMixin, App[int]):
+class DashboardApp(App[int]):
     """The dashboard of one run. `source` delivers events; `controller` steers (None: read-only)."""
 
     TITLE = "tuitrain"
@@ -111,8 +110,6 @@ class DashboardApp(PacingMixin, EndingMixin, App[int]):
         self.notice = notice
         self.clock = clock
         self.drain_interval = drain_interval
-        self._drain_every = drain_interval  # the drain timer's interval now (see BUSY_DRAIN_INTERVAL)
-        self._drain_timer: Timer | None = None
         self.hard_exit = hard_exit or _restore_terminal_and_exit
         self.bridge = EventBridge()
         self.state = DashboardState(clock=clock)
@@ -120,13 +117,15 @@ class DashboardApp(PacingMixin, EndingMixin, App[int]):
         self.worker_done = False
         self.interrupts = 0
         self.leave_when_done = False
-        self._dirty: set[str] = set()
         self._title_shown: tuple | None = None
         self.cpu_clock = cpu_clock  # this thread's CPU time: what the screen costs
         self.pace_clock = pace_clock  # seconds, for the pace of redraws
         #: when to redraw (pacing.py): the clocks in, a decision out
         self.pacer = Pacer(pace_clock(), cpu_clock(), ui_share=ui_share, plot_interval=plot_interval)
-        self._result_shown = False
+        #: the event stream into the state, and the panels refreshed as the pacer says (pacing.py)
+        self.pacing = Drain(self)
+        #: the end of the run: the result screen, the dashboard turning read-only (ending.py)
+        self.ending = Ending(self)
         self._source_closed = False
         self._base_theme = base_theme_of(self.theme_path)
         self.last_export: Path | None = None
@@ -151,8 +150,7 @@ class DashboardApp(PacingMixin, EndingMixin, App[int]):
         self._files_of_source()
         self.source.open(self.bridge)
         self.run_worker(self._work, name="tuitrain-source", thread=True, exit_on_error=False)
-        self._drain_timer = self.set_interval(self._drain_every, self.drain, name="drain")
-        self.set_interval(1.0, self._every_second, name="clock")
+        self.pacing.start()
         self.drain()
 
     def _set_theme(self) -> None:
@@ -203,6 +201,15 @@ class DashboardApp(PacingMixin, EndingMixin, App[int]):
             self.post_message(TrainingEnded(1, f"{type(exc).__name__}: {exc}", traceback.format_exc()))
             return
         self.post_message(TrainingEnded(code))
+
+    def drain(self) -> None:
+        """Fold what the bridge holds into the state and refresh the panels that changed (`Drain`;
+        the drain timer calls this method)."""
+        self.pacing.drain()
+
+    def on_training_ended(self, message: TrainingEnded) -> None:
+        """The source's work returned (`Ending`)."""
+        self.ending.training_ended(message)
 
     # --- keys ------------------------------------------------------------------------------
 
@@ -276,7 +283,7 @@ class DashboardApp(PacingMixin, EndingMixin, App[int]):
                 self.leave()  # the run in the other process stops on its own
             else:
                 self.leave_when_done = True
-                self._refresh_progress()
+                self.pacing.refresh_progress()
                 self.notify("stopping: saving a checkpoint, then leaving", timeout=5)
 
     def action_interrupt(self) -> None:
@@ -291,7 +298,7 @@ class DashboardApp(PacingMixin, EndingMixin, App[int]):
         self.leave_when_done = True
         if isinstance(self.screen, ModalScreen):
             self.screen.dismiss()
-        self._refresh_progress()
+        self.pacing.refresh_progress()
         self.notify("stopping gracefully; Ctrl+C again ends the process", severity="warning", timeout=5)
 
     def _on_dashboard(self) -> bool:
@@ -360,7 +367,7 @@ class DashboardApp(PacingMixin, EndingMixin, App[int]):
         if message.note == "charts":
             self._back_to_charts()
             return
-        self._replot()
+        self.pacing.replot()
         self._title()
         if message.note:
             self.notify(safe_text(message.note), severity="warning", timeout=4, markup=False)
@@ -383,8 +390,7 @@ class DashboardApp(PacingMixin, EndingMixin, App[int]):
 
     def action_show_result(self) -> None:
         if self.state.ended and not isinstance(self.screen, ResultScreen):
-            self._result_shown = False
-            self._show_result()
+            self.ending.show_result(again=True)
 
     def on_control_bar_requested(self, message: ControlBar.Requested) -> None:
         {"stop": self.action_quit_request, "pause": self.action_pause,

@@ -4,8 +4,9 @@ runs in this process (`UI_SHARE`, `PACE_WINDOW`, `MAX_SLOW`, `PLOT_SHARE`, `BUSY
 `DRAIN_LIMIT`, `PROGRESS_INTERVAL`); the progress and plot refreshes, and the once-a-second clock.
 
 `Pacer` decides when (clock readings in, a decision out) and knows nothing of Textual: it is tested
-alone (tests/dashboard/test_pacer.py). `PacingMixin` is one part of `DashboardApp`
-(tuitrain/dashboard/app.py): it drains, asks its `pacer`, and refreshes the panels. Like the rest of the dashboard, this module must not import the run layer
+alone (tests/dashboard/test_pacer.py). `Drain` is the app's (`DashboardApp.pacing`,
+tuitrain/dashboard/app.py): it drains, asks the app's `pacer`, and refreshes the panels. Like the
+rest of the dashboard, this module must not import the run layer
 (`tuitrain.config`, `tuitrain.run*`, `tuitrain.runner`, `tuitrain.build`, `tuitrain.runs`,
 `tuitrain.cli`): only `tuitrain.core`, `tuitrain.sinks` and `tuitrain.dashboard`.
 """
@@ -100,93 +101,110 @@ class Pacer:
         return False
 
 
-class PacingMixin:
-    """`DashboardApp`'s drain of the event stream; when to redraw is its `pacer`'s decision."""
+class Drain:
+    """The event stream into the app's state (`drain`, on the app's timer), the panels that changed
+    refreshed when the app's `pacer` says so, and the once-a-second clock. `DashboardApp` owns one
+    (`app.pacing`) and works through the app's state, source and widgets."""
 
-    def _relaxed(self) -> bool:
+    def __init__(self, app) -> None:
+        self.app = app
+        self.every = app.drain_interval  # the drain timer's interval now (see BUSY_DRAIN_INTERVAL)
+        self.timer = None  # the drain timer, once started
+        self.dirty: set[str] = set()  # the panels that wait for a refresh
+        self.skipped_shown = 0  # damaged lines counted in the notice
+
+    def start(self) -> None:
+        """The timers: the drain (`DashboardApp.drain`) and the clock."""
+        app = self.app
+        self.timer = app.set_interval(self.every, app.drain, name="drain")
+        app.set_interval(1.0, self.every_second, name="clock")
+
+    def relaxed(self) -> bool:
         """Nothing to give way to: paused, ended, or the run trains in another process."""
-        st = self.state
-        return bool(self.watching or st.ended or st.paused)
+        app, st = self.app, self.app.state
+        return bool(app.watching or st.ended or st.paused)
 
     def drain(self) -> None:
         """Fold what the bridge holds into the state and refresh the panels that changed."""
-        if not self.is_running:  # shutting down: a timer still due finds the panels gone
+        app = self.app
+        if not app.is_running:  # shutting down: a timer still due finds the panels gone
             return
-        st = self.state
-        every = self.pacer.drain_every(self.drain_interval, self._relaxed() or self.worker_done)
-        if every != self._drain_every and self._drain_timer is not None:
-            self._drain_timer.stop()
-            self._drain_every = every
-            self._drain_timer = self.set_interval(every, self.drain, name="drain")
-        batch = self.bridge.drain(DRAIN_LIMIT)
+        st = app.state
+        every = app.pacer.drain_every(app.drain_interval, self.relaxed() or app.worker_done)
+        if every != self.every and self.timer is not None:
+            self.timer.stop()
+            self.every = every
+            self.timer = app.set_interval(every, app.drain, name="drain")
+        batch = app.bridge.drain(DRAIN_LIMIT)
         if batch:
-            changed = self.state.apply(batch)
+            changed = st.apply(batch)
             if "alerts" in changed:
-                self._dirty.add("plot")  # the charts' marks at the alerts' steps
-                if st.bell and not self.watching:  # a live alert, not one read back from a finished run
-                    self.bell()
-            self._dirty |= changed
-        skipped = self.skipped_lines()
-        if skipped != getattr(self, "_skipped_shown", 0):  # the one notice of damaged lines, counted
-            self._skipped_shown = skipped
-            self.set_notice(self.notice)
-        dirty = self._dirty
+                self.dirty.add("plot")  # the charts' marks at the alerts' steps
+                if st.bell and not app.watching:  # a live alert, not one read back from a finished run
+                    app.bell()
+            self.dirty |= changed
+        skipped = app.skipped_lines()
+        if skipped != self.skipped_shown:  # the one notice of damaged lines, counted
+            self.skipped_shown = skipped
+            app.set_notice(app.notice)
+        dirty = self.dirty
         if not dirty:
             return
-        now = self.pace_clock()
-        pacer = self.pacer
-        pacer.observe(now, self.cpu_clock(), self._relaxed())
+        now = app.pace_clock()
+        pacer = app.pacer
+        pacer.observe(now, app.cpu_clock(), self.relaxed())
         keep: set[str] = set()  # what waits for its turn
         if "progress" in dirty:
             # a change of state (paused, stopping, checkpointing, ended) shows at once; counters wait
             status = (st.activity, st.paused, st.stopping, st.checkpointing, st.final, st.epoch)
             if pacer.progress_due(now, status, st.ended):
-                self._refresh_progress()
+                self.refresh_progress()
             else:
                 keep.add("progress")
         if "devices" in dirty:
-            self.query_one(DevicesPanel).show(st.devices, st.env)
+            app.query_one(DevicesPanel).show(st.devices, st.env)
         if "checkpoints" in dirty:
-            self.query_one(CheckpointList).show(st.checkpoints, st.best_file, st.monitor)
+            app.query_one(CheckpointList).show(st.checkpoints, st.best_file, st.monitor)
         if "log" in dirty:
-            log = self.query_one(OutputLog)
+            log = app.query_one(OutputLog)
             for stream, text, partial in st.take_lines():
                 log.add(stream, text, partial)
             if log.count and not log.has_class("-has-lines"):
                 log.add_class("-has-lines")  # the panel takes rows from its first line on
         if "plot" in dirty:
-            loading = self.watching and not getattr(self.source, "caught_up", True)
-            if pacer.plot_due(now, self.query_one(ChartGrid).build_cost(), self._relaxed(), st.ended, loading):
-                self._replot()
+            loading = app.watching and not getattr(app.source, "caught_up", True)
+            if pacer.plot_due(now, app.query_one(ChartGrid).build_cost(), self.relaxed(), st.ended, loading):
+                self.replot()
             else:
                 keep.add("plot")
-        if "result" in dirty and st.ended and (self.watching or self.worker_done):
-            if self.watching and self.leave_when_done:  # an owned run stopped from here
-                self.leave()
+        if "result" in dirty and st.ended and (app.watching or app.worker_done):
+            if app.watching and app.leave_when_done:  # an owned run stopped from here
+                app.leave()
                 return
-            self._show_result()
-        self._dirty = keep
+            app.ending.show_result()
+        self.dirty = keep
 
-    def _refresh_progress(self) -> None:
-        st = self.state
+    def refresh_progress(self) -> None:
+        app, st = self.app, self.app.state
         note = ""
-        if self.leave_when_done and not st.ended:
+        if app.leave_when_done and not st.ended:
             note = "leaving when stopped"
-        elif self.interrupts and not st.ended:
+        elif app.interrupts and not st.ended:
             note = "Ctrl+C again ends the process"
-        self.query_one(ProgressPanel).show(st, note)
-        self._title()
-        self.query_one(ControlBar).set_paused(st.paused)
-        if st.ended and self.controller is not None and self.watching:
-            self._read_only("the run has ended; keys that steer are off")
+        app.query_one(ProgressPanel).show(st, note)
+        app._title()
+        app.query_one(ControlBar).set_paused(st.paused)
+        if st.ended and app.controller is not None and app.watching:
+            app.ending.read_only("the run has ended; keys that steer are off")
 
-    def _replot(self) -> None:
-        self.query_one(ChartGrid).show(self.state)
+    def replot(self) -> None:
+        self.app.query_one(ChartGrid).show(self.app.state)
 
-    def _every_second(self) -> None:
-        if not self.is_running:  # shutting down (see drain)
+    def every_second(self) -> None:
+        app = self.app
+        if not app.is_running:  # shutting down (see drain)
             return
-        self._dirty.add("progress")  # elapsed time and ETA move without events; drain paces it
-        self.query_one(CheckpointList).render_rows()  # ages
-        if self.watching and not self.state.ended and getattr(self.source, "caught_up", False):
-            self._check_alive()
+        self.dirty.add("progress")  # elapsed time and ETA move without events; drain paces it
+        app.query_one(CheckpointList).render_rows()  # ages
+        if app.watching and not app.state.ended and getattr(app.source, "caught_up", False):
+            app.ending.check_alive()
