@@ -24,6 +24,35 @@ _COLUMNS = ("x_min", "y_min", "x_max", "y_max", "n", "total", "x_last")
 FOLD_AT = 1 << 16  # points `extend` may hold before bucketing them (2 x 8 bytes each)
 
 
+class Waiting:
+    """Pairs of arrays handed over by `extend`, held until they are read or FOLD_AT points wait, then
+    taken as one pair: a file's thousand small blocks are folded as a few big ones."""
+
+    __slots__ = ("_parts", "size")
+
+    def __init__(self) -> None:
+        self._parts: list[tuple[np.ndarray, np.ndarray]] = []
+        self.size = 0
+
+    def __bool__(self) -> bool:
+        return bool(self._parts)
+
+    def add(self, a: np.ndarray, b: np.ndarray) -> bool:
+        """Hold (a, b); True once FOLD_AT points wait (time to fold)."""
+        self._parts.append((a, b))
+        self.size += int(a.size)
+        return self.size >= FOLD_AT
+
+    def take(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """Everything held, as one pair (None: nothing), and hold nothing."""
+        parts, self._parts, self.size = self._parts, [], 0
+        if not parts:
+            return None
+        if len(parts) == 1:
+            return parts[0]
+        return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+
+
 class Series:
     """One metric of one split over global steps."""
 
@@ -39,8 +68,7 @@ class Series:
         self.last: tuple[float, float] | None = None
         self.min: float = math.inf
         self.max: float = -math.inf
-        self._waiting: list[tuple[np.ndarray, np.ndarray]] = []  # extend's finite points, not bucketed yet
-        self._waiting_n = 0
+        self._waiting = Waiting()  # extend's finite points, not bucketed yet
 
     # --- taking points ---------------------------------------------------------------------
 
@@ -94,20 +122,15 @@ class Series:
         self.last = (float(x[-1]), float(y[-1]))
         self.min = min(self.min, lo)
         self.max = max(self.max, hi)
-        self._waiting.append((x, y))
-        self._waiting_n += int(y.size)
-        if self._waiting_n >= FOLD_AT:
+        if self._waiting.add(x, y):
             self._fold()
 
     def _fold(self) -> None:
         """Bucket the points `extend` left waiting."""
-        waiting, self._waiting, self._waiting_n = self._waiting, [], 0
-        if not waiting:
+        waiting = self._waiting.take()
+        if waiting is None:
             return
-        if len(waiting) == 1:
-            x, y = waiting[0]
-        else:
-            x, y = np.concatenate([w[0] for w in waiting]), np.concatenate([w[1] for w in waiting])
+        x, y = waiting
         tail = max(self._recent.maxlen or 0, 0)
         self._recent.extend(zip(x[-tail:].tolist(), y[-tail:].tolist()) if tail else ())
         i = 0
@@ -266,8 +289,7 @@ class Anchors:
         self.capacity = max(8, capacity)
         self._steps: list[float] = []
         self._values: list[float] = []
-        self._waiting: list[tuple[np.ndarray, np.ndarray]] = []
-        self._waiting_n = 0
+        self._waiting = Waiting()
 
     @property
     def steps(self) -> list[float]:
@@ -329,20 +351,14 @@ class Anchors:
         ones a long map thins away."""
         s = np.asarray(steps, dtype=np.float64)
         v = np.asarray(values, dtype=np.float64)
-        if s.size:
-            self._waiting.append((s, v))
-            self._waiting_n += int(s.size)
-            if self._waiting_n >= FOLD_AT:
-                self._fold()
+        if s.size and self._waiting.add(s, v):
+            self._fold()
 
     def _fold(self) -> None:
-        waiting, self._waiting, self._waiting_n = self._waiting, [], 0
-        if not waiting:
+        waiting = self._waiting.take()
+        if waiting is None:
             return
-        if len(waiting) == 1:
-            s, v = waiting[0]
-        else:
-            s, v = np.concatenate([w[0] for w in waiting]), np.concatenate([w[1] for w in waiting])
+        s, v = waiting
         ok = np.isfinite(s) & np.isfinite(v)
         s, v = s[ok], v[ok]
         if not s.size:
