@@ -310,8 +310,7 @@ def test_no_rule_reads_the_device_on_a_step_that_logs_nothing(project, monkeypat
     run = prepare_run(project, ["watch.loss_spike=skip", "watch.grad_spike=skip", "watch.nonfinite=skip",
                                 "metrics.train=[\"loss\"]", "train.max_steps=60", "checkpoint.every_n_steps=0"])
     learner, train_loader, _ = build_learner(run.cfg, run.run_dir, EventBus(), Interrupter())
-    learner.check_every_step = False  # what a CUDA device sets
-    learner._setup_health({"loss_spike": "skip", "grad_spike": "skip", "nonfinite": "skip"})
+    learner.guard.check_every_step = False  # what a CUDA device sets
     calls: list[int] = []
     for name in ("item", "tolist", "cpu", "__float__"):
         real = getattr(torch.Tensor, name)

@@ -9,6 +9,13 @@ The loops over an epoch's batches are in loop.py (a phase, phases.py, is the ste
 every optimizer step, in every training loop, is `Learner.after_step` (the log every N steps, a due
 checkpoint, the step boundary `at_boundary` with the control requests, max_steps); what happens at an
 epoch's end is `_epochs`. How a rank differs is its `strategy` (strategies/base.py).
+
+The Learner owns four collaborators, each built with what it works on (none holds the Learner):
+`amp` and `optimization` (optimization.py: precision, backward, optimizer steps), `checkpoints`
+(learner_checkpoint.py: what a checkpoint holds, saving and loading it, model.pt) and `guard`
+(learner_health.py: the `[watch]` rules' verdicts acted on, rollback, the stall watchdog). The methods
+a step of one's own calls (`backward`, `step_optimizer`, `zero_grad`, `autocast`, `fire`) and
+`state_dict`/`load_state_dict`/`save_checkpoint` stay on the Learner and hand over to them.
 """
 
 from __future__ import annotations
@@ -35,11 +42,12 @@ from .early_stopping import EarlyStopping
 from .ema import WeightAverage
 from .control import parse_duration
 from .events import (ControlReceived, EpochCompleted, EpochStarted, MetricsLogged, OutputPrinted, PhaseStarted,
-                     RunFailed, RunFinished, RunPaused, RunResumed, RunStarted)
-from .learner_checkpoint import CheckpointMixin
-from .learner_health import HealthMixin
+                     RunFailed, RunFinished, RunPaused, RunResumed, RunStarted, StepPoint)
+from .health import Health, Watch
+from .learner_checkpoint import Checkpoints
+from .learner_health import HealthGuard
 from .metrics import MetricSet, StepOutput
-from .optimization import OptimizationMixin
+from .optimization import Optimization, Precision
 from .output import capture_output
 from .phases import CancelFitting, NonFiniteLoss, Phase, TrainPhase, ValidPhase
 from .state import HealthFailure, RollBack
@@ -122,7 +130,7 @@ def summarize(history: dict) -> dict:
     return out
 
 
-class Learner(OptimizationMixin, CheckpointMixin, HealthMixin):
+class Learner:
     """Trains `model` with `optimizer`; `fit(train, valid)` returns a FitResult.
 
     `train`/`valid` may be Datasets (loaders are built with `batch_size`, `shuffle`, `num_workers`) or
@@ -190,9 +198,6 @@ class Learner(OptimizationMixin, CheckpointMixin, HealthMixin):
             self.schedulers = {first: scheduler} if scheduler is not None else {}
         self.scheduler_intervals = {k: scheduler_interval.get(k, "step") if isinstance(scheduler_interval, dict)
                                     else scheduler_interval for k in self.schedulers}
-        # the default training step's scheduler (the one of the first optimizer)
-        self.scheduler = self.schedulers.get(first)
-        self.scheduler_interval = self.scheduler_intervals.get(first, "step")
         self.phase: Phase | None = None  # the phase running now (set by Phase.begin)
         self.epochs, self.max_steps = epochs, max_steps
         #: seconds of training (over every resume) after which the run stops as completed; 0: none
@@ -212,7 +217,6 @@ class Learner(OptimizationMixin, CheckpointMixin, HealthMixin):
         self._valid_due = False
         self._validating = False
         self._valid_loader = None
-        self._valid_at = -1  # the step of the last validation
         self.log_every_n_steps = log_every_n_steps
         self.seed = seed
         self.batch_size, self.shuffle, self.num_workers = batch_size, shuffle, num_workers
@@ -274,20 +278,33 @@ class Learner(OptimizationMixin, CheckpointMixin, HealthMixin):
         self.throughput_unit = throughput_unit
         for phase in (self.train_phase, self.valid_phase):
             phase.count_tokens = throughput_unit == "tokens"
-        self._setup_precision(precision)
         self.move_batches = self.device.type != "cpu"
         self.non_blocking = self.device.type == "cuda"
-        # a CPU loss reads back for free, so every step is checked; elsewhere only logged steps
-        self.check_every_step = self.device.type == "cpu"
-        #: the `[watch]` rules (health.py): judged in the loop, acted on by the HealthMixin
-        self._setup_health(watch)
-        self.state = TrainState(epochs=epochs)
-        self.bus.state = self.state
+        self.state = state = TrainState(epochs=epochs)
+        self.bus.state = state
         self._ckpt_step_due = False
         self._epoch_batches = 0
-        self._valid_rng: dict | None = None
-        self._last_ckpt_step = -1
-        self._last_snapshot = None  # the last checkpoint's CPU copy: the next one copies into it
+        # the collaborators, each given what it works on: the precision, what a checkpoint holds
+        # (learner_checkpoint.py), the `[watch]` rules and their actions (learner_health.py), the
+        # optimizer steps (optimization.py)
+        self.amp = Precision(precision, self.device, self.notes)
+        self.precision = self.amp.name
+        health = Health(Watch.of(watch))
+        self.checkpoints = Checkpoints(
+            checkpointer=checkpointer, bus=bus, state=state, model=self.raw_model, ema=self.ema,
+            optimizers=self.optimizers, schedulers=self.schedulers, amp=self.amp, metric_sets=self.metric_sets,
+            early_stopping=early_stopping, health=health, config=self.config,
+            world_size=self.world_size, model_path=self.model_path)
+        self.guard = HealthGuard(
+            health=health, bus=bus, state=state, interrupter=self.interrupter, strategy=strategy,
+            optimizers=self.optimizers, schedulers=self.schedulers, amp=self.amp, checkpoints=self.checkpoints,
+            log_every=log_every_n_steps, run_dir=self.run_dir,
+            # a CPU loss reads back for free, so every step is judged; elsewhere only logged steps
+            check_every_step=self.device.type == "cpu")
+        self.optimization = Optimization(
+            model=self.raw_model, optimizers=self.optimizers, schedulers=self.schedulers,
+            intervals=self.scheduler_intervals, amp=self.amp, state=state, clip_grad_norm=clip_grad_norm,
+            accumulation=grad_accumulation, log_every=log_every_n_steps, grad_norm=self._grad_norm, guard=self.guard)
         strategy.bind(self)
 
     # the model the phases call: DDP's wrapper while training; the plain module in validation, where ranks
@@ -302,14 +319,88 @@ class Learner(OptimizationMixin, CheckpointMixin, HealthMixin):
     def model(self, value: torch.nn.Module) -> None:
         self._model = value
 
+    @property
+    def scaler(self):
+        """float16's gradient scaler (None in other precisions)."""
+        return self.amp.scaler
+
+    # --- what a step calls: precision, backward, optimizer steps (Optimization) ---------------
+
+    def autocast(self):
+        """The context a forward runs in (the precision's autocast; a strategy's gradient sync first)."""
+        if self.before_micro_batch is not None:  # a strategy's gradient sync for this micro-batch
+            self.before_micro_batch(self)
+        return self.amp.autocast()
+
+    def backward(self, loss: torch.Tensor) -> None:
+        self.amp.backward(loss)
+
+    def optimizer_step(self) -> bool | None:
+        """Clip, step, zero the gradients, step a per-step scheduler. False: a `[watch]` rule judged the
+        gradients and the update was not applied."""
+        return self.optimization.optimizer_step()
+
+    def step_optimizer(self, name: str | None = None) -> None:
+        """For a phase with its own step: clip, step and zero one optimizer, then its step-interval
+        scheduler. `name` is the optimizer's name in the config (`[optimizer.NAME]`); None: the only one."""
+        self.optimization.step_optimizer(name, self.phase)
+
+    def zero_grad(self, name: str | None = None) -> None:
+        """Clear the gradients of one optimizer's parameters (all optimizers when `name` is None)."""
+        self.optimization.zero_grad(name)
+
+    def end_manual_step(self) -> None:
+        """After a phase's own step: the gradient scaler's update, once for every optimizer stepped."""
+        self.optimization.end_manual_step()
+
+    def fire(self, point: str, detail: str = "") -> None:
+        """Announce a point inside the current step ("loss", "backward_started", "backward_completed",
+        "optimizer_stepped" or a name of your own) to the callbacks that take per-step events; costs
+        nothing when none does."""
+        if self.bus.wants_steps:
+            s = self.state
+            self.bus.emit_step(StepPoint(point=point, phase=s.phase, epoch=s.epoch, step=s.step + 1, detail=detail))
+
+    def loop_parts(self):
+        """(autocast or None, backward, optimizer step or None) for a training loop to bind once per
+        epoch: None where the plain form applies (no autocast; `opt.step()` then `zero_grad()` with no
+        clipping, scaler or per-step scheduler), so the loop makes no call it does not need. A
+        subclass that overrides one of these methods keeps it."""
+        cls = type(self)
+        amp = self.autocast if (cls.autocast is not Learner.autocast or self.amp.dtype is not None
+                                or self.world_size > 1) else None
+        plain_backward = cls.backward is Learner.backward and self.amp.scaler is None
+        backward = torch.Tensor.backward if plain_backward else self.backward
+        plain_step = cls.optimizer_step is Learner.optimizer_step and self.optimization.plain
+        return amp, backward, None if plain_step else self.optimizer_step
+
+    # --- checkpoints: what one holds (Checkpoints) and the strategy's part -----------------------
+
+    def state_dict(self) -> dict:
+        """Everything an exact resume needs (live references; `checkpoint.snapshot` copies it)."""
+        return self.strategy.extra_state(self, self.checkpoints.state_dict())
+
+    def load_state_dict(self, data: dict) -> None:
+        self.strategy.check_resume(data)
+        self.checkpoints.load_state_dict(data)
+        self.strategy.after_load(self, data)
+
+    def save_checkpoint(self, reason: str) -> None:
+        """A checkpoint of this state, unless it is saved already (ranks: entered together)."""
+        if self.checkpointer is None or self.checkpoints.saved_now():
+            return
+        if self.strategy.save_checkpoint(self, reason):  # ranks: written (or joined) by the strategy
+            return
+        self.checkpoints.save(reason, self.state_dict)
+
     # --- per-step hooks called by phases -------------------------------------------------------
 
     def log_step(self, metrics: MetricSet, split: str, state: TrainState, batch: int, total: int) -> None:
         if not self.strategy.solo_boundaries:  # a finished write's events go out here, not at a boundary
-            self._flush_checkpoint_events()
+            self.checkpoints.flush_events()
         values = metrics.read_window()
         if split == "train":
-            self.judge_logged(values, state)  # data_wait; a non-finite mean the steps did not judge
+            self.guard.judge_logged(values, state)  # data_wait; a non-finite mean the steps did not judge
         state.last_logged = values
         self.bus.emit(MetricsLogged(split=split, epoch=state.epoch, step=state.step, metrics=values,
                                     scope="step", batch=batch, batches=total))
@@ -353,7 +444,7 @@ class Learner(OptimizationMixin, CheckpointMixin, HealthMixin):
         if self._valid_due and not self._validating:
             self._valid_due = False
             self._validate_mid_epoch(state)
-        self._flush_checkpoint_events()
+        self.checkpoints.flush_events()
         for command, source, detail in it.take_log():
             self.bus.emit(ControlReceived(command=command, source=source, detail=detail))
         if self._ckpt_step_due and not self._validating and not (
@@ -372,7 +463,7 @@ class Learner(OptimizationMixin, CheckpointMixin, HealthMixin):
                     self.bus.emit(ControlReceived(command=command, source=source, detail=detail))
                 if it.take_checkpoint():
                     self.save_checkpoint("request")
-                self._flush_checkpoint_events()
+                self.checkpoints.flush_events()
             paused_for = time.monotonic() - t0
             for ms in self.metric_sets.values():
                 ms.pause_clock(paused_for)
@@ -397,7 +488,7 @@ class Learner(OptimizationMixin, CheckpointMixin, HealthMixin):
         with self.ema.swapped_in() if self.ema is not None else contextlib.nullcontext():
             res = self.valid_phase.run(self, self._valid_loader, state)
         self._record(self.valid_phase.split, res)
-        self._valid_at = state.step
+        state.valid_at = state.step
 
     def _validate_mid_epoch(self, state: TrainState) -> None:
         """`validate_every_n_steps`: validate inside the training phase, which then goes on as if
@@ -455,10 +546,10 @@ class Learner(OptimizationMixin, CheckpointMixin, HealthMixin):
                 data = resume if isinstance(resume, dict) else ckpt.load_checkpoint(resume)
                 resumed_from = resumed_from or ("" if isinstance(resume, dict) else resume)
                 self.load_state_dict(data)
-            self._train_loader = train
-            if getattr(self, "_resume_data", None) is not None:
-                train.restore(self._resume_data)
-                self._resume_data = None
+            self.checkpoints.follow(train)
+            position = self.checkpoints.take_resume_data()
+            if position is not None:
+                train.restore(position)
             if self.checkpointer is not None and self.strategy.writes:  # tidies the folder: one writer
                 self.checkpointer.prepare()
             self.batch_size = train.batch_size or self.batch_size  # a DataLoader given brings its own
@@ -479,9 +570,9 @@ class Learner(OptimizationMixin, CheckpointMixin, HealthMixin):
             if frozen:  # (no collection first: garbage frozen now is collected after the unfreeze)
                 gc.freeze()
             kept = self.keep_freed_memory and heap.keep_freed_memory()
-            self._t_session = time.monotonic()
+            s.session_start = time.monotonic()
             timer = self._start_clock()
-            self._start_watchdog()
+            self.guard.start_watchdog()
             try:
                 reason = self._epochs_with_rollbacks(train, valid)
                 status, code = "completed", EXIT_OK
@@ -494,7 +585,7 @@ class Learner(OptimizationMixin, CheckpointMixin, HealthMixin):
                     self.bus.emit(OutputPrinted(text=f"max_time ({_seconds(self.max_time)}) spent: training "
                                                 "stops here, as completed", stream="tuitrain"))
             finally:
-                self._stop_watchdog()
+                self.guard.stop_watchdog()
                 if timer is not None:
                     timer.cancel()
                 if frozen:
@@ -503,17 +594,19 @@ class Learner(OptimizationMixin, CheckpointMixin, HealthMixin):
                     heap.release_freed_memory()
             if self.interrupter.failure:  # the run directory failed as the loop ended: no final writes
                 self._write_failed()
-            self._final_checkpoint("end" if status == "completed" else "stop")
-            self._save_model()
+            final = "end" if status == "completed" else "stop"
+            self.checkpoints.final(final, lambda: self.save_checkpoint(final))
+            if not self.strategy.save_model(self):  # model.pt (a sharded model gathers it first, on every rank)
+                self.checkpoints.save_model()
             self.bus.deliver()  # the files have the whole run before it is called complete
             if self.interrupter.failure:
                 self._write_failed()
         except KeyboardInterrupt:  # a second Ctrl+C: leave now, earlier checkpoints stay valid
             reason, status, code = "killed", "interrupted", EXIT_INTERRUPTED
-            self._finish_checkpoints()
+            self.checkpoints.finish()
         except BaseException as e:  # user code failed: report, keep earlier checkpoints, exit 1
             return self._failed(e, t_start)
-        best = self._best()
+        best = self.checkpoints.best()
         summary = summarize(s.history)
         self.bus.emit(RunFinished(status=status, exit_code=code, epoch=s.epoch, step=s.step, reason=reason,
                                   duration=time.monotonic() - t_start, summary=summary, best=best))
@@ -534,8 +627,7 @@ class Learner(OptimizationMixin, CheckpointMixin, HealthMixin):
 
     def time_used(self) -> float:
         """Seconds of training so far, earlier sessions of this run included."""
-        t0 = getattr(self, "_t_session", None)
-        return self.state.time_used + (time.monotonic() - t0 if t0 is not None else 0.0)
+        return self.state.training_time()
 
     def _out_of_memory_message(self, e: BaseException) -> str:
         first = (str(e).strip().splitlines() or [""])[0]
@@ -552,7 +644,7 @@ class Learner(OptimizationMixin, CheckpointMixin, HealthMixin):
             try:
                 return self._epochs(train, valid)
             except RollBack as rb:
-                self._roll_back(rb, train)
+                self.guard.roll_back(rb, train)
 
     def _epochs(self, train: ResumableLoader, valid: ResumableLoader | None) -> str:
         s = self.state
@@ -571,21 +663,21 @@ class Learner(OptimizationMixin, CheckpointMixin, HealthMixin):
                 res = self.train_phase.run(self, train, s, start_batch=s.batch)
                 self._record(self.train_phase.split, res)
                 s.stage = "valid"
-                self._valid_rng = rng_state()
+                s.valid_rng = rng_state()
             if s.stage == "valid":
                 by_steps = self.validate_every_n_steps > 0
                 at_end = e >= self.epochs or (self.max_steps and s.step >= self.max_steps)
-                if valid is not None and s.step != self._valid_at and (
+                if valid is not None and s.step != s.valid_at and (
                         (not by_steps and e % self.validate_every == 0) or (by_steps and at_end)):
                     self._validate(s)
                 s.stage = "done"
-                self._valid_rng = None
+                s.valid_rng = None
             for name, sched in self.schedulers.items():
                 if self.scheduler_intervals[name] == "epoch":
                     sched.step()
             stop_early = False
             # by steps, early stopping counts each validation once: where it ran (mid-epoch, or here)
-            if self.early_stopping is not None and (not self.validate_every_n_steps or self._valid_at == s.step):
+            if self.early_stopping is not None and (not self.validate_every_n_steps or s.valid_at == s.step):
                 stop_early = self.early_stopping.update(s.epoch_metrics, e)
             self.bus.emit(EpochCompleted(epoch=e, epochs=self.epochs, step=s.step,
                                          metrics=dict(s.epoch_metrics), duration=time.monotonic() - t0))
@@ -615,7 +707,7 @@ class Learner(OptimizationMixin, CheckpointMixin, HealthMixin):
     def _failed(self, e: BaseException, t_start: float) -> FitResult:
         s = self.state
         try:
-            self._finish_checkpoints()
+            self.checkpoints.finish()
         except Exception:
             pass
         tb = "".join(traceback.format_exception(e))
@@ -639,4 +731,4 @@ class Learner(OptimizationMixin, CheckpointMixin, HealthMixin):
                                 duration=time.monotonic() - t_start, summary=summary, cause=cause,
                                 checkpoint=str(last or "")))
         self.bus.close()
-        return FitResult(self.raw_model, "failed", EXIT_FAILED, "failed", summary, self._best(), error=msg)
+        return FitResult(self.raw_model, "failed", EXIT_FAILED, "failed", summary, self.checkpoints.best(), error=msg)

@@ -1,8 +1,10 @@
 """The Learner's checkpoint side: the state an exact resume needs, saving it through the
-Checkpointer (the loop waits only for the copy to CPU), loading it back, the final checkpoint.
+Checkpointer (the loop waits only for the copy to CPU), loading it back, model.pt, the final checkpoint.
 
-A mixin of `Learner` (learner.py), kept apart because it is one idea: what a checkpoint holds.
-Must not import textual.
+`Checkpoints` is a collaborator the Learner owns (`learner.checkpoints`), kept apart because it is one
+idea: what a checkpoint holds. It is given the parts of the run it saves when it is built; the Learner
+adds its strategy's part (`Strategy.extra_state`, `save_checkpoint`, `after_load`, `save_model`).
+`checkpointer` (checkpoint.py) writes and lists the files. Must not import textual.
 """
 
 from __future__ import annotations
@@ -19,91 +21,116 @@ from .fsutil import atomic_write, write_fault
 from .state import RunDirUnwritable
 
 
-class CheckpointMixin:
-    """State capture and restore for `Learner`; uses its models, optimizers, schedulers, metric sets,
-    state, bus and checkpointer."""
+class Checkpoints:
+    """What a checkpoint of this run holds, and its writes through `checkpointer` (None: no checkpoints)."""
+
+    def __init__(self, *, checkpointer, bus, state, model: torch.nn.Module, ema, optimizers: dict,
+                 schedulers: dict, amp, metric_sets: dict, early_stopping, health, config: dict,
+                 world_size: int, model_path=None) -> None:
+        self.checkpointer, self.bus, self.state = checkpointer, bus, state
+        self.model, self.ema, self.optimizers, self.schedulers = model, ema, optimizers, schedulers
+        self.amp, self.metric_sets, self.early_stopping, self.health = amp, metric_sets, early_stopping, health
+        self.config, self.world_size, self.model_path = config, world_size, model_path
+        self.loader = None  # the training loader (`follow`): its position in the data, mid-epoch
+        self.resume_data = None  # that position, as loaded, until the loader takes it (`take_resume_data`)
+        self._last = -1  # (epoch, step, stage) of the state last saved
+        self._last_snapshot = None  # the last checkpoint's CPU copy: the next one copies into it
+
+    def follow(self, loader) -> None:
+        self.loader = loader
+
+    def take_resume_data(self):
+        data, self.resume_data = self.resume_data, None
+        return data
+
+    def saved_now(self) -> bool:
+        """This exact state is already on disk (or being written)."""
+        s = self.state
+        return self._last == (s.epoch, s.step, s.stage)
+
+    def mark_saved(self) -> None:
+        """This state counts as saved (a rank that joined a checkpoint another rank writes)."""
+        s = self.state
+        self._last = (s.epoch, s.step, s.stage)
+
+    def forget_last(self) -> None:
+        """The state from here on is new (a rollback): the next save writes even at a step saved before."""
+        self._last = None
 
     def state_dict(self) -> dict:
-        """Everything an exact resume needs (live references; `snapshot` copies it)."""
+        """Everything an exact resume of one process needs (live references; `snapshot` copies it)."""
         s = self.state
         in_valid = s.stage == "valid"
-        d = {
+        scaler = self.amp.scaler
+        return {
             "format": ckpt.FORMAT, "version": ckpt.VERSION,
-            "model": self.ema.model_state() if self.ema is not None else self.raw_model.state_dict(),
+            "model": self.ema.model_state() if self.ema is not None else self.model.state_dict(),
             "ema": self.ema.state_dict() if self.ema is not None else None,
             "optimizers": [o.state_dict() for o in self.optimizers.values()],
             "optimizer_names": list(self.optimizers),
             "schedulers": [sch.state_dict() for sch in self.schedulers.values()],
             "scheduler_names": list(self.schedulers),
-            "scaler": self.scaler.state_dict() if self.scaler is not None else None,
+            "scaler": scaler.state_dict() if scaler is not None else None,
             # mid-validation, the RNG as it was when validation began: a resume re-runs validation
-            "rng": self._valid_rng if in_valid and self._valid_rng is not None else rng_state(),
+            "rng": s.valid_rng if in_valid and s.valid_rng is not None else rng_state(),
             "epoch": s.epoch, "step": s.step, "batch": s.batch, "stage": s.stage,
             "metrics": {k: v.state_dict() for k, v in self.metric_sets.items()},
             "history": s.history, "epoch_metrics": s.epoch_metrics,
             "early_stopping": self.early_stopping.state_dict() if self.early_stopping else None,
             "config": self.config,
-            "time_used": self.time_used(),
+            "time_used": s.training_time(),  # seconds of training so far: max_time counts on after a resume
             # the health rules' statistics and the batches a rollback passes over: judged alike after a resume
             "health": self.health.state_dict(), "skip_batches": [list(b) for b in s.skip_batches],
             # streaming data's own position, mid-epoch (a stateful loader or iterable dataset)
-            "data": self._data_position() if s.stage == "train" and s.batch else None,  # seconds of training so far: max_time counts on after a resume
+            "data": self.loader.state_dict() if self.loader is not None and s.stage == "train" and s.batch else None,
         }
-        return self.strategy.extra_state(self, d)
 
-    def save_checkpoint(self, reason: str) -> None:
-        if self.checkpointer is None:
-            return
+    def save(self, reason: str, state_dict) -> None:
+        """Write this state (`state_dict()`: the whole of it, the strategy's part included) through the
+        checkpointer: the loop waits only for the copy to CPU."""
         s = self.state
-        if self._last_ckpt_step == (s.epoch, s.step, s.stage):
-            return  # this exact state is already on disk (or being written)
-        if self.strategy.save_checkpoint(self, reason):  # ranks: written (or joined) by the strategy
-            return
         self.bus.emit(CheckpointStarted(epoch=s.epoch, step=s.step, reason=reason))
         t0 = time.perf_counter()
         self.checkpointer.wait()  # the last write is done with its snapshot: this one copies into it
-        snap = ckpt.snapshot(self.state_dict(), self._last_snapshot)
+        snap = ckpt.snapshot(state_dict(), self._last_snapshot)
         self._last_snapshot = snap if self.checkpointer.background else None
         stall = time.perf_counter() - t0
-        self.checkpointer.save(snap, epoch=s.epoch, step=s.step, metrics=self._checkpoint_metrics(),
-                               reason=reason, stall=stall)
-        self._last_ckpt_step = (s.epoch, s.step, s.stage)
+        self.checkpointer.save(snap, epoch=s.epoch, step=s.step, metrics=self.metrics(), reason=reason, stall=stall)
+        self.mark_saved()
         if not self.checkpointer.background:
-            self._flush_checkpoint_events()
+            self.flush_events()
 
-    def _data_position(self):
-        loader = getattr(self, "_train_loader", None)
-        return loader.state_dict() if loader is not None else None
-
-    def _checkpoint_metrics(self) -> dict:
+    def metrics(self) -> dict:
         """The metrics an index row holds: the epoch's at its end, else the last logged training values."""
         s = self.state
         if s.stage == "done":
             return dict(s.epoch_metrics)
         out = {f"train/{k}": v for k, v in s.last_logged.items()}
-        if getattr(self, "_valid_at", -1) == s.step:  # validated at this step: "best" can follow it
+        if s.valid_at == s.step:  # validated at this step: "best" can follow it
             out.update({k: v for k, v in s.epoch_metrics.items() if k.startswith("valid/")})
         return out
 
-    def _flush_checkpoint_events(self) -> None:
+    def flush_events(self) -> None:
+        """The checkpointer's finished writes, as events on the bus."""
         if self.checkpointer is not None:
             for e in self.checkpointer.take_events():
                 self.bus.emit(e)
 
     def load_state_dict(self, data: dict) -> None:
-        self.strategy.check_resume(data)
+        """One process's state back from `data` (a sharded checkpoint's shards resharded to this run)."""
         if data.get("sharded_dir"):  # a sharded (fsdp) checkpoint: DCP reshards to this run's layout
             from .strategies.sharded import load_shards
 
-            load_shards(self.raw_model, self.optimizers, data["sharded_dir"])
+            load_shards(self.model, self.optimizers, data["sharded_dir"])
         else:
-            self.raw_model.load_state_dict(data["model"])
+            self.model.load_state_dict(data["model"])
             self._load_named("optimizer", self.optimizers, data)
         self._load_named("scheduler", self.schedulers, data)
         if self.ema is not None and data.get("ema"):
             self.ema.load_state_dict(data["ema"])
-        if self.scaler is not None and data.get("scaler"):
-            self.scaler.load_state_dict(data["scaler"])
+        scaler = self.amp.scaler
+        if scaler is not None and data.get("scaler"):
+            scaler.load_state_dict(data["scaler"])
         for k, ms in self.metric_sets.items():
             if k in data["metrics"]:
                 ms.load_state_dict(data["metrics"][k])
@@ -116,7 +143,7 @@ class CheckpointMixin:
         s.time_used = float(data.get("time_used", 0.0) or 0.0)
         s.skip_batches = [list(b) for b in data.get("skip_batches") or []]
         self.health.load_state_dict(data.get("health"))
-        self._resume_data = data.get("data")
+        self.resume_data = data.get("data")
         set_rng_state(data["rng"])
         # the restored optimizer has stepped: no "scheduler.step() before optimizer.step()" warning
         for opt in self.optimizers.values():
@@ -126,10 +153,9 @@ class CheckpointMixin:
             # the position in the data order is per rank: another world size restarts at an epoch
             warnings.warn(f"the checkpoint was written by {saved_world} process(es) and this run has "
                           f"{self.world_size}: resuming at the start of epoch {s.epoch + 1} (the rest of "
-                          f"epoch {s.epoch} is skipped)", stacklevel=2)
+                          f"epoch {s.epoch} is skipped)", stacklevel=3)
             s.epoch, s.batch, s.stage = s.epoch + 1, 0, "train"
-        self._last_ckpt_step = (s.epoch, s.step, s.stage)
-        self.strategy.after_load(self, data)
+        self.mark_saved()
 
     @staticmethod
     def _load_named(kind: str, mine: dict, data: dict) -> None:
@@ -144,23 +170,23 @@ class CheckpointMixin:
                 raise ValueError(f"the checkpoint has no {kind} {name!r} (it has: {', '.join(names) or 'none'})")
             obj.load_state_dict(by_name[name])
 
-    def _save_model(self) -> None:
-        """The final model.pt: the plain state_dict (a sharded model gathers it first, on every rank)."""
-        if self.strategy.save_model(self):
+    def save_model(self) -> None:
+        """The final model.pt: the plain state_dict (the averaged weights with EMA)."""
+        if self.model_path is None:
             return
-        if self.model_path is not None:
-            try:
-                if self.ema is not None:  # model.pt holds the averaged weights
-                    with self.ema.swapped_in():
-                        atomic_write(self.model_path, lambda f: torch.save(self.raw_model.state_dict(), f))
-                else:
-                    atomic_write(self.model_path, lambda f: torch.save(self.raw_model.state_dict(), f))
-            except OSError as e:
-                raise RunDirUnwritable(write_fault(e, self.model_path)) from e
-
-    def _final_checkpoint(self, reason: str) -> None:
         try:
-            self.save_checkpoint(reason)
+            if self.ema is not None:  # model.pt holds the averaged weights
+                with self.ema.swapped_in():
+                    atomic_write(self.model_path, lambda f: torch.save(self.model.state_dict(), f))
+            else:
+                atomic_write(self.model_path, lambda f: torch.save(self.model.state_dict(), f))
+        except OSError as e:
+            raise RunDirUnwritable(write_fault(e, self.model_path)) from e
+
+    def final(self, reason: str, save) -> None:
+        """The final checkpoint (`save()`), its write finished, or the run fails with what kept it from the disk."""
+        try:
+            save()
             if self.checkpointer is not None:
                 self.checkpointer.wait()
                 if self.checkpointer.last_error and reason in ("end", "stop"):
@@ -171,14 +197,15 @@ class CheckpointMixin:
                         raise RunDirUnwritable("the final checkpoint: " + write_fault(e, path))
                     raise RuntimeError(f"the final checkpoint could not be written: {self.checkpointer.last_error}")
         finally:
-            self._flush_checkpoint_events()
+            self.flush_events()
 
-    def _finish_checkpoints(self) -> None:
+    def finish(self) -> None:
+        """The writes under way finished, their events out."""
         if self.checkpointer is not None:
             self.checkpointer.wait()
-            self._flush_checkpoint_events()
+            self.flush_events()
 
-    def _best(self) -> dict:
+    def best(self) -> dict:
         if self.checkpointer is None:
             return {}
         b = self.checkpointer.best()

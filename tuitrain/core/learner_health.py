@@ -2,7 +2,8 @@
 and their actions carried out: an alert, a skipped update, a rollback to the checkpoint before the
 trouble, a graceful stop, a failure, and for a stall (the watchdog thread) an alert or an abort.
 
-A mixin of `Learner` (learner.py). Must not import textual.
+`HealthGuard` is a collaborator the Learner owns (`learner.guard`), given what it acts on when it is
+built. Must not import textual.
 """
 
 from __future__ import annotations
@@ -24,19 +25,31 @@ def _plain(v: float) -> float | None:
     return float(v) if v is not None else None
 
 
-class HealthMixin:
-    """Health rules for `Learner`; uses its bus, state, interrupter, optimizers, checkpointer."""
+class HealthGuard:
+    """Judges the `[watch]` rules (`health`, a `Health`) and acts on their verdicts: events on `bus`, a
+    stop through `interrupter`, an update not applied (`optimizers`, `amp`'s scaler), a rollback
+    through `checkpoints`, and the stall watchdog."""
 
-    def _setup_health(self, watch) -> None:
-        self.health = Health(Watch.of(watch))
-        w = self.health.watch
-        #: the loss judged before the optimizer step on the steps that log, where it is not on the host anyway
-        self.judge_logged_loss = not self.check_every_step and (w.loss_spike != "off" or w.nonfinite != "fail")
+    def __init__(self, *, health: Health, bus, state, interrupter, strategy, optimizers: dict, schedulers: dict,
+                 amp, checkpoints, log_every: int, check_every_step: bool, run_dir=None) -> None:
+        self.health = health
+        self.bus, self.state, self.interrupter, self.strategy = bus, state, interrupter, strategy
+        self.world_size = strategy.world_size
+        self.optimizers, self.schedulers, self.amp, self.checkpoints = optimizers, schedulers, amp, checkpoints
+        self.run_dir = run_dir
+        #: the loss is on the host every step anyway (the CPU): every step is judged; else logged steps only
+        self.check_every_step = check_every_step
         #: steps apart that the gradients' norm is judged in loops that step the optimizer themselves
-        self.judge_grads_every = self.log_every_n_steps if self.health.judges_grads else 0
+        self.judge_grads_every = log_every if health.judges_grads else 0
         self._watchdog: Watchdog | None = None
         #: what an abort on a stall does last (the process cannot be trusted to end on its own)
         self.on_abort = lambda: os._exit(1)
+
+    @property
+    def judge_logged_loss(self) -> bool:
+        """The loss judged before the optimizer step on the steps that log, where it is not on the host anyway."""
+        w = self.health.watch
+        return not self.check_every_step and (w.loss_spike != "off" or w.nonfinite != "fail")
 
     # --- judging -------------------------------------------------------------------------------
 
@@ -111,25 +124,26 @@ class HealthMixin:
         """The update not applied: the gradients cleared, nothing stepped."""
         for opt in self.optimizers.values():
             opt.zero_grad(set_to_none=True)
-        if self.scaler is not None and getattr(self, "_scaler_unscaled", False):
-            self.scaler.update()  # unscale_ was called this step: the scaler's per-step record ends here
-        self._scaler_unscaled = False
+        if self.amp.scaler is not None and self.amp.unscaled:
+            self.amp.scaler.update()  # unscale_ was called this step: the scaler's per-step record ends here
+        self.amp.unscaled = False
 
     # --- rollback ------------------------------------------------------------------------------
 
-    def _roll_back(self, rb: RollBack, train) -> None:
+    def roll_back(self, rb: RollBack, train) -> None:
         """Back to the newest sound checkpoint before the trouble, the offending batches passed over
         from now on, the lr scaled; HealthFailure when there is none or `max_rollbacks` are spent."""
         w = self.health.watch
         self.skip_update()  # the offending backward's gradients go with it
-        self._finish_checkpoints()
+        self.checkpoints.finish()
         if self.health.rollbacks >= w.max_rollbacks:
             raise HealthFailure(f"{rb.verdict.title}, and {self.health.rollbacks} rollback(s) already "
                                 f"(watch.max_rollbacks = {w.max_rollbacks}): training stops as failed")
         path = None
-        if self.checkpointer is not None:
-            for e in sorted(self.checkpointer.entries(), key=lambda e: (e.step, e.time), reverse=True):
-                p = self.checkpointer.folder / e.file
+        checkpointer = self.checkpoints.checkpointer
+        if checkpointer is not None:
+            for e in sorted(checkpointer.entries(), key=lambda e: (e.step, e.time), reverse=True):
+                p = checkpointer.folder / e.file
                 if e.step < rb.step and p.is_file() and not ckpt.damaged(p):
                     path = p
                     break
@@ -139,12 +153,12 @@ class HealthMixin:
         data = ckpt.load_checkpoint(path)
         skips = {tuple(x) for x in self.state.skip_batches} | {(rb.epoch, b) for b in rb.batch}
         rollbacks = self.health.rollbacks + 1
-        self.load_state_dict(data)
+        self.checkpoints.load_state_dict(data)
         self.health.rollbacks = rollbacks
         self.state.skip_batches = sorted([list(x) for x in skips])
-        if self._resume_data is not None:
-            train.restore(self._resume_data)
-            self._resume_data = None
+        data = self.checkpoints.take_resume_data()
+        if data is not None:
+            train.restore(data)
         factor = w.rollback_lr_factor
         if factor != 1.0:
             for opt in self.optimizers.values():
@@ -155,7 +169,7 @@ class HealthMixin:
             for sched in self.schedulers.values():
                 if hasattr(sched, "base_lrs"):
                     sched.base_lrs = [lr * factor for lr in sched.base_lrs]
-        self._last_ckpt_step = None  # the state from here on is new: checkpoints are written again
+        self.checkpoints.forget_last()  # the state from here on is new: checkpoints are written again
         s = self.state
         self.bus.emit(RolledBack(from_step=rb.step, to_step=s.step, checkpoint=str(path),
                                  skipped_batches=[list(x) for x in self.state.skip_batches], lr_factor=factor,
@@ -179,7 +193,7 @@ class HealthMixin:
 
     # --- the stall watchdog --------------------------------------------------------------------
 
-    def _start_watchdog(self) -> None:
+    def start_watchdog(self) -> None:
         stall = self.health.watch.stall
         if not stall:
             return
@@ -188,7 +202,7 @@ class HealthMixin:
         self._watchdog = Watchdog(stall, progress=lambda: (s.step, s.batch, s.stage, id(s.last)),
                                   on_stall=self._stalled, idle=lambda: bool(it.paused)).start()
 
-    def _stop_watchdog(self) -> None:
+    def stop_watchdog(self) -> None:
         if self._watchdog is not None:
             self._watchdog.close()
             self._watchdog = None
@@ -207,9 +221,9 @@ class HealthMixin:
             self.bus.emit(OutputPrinted(text="stalled: every thread's stack\n" + stacks, stream="log"))
             return
         last = None
-        if self.checkpointer is not None:
+        if self.checkpoints.checkpointer is not None:
             try:
-                last = ckpt.latest_checkpoint(self.checkpointer.folder)
+                last = ckpt.latest_checkpoint(self.checkpoints.checkpointer.folder)
             except Exception:
                 last = None
         text = verdict.text + "; the run is aborted" + (f", its last sound checkpoint {last}" if last else "")
@@ -218,7 +232,7 @@ class HealthMixin:
         self._emit_alert(verdict, "abort", s.step, s.epoch, text)
         if self.strategy.writes:
             self.bus.emit(RunFailed(error=f"stalled: {verdict.text}", traceback=stacks, epoch=s.epoch, step=s.step,
-                                    duration=self.time_used(), cause="stalled", checkpoint=str(last or "")))
+                                    duration=s.training_time(), cause="stalled", checkpoint=str(last or "")))
         else:  # another rank writes the run's events: this one's stacks go to its output and experiment.log
             block = f"tuitrain: rank {self.strategy.rank}: {text}; every thread's stack:\n{stacks}"
             print(block, file=sys.stderr, flush=True)

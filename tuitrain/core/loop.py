@@ -99,7 +99,7 @@ def train_epoch(phase: "TrainPhase", learner: "Learner", loader, state: "TrainSt
     total = loader.batches_per_epoch()
     manual = phase.manual_optimization
     accum = 1 if manual else learner.grad_accumulation
-    check_finite = learner.check_every_step
+    check_finite = learner.guard.check_every_step
     phase.begin(learner, state, metrics, total, fresh=start_batch == 0)
     autocast, backward, optimizer_step = learner.loop_parts()
     if (accum == 1 and not manual and autocast is None and optimizer_step is None and not wants_steps
@@ -119,9 +119,9 @@ def train_epoch(phase: "TrainPhase", learner: "Learner", loader, state: "TrainSt
     n = group_items = 0  # items of this batch, of this optimizer step's batches
     # the [watch] rules (health.py): the loss judged every step where it is on the host anyway, else
     # on the steps that log; the gradients on the steps that log (an optimizer_step judges its own)
-    judge_loss, log_every = learner.judge_loss, learner.log_every_n_steps
-    judge_logged = learner.judge_logged_loss
-    grads_every = learner.judge_grads_every if optimizer_step is None and not manual else 0
+    judge_loss, log_every = learner.guard.judge_loss, learner.log_every_n_steps
+    judge_logged = learner.guard.judge_logged_loss
+    grads_every = learner.guard.judge_grads_every if optimizer_step is None and not manual else 0
     skip_group = False  # a batch of this optimizer step's group is judged bad: its update is not applied
     passed_over = {tuple(b) for b in state.skip_batches} or None  # a rollback's batches
     epoch = state.epoch
@@ -167,7 +167,7 @@ def train_epoch(phase: "TrainPhase", learner: "Learner", loader, state: "TrainSt
             state.batch = i
             if in_group == accum or i == total:
                 if not skip_group and grads_every and (state.step + 1) % grads_every == 0:
-                    skip_group = learner.judge_grads(learner.raw_model.parameters(), state,
+                    skip_group = learner.guard.judge_grads(learner.raw_model.parameters(), state,
                                                      list(range(i - in_group, i)))
                 if skip_group:
                     pass
@@ -180,7 +180,7 @@ def train_epoch(phase: "TrainPhase", learner: "Learner", loader, state: "TrainSt
                     skip_group = True
                 if skip_group:  # the update not applied: the step counter stays, as if the batches had not come
                     if not manual:
-                        learner.skip_update()
+                        learner.guard.skip_update()
                     skip_group = False
                     in_group = group_items = 0
                     if accum > 1:
@@ -219,7 +219,7 @@ def _plain_epoch(phase: "TrainPhase", learner: "Learner", loader, state: "TrainS
     and no metric dispatch per batch)."""
     model, loss_fn = phase._plain_parts(learner)
     loss_metric = metrics.batch_metrics[0] if metrics.batch_metrics else None
-    check_finite = learner.check_every_step  # CPU: the loss is read back per step, for free
+    check_finite = learner.guard.check_every_step  # CPU: the loss is read back per step, for free
     if loss_metric is None:
         add_loss = None
     else:
@@ -230,9 +230,9 @@ def _plain_epoch(phase: "TrainPhase", learner: "Learner", loader, state: "TrainS
     isfinite, Tensor = math.isfinite, torch.Tensor
     tokens = phase.count_tokens
     sample = StepSampler.of(learner.bus, phase.name)
-    judge_loss, log_every = learner.judge_loss, learner.log_every_n_steps
-    judge_logged = learner.judge_logged_loss
-    grads_every = learner.judge_grads_every
+    judge_loss, log_every = learner.guard.judge_loss, learner.log_every_n_steps
+    judge_logged = learner.guard.judge_logged_loss
+    grads_every = learner.guard.judge_grads_every
     passed_over = {tuple(b) for b in state.skip_batches} or None  # a rollback's batches
     epoch = state.epoch
     i = start_batch
@@ -265,7 +265,7 @@ def _plain_epoch(phase: "TrainPhase", learner: "Learner", loader, state: "TrainS
                     v = loss
                     bad = judge_logged and (state.step + 1) % log_every == 0 and judge_loss(loss.item(), state, i)
                 if bad:  # a [watch] rule: this update is not applied
-                    learner.skip_update()
+                    learner.guard.skip_update()
                     i += 1
                     state.batch = i
                     continue
@@ -277,8 +277,8 @@ def _plain_epoch(phase: "TrainPhase", learner: "Learner", loader, state: "TrainS
             i += 1
             state.batch = i
             if grads_every and (state.step + 1) % grads_every == 0 and \
-                    learner.judge_grads(learner.raw_model.parameters(), state, [i - 1]):
-                learner.skip_update()
+                    learner.guard.judge_grads(learner.raw_model.parameters(), state, [i - 1]):
+                learner.guard.skip_update()
                 continue
             opt_step()
             zero_grad(set_to_none=True)

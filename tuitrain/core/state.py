@@ -8,6 +8,7 @@ and the checkpoint side all import it without importing each other. Must not imp
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +33,14 @@ class TrainState:
     time_used: float = 0.0  # seconds of training in earlier sessions of this run (resumes)
     #: [epoch, batch] of the training batches passed over after a rollback (see tuitrain.core.health)
     skip_batches: list = field(default_factory=list)
+    valid_at: int = -1  # the step of the last validation
+    valid_rng: Any = None  # the RNG state when this epoch's validation began (a checkpoint in it holds that)
+    session_start: Any = None  # time.monotonic() when this session's training began (None: not yet)
+
+    def training_time(self) -> float:
+        """Seconds of training so far, earlier sessions of this run included."""
+        t0 = self.session_start
+        return self.time_used + (time.monotonic() - t0 if t0 is not None else 0.0)
 
 
 @dataclass

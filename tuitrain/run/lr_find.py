@@ -189,7 +189,7 @@ def _run_sweep(cfg, args) -> Sweep | int:
         run = Run(cfg, Path(tmp) / "run", headless=True)
         try:
             learner, train, _ = run.build(EventBus())
-            learner.schedulers, learner.scheduler = {}, None  # the sweep sets the lr itself
+            learner.schedulers.clear()  # the sweep sets the lr itself
             return sweep(learner, train, args.min_lr, args.max_lr, args.steps)
         except Exception as e:
             from tuitrain.config import ConfigError

@@ -184,7 +184,7 @@ class DDPStrategy(Strategy):
 
     def gather_rngs(self, learner) -> None:
         s = learner.state
-        mine = learner._valid_rng if s.stage == "valid" and learner._valid_rng is not None else rng_state()
+        mine = s.valid_rng if s.stage == "valid" and s.valid_rng is not None else rng_state()
         rngs: list = [None] * self.world_size
         dist.all_gather_object(rngs, mine, group=self.ctx.control_group)
         self._rank_rngs = rngs
@@ -193,8 +193,7 @@ class DDPStrategy(Strategy):
         self.gather_rngs(learner)
         if self.writes:
             return False  # rank 0 writes the one file, with every rank's RNG state
-        s = learner.state
-        learner._last_ckpt_step = (s.epoch, s.step, s.stage)
+        learner.checkpoints.mark_saved()
         return True
 
     def extra_state(self, learner, d: dict) -> dict:

@@ -167,7 +167,7 @@ class FSDPStrategy(DDPStrategy):
             save_shards(learner.raw_model, learner.optimizers, tmp)
         except FAILURES as e:  # DCP raises on every rank when one rank's write fails
             error = e
-        learner._last_ckpt_step = (s.epoch, s.step, s.stage)
+        learner.checkpoints.mark_saved()
         if not self.writes:
             return True
         where = dict(epoch=s.epoch, step=s.step, reason=reason)
@@ -178,8 +178,8 @@ class FSDPStrategy(DDPStrategy):
             rest = ckpt.snapshot(learner.state_dict())
             checkpointer.save_dir(name, lambda d: fsutil.atomic_write(d / ckpt.STATE_FILE,
                                                                      lambda f: torch.save(rest, f)),
-                                  metrics=learner._checkpoint_metrics(), started=t0, **where)
-        learner._flush_checkpoint_events()
+                                  metrics=learner.checkpoints.metrics(), started=t0, **where)
+        learner.checkpoints.flush_events()
         return True
 
     def extra_state(self, learner, d: dict) -> dict:
