@@ -34,7 +34,7 @@ class Precision:
                 self.dtype = torch.float16
                 self.scaler = torch.amp.GradScaler("cuda")
                 return
-            warnings.warn(f"precision '16-mixed' needs CUDA; using bf16-mixed on {device.type}", stacklevel=4)
+            warnings.warn(f"precision '16-mixed' needs CUDA; using bf16-mixed on {device.type}", stacklevel=3)
             self.name = "bf16-mixed"
         if self.name in ("bf16-mixed", "bf16"):
             self.dtype = torch.bfloat16
