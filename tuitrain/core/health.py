@@ -156,9 +156,15 @@ class Alerts:
 
 
 class Spike:
-    """mean + k sd over the last `window` values, from running sums (O(1) per value)."""
+    """mean + k sd over the last `window` values, from running sums (O(1) per value).
 
-    __slots__ = ("window", "sigmas", "values", "total", "squares", "pushes", "in_episode", "quiet_until")
+    `limit` is `threshold()` as of the last change (a push, a load): the loop judges every step's
+    value, and judging one is then a comparison. Every figure is computed by the same operations in
+    the same order as `threshold()` (max's own rule included: `b if b > a else a`), so the limits,
+    the verdicts and the sums are bit for bit those of computing the threshold at each judgement."""
+
+    __slots__ = ("window", "sigmas", "values", "total", "squares", "pushes", "in_episode", "quiet_until",
+                 "limit", "least", "recount")
 
     def __init__(self, window: int, sigmas: float) -> None:
         self.window, self.sigmas = window, sigmas
@@ -167,11 +173,14 @@ class Spike:
         self.pushes = 0
         self.in_episode = False
         self.quiet_until = 0  # an alert-only rule says nothing more until this step (no alert storms)
+        self.limit: float | None = None  # the next value's threshold (None while warming up)
+        self.least = max(2, window // 2)  # values before the rule starts
+        self.recount = window * 8  # pushes between recounts of the running sums
 
     def threshold(self) -> float | None:
         """The value above which the next one is a spike; None while warming up."""
         n = len(self.values)
-        if n < max(2, self.window // 2):
+        if n < self.least:
             return None
         mean = self.total / n
         sd = math.sqrt(max(self.squares / n - mean * mean, 0.0))
@@ -179,21 +188,35 @@ class Spike:
 
     def judge(self, v: float) -> bool:
         """Whether `v` is a spike (not pushed: call `push` when the run keeps it)."""
-        limit = self.threshold()
+        limit = self.limit
         return limit is not None and v > limit
 
     def push(self, v: float) -> None:
-        self.values.append(v)
-        self.total += v
-        self.squares += v * v
-        if len(self.values) > self.window:
-            old = self.values.popleft()
-            self.total -= old
-            self.squares -= old * old
-        self.pushes += 1
-        if self.pushes % (self.window * 8) == 0:  # running sums drift: recount now and then
-            self.total = math.fsum(self.values)
-            self.squares = math.fsum(x * x for x in self.values)
+        values = self.values
+        values.append(v)
+        total = self.total + v
+        squares = self.squares + v * v
+        n = len(values)
+        if n > self.window:
+            old = values.popleft()
+            total -= old
+            squares -= old * old
+            n -= 1
+        pushes = self.pushes = self.pushes + 1
+        if pushes % self.recount == 0:  # running sums drift: recount now and then
+            total = math.fsum(values)
+            squares = math.fsum(x * x for x in values)
+        self.total, self.squares = total, squares
+        if n < self.least:
+            self.limit = None
+            return
+        # threshold(), inlined (this runs every step): max(a, b) is `b if b > a else a`
+        mean = total / n
+        var = squares / n - mean * mean
+        sd = _sqrt(0.0 if 0.0 > var else var)
+        floor = _abs(mean)
+        floor = 1e-6 * (1e-12 if 1e-12 > floor else floor)
+        self.limit = mean + self.sigmas * (floor if floor > sd else sd)
 
     def state_dict(self) -> dict:
         return {"values": list(self.values), "in_episode": self.in_episode, "quiet_until": self.quiet_until}
@@ -201,10 +224,14 @@ class Spike:
     def load_state_dict(self, d: dict) -> None:
         self.values.clear()
         self.total = self.squares = 0.0
+        self.limit = None
         for v in d.get("values", []):
             self.push(float(v))
         self.in_episode = bool(d.get("in_episode", False))
         self.quiet_until = int(d.get("quiet_until", 0))
+
+
+_sqrt, _abs, _isfinite = math.sqrt, abs, math.isfinite
 
 
 @dataclass(frozen=True)
@@ -237,15 +264,30 @@ class Health:
         self._starved = False  # data_wait above the share at the last logged step (one alert per episode)
 
     def loss(self, v: float, step: int) -> Verdict | None:
-        if not math.isfinite(v):
+        if not _isfinite(v):
             return self._nonfinite("loss", v, step)
-        return self._spike(self.loss_spike, "loss_spike", self.watch.loss_spike, v, step,
-                           "loss spike", "loss", "steps")
+        rule = self.loss_spike
+        if rule is None:
+            return None
+        limit = rule.limit
+        if limit is None or not v > limit:  # all well (every step but a spike's): `_spike`'s first branch
+            rule.in_episode = False
+            rule.push(v)
+            return None
+        return self._spike(rule, "loss_spike", self.watch.loss_spike, v, step, "loss spike", "loss", "steps")
 
     def grads(self, norm: float, step: int) -> Verdict | None:
-        if not math.isfinite(norm):
+        if not _isfinite(norm):
             return self._nonfinite("gradients", norm, step)
-        return self._spike(self.grad_spike, "grad_spike", self.watch.grad_spike, norm, step,
+        rule = self.grad_spike
+        if rule is None:
+            return None
+        limit = rule.limit
+        if limit is None or not norm > limit:
+            rule.in_episode = False
+            rule.push(norm)
+            return None
+        return self._spike(rule, "grad_spike", self.watch.grad_spike, norm, step,
                            "grad-norm spike", "grad_norm", "logged steps")
 
     def _spike(self, rule: Spike | None, name: str, action: str, v: float, step: int, title: str, what: str,
@@ -257,7 +299,7 @@ class Health:
             rule.in_episode = False
             rule.push(v)
             return None
-        limit = rule.threshold()
+        limit = rule.limit
         if action == "alert":
             rule.push(v)
             if rule.in_episode or step < rule.quiet_until:
