@@ -75,3 +75,33 @@ def test_a_subclass_s_own_backward_and_optimizer_step_are_the_ones_the_loop_call
     plain = _learner()
     autocast, backward, step = plain.loop_parts()
     assert autocast is None and backward is torch.Tensor.backward and step is None
+
+
+def test_a_rollback_loads_through_the_learner_s_own_load_state_dict(tmp_path):
+    """The guard rolls back with the Learner's load_state_dict: a subclass that saves state of its own
+    gets it back on a rollback as on a resume."""
+    from tuitrain.core import checkpoint as ckpt
+
+    loaded = []
+
+    class Mine(Learner):
+        def state_dict(self):
+            return {**super().state_dict(), "mine": self.state.step}
+
+        def load_state_dict(self, data):
+            loaded.append(data["mine"])
+            super().load_state_dict(data)
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(640, 4, generator=g)
+    y = x @ torch.tensor([[1.0], [-2.0], [0.5], [3.0]])
+    x[30 * 8:31 * 8] *= 300.0  # batch 30 (step 31): a loss far above the 16 before it
+    torch.manual_seed(0)
+    model = nn.Linear(4, 1)
+    learner = Mine(model, torch.optim.SGD(model.parameters(), lr=0.01), loss_fn=nn.MSELoss(), epochs=1,
+                   batch_size=8, shuffle=False, device="cpu", watch={"loss_spike": "rollback", "spike_window": 32},
+                   checkpointer=ckpt.Checkpointer(tmp_path / "checkpoint", every_n_steps=10))
+    result = learner.fit(torch.utils.data.TensorDataset(x, y))
+    assert result.status == "completed", result.error
+    assert learner.health.rollbacks == 1 and learner.state.skip_batches == [[1, 30]]
+    assert loaded == [30]  # the step-30 checkpoint, the newest before the spike, read by the subclass

@@ -130,6 +130,22 @@ def summarize(history: dict) -> dict:
     return out
 
 
+class _Held:
+    """A Learner attribute that one of its collaborators holds (`part`): read and set there."""
+
+    def __init__(self, part: str) -> None:
+        self.part = part
+
+    def __set_name__(self, owner, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj, owner=None):
+        return self if obj is None else getattr(getattr(obj, self.part), self.name)
+
+    def __set__(self, obj, value) -> None:
+        setattr(getattr(obj, self.part), self.name, value)
+
+
 class Learner:
     """Trains `model` with `optimizer`; `fit(train, valid)` returns a FitResult.
 
@@ -205,7 +221,6 @@ class Learner:
         if self.max_time < 0:
             raise ValueError(f"max_time must be 0 or more seconds, not {max_time!r}")
         self.grad_accumulation = grad_accumulation
-        self.clip_grad_norm = clip_grad_norm
         self.validate_every = validate_every
         for name, value in (("validate_every_n_steps", validate_every_n_steps),
                             ("limit_valid_batches", limit_valid_batches)):
@@ -221,25 +236,23 @@ class Learner:
         self.seed = seed
         self.batch_size, self.shuffle, self.num_workers = batch_size, shuffle, num_workers
         self.interrupter = strategy.interrupter(interrupter or Interrupter(), lambda: self.state.stage)
-        self.early_stopping = early_stopping
         self.train_phase = train_phase or TrainPhase()
         self.valid_phase = valid_phase or ValidPhase()
         if len(self.models) > 1 and type(self.train_phase).step is Phase.step:
             raise ValueError(f"several models ({', '.join(self.models)}) need a training phase with its own "
                              "step: subclass CustomTrainPhase ([train] phase = \"module:Class\")")
         self.capture_output = capture_output
-        self.config = config or {}
         self.experiment = experiment
         self.env_extra = dict(env or {})  # added to RunStarted.env (the runner's git commit, ...)
         self.notes = list(notes)  # said in the log right after RunStarted
         self.run_dir = Path(run_dir) if run_dir is not None else None
-        self.model_path = Path(model_path) if model_path is not None else None
+        model_path = Path(model_path) if model_path is not None else None
         if self.run_dir is not None:
-            self.model_path = self.model_path or self.run_dir / "model.pt"
+            model_path = model_path or self.run_dir / "model.pt"
             if checkpointer is None:
                 checkpointer = ckpt.Checkpointer(self.run_dir / "checkpoint")
         if not strategy.writes:  # another rank writes the run's files
-            self.model_path = None
+            model_path = None
         if bus is None:
             bus = EventBus()
         for sink in sinks:  # writers of the event stream (files, a console): persistent events only
@@ -257,7 +270,6 @@ class Learner:
             self.interrupter.fail(bus.write_failure[0])
         for cb in callbacks:
             self.bus.subscribe(cb)
-        self.checkpointer = checkpointer
         # a name that is not built in is a value the step returns ({"loss": ..., "perplexity": ...});
         # the other named scalars a step returns are logged too, under their own names
         self.metric_sets = {
@@ -293,8 +305,8 @@ class Learner:
         self.checkpoints = Checkpoints(
             checkpointer=checkpointer, bus=bus, state=state, model=self.raw_model, ema=self.ema,
             optimizers=self.optimizers, schedulers=self.schedulers, amp=self.amp, metric_sets=self.metric_sets,
-            early_stopping=early_stopping, health=health, config=self.config,
-            world_size=self.world_size, model_path=self.model_path)
+            early_stopping=early_stopping, health=health, config=config or {},
+            world_size=self.world_size, model_path=model_path)
         self.guard = HealthGuard(
             health=health, bus=bus, state=state, interrupter=self.interrupter, strategy=strategy,
             optimizers=self.optimizers, schedulers=self.schedulers, amp=self.amp, checkpoints=self.checkpoints,
@@ -319,10 +331,23 @@ class Learner:
     def model(self, value: torch.nn.Module) -> None:
         self._model = value
 
+    # attributes one collaborator holds, read and set there (one copy: what a user sets takes effect)
+    checkpointer = _Held("checkpoints")
+    model_path = _Held("checkpoints")
+    early_stopping = _Held("checkpoints")
+    config = _Held("checkpoints")
+    clip_grad_norm = _Held("optimization")
+    scaler = _Held("amp")  # float16's gradient scaler (None in other precisions)
+    health = _Held("guard")  # the `[watch]` rules' statistics (health.py)
+
     @property
-    def scaler(self):
-        """float16's gradient scaler (None in other precisions)."""
-        return self.amp.scaler
+    def scheduler(self):
+        """The default training step's scheduler (the first optimizer's; None: none)."""
+        return self.optimization.scheduler
+
+    @property
+    def scheduler_interval(self) -> str:
+        return self.optimization.scheduler_interval
 
     # --- what a step calls: precision, backward, optimizer steps (Optimization) ---------------
 
@@ -413,7 +438,7 @@ class Learner:
         write's events), and `max_steps`. `last`: (loss, output, target, items) when the loop has not
         kept a StepOutput. True: training ends here (max_steps)."""
         step = state.step
-        ckpt = self.checkpointer
+        ckpt = self.checkpoints.checkpointer  # (not the `checkpointer` property: this runs every step)
         if step % self.log_every_n_steps == 0:
             if last is not None:
                 state.last = StepOutput(*last)
@@ -644,7 +669,7 @@ class Learner:
             try:
                 return self._epochs(train, valid)
             except RollBack as rb:
-                self.guard.roll_back(rb, train)
+                self.guard.roll_back(rb, train, self.load_state_dict)
 
     def _epochs(self, train: ResumableLoader, valid: ResumableLoader | None) -> str:
         s = self.state

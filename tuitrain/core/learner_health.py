@@ -25,6 +25,29 @@ def _plain(v: float) -> float | None:
     return float(v) if v is not None else None
 
 
+class GradNorm:
+    """`float(torch.nn.utils.get_total_norm(grads))` of `params`' gradients, bit for bit, for a loop to bind
+    once per epoch (as it binds the model): the parameters listed once, and where they are all of one
+    device (the CPU or CUDA) and dtype, as their gradients are, and every gradient is a plain Tensor,
+    the two kernels get_total_norm runs then (`torch._foreach_norm`, the 2-norm of their stack) called
+    without its grouping by device and dtype. Anything else: get_total_norm itself. None: no gradients."""
+
+    __slots__ = ("params", "direct")
+
+    def __init__(self, params) -> None:
+        self.params = list(params)
+        kinds = {(p.device, p.dtype) for p in self.params}
+        self.direct = len(kinds) == 1 and next(iter(kinds))[0].type in ("cpu", "cuda")
+
+    def __call__(self) -> float | None:
+        grads = [p.grad for p in self.params if p.grad is not None]
+        if not grads:
+            return None
+        if self.direct and all(type(g) is torch.Tensor and not g.requires_grad for g in grads):
+            return float(torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads, 2.0)), 2.0))
+        return float(torch.nn.utils.get_total_norm(grads))
+
+
 class HealthGuard:
     """Judges the `[watch]` rules (`health`, a `Health`) and acts on their verdicts: events on `bus`, a
     stop through `interrupter`, an update not applied (`optimizers`, `amp`'s scaler), a rollback
@@ -59,12 +82,10 @@ class HealthGuard:
         return verdict is not None and self._act(verdict, state, [batch], "loss")
 
     def judge_grads(self, params, state, batches: list[int]) -> bool:
-        """The total norm of `params`' gradients, before the update. True: do not apply it."""
-        grads = [p.grad for p in params if p.grad is not None]
-        if not grads:
-            return False
-        norm = float(torch.nn.utils.get_total_norm(grads))
-        return self.judge_grad_norm(norm, state, batches)
+        """The total norm of `params`' gradients (parameters, or a GradNorm a loop bound once), before
+        the update. True: do not apply it."""
+        norm = (params if type(params) is GradNorm else GradNorm(params))()
+        return norm is not None and self.judge_grad_norm(norm, state, batches)
 
     def judge_grad_norm(self, norm: float, state, batches: list[int]) -> bool:
         verdict = self.health.grads(norm, state.step + 1)
@@ -130,7 +151,7 @@ class HealthGuard:
 
     # --- rollback ------------------------------------------------------------------------------
 
-    def roll_back(self, rb: RollBack, train) -> None:
+    def roll_back(self, rb: RollBack, train, load) -> None:
         """Back to the newest sound checkpoint before the trouble, the offending batches passed over
         from now on, the lr scaled; HealthFailure when there is none or `max_rollbacks` are spent."""
         w = self.health.watch
@@ -153,7 +174,7 @@ class HealthGuard:
         data = ckpt.load_checkpoint(path)
         skips = {tuple(x) for x in self.state.skip_batches} | {(rb.epoch, b) for b in rb.batch}
         rollbacks = self.health.rollbacks + 1
-        self.checkpoints.load_state_dict(data)
+        load(data)  # the Learner's load_state_dict (a subclass's own included)
         self.health.rollbacks = rollbacks
         self.state.skip_batches = sorted([list(x) for x in skips])
         data = self.checkpoints.take_resume_data()

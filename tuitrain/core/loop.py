@@ -20,6 +20,7 @@ import torch
 from .batches import batch_size_of, move_to
 from .callbacks import STEP_SAMPLE_INTERVAL
 from .events import StepCompleted, StepStarted
+from .learner_health import GradNorm
 from .metrics import Loss, StepOutput
 from .state import CancelEpoch, CancelStep
 
@@ -122,7 +123,7 @@ def train_epoch(phase: "TrainPhase", learner: "Learner", loader, state: "TrainSt
     judge_loss, log_every = learner.guard.judge_loss, learner.log_every_n_steps
     judge_logged = learner.guard.judge_logged_loss
     grads_every = learner.guard.judge_grads_every if optimizer_step is None and not manual else 0
-    params = list(learner.raw_model.parameters()) if grads_every else None  # listed once, as step_fn is bound
+    norm_of = GradNorm(learner.raw_model.parameters()) if grads_every else None  # bound once, as step_fn is
     skip_group = False  # a batch of this optimizer step's group is judged bad: its update is not applied
     passed_over = {tuple(b) for b in state.skip_batches} or None  # a rollback's batches
     epoch = state.epoch
@@ -168,7 +169,7 @@ def train_epoch(phase: "TrainPhase", learner: "Learner", loader, state: "TrainSt
             state.batch = i
             if in_group == accum or i == total:
                 if not skip_group and grads_every and (state.step + 1) % grads_every == 0:
-                    skip_group = learner.guard.judge_grads(params, state, list(range(i - in_group, i)))
+                    skip_group = learner.guard.judge_grads(norm_of, state, list(range(i - in_group, i)))
                 if skip_group:
                     pass
                 elif manual:
@@ -233,7 +234,7 @@ def _plain_epoch(phase: "TrainPhase", learner: "Learner", loader, state: "TrainS
     judge_loss, log_every = learner.guard.judge_loss, learner.log_every_n_steps
     judge_logged = learner.guard.judge_logged_loss
     grads_every = learner.guard.judge_grads_every
-    params = list(learner.raw_model.parameters()) if grads_every else None  # listed once, as model is bound
+    norm_of = GradNorm(learner.raw_model.parameters()) if grads_every else None  # bound once, as model is
     passed_over = {tuple(b) for b in state.skip_batches} or None  # a rollback's batches
     epoch = state.epoch
     i = start_batch
@@ -278,7 +279,7 @@ def _plain_epoch(phase: "TrainPhase", learner: "Learner", loader, state: "TrainS
             i += 1
             state.batch = i
             if grads_every and (state.step + 1) % grads_every == 0 and \
-                    learner.guard.judge_grads(params, state, [i - 1]):
+                    learner.guard.judge_grads(norm_of, state, [i - 1]):
                 learner.guard.skip_update()
                 continue
             opt_step()

@@ -33,9 +33,11 @@ class TrainState:
     time_used: float = 0.0  # seconds of training in earlier sessions of this run (resumes)
     #: [epoch, batch] of the training batches passed over after a rollback (see tuitrain.core.health)
     skip_batches: list = field(default_factory=list)
-    valid_at: int = -1  # the step of the last validation
-    valid_rng: Any = None  # the RNG state when this epoch's validation began (a checkpoint in it holds that)
-    session_start: Any = None  # time.monotonic() when this session's training began (None: not yet)
+    valid_at: int = field(default=-1, repr=False, compare=False)  # the step of the last validation
+    #: the RNG state when this epoch's validation began (a checkpoint in it holds that)
+    valid_rng: Any = field(default=None, repr=False, compare=False)
+    #: time.monotonic() when this session's training began (None: not yet)
+    session_start: Any = field(default=None, repr=False, compare=False)
 
     def training_time(self) -> float:
         """Seconds of training so far, earlier sessions of this run included."""
