@@ -158,10 +158,8 @@ class Alerts:
 class Spike:
     """mean + k sd over the last `window` values, from running sums (O(1) per value).
 
-    `limit` is `threshold()` as of the last change (a push, a load): the loop judges every step's
-    value, and judging one is then a comparison. Every figure is computed by the same operations in
-    the same order as `threshold()` (max's own rule included: `b if b > a else a`), so the limits,
-    the verdicts and the sums are bit for bit those of computing the threshold at each judgement."""
+    `limit` is the threshold as of the last change (a push, a load), mean + k * max(sd, a floor): the
+    loop judges every step's value, and judging one is then a comparison."""
 
     __slots__ = ("window", "sigmas", "values", "total", "squares", "pushes", "in_episode", "quiet_until",
                  "limit", "least", "recount")
@@ -176,15 +174,6 @@ class Spike:
         self.limit: float | None = None  # the next value's threshold (None while warming up)
         self.least = max(2, window // 2)  # values before the rule starts
         self.recount = window * 8  # pushes between recounts of the running sums
-
-    def threshold(self) -> float | None:
-        """The value above which the next one is a spike; None while warming up."""
-        n = len(self.values)
-        if n < self.least:
-            return None
-        mean = self.total / n
-        sd = math.sqrt(max(self.squares / n - mean * mean, 0.0))
-        return mean + self.sigmas * max(sd, 1e-6 * max(abs(mean), 1e-12))
 
     def judge(self, v: float) -> bool:
         """Whether `v` is a spike (not pushed: call `push` when the run keeps it)."""
@@ -210,7 +199,7 @@ class Spike:
         if n < self.least:
             self.limit = None
             return
-        # threshold(), inlined (this runs every step): max(a, b) is `b if b > a else a`
+        # the threshold (this runs every step: max(a, b) written as `b if b > a else a`, its own rule)
         mean = total / n
         var = squares / n - mean * mean
         sd = _sqrt(0.0 if 0.0 > var else var)
@@ -290,15 +279,10 @@ class Health:
         return self._spike(rule, "grad_spike", self.watch.grad_spike, norm, step,
                            "grad-norm spike", "grad_norm", "logged steps")
 
-    def _spike(self, rule: Spike | None, name: str, action: str, v: float, step: int, title: str, what: str,
+    def _spike(self, rule: Spike, name: str, action: str, v: float, step: int, title: str, what: str,
                over: str) -> Verdict | None:
-        """A spike rule's verdict on finite `v` (see the module docstring: episodes, the quiet half window)."""
-        if rule is None:
-            return None
-        if not rule.judge(v):
-            rule.in_episode = False
-            rule.push(v)
-            return None
+        """A spike rule's verdict on finite `v` above its limit (`loss` and `grads` keep the other values
+        themselves); see the module docstring: episodes, the quiet half window."""
         limit = rule.limit
         if action == "alert":
             rule.push(v)

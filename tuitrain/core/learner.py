@@ -571,10 +571,7 @@ class Learner:
                 data = resume if isinstance(resume, dict) else ckpt.load_checkpoint(resume)
                 resumed_from = resumed_from or ("" if isinstance(resume, dict) else resume)
                 self.load_state_dict(data)
-            self.checkpoints.follow(train)
-            position = self.checkpoints.take_resume_data()
-            if position is not None:
-                train.restore(position)
+            self.checkpoints.follow(train)  # (a resumed position restored)
             if self.checkpointer is not None and self.strategy.writes:  # tidies the folder: one writer
                 self.checkpointer.prepare()
             self.batch_size = train.batch_size or self.batch_size  # a DataLoader given brings its own

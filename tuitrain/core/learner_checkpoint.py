@@ -32,16 +32,16 @@ class Checkpoints:
         self.amp, self.metric_sets, self.early_stopping, self.health = amp, metric_sets, early_stopping, health
         self.config, self.world_size, self.model_path = config, world_size, model_path
         self.loader = None  # the training loader (`follow`): its position in the data, mid-epoch
-        self.resume_data = None  # that position, as loaded, until the loader takes it (`take_resume_data`)
+        self.resume_data = None  # that position, as loaded, until the loader is followed
         self._last = -1  # (epoch, step, stage) of the state last saved
         self._last_snapshot = None  # the last checkpoint's CPU copy: the next one copies into it
 
     def follow(self, loader) -> None:
+        """Save `loader`'s position from now on; it takes up the position loaded last, if any."""
         self.loader = loader
-
-    def take_resume_data(self):
-        data, self.resume_data = self.resume_data, None
-        return data
+        if self.resume_data is not None:
+            loader.restore(self.resume_data)
+            self.resume_data = None
 
     def saved_now(self) -> bool:
         """This exact state is already on disk (or being written)."""

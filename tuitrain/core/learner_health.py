@@ -81,10 +81,9 @@ class HealthGuard:
         verdict = self.health.loss(v, state.step + 1)
         return verdict is not None and self._act(verdict, state, [batch], "loss")
 
-    def judge_grads(self, params, state, batches: list[int]) -> bool:
-        """The total norm of `params`' gradients (parameters, or a GradNorm a loop bound once), before
-        the update. True: do not apply it."""
-        norm = (params if type(params) is GradNorm else GradNorm(params))()
+    def judge_grads(self, norm_of: GradNorm, state, batches: list[int]) -> bool:
+        """The gradients' total norm (`norm_of`, bound by the loop), before the update. True: do not apply it."""
+        norm = norm_of()
         return norm is not None and self.judge_grad_norm(norm, state, batches)
 
     def judge_grad_norm(self, norm: float, state, batches: list[int]) -> bool:
@@ -177,9 +176,7 @@ class HealthGuard:
         load(data)  # the Learner's load_state_dict (a subclass's own included)
         self.health.rollbacks = rollbacks
         self.state.skip_batches = sorted([list(x) for x in skips])
-        data = self.checkpoints.take_resume_data()
-        if data is not None:
-            train.restore(data)
+        self.checkpoints.follow(train)  # the checkpoint's position in the data
         factor = w.rollback_lr_factor
         if factor != 1.0:
             for opt in self.optimizers.values():
