@@ -295,6 +295,12 @@ class AlertRaised(Event):
     action: str = "alert"  # what the run did: "alert", "skip", "rollback", "stop", "abort", "fail"
     epoch: int = 0
     time: float = field(default_factory=_now)
+    #: the rule's episode this alert belongs to (1, 2, ...; 0: not counted by episode). Consecutive spikes
+    #: are one episode: a rule that acts (skip) raises an alert per spike, all with the episode's number;
+    #: the header counts episodes and the charts mark each once
+    episode: int = 0
+    #: spikes of this rule not alerted since its previous alert (an alert-only rule speaks at most once a minute)
+    held: int = 0
 
 
 @dataclass(frozen=True, slots=True)
