@@ -81,4 +81,11 @@ class Ending:
         app.pacing.replot()
         if getattr(app.state, "runs", None):  # compared runs: the charts are the point; r shows it
             return
-        app.push_screen(ResultScreen(app.state, app.exit_code))
+        app.push_screen(ResultScreen(app.state, app.exit_code), self._chart_key)
+
+    def _chart_key(self, key: str | None) -> None:
+        """The summary left with a chart key (`i`, `l`, Enter ...): the key acts on the dashboard's
+        charts, once the dashboard is back (and has its focus back)."""
+        if key:
+            grid = self.app.dashboard.grid
+            self.app.call_after_refresh(grid.press, key)

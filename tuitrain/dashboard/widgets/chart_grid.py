@@ -190,6 +190,12 @@ class ChartGrid(VerticalScroll):
 
     # --- the chart keys ---------------------------------------------------------------------
 
+    async def press(self, key: str) -> None:
+        """A chart key pressed on a screen over the dashboard (the summary): its action, here."""
+        binding = next((b for b in self.CHART_KEYS if b.key == key), None)
+        if binding is not None:
+            await self.app.run_action(binding.action, self)
+
     def action_focus_chart(self, delta: int) -> None:
         """Tab, Shift+Tab: the next or previous chart (not while one is shown alone)."""
         if self.screen.maximized is None:

@@ -76,15 +76,21 @@ def _body(state: DashboardState, exit_code: int | None) -> str:
     return "\n".join(lines)
 
 
-class ResultScreen(ModalScreen[None]):
-    """Stays until the user leaves (q) or goes back to the dashboard (Escape)."""
+#: the chart keys (SPEC "Dashboard": they act on the first chart when none has the focus, as right
+#: after the dashboard opens, which for an ended run is under this screen)
+CHART_KEYS = ("l", "s", "x", "w", "e", "i", "enter")
+
+
+class ResultScreen(ModalScreen[str | None]):
+    """Stays until the user leaves (q) or goes back to the dashboard (Escape, or a chart key: the
+    screen is dismissed with the key, for the dashboard to act on: see `Ending.show_result`)."""
 
     BINDINGS = [
         Binding("q", "app.leave", "Leave"),
         Binding("y", "app.leave", "Leave", show=False),
         Binding("escape", "dismiss", "Dashboard"),
         Binding("question_mark", "app.help", "Keys", show=False),
-    ]
+    ] + [Binding(key, f"to_charts({key!r})", show=False) for key in CHART_KEYS]
 
     DEFAULT_CSS = """
     ResultScreen { align: center middle; }
@@ -107,3 +113,7 @@ class ResultScreen(ModalScreen[None]):
             with VerticalScroll(id="result-scroll"):
                 yield Static(Text(self.body_text), id="result-body")
             yield Static("q leave · Esc back to the dashboard · r this summary again", id="result-keys")
+
+    def action_to_charts(self, key: str) -> None:
+        """A chart key: back to the dashboard, where the key acts on the charts."""
+        self.dismiss(key)
