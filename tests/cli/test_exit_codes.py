@@ -241,6 +241,21 @@ CONFIG_ERRORS = {
     "set bad metric": (None, ['metrics.train=["loss", "acuracy"]'], ["acuracy"]),
     "device not on this machine": (None, ["train.device=cuda:99"], ["train.device", "cuda"]),
     "unknown theme": (None, [], ["--theme", "nope", "dark"]),
+    # a target's keyword arguments, judged by its signature before anything is built
+    "set wrong type for the optimizer": (None, ["optimizer.lr=abc"],
+                                         ["--set: optimizer.lr: expected a number, got 'abc'"]),
+    "wrong type for the optimizer in the file": (("lr = 1e-2", 'lr = "fast"'), [],
+                                                 ["cfg.toml: optimizer.lr: expected a number, got 'fast'"]),
+    "wrong type for the model": (("hidden = 16", 'hidden = "wide"'), [], ["cfg.toml: model.hidden", "'wide'"]),
+    "wrong type for the loss": (None, ["loss.label_smoothing=true"], ["loss.label_smoothing", "a number"]),
+    "unknown optimizer argument": (None, ["optimizer.momentum=0.9"], ["optimizer.momentum", "it takes lr, betas"]),
+    "scheduler choice not in its Literal": (None, ["scheduler.name=OneCycleLR", "scheduler.max_lr=0.1",
+                                                   "scheduler.anneal_strategy=cosine"],
+                                            ["scheduler.anneal_strategy", "'cos', 'linear'"]),
+    # what only the callable judges: built before training, a config error, the run directory removed
+    "rejected by the optimizer": (None, ["optimizer.lr=-1"], ["optimizer", "Invalid learning rate"]),
+    "rejected by the scheduler": (None, ["scheduler.name=OneCycleLR", "scheduler.max_lr=0.1",
+                                         "scheduler.pct_start=2.0"], ["scheduler", "pct_start"]),
 }
 
 
@@ -265,6 +280,16 @@ def test_config_errors_exit_2_naming_the_key(tiny, capsys, monkeypatch, forget_t
     assert "Traceback" not in err
     assert len(err.strip().splitlines()) <= 2, err
     assert not tiny.runs.exists()
+
+
+def test_wrong_type_for_an_optimizer_argument_in_a_subprocess(tiny):
+    r = tiny.cli("run", tiny.config, "--set", "optimizer.lr=abc")
+    assert_usage_error(tiny, r, "optimizer.lr", "expected a number, got 'abc'")
+
+
+def test_argument_rejected_when_built_in_a_subprocess(tiny):
+    r = tiny.cli("run", tiny.config, "--set", "optimizer.betas=[0.9, 2.0]")
+    assert_usage_error(tiny, r, "optimizer", "Invalid beta parameter")
 
 
 def test_missing_config_file_exits_2(tiny):

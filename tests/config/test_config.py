@@ -457,7 +457,7 @@ def test_unexpected_keyword_suggests_near_name():
         check_kwargs(spiral_net, {"hidden_size": 3}, "model", file="spirals.toml",
                      target="spirals:SpiralNet")
     assert str(info.value) == ("spirals.toml: model.hidden_size: unexpected keyword argument "
-                               "for spirals:SpiralNet (did you mean 'hidden'?)")
+                               "for spirals:SpiralNet (did you mean 'hidden'?); it takes hidden, depth")
 
 
 def test_required_and_provided_arguments():

@@ -14,6 +14,7 @@ from importlib.machinery import PathFinder
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from tuitrain.config.kwarg_types import annotations_of, type_error
 from tuitrain.config.schema import ConfigError, suggest
 
 
@@ -98,7 +99,8 @@ def check_kwargs(fn: Callable, kwargs: dict, key: str, file: str | None = None,
     `provided` names arguments tuitrain fills in itself (by keyword when the signature has them);
     `positional` is how many leading arguments tuitrain passes by position. An unknown keyword,
     a keyword that collides with a positional argument, or a missing required argument is a
-    ConfigError at `<key>.<argument>`. Callables without a readable signature are not checked.
+    ConfigError at `<key>.<argument>`, and so is a value of a type the signature rules out (see
+    kwarg_types.py). Callables without a readable signature are not checked.
     """
     try:
         sig = inspect.signature(fn)
@@ -120,8 +122,9 @@ def check_kwargs(fn: Callable, kwargs: dict, key: str, file: str | None = None,
             raise ConfigError(f"is a positional-only argument of {what}", file=file,
                               key=f"{key}.{name}")
         if name not in keywordable and not takes_any:
-            choices = sorted(keywordable - passed_positionally - set(provided))
-            raise ConfigError(f"unexpected keyword argument for {what}{suggest(name, choices)}",
+            choices = [p.name for p in params if p.name in keywordable - passed_positionally - set(provided)]
+            takes = f"; it takes {', '.join(choices)}" if choices else "; it takes none"
+            raise ConfigError(f"unexpected keyword argument for {what}{suggest(name, choices)}{takes}",
                               file=file, key=f"{key}.{name}")
     for p in params:
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) or p.default is not p.empty:
@@ -129,6 +132,20 @@ def check_kwargs(fn: Callable, kwargs: dict, key: str, file: str | None = None,
         if p.name in kwargs or p.name in passed_positionally or p.name in provided:
             continue
         raise ConfigError(f"missing required argument of {what}", file=file, key=f"{key}.{p.name}")
+    check_kwarg_types(fn, sig, kwargs, key, file)
+
+
+def check_kwarg_types(fn: Callable, sig: inspect.Signature, kwargs: dict, key: str,
+                      file: str | None = None) -> None:
+    """A keyword argument of a type its parameter's annotation (or, unannotated, its default) rules
+    out is a ConfigError at `<key>.<argument>`: `lr = "abc"` where the signature says float."""
+    annotations = annotations_of(fn, sig)
+    for name, value in kwargs.items():
+        param = sig.parameters.get(name)
+        if param is None or param.kind not in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY):
+            continue  # taken by **kwargs: the signature says nothing of it
+        if message := type_error(param, annotations.get(name, param.empty), value):
+            raise ConfigError(message, file=file, key=f"{key}.{name}")
 
 
 def metric_name(item: Any) -> str:
@@ -139,5 +156,5 @@ def metric_name(item: Any) -> str:
     return item.get("name") or str(item.get("target", "")).rpartition(":")[2]
 
 
-__all__ = ["split_target", "import_module", "resolve_target", "check_kwargs", "metric_name",
-           "describe_callable"]
+__all__ = ["split_target", "import_module", "resolve_target", "check_kwargs", "check_kwarg_types",
+           "metric_name", "describe_callable"]

@@ -10,6 +10,7 @@ import dataclasses
 
 import inspect
 import os
+import traceback
 from pathlib import Path
 
 from tuitrain.config import chain_parts, named_parts, resolve_target
@@ -20,7 +21,8 @@ def build_learner(cfg, run_dir: Path, bus: EventBus, interrupter, *, dist=None, 
     """The user's model, data, loss, optimizer, scheduler, metrics from `cfg`: a Learner writing into
     `run_dir` through `bus`, steered by `interrupter`, and its loaders. `dist`: this rank's DistContext
     (None: one process); `headless`: no dashboard shares this process. Runs in the training thread (or
-    rank); errors here are the user's code failing."""
+    rank); errors here are the user's code failing, except a ConfigError (an argument only its callable
+    rejects)."""
     import torch
 
     from tuitrain.core import checkpoint as ckpt
@@ -42,15 +44,13 @@ def build_learner(cfg, run_dir: Path, bus: EventBus, interrupter, *, dist=None, 
             raise TypeError(f"{key}.target {m.target} returned {type(built).__name__}, not a torch.nn.Module")
     # one model is passed as itself; several as a dict the Learner keeps as learner.models
     model = models if cfg.model.named else models["model"]
-    data = target(cfg.data.target, "data.target")(**cfg.data.kwargs)
-    if not isinstance(data, (tuple, list)) or len(data) != 2:
-        raise TypeError(f"data.target {cfg.data.target} must return (train, valid); got {type(data).__name__}")
-    train, valid = data
     if cfg.checkpoint.init_from:  # several models: keys "generator.net.0.weight", as in model.pt
         ckpt.load_weights(model if not cfg.model.named else torch.nn.ModuleDict(models),
                           cfg.checkpoint.init_from, strict=cfg.checkpoint.strict,
                           revise_keys=cfg.checkpoint.revise_keys)
-    loss_fn = target(cfg.loss.target, "loss.target")(**cfg.loss.kwargs)
+    # the loss and the optimizers before the data, which may take long to build: a value only their
+    # constructors reject (lr = -1) ends the run at once, as a config error
+    loss_fn = construct(cfg, "loss", cfg.loss.target, target(cfg.loss.target, "loss.target"), **cfg.loss.kwargs)
     strategy = strategy_for(dist)  # one process, or this rank's DDP or FSDP
     strategy.prepare_model(model)  # fsdp shards the parameters in place, before the optimizer takes them
     # [optimizer.NAME] optimizes model NAME; one [optimizer] table gives every model its own optimizer
@@ -65,12 +65,16 @@ def build_learner(cfg, run_dir: Path, bus: EventBus, interrupter, *, dist=None, 
             note = auto_scale_lr(opt_cls, kwargs, key, o.base_batch_size,
                                  cfg.data.batch_size * cfg.train.grad_accumulation * world)
             notes.append(note)
-        optimizers[name] = build_optimizer(opt_cls, models[name], kwargs, o, key, cfg.source)
+        optimizers[name] = build_optimizer(opt_cls, models[name], kwargs, o, key, cfg)
     if cfg.train.compile:
         for m in models.values():  # in place: the state_dict keeps its keys, checkpoints stay portable
             m.compile(mode=cfg.train.compile_mode)
         notes.append(f"torch.compile (mode {cfg.train.compile_mode!r}): the first steps include compiling")
     optimizer = optimizers if cfg.model.named else optimizers["model"]
+    data = target(cfg.data.target, "data.target")(**cfg.data.kwargs)
+    if not isinstance(data, (tuple, list)) or len(data) != 2:
+        raise TypeError(f"data.target {cfg.data.target} must return (train, valid); got {type(data).__name__}")
+    train, valid = data
     d = cfg.data
     train_loader = build_loader(train, batch_size=d.batch_size, shuffle=d.shuffle, num_workers=d.num_workers,
                                 seed=cfg.experiment.seed, drop_last=d.drop_last, pin_memory=d.pin_memory)
@@ -88,25 +92,28 @@ def build_learner(cfg, run_dir: Path, bus: EventBus, interrupter, *, dist=None, 
             key = f"scheduler.{name}" if cfg.scheduler.named else "scheduler"
             if s.chain:
                 schedulers[name] = chain_scheduler(optimizers[name], s, key, target, cfg.train.epochs,
-                                                   steps_per_epoch, cfg.train.max_steps)
+                                                   steps_per_epoch, cfg.train.max_steps, cfg)
                 intervals[name] = s.interval
                 continue
             cls = target(s.target, f"{key}.target") if s.target else getattr(torch.optim.lr_scheduler, s.name)
             kwargs = fill_scheduler_kwargs(cls, dict(s.kwargs), s.interval, cfg.train.epochs, steps_per_epoch,
                                            cfg.train.max_steps)
-            schedulers[name], intervals[name] = cls(optimizers[name], **kwargs), s.interval
+            schedulers[name] = construct(cfg, key, s.target or f"torch.optim.lr_scheduler:{s.name}", cls,
+                                         optimizers[name], **kwargs)
+            intervals[name] = s.interval
     scheduler = schedulers if cfg.model.named else schedulers.get("model")
     phases = {}
     for key in ("phase", "valid_phase"):
         if spec := getattr(cfg.train, key):
             phases[key] = target(spec, f"train.{key}")()
 
-    def metrics(items):
+    def metrics(items, split):
         out = []
-        for item in items:
+        for i, item in enumerate(items):
             if isinstance(item, dict):
                 kwargs = {k: v for k, v in item.items() if k not in ("target", "name")}
-                obj = target(item["target"], "metrics")(**kwargs)
+                key = f"metrics.{split}[{i}]"
+                obj = construct(cfg, key, item["target"], target(item["target"], f"{key}.target"), **kwargs)
                 out.append(TorchMetric(obj, item.get("name") or item["target"].rsplit(":", 1)[-1]))
             else:
                 out.append(item)
@@ -123,7 +130,7 @@ def build_learner(cfg, run_dir: Path, bus: EventBus, interrupter, *, dist=None, 
         model, optimizer, loss_fn=loss_fn, scheduler=scheduler,
         scheduler_interval=intervals if cfg.model.named else intervals.get("model", "step"),
         train_phase=phases.get("phase"), valid_phase=phases.get("valid_phase"),
-        train_metrics=metrics(cfg.metrics.train), valid_metrics=metrics(cfg.metrics.valid),
+        train_metrics=metrics(cfg.metrics.train, "train"), valid_metrics=metrics(cfg.metrics.valid, "valid"),
         epochs=t.epochs, max_steps=t.max_steps, grad_accumulation=t.grad_accumulation,
         clip_grad_norm=t.clip_grad_norm, precision=t.precision, device=t.device,
         validate_every=t.validate_every, log_every_n_steps=cfg.log.every_n_steps, seed=cfg.experiment.seed,
@@ -137,24 +144,43 @@ def build_learner(cfg, run_dir: Path, bus: EventBus, interrupter, *, dist=None, 
     return learner, train_loader, valid_loader
 
 
-def build_optimizer(opt_cls, model, kwargs: dict, table, key: str, file: str = "<config>"):
+def construct(cfg, key: str, what: str, fn, *args, **kwargs):
+    """`fn(*args, **kwargs)` for the target of table `key`; a TypeError or ValueError that it raises (an
+    argument only the callable can judge: torch's "Invalid learning rate") is a ConfigError naming the
+    table, with where it was raised when that is the user's code."""
+    try:
+        return fn(*args, **kwargs)
+    except (TypeError, ValueError) as e:
+        from tuitrain.config import ConfigError
+        from tuitrain.config.schema import origin
+
+        where = ""
+        frames = traceback.extract_tb(e.__traceback__)
+        if frames and (getattr(fn, "__module__", None) or "").partition(".")[0] != "torch":
+            where = f" ({Path(frames[-1].filename).name}:{frames[-1].lineno})"
+        raise ConfigError(f"{what} rejected its arguments: {type(e).__name__}: {e}{where}",
+                          file=origin(key, cfg.set_keys, cfg.source), key=key) from e
+
+
+def build_optimizer(opt_cls, model, kwargs: dict, table, key: str, cfg):
     """The optimizer of `model`: a factory whose first parameter is `model` gets the model (its own
     parameter groups); anything else gets the parameters, in two groups with `no_decay`."""
     import torch
 
     from tuitrain.core.optimization import parameter_groups, takes_model
 
+    what = table.target or f"torch.optim:{table.name}"
     if takes_model(opt_cls):
-        built = opt_cls(model, **kwargs)
+        built = construct(cfg, key, what, opt_cls, model, **kwargs)
     elif table.no_decay:
-        built = opt_cls(parameter_groups(model, table.no_decay), **kwargs)
+        built = construct(cfg, key, what, opt_cls, parameter_groups(model, table.no_decay), **kwargs)
     else:
-        built = opt_cls(model.parameters(), **kwargs)
+        built = construct(cfg, key, what, opt_cls, model.parameters(), **kwargs)
     if not isinstance(built, torch.optim.Optimizer):
         from tuitrain.config import ConfigError
 
         raise ConfigError(f"{table.target or table.name} returned {type(built).__name__}, not a "
-                          "torch.optim.Optimizer", file=file, key=f"{key}.target")
+                          "torch.optim.Optimizer", file=cfg.source, key=f"{key}.target")
     return built
 
 
@@ -189,7 +215,7 @@ def git_info(folder: Path) -> dict:
         return {}
 
 
-def chain_scheduler(optimizer, sched, key: str, target, epochs: int, steps_per_epoch: int, max_steps: int):
+def chain_scheduler(optimizer, sched, key: str, target, epochs: int, steps_per_epoch: int, max_steps: int, cfg):
     """Windows one after another (a warm-up, then cosine): torch's SequentialLR, each window's
     T_max / total_iters / total_steps filled with its length when left out."""
     import torch
@@ -210,7 +236,8 @@ def chain_scheduler(optimizer, sched, key: str, target, epochs: int, steps_per_e
         for name in ("T_max", "total_iters", "total_steps"):
             if name in params and name not in kwargs:
                 kwargs[name] = span
-        parts.append(cls(optimizer, **kwargs))
+        what = part.target or f"torch.optim.lr_scheduler:{part.name}"
+        parts.append(construct(cfg, part_key, what, cls, optimizer, **kwargs))
         begins.append(begin)
     if len(parts) == 1:
         return parts[0]
