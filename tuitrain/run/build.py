@@ -17,12 +17,13 @@ from tuitrain.config import chain_parts, named_parts, resolve_target
 from tuitrain.core.callbacks import EventBus
 
 
-def build_learner(cfg, run_dir: Path, bus: EventBus, interrupter, *, dist=None, headless: bool = True):
+def build_learner(cfg, run_dir: Path, bus: EventBus, interrupter, *, dist=None, headless: bool = True,
+                  notes=()):
     """The user's model, data, loss, optimizer, scheduler, metrics from `cfg`: a Learner writing into
     `run_dir` through `bus`, steered by `interrupter`, and its loaders. `dist`: this rank's DistContext
-    (None: one process); `headless`: no dashboard shares this process. Runs in the training thread (or
-    rank); errors here are the user's code failing, except a ConfigError (an argument only its callable
-    rejects)."""
+    (None: one process); `headless`: no dashboard shares this process; `notes`: lines for the run's log.
+    Runs in the training thread (or rank); errors here are the user's code failing, except a ConfigError
+    (an argument only its callable rejects)."""
     import torch
 
     from tuitrain.core import checkpoint as ckpt
@@ -55,7 +56,7 @@ def build_learner(cfg, run_dir: Path, bus: EventBus, interrupter, *, dist=None, 
     strategy.prepare_model(model)  # fsdp shards the parameters in place, before the optimizer takes them
     # [optimizer.NAME] optimizes model NAME; one [optimizer] table gives every model its own optimizer
     opt_tables = dict(cfg.optimizer.named) or dict.fromkeys(models, cfg.optimizer)
-    optimizers, notes = {}, []
+    optimizers, notes = {}, list(notes)
     world = dist.world_size if dist is not None else 1
     for name, o in opt_tables.items():
         key = f"optimizer.{name}" if cfg.optimizer.named else "optimizer"

@@ -1,12 +1,15 @@
 """Run directories: where a new run goes, which runs an experiment holds, and `tuitrain ls`.
 
-A run directory is `<experiment.dir>/<experiment.name>/<YYYYmmdd-HHMMSS>`. Listing reads run.json
-with plain json (`tuitrain.sinks.run_status`), so `ls` stays fast. Must not import torch or textual.
+A run directory is `<experiment.dir>/<experiment.name>/<YYYYmmdd-HHMMSS>`, or a folder the user names
+(`--run-dir`, `run_dir=`): one run per folder, a named folder that holds a run already gets a sibling
+(`claim_run_dir`). Listing reads run.json with plain json (`tuitrain.sinks.run_status`), so `ls` stays
+fast. Must not import torch or textual.
 """
 
 from __future__ import annotations
 
 import math
+import os
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -29,6 +32,40 @@ def fresh_run_dir(root: Path) -> Path:
         path = root / f"{stamp}-{n}"
         n += 1
     return path
+
+
+def holds_run(folder: Path) -> bool:
+    """Whether a run has written `folder` (its run.json or events.jsonl is there)."""
+    folder = Path(folder)
+    return (folder / "run.json").exists() or (folder / "events.jsonl").exists()
+
+
+def claim_run_dir(folder: str | os.PathLike) -> Path:
+    """Where a new run asked to go to `folder` goes: `folder` itself, unless a run is there already
+    (one run per folder: a new run never appends to another); then the first of `folder-2`,
+    `folder-3` ... that is missing or empty, as Lightning's version_N."""
+    folder = Path(folder)
+    if not holds_run(folder):
+        return folder
+    n = 2
+    while True:
+        candidate = folder.with_name(f"{folder.name}-{n}")
+        if not candidate.exists() or (candidate.is_dir() and not any(candidate.iterdir())):
+            return candidate
+        n += 1
+
+
+def claimed_runs(folder: str | os.PathLike) -> list[Path]:
+    """The runs that `claim_run_dir(folder)` placed: `folder`, `folder-2`, ... that hold one, oldest first."""
+    folder = Path(folder)
+    found = [(1, folder)] if holds_run(folder) else []
+    if folder.parent.is_dir():
+        prefix = folder.name + "-"
+        for p in folder.parent.iterdir():
+            rest = p.name[len(prefix):] if p.name.startswith(prefix) else ""
+            if rest.isdigit() and int(rest) >= 2 and p.is_dir() and holds_run(p):
+                found.append((int(rest), p))
+    return [p for _, p in sorted(found)]
 
 
 def find_runs(root: Path) -> list[Path]:

@@ -4,7 +4,8 @@ The core's Learner (tuitrain/core/learner.py) writes and shows nothing by itself
 passes the sinks in. This one, for scripts:
 - given `run_dir` (and no `bus`), writes the files every run directory gets (events.jsonl, metric
   files, experiment.log, run.json) as `tuitrain run` does, and obeys `tuitrain stop` / `checkpoint`
-  through the run directory's control folder while it trains;
+  through the run directory's control folder while it trains; a `run_dir` that holds another run
+  already is not appended to: the run goes to `run_dir-2` (`-3` ...), unless fit resumes;
 - `fit(..., dashboard="auto")` shows the dashboard on a terminal (the loop on a background thread), the
   headless console lines elsewhere, nothing with False; Ctrl+C and SIGTERM stop gracefully, as under
   the CLI. textual is imported only when a dashboard opens.
@@ -20,6 +21,7 @@ from typing import Any, Callable
 
 from tuitrain.core.learner import EXIT_FAILED, FitResult
 from tuitrain.core.learner import Learner as CoreLearner
+from tuitrain.run.directories import claim_run_dir
 from tuitrain.run.session import RunSession
 from tuitrain.run.signals import StopOnSignals
 
@@ -96,6 +98,7 @@ class Learner(CoreLearner):
         if not experiment and run_dir is not None:
             experiment = Path(run_dir).resolve().name  # what experiment.log and run.json call the run
         super().__init__(*args, run_dir=run_dir, bus=bus, sinks=sinks or [], experiment=experiment, **kwargs)
+        self._fits = 0  # fits begun: the first one claims the run directory
         from tuitrain.core.health import Alerts
 
         self.alerts = Alerts.of(alerts)  # where AlertRaised goes besides the events (a webhook, a command)
@@ -116,6 +119,8 @@ class Learner(CoreLearner):
             theme_file = resolve_theme(str(theme or "dark"), Path.cwd())  # ThemeError is a ValueError
         # with a run directory the session writes it and `tuitrain stop/checkpoint RUN_DIR` reach this run
         session = None
+        note = self._claim_run_dir(resume)
+        self._fits += 1
         if self.run_dir is not None:
             session = RunSession(self.run_dir, interrupter=self.interrupter, bus=self.bus, devices=False,
                                  files=self._own_files, alerts=self.alerts).open()
@@ -138,6 +143,29 @@ class Learner(CoreLearner):
         finally:
             if session is not None:
                 session.close()
+            if note in self.notes:
+                self.notes.remove(note)
+
+    def _claim_run_dir(self, resume) -> str | None:
+        """One run per folder: a first fit (no resume) whose run_dir holds a run already goes to the next
+        free `run_dir-2`, `-3` ... instead, the checkpoints and model.pt with it; the line that says so
+        (in the log, the console, the dashboard) is returned. The same Learner's next fit continues its
+        own run where it is, as a resume does."""
+        if self._fits or resume is not None or not self._own_files:
+            return None
+        old = self.run_dir
+        new = claim_run_dir(old)
+        if new == old:
+            return None
+        self.run_dir = self.guard.run_dir = new
+        checkpoints = self.checkpoints
+        if checkpoints.model_path is not None and Path(checkpoints.model_path) == old / "model.pt":
+            checkpoints.model_path = new / "model.pt"
+        if self.checkpointer is not None and self.checkpointer.folder == old / "checkpoint":
+            self.checkpointer.folder = new / "checkpoint"  # nothing read from it yet: the first fit prepares it
+        note = f"{old} holds a run already: this run goes to {new} (fit(resume=...) continues that one)"
+        self.notes.append(note)
+        return note
 
     def _fit_under_dashboard(self, core_fit: Callable[[], FitResult], theme: Path | None) -> FitResult:
         from tuitrain.dashboard.entry import run_live

@@ -39,9 +39,9 @@ from typing import Any
 
 from tuitrain.core import checkpoint as ckpt
 from tuitrain.core.control import Interrupter
-from tuitrain.core.events import (ControlReceived, MetricsLogged, RunFailed, RunFinished, RunPaused, RunResumed,
-                                  RunStarted)
-from tuitrain.run.directories import fresh_run_dir
+from tuitrain.core.events import (ControlReceived, MetricsLogged, OutputPrinted, RunFailed, RunFinished, RunPaused,
+                                  RunResumed, RunStarted)
+from tuitrain.run.directories import claim_run_dir, fresh_run_dir
 from tuitrain.run.learner import screen_for
 from tuitrain.run.session import RunSession, placement
 from tuitrain.run.signals import StopOnSignals
@@ -61,8 +61,9 @@ class Monitor:
     level (an exception that ends the script, or the interpreter exiting, finishes it as failed or as it
     stands). experiment: the run's name (default: the run folder's name); config: a dict, written to
     config.toml and shown by `tuitrain watch`; run_dir: where the run goes (default
-    `dir/experiment/<timestamp>`); dashboard: "auto" (a terminal: the dashboard; else the headless
-    console lines), True (a terminal or ValueError) or False (nothing printed); theme: the dashboard's
+    `dir/experiment/<timestamp>`; one that holds a run already: `run_dir-2`, `-3` ...); dashboard:
+    "auto" (a terminal: the dashboard; else the headless console lines), True (a terminal or
+    ValueError) or False (nothing printed); theme: the dashboard's
     theme; keep_last: checkpoints kept; max_steps: the steps the loop will take, if known (a progress bar
     and an ETA); batch_size: items per step, if known (items/s beside it/s); epochs: the epochs it will
     run, if it counts them (`mon.epoch = n` as each begins); watch: the `[watch]` rules for what `log` is
@@ -302,9 +303,12 @@ class Monitor:
             self.screen = screen_for(self._dashboard)
             if self.run_dir is None:
                 self.run_dir = fresh_run_dir(self._root / (self.experiment or "monitor"))
+            else:  # one run per folder: a run_dir that holds a run already gets a sibling, run_dir-2 ...
+                self.run_dir = claim_run_dir(self.run_dir)
         if self.world_size > 1:
             self._join_group()
-        self.experiment = self.experiment or (self.run_dir.resolve().name if self.run_dir else "")
+        named = self._given_dir or self.run_dir  # run_dir-2 is still the run the user named
+        self.experiment = self.experiment or (named.resolve().name if named else "")
         if self.owner:
             self._open_run()
         else:
@@ -353,6 +357,9 @@ class Monitor:
         self.bus.emit(RunStarted(run_dir=str(self.run_dir), experiment=self.experiment, epochs=self.epochs,
                                  max_steps=self.max_steps, steps_per_epoch=0, batch_size=self.batch_size, pid=os.getpid(),
                                  env={**env_info(torch.device("cpu")), **env}, config=self.config))
+        if self._given_dir is not None and self.run_dir != self._given_dir:
+            self.bus.emit(OutputPrinted(text=f"{self._given_dir} holds a run already: this run goes to "
+                                             f"{self.run_dir}", stream="tuitrain"))
         if self.screen == "dashboard":
             self._open_viewer()
         if self.screen != "none":  # prints go to experiment.log (and the screen's output panel)

@@ -20,7 +20,7 @@ from tuitrain.core.callbacks import EventBus
 from tuitrain.core.control import Interrupter
 from tuitrain.core.events import RunFailed, RunStarted
 from tuitrain.core.output import capture_output
-from tuitrain.run.directories import find_runs, new_run_dir
+from tuitrain.run.directories import claim_run_dir, claimed_runs, find_runs, new_run_dir
 from tuitrain.run.preflight import preflight
 from tuitrain.run.session import RunSession
 from tuitrain.run.signals import StopOnSignals, carry_preemption
@@ -40,8 +40,8 @@ def resolve_auto(cfg: Config, run_dir: str | None = None) -> tuple[Path, Path] |
     older unfinished one was left behind by a newer run."""
     from tuitrain.sinks.run_status import live_status
 
-    if run_dir is not None:
-        candidates = [Path(run_dir)] if (Path(run_dir) / "run.json").is_file() else []
+    if run_dir is not None:  # the newest of the runs placed there: `run_dir`, then `run_dir-2` ...
+        candidates = [p for p in claimed_runs(run_dir) if (p / "run.json").is_file()][-1:]
     else:
         candidates = find_runs(Path(cfg.experiment.dir) / cfg.experiment.name)[:1]
     for run in candidates:
@@ -108,6 +108,7 @@ def prepare_run(config_path: str | os.PathLike, overrides=(), *, run_dir: str | 
         overrides.append(f"dashboard.theme={Path(theme).resolve() if theme.endswith('.tcss') else theme}")
     cfg = load_config(config_path, overrides)
     preflight(cfg)
+    notes: list[str] = []  # said right after the run starts (its log, the console, the dashboard)
     ckpt_data = None
     ckpt_path = None
     resume_auto = resume == "auto"
@@ -131,7 +132,9 @@ def prepare_run(config_path: str | os.PathLike, overrides=(), *, run_dir: str | 
             ckpt_data = load_checkpoint(ckpt_path)
         except CheckpointError as e:
             raise UsageError(str(e)) from None
-        if run_dir and Path(run_dir).resolve() != rdir.resolve():
+        # `--resume auto --run-dir X` continues the newest run placed there (X, or X-2 ... once X held one)
+        placed = [Path(run_dir), *(claimed_runs(run_dir) if resume_auto else [])] if run_dir else []
+        if run_dir and rdir.resolve() not in {p.resolve() for p in placed}:
             raise UsageError("--run-dir and --resume name different run directories; a resumed run "
                              f"continues in {rdir}")
         path = rdir
@@ -139,10 +142,18 @@ def prepare_run(config_path: str | os.PathLike, overrides=(), *, run_dir: str | 
         from tuitrain.core.strategies import quiet_rank
 
         path = Path(run_dir) if run_dir else new_run_dir(cfg)
+        # one run per folder: a --run-dir that holds a run gets a sibling (every rank sees the same folders
+        # here: under torchrun rank 0 makes its run directory only once all ranks meet in the process group)
+        claimed = claim_run_dir(path) if run_dir else path
+        if claimed != path:
+            notes.append(f"{path} holds a run already: this run goes to {claimed} (--resume {path} continues "
+                         "that one)")
+            path = claimed
         if path.exists() and any(path.iterdir()) and not quiet_rank():  # rank 0 may have made it already
             raise UsageError(f"--run-dir {path}: folder exists and is not empty (use --resume {path} to continue it)")
     run = Run(cfg, path, headless=headless, resume_data=ckpt_data, resume_path=ckpt_path)
     run.resume_auto = resume_auto
+    run.notes = notes
     return run
 
 
@@ -158,6 +169,7 @@ class Run:
         self.resume_path = resume_path
         self.interrupter = Interrupter()
         self.resume_auto = False  # `--resume auto`: under torchrun, rank 0's choice is every rank's
+        self.notes: list[str] = []  # lines for the run's log once it starts ("this run goes to ...")
         self._callbacks: list[tuple[Callable, bool | None]] = []
         self.result = None
         self.bus: EventBus | None = None  # the run's event bus while it trains (a screen that fails emits on it)
@@ -181,7 +193,8 @@ class Run:
         this rank's DistContext, None in one process)."""
         from tuitrain.run.build import build_learner
 
-        return build_learner(self.cfg, self.run_dir, bus, self.interrupter, dist=dist, headless=self.headless)
+        return build_learner(self.cfg, self.run_dir, bus, self.interrupter, dist=dist, headless=self.headless,
+                             notes=self.notes)
 
     # --- running -------------------------------------------------------------------------------
 
