@@ -110,6 +110,9 @@ class DashboardState:
         self.failed: RunFailed | None = None
         #: the health rules' alerts (AlertRaised), oldest first: the alerts list, the charts' marks, the header
         self.alerts: list = []
+        #: the alerts' episodes, oldest first: each one's first alert by (rule, episode); an alert of episode 0
+        #: is one of its own. The header counts them and the charts mark each once (SPEC "Health")
+        self.episodes: dict[tuple, AlertRaised] = {}
         self.bell = True  # [alerts] bell: ring the terminal's bell for a live alert
 
     # --- reading ---------------------------------------------------------------------------
@@ -129,6 +132,10 @@ class DashboardState:
     @property
     def ended(self) -> bool:
         return bool(self.final)
+
+    def alert_steps(self) -> list[int]:
+        """Where the charts mark the alerts: each episode's first step."""
+        return [a.step for a in self.episodes.values()]
 
     @property
     def total_steps(self) -> int:
@@ -345,8 +352,16 @@ class DashboardState:
                 return {"log"}
             case AlertRaised():
                 self.alerts.append(event)
-                self._log("stderr", f"[alert] step {event.step}: {event.title} ({event.action}): {event.text}")
-                return {"log", "alerts", "progress"}
+                key = (event.rule, event.episode) if event.episode else (event.rule, 0, len(self.alerts))
+                new = key not in self.episodes
+                if new:
+                    self.episodes[key] = event
+                held = ""
+                if event.held > 0 and f"{event.held} more" not in event.text:  # the rules' own text says it
+                    held = f" (+{event.held} more spike{'s' if event.held != 1 else ''} since the previous alert)"
+                self._log("stderr", f"[alert] step {event.step}: {event.title} ({event.action}): {event.text}{held}")
+                # "episode": a new one (the bell rings once an episode, not for each of its skips)
+                return {"log", "alerts", "progress"} | ({"episode"} if new else set())
             case RolledBack():
                 self._log("tuitrain", f"[tuitrain] rolled back from step {event.from_step} to step {event.to_step}; "
                                       f"{len(event.skipped_batches)} batch(es) passed over")

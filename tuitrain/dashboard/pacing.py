@@ -140,8 +140,8 @@ class Drain:
             changed = st.apply(batch)
             if "alerts" in changed:
                 self.dirty.add("plot")  # the charts' marks at the alerts' steps
-                if st.bell and not app.watching:  # a live alert, not one read back from a finished run
-                    app.bell()
+            if "episode" in changed and st.bell and not app.watching:  # a live alert's new episode, not one
+                app.bell()  # read back from a finished run, nor each skip of an episode already rung for
             self.dirty |= changed
         skipped = app.skipped_lines()
         if skipped != self.skipped_shown:  # the one notice of damaged lines, counted

@@ -152,16 +152,16 @@ class DashboardScreen(Screen):
         mode = run_state(state)
         if watching:
             mode = f"watching · {mode}"
-        alerts = len(getattr(state, "alerts", ()))
-        key = (name, where, mode, alerts)
+        alerts = len(getattr(state, "episodes", ()))  # counted by episode: a burst of skips is one (SPEC "Health")
+        newest = state.alerts[-1].title if alerts else ""
+        key = (name, where, mode, alerts, newest)
         if key == self._title_shown:
             return
         self._title_shown = key
         text = Text.assemble((f" {name}", "bold"), f"  {where}" if where else "", f"  [{mode}]")
         bar = self.query_one("#title-bar", Static)
         if alerts:  # the header's colour says the run needs a look; the output panel lists them
-            last = state.alerts[-1]
-            text.append(f"  ⚠ {alerts} alert{'s' if alerts != 1 else ''}: {safe_text(last.title, lines=False)}",
+            text.append(f"  ⚠ {alerts} alert{'s' if alerts != 1 else ''}: {safe_text(newest, lines=False)}",
                         style="bold")
         bar.set_class(bool(alerts), "-alerting")
         bar.update(text, layout=False)  # one line, always

@@ -358,9 +358,9 @@ class MetricPlot(Widget, can_focus=True):
             every = -(-len(inside) // most)  # many epochs: every k-th line, 6 columns apart, or they hide the data
             self.boundaries = inside[every - 1::every] if inside else []
         self.alert_marks = []
-        if xs_all and getattr(state, "alerts", None):  # the health alerts' steps (SPEC "Health")
+        if xs_all and getattr(state, "alerts", None):  # each alert episode's first step (SPEC "Health")
             x_lo, x_hi = min(xs_all), max(xs_all)
-            marks = [axis(a.step) if axis else a.step for a in state.alerts if lo is None or a.step >= lo]
+            marks = [axis(s) if axis else s for s in state.alert_steps() if lo is None or s >= lo]
             self.alert_marks = [x for x in marks if x is not None and x_lo <= x <= x_hi]
         self._set_title(state)
         self._set_subtitle()
