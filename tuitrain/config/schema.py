@@ -155,6 +155,7 @@ class CheckpointConfig:
     every_n_steps: int = 0
     keep_last: int = 2
     keep_best: int = 1
+    keep_requested: int = 0  # checkpoints asked for (c, `tuitrain checkpoint`, a stop's): 0 keeps them all
     monitor: str = "valid/loss"
     mode: str = "min"
     init_from: str = ""
@@ -184,6 +185,7 @@ class WatchConfig:
     loss_spike: str = Watch.loss_spike
     grad_spike: str = Watch.grad_spike
     spike_sigmas: float = Watch.spike_sigmas
+    spike_ratio: float = Watch.spike_ratio
     spike_window: int = Watch.spike_window
     stall: str = f"{Watch.stall / 60:g}m"
     stall_action: str = Watch.stall_action
@@ -465,6 +467,7 @@ RULES: dict[str, Callable[[Any], str | None]] = {
     "checkpoint.every_n_steps": _at_least(0),
     "checkpoint.keep_last": _at_least(0),
     "checkpoint.keep_best": _at_least(0),
+    "checkpoint.keep_requested": _at_least(0),
     "checkpoint.monitor": _monitor_format,
     "checkpoint.mode": _one_of("min", "max"),
     "early_stopping.monitor": _monitor_format,
@@ -475,6 +478,7 @@ RULES: dict[str, Callable[[Any], str | None]] = {
     "watch.loss_spike": _one_of("off", "alert", "skip", "rollback", "stop"),
     "watch.grad_spike": _one_of("off", "alert", "skip", "rollback", "stop"),
     "watch.spike_sigmas": _positive,
+    "watch.spike_ratio": lambda v: None if math.isfinite(v) and v >= 1 else f"expected a number of 1 or more, got {v!r}",
     "watch.spike_window": _at_least(4),
     "watch.stall": _duration,
     "watch.stall_action": _one_of("alert", "abort"),

@@ -100,9 +100,10 @@ class HealthGuard:
                 pass  # judged step by step already: an alerted NaN is in the mean
             else:
                 v = self.health._nonfinite("loss", loss, state.step)
-                action = {"skip": "fail"}.get(v.action, v.action)  # the update is in: too late to skip
-                verdict = Verdict(v.rule, action, v.value, v.title, v.text, v.level)
-                self._act(verdict, state, [], "loss", at=state.step)
+                if v is not None:  # None: an alert-only rule that spoke within the minute
+                    action = {"skip": "fail"}.get(v.action, v.action)  # the update is in: too late to skip
+                    verdict = Verdict(v.rule, action, v.value, v.title, v.text, v.level, v.episode, v.held)
+                    self._act(verdict, state, [], "loss", at=state.step)
         share = values.get("data_wait")
         if isinstance(share, float):
             verdict = self.health.data_wait(share, state.step)
@@ -114,7 +115,8 @@ class HealthGuard:
     def _emit_alert(self, verdict: Verdict, action: str, step: int, epoch: int, text: str | None = None) -> None:
         self.bus.emit(AlertRaised(rule=verdict.rule, level=verdict.level, title=verdict.title,
                                   text=text if text is not None else verdict.text, step=step,
-                                  value=_plain(verdict.value), action=action, epoch=epoch))
+                                  value=_plain(verdict.value), action=action, epoch=epoch,
+                                  episode=verdict.episode, held=verdict.held))
 
     def _act(self, verdict: Verdict, state, batches: list[int], what: str, at: int | None = None) -> bool:
         step = state.step + 1 if at is None else at
