@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from tuitrain.core.retention import Entry, KeepAny, KeepBest, KeepLast, best_entry, decide
+from tuitrain.core.retention import Entry, KeepAny, KeepBest, KeepLast, KeepRequested, Split, best_entry, decide
 
 
 def entry(step: int, loss: float | None = None, acc: float | None = None, epoch: int | None = None,
@@ -169,3 +169,39 @@ def test_entry_to_dict_has_the_index_keys():
     d = entry(3, 0.5).to_dict()
     assert {"file", "epoch", "step", "metrics", "time", "bytes", "best"} <= set(d)
     assert d["file"] == "s3.pt" and d["step"] == 3 and d["metrics"] == {"valid/loss": 0.5}
+
+
+# --- checkpoints asked for: Split, KeepRequested ------------------------------------------------
+
+
+def asked(step: int, loss: float | None = None, by: str = "dashboard") -> Entry:
+    return Entry(file=f"s{step}.pt", epoch=step, step=step,
+                 metrics={"valid/loss": loss} if loss is not None else {}, requested=by)
+
+
+def test_keep_last_and_keep_best_count_only_the_runs_own_and_never_delete_those_asked_for():
+    entries = [entry(1, 0.9), asked(2, 0.01), entry(3, 0.5), asked(4, 0.02), entry(5, 0.8), entry(6, 0.7)]
+    policy = Split(KeepAny((KeepLast(2), KeepBest(1, "valid/loss", "min"))), KeepRequested(0))
+    keep, delete = decide(policy, entries)
+    # the run's own: the last two (5, 6) and the best of them (3), though 2 and 4 have lower losses
+    assert files(keep) == ["s2.pt", "s3.pt", "s4.pt", "s5.pt", "s6.pt"]
+    assert files(delete) == ["s1.pt"]
+
+
+def test_keep_requested_n_keeps_the_newest_n_asked_for():
+    entries = [asked(1), entry(2), asked(3), asked(4), entry(5)]
+    assert KeepRequested(0).keep(entries) == {"s1.pt", "s3.pt", "s4.pt"}
+    assert KeepRequested(1).keep(entries) == {"s4.pt"}
+    assert Split(KeepLast(1), KeepRequested(2)).keep(entries) == {"s3.pt", "s4.pt", "s5.pt"}
+
+
+def test_an_entry_asked_for_is_marked_in_its_index_row_and_an_old_row_is_the_runs_own(tmp_path):
+    import json
+
+    from tuitrain.core.checkpoint import read_index
+
+    row = asked(3, by="command").to_dict()
+    assert row["requested"] is True and row["requested_by"] == "command"
+    assert "requested" not in entry(3).to_dict()
+    (tmp_path / "index.json").write_text(json.dumps([row, entry(4).to_dict()]))
+    assert [e.requested for e in read_index(tmp_path)] == ["command", ""]

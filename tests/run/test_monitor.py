@@ -249,3 +249,48 @@ def test_ctrl_c_in_the_dashboard_of_a_monitored_loop_stops_the_loop(tmp_path):
         assert b"\x1b[?1049l" in screen  # the terminal's own screen is back
     finally:
         end_pty(pid, fd)
+
+
+def test_a_checkpoint_saved_for_a_request_is_marked_requested_and_outlives_keep_last(tmp_path):
+    """`tuitrain checkpoint` (the control folder) raises checkpoint_requested; the loop's save for it is
+    the user's: marked in index.json and never deleted by keep_last, which counts only the others."""
+    run_dir = tmp_path / "r"
+    with Monitor(run_dir=run_dir, dashboard=False, keep_last=2) as mon:
+        for step in range(1, 13):
+            mon.log(step, loss=1.0 / step)
+            if step == 2:
+                FileControl(run_dir).request_checkpoint("cli")
+                wait_for(lambda: mon.checkpoint_requested, what="the request")
+            if mon.checkpoint_requested or step % 3 == 0:  # and a checkpoint of the loop's own every 3 steps
+                mon.save_checkpoint({"step": torch.tensor(step)}, step=step)
+    rows = json.loads((run_dir / "checkpoint" / "index.json").read_text())
+    assert [(r["step"], r["reason"], r.get("requested_by")) for r in rows] == [
+        (2, "request", "command"), (9, "api", None), (12, "api", None)]
+    assert rows[0]["requested"] is True and (run_dir / "checkpoint" / rows[0]["file"]).is_file()
+    saved = [e for e in read_events(run_dir) if e["event"] == "CheckpointSaved"]
+    assert [(e["step"], e["requested"]) for e in saved] == [(2, "command"), (3, ""), (6, ""), (9, ""), (12, "")]
+
+
+class Unprintable:
+    def __str__(self):
+        raise RuntimeError("no str for this")
+
+
+def test_alert_levels_info_warn_and_a_bogus_one_never_raise(tmp_path):
+    run_dir = tmp_path / "r"
+    with Monitor(run_dir=run_dir, dashboard=False) as mon:
+        mon.log(1, loss=1.0)
+        mon.alert("halfway", "half the steps are done", level="info")
+        mon.alert("slow", "a slow batch", level="warn")
+        mon.alert(42, Unprintable(), level="loud")  # not strings, an unknown level: no raise
+        mon.alert("again", level="loud")
+        mon.alert("err", level="error")
+    raised = [e for e in read_events(run_dir) if e["event"] == "AlertRaised"]
+    assert [(a["title"], a["level"], a["rule"]) for a in raised] == [
+        ("halfway", "info", "user"), ("slow", "warning", "user"), ("42", "warning", "user"),
+        ("again", "warning", "user"), ("err", "error", "user")]
+    assert [a["text"] for a in raised[:4]] == ["half the steps are done", "a slow batch", "<Unprintable>", "again"]
+    said = [e["text"] for e in read_events(run_dir) if e["event"] == "OutputPrinted" and "'loud'" in e["text"]]
+    assert len(said) == 1 and "warning" in said[0]  # the unknown level said once, not once per alert
+    log = (run_dir / "experiment.log").read_text()
+    assert "INFO  alert [user] halfway" in log and "WARN  alert [user] slow" in log

@@ -18,6 +18,7 @@ import pickle
 import threading
 import time
 from collections import OrderedDict
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -25,7 +26,7 @@ import torch
 
 from . import fsutil
 from .events import CheckpointDeleted, CheckpointFailed, CheckpointSaved, Event
-from .retention import Entry, KeepAny, KeepBest, KeepLast, best_entry, decide
+from .retention import Entry, KeepAny, KeepBest, KeepLast, KeepRequested, Split, best_entry, decide
 
 FORMAT = "tuitrain-checkpoint"
 VERSION = 1
@@ -135,10 +136,18 @@ def read_index(folder: str | os.PathLike) -> list[Entry]:
             out.append(Entry(file=r["file"], epoch=int(r["epoch"]), step=int(r["step"]),
                              metrics=dict(r.get("metrics") or {}), time=float(r.get("time", 0.0)),
                              bytes=int(r.get("bytes", 0)), best=bool(r.get("best", False)),
-                             reason=str(r.get("reason", "")), sha256=str(r.get("sha256", ""))))
+                             reason=str(r.get("reason", "")), sha256=str(r.get("sha256", "")),
+                             requested=_requested(r)))
         except (KeyError, TypeError, ValueError):
             continue
     return out
+
+
+def _requested(row: dict) -> str:
+    """Who asked for an index row's checkpoint ("" for the run's own, and in an index written before)."""
+    if not row.get("requested"):
+        return ""
+    return str(row.get("requested_by") or "") or "request"
 
 
 def latest_checkpoint(folder: str | os.PathLike, passed_over: list[tuple[Path, str]] | None = None) -> Path | None:
@@ -161,11 +170,15 @@ class Checkpointer:
 
     def __init__(self, folder: str | os.PathLike, *, keep_last: int = 2, keep_best: int = 1,
                  monitor: str = "valid/loss", mode: str = "min", every_n_epochs: int = 1,
-                 every_n_steps: int = 0, background: bool = True) -> None:
+                 every_n_steps: int = 0, background: bool = True, keep_requested: int = 0) -> None:
         self.folder = Path(folder)
         self.monitor, self.mode = monitor, mode
         self.every_n_epochs, self.every_n_steps = every_n_epochs, every_n_steps
-        self.policy = KeepAny((KeepLast(keep_last), KeepBest(keep_best, monitor, mode)))
+        # keep_last and keep_best decide over the run's own checkpoints; keep_requested (0: all) over
+        # those asked for (the c key, `tuitrain checkpoint`, a stop's), which the others never delete
+        self.policy = Split(KeepAny((KeepLast(keep_last), KeepBest(keep_best, monitor, mode))),
+                            KeepRequested(keep_requested))
+        self._asked: dict[tuple[int, int], str] = {}  # (epoch, step) -> who asked for that state's checkpoint
         self.background = background
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -202,10 +215,31 @@ class Checkpointer:
 
     # --- saving --------------------------------------------------------------------------------
 
+    def ask(self, epoch: int, step: int, by: str) -> None:
+        """The checkpoint of the state at (epoch, step) is asked for by `by` ("dashboard", "command",
+        "stop"): kept apart from the run's own (`keep_requested`). One listed already (that state was
+        saved) is marked now; otherwise the next one written at (epoch, step), whoever writes it."""
+        if not by:
+            return
+        self.wait()  # a write of that state still under way lists it first
+        with self._lock:
+            self._asked[(epoch, step)] = by
+        listed = {e.file for e in self.entries() if (e.epoch, e.step) == (epoch, step)}
+        if not listed:
+            return
+        with self._lock:
+            self._asked.pop((epoch, step), None)
+        self._write_index([replace(e, requested=e.requested or by) if e.file in listed else e
+                           for e in self.entries()])
+
     def save(self, state: dict, *, epoch: int, step: int, metrics: dict, reason: str,
-             stall: float = 0.0) -> None:
-        """Queue a write of `state` (already a CPU snapshot). Waits for a write still running."""
+             stall: float = 0.0, requested: str = "") -> None:
+        """Queue a write of `state` (already a CPU snapshot). Waits for a write still running.
+        `requested`: who asked for it (see `ask`); "": one of the run's own."""
         self.wait()
+        if requested:
+            with self._lock:
+                self._asked[(epoch, step)] = requested
         name = checkpoint_name(epoch, step) + ".pt"
         args = (state, name, epoch, step, dict(metrics), reason, stall)
         if self.background:
@@ -257,12 +291,15 @@ class Checkpointer:
             self.failed(e, epoch=epoch, step=step, reason=reason)
 
     def adopt(self, path: str | os.PathLike, *, epoch: int, step: int, metrics: dict, reason: str,
-              retain: bool = True) -> None:
+              retain: bool = True, requested: str = "") -> None:
         """List a checkpoint another library wrote (Lightning's `.ckpt` file, a Hugging Face `checkpoint-N`
         folder) in the index, with its size and sha256, synchronously. `path` inside this folder is
         listed by name and falls under retention; elsewhere it is listed by its absolute path and never
-        deleted here (`retain=False` too: the library keeps its own)."""
+        deleted here (`retain=False` too: the library keeps its own). `requested`: as `save`'s."""
         self.wait()
+        if requested:
+            with self._lock:
+                self._asked[(epoch, step)] = requested
         t0 = time.perf_counter()
         p = Path(path).resolve()
         # a library's folders that it deleted since (its own retention: save_total_limit) leave the index
@@ -282,6 +319,7 @@ class Checkpointer:
         self.last_error = f"{type(e).__name__}: {e}"
         self.last_exception = e
         with self._lock:
+            self._asked.pop((epoch, step), None)  # not written: a later state at that step is not the one asked for
             self._done.append(CheckpointFailed(epoch=epoch, step=step, error=self.last_error, reason=reason))
 
     def _write(self, state, name, epoch, step, metrics, reason, stall) -> None:
@@ -298,14 +336,18 @@ class Checkpointer:
                 retain: bool = True) -> None:
         """A complete checkpoint is in place: list it, apply retention, queue the events (`stall` None:
         the loop waited for the whole write)."""
+        with self._lock:
+            requested = self._asked.pop((epoch, step), "")
+        # a file written again under its name (a rollback came back to that step) keeps its mark
+        requested = requested or next((e.requested for e in self.entries() if e.file == name), "")
         entry = Entry(file=name, epoch=epoch, step=step, metrics=metrics, time=time.time(),
-                      bytes=size, reason=reason, sha256=sha256)
+                      bytes=size, reason=reason, sha256=sha256, requested=requested)
         entries = [e for e in self.entries() if e.file != name] + [entry]
         keep, delete = decide(self.policy, entries)
         if not retain:  # a library's own checkpoint: listed, never deleted by us
             keep, delete = keep + [e for e in delete if e.file == name], [e for e in delete if e.file != name]
         best = best_entry(keep, self.monitor, self.mode)
-        keep = [Entry(**{**e.to_dict(), "best": best is not None and e.file == best.file}) for e in keep]
+        keep = [replace(e, best=best is not None and e.file == best.file) for e in keep]
         self._write_index(keep)  # the index first: a deleted file is never listed
         events: list[Event] = []
         for e in delete:
@@ -318,7 +360,7 @@ class Checkpointer:
         write = time.perf_counter() - t0
         saved = CheckpointSaved(file=name if os.path.isabs(name) else f"checkpoint/{name}", epoch=epoch, step=step, metrics=metrics,
                                 bytes=size, best=is_best, reason=reason, stall=write if stall is None else stall,
-                                write=write)
+                                write=write, requested=requested)
         with self._lock:
             self._done.append(saved)
             self._done.extend(events)

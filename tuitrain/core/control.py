@@ -26,6 +26,20 @@ _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(d|h|m|s)")
 _UNIT = {"d": 86400, "h": 3600, "m": 60, "s": 1}
 
 
+def asked_by(source: str) -> str:
+    """What a checkpoint asked for is marked with (`[checkpoint] keep_requested`): "dashboard" (the c
+    key), "command" (`tuitrain checkpoint`), or the request's own source ("api", ...)."""
+    if source in ("cli", "file"):
+        return "command"
+    return source or "request"
+
+
+def stop_asked_for(source: str) -> bool:
+    """A stop from a person (the dashboard, a signal, `tuitrain stop`, the API), whose checkpoint is
+    theirs; not the run's own (max_time, a [watch] rule, a preemption)."""
+    return source not in ("", PREEMPTED, "max_time", "watch", "failure")
+
+
 def parse_duration(text: str) -> float:
     """Seconds in "2h30m", "45m", "90s", "1d", "1.5h" ("" or "0": none); ValueError otherwise."""
     t = text.strip().lower().replace(" ", "")
@@ -58,6 +72,7 @@ class Interrupter:
         #: why a stop ends the run: "stopped" or "preempted" (interrupted, exit 130), "max_time" (completed)
         self.stop_reason = "stopped"
         self.checkpoint_requested = False
+        self.checkpoint_source = ""  # who asked for the checkpoint pending ("dashboard", "cli", ...)
         self.paused = False
         #: called (from the watchdog's thread) before the process ends itself on a stall (`[watch]
         #: stall_action = "abort"`): a screen gives the terminal back first; each may take a few seconds
@@ -126,6 +141,8 @@ class Interrupter:
 
     def request_checkpoint(self, source: str = "api") -> None:
         with self._lock:
+            if not self.checkpoint_requested:
+                self.checkpoint_source = source
             self.checkpoint_requested = True
             self._resume.set()
             self._note("checkpoint", source)
@@ -162,6 +179,14 @@ class Interrupter:
             wanted, self.checkpoint_requested = self.checkpoint_requested, False
             self._refresh()
             return wanted
+
+    def take_checkpoint_by(self) -> str:
+        """Who asked for the checkpoint pending, clearing the request ("" when none is): see `asked_by`."""
+        with self._lock:
+            by = asked_by(self.checkpoint_source) if self.checkpoint_requested else ""
+            self.checkpoint_source = ""
+            self.take_checkpoint()
+            return by
 
     def _refresh(self) -> None:
         self.pending = bool(self.stop_requested or self.checkpoint_requested or self.paused or self._log

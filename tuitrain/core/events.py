@@ -176,6 +176,9 @@ class CheckpointSaved(Event):
     stall: float  # seconds the loop waited (copying state to CPU)
     write: float  # seconds the background write took
     time: float = field(default_factory=_now)
+    #: who asked for it ("dashboard", "command", "stop", ...): kept apart from the run's own by
+    #: `keep_requested`, never deleted by keep_last/keep_best; "": one of the run's own
+    requested: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,7 +290,7 @@ class AlertRaised(Event):
     """A health rule found trouble (see tuitrain.core.health), or a script's `mon.alert(...)`."""
 
     rule: str  # "nonfinite", "loss_spike", "grad_spike", "stall", "data_wait", "user"
-    level: str  # "warning" or "error"
+    level: str  # "warning" or "error"; "info" (a script's own: shown, not alarming)
     title: str  # one short line
     text: str  # what was seen and what was done
     step: int

@@ -36,7 +36,7 @@ from . import checkpoint as ckpt
 from . import flops
 from . import heap
 from .callbacks import EventBus
-from .control import Interrupter
+from .control import Interrupter, stop_asked_for
 from .data import ResumableLoader, build_loader, rng_state, seed_everything, set_rng_state
 from .early_stopping import EarlyStopping
 from .ema import WeightAverage
@@ -410,9 +410,15 @@ class Learner:
         self.checkpoints.load_state_dict(data)
         self.strategy.after_load(self, data)
 
-    def save_checkpoint(self, reason: str) -> None:
-        """A checkpoint of this state, unless it is saved already (ranks: entered together)."""
-        if self.checkpointer is None or self.checkpoints.saved_now():
+    def save_checkpoint(self, reason: str, requested: str = "") -> None:
+        """A checkpoint of this state, unless it is saved already (ranks: entered together).
+        `requested`: who asked for it ("dashboard", "command", "stop"): that state's checkpoint, this
+        one or the one saved already, is kept apart from the run's own (`keep_requested`)."""
+        if self.checkpointer is None:
+            return
+        if requested and self.strategy.writes:
+            self.checkpointer.ask(self.state.epoch, self.state.step, requested)
+        if self.checkpoints.saved_now():
             return
         if self.strategy.save_checkpoint(self, reason):  # ranks: written (or joined) by the strategy
             return
@@ -476,8 +482,9 @@ class Learner:
                 state.stage == "train" and state.batch == self._epoch_batches):
             self._ckpt_step_due = False  # at an epoch's last step it waits for the epoch's end: one file
             self.save_checkpoint("step")
-        if it.take_checkpoint():
-            self.save_checkpoint("request")
+        by = it.take_checkpoint_by()
+        if by:
+            self.save_checkpoint("request", by)
         if it.paused and not it.stop_requested:
             t0 = time.monotonic()
             self.bus.emit(RunPaused(epoch=state.epoch, step=state.step))
@@ -486,8 +493,9 @@ class Learner:
                 self.bus.tick()  # the control folder's poll, among others: a resume comes that way
                 for command, source, detail in it.take_log():
                     self.bus.emit(ControlReceived(command=command, source=source, detail=detail))
-                if it.take_checkpoint():
-                    self.save_checkpoint("request")
+                by = it.take_checkpoint_by()
+                if by:
+                    self.save_checkpoint("request", by)
                 self.checkpoints.flush_events()
             paused_for = time.monotonic() - t0
             for ms in self.metric_sets.values():
@@ -617,7 +625,9 @@ class Learner:
             if self.interrupter.failure:  # the run directory failed as the loop ended: no final writes
                 self._write_failed()
             final = "end" if status == "completed" else "stop"
-            self.checkpoints.final(final, lambda: self.save_checkpoint(final))
+            # a stop someone asked for (q/y, Ctrl+C, SIGTERM, `tuitrain stop`): its checkpoint is theirs
+            asked = "stop" if reason == "stopped" and stop_asked_for(self.interrupter.stop_source) else ""
+            self.checkpoints.final(final, lambda: self.save_checkpoint(final, asked))
             if not self.strategy.save_model(self):  # model.pt (a sharded model gathers it first, on every rank)
                 self.checkpoints.save_model()
             self.bus.deliver()  # the files have the whole run before it is called complete

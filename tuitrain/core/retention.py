@@ -1,6 +1,7 @@
 """Checkpoint retention policies: small pure classes that decide which checkpoints to keep.
 
-They never touch files; `Checkpointer` applies their decision. Compose them with `KeepAny`.
+They never touch files; `Checkpointer` applies their decision. Compose them with `KeepAny`; `Split`
+keeps the checkpoints a user asked for (`Entry.requested`) apart from the run's own.
 """
 
 from __future__ import annotations
@@ -23,12 +24,17 @@ class Entry:
     best: bool = False
     reason: str = ""
     sha256: str = ""  # of the file as written; "" for a sharded directory or an older checkpoint
+    #: who asked for it ("dashboard", "command", "stop", ...); "": one of the run's own (periodic, final)
+    requested: str = ""
 
     def to_dict(self) -> dict:
         d = {"file": self.file, "epoch": self.epoch, "step": self.step, "metrics": self.metrics,
              "time": self.time, "bytes": self.bytes, "best": self.best, "reason": self.reason}
         if self.sha256:
             d["sha256"] = self.sha256
+        if self.requested:
+            d["requested"] = True
+            d["requested_by"] = self.requested
         return d
 
 
@@ -86,6 +92,30 @@ class KeepAny:
         for p in self.policies:
             kept |= p.keep(entries)
         return kept
+
+
+@dataclass(frozen=True)
+class KeepRequested:
+    """The checkpoints asked for: the newest `n` of them, all of them with `n` = 0."""
+
+    n: int = 0
+
+    def keep(self, entries: Sequence[Entry]) -> set[str]:
+        asked = sorted((e for e in entries if e.requested), key=_order)
+        return {e.file for e in (asked[-self.n:] if self.n > 0 else asked)}
+
+
+@dataclass(frozen=True)
+class Split:
+    """`own` decides over the run's own checkpoints and `requested` over those asked for: neither
+    pushes the other's out (keep_last counts only the run's own)."""
+
+    own: Policy
+    requested: Policy = KeepRequested()
+
+    def keep(self, entries: Sequence[Entry]) -> set[str]:
+        return (self.own.keep([e for e in entries if not e.requested])
+                | self.requested.keep([e for e in entries if e.requested]))
 
 
 def decide(policy: Policy, entries: Sequence[Entry]) -> tuple[list[Entry], list[Entry]]:

@@ -113,6 +113,8 @@ class DashboardState:
         #: the alerts' episodes, oldest first: each one's first alert by (rule, episode); an alert of episode 0
         #: is one of its own. The header counts them and the charts mark each once (SPEC "Health")
         self.episodes: dict[tuple, AlertRaised] = {}
+        #: a script's alerts of level "info" (`mon.alert(..., level="info")`): shown, never alarming
+        self.infos: list = []
         self.bell = True  # [alerts] bell: ring the terminal's bell for a live alert
 
     # --- reading ---------------------------------------------------------------------------
@@ -323,6 +325,7 @@ class DashboardState:
                 self.checkpoints.insert(0, {
                     "file": event.file, "epoch": event.epoch, "step": event.step, "bytes": event.bytes,
                     "value": self.monitored_value(event.metrics), "time": event.time, "reason": event.reason,
+                    "requested": event.requested,
                 })
                 if event.best:
                     self.best_file = event.file
@@ -350,6 +353,10 @@ class DashboardState:
             case OutputPrinted():
                 self._log(event.stream, event.text, event.partial)
                 return {"log"}
+            case AlertRaised(level="info"):  # said in the output panel and the header; no mark, no bell
+                self.infos.append(event)
+                self._log("tuitrain", f"[info] step {event.step}: {event.title}: {event.text}")
+                return {"log", "progress"}
             case AlertRaised():
                 self.alerts.append(event)
                 key = (event.rule, event.episode) if event.episode else (event.rule, 0, len(self.alerts))

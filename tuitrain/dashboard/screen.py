@@ -154,7 +154,8 @@ class DashboardScreen(Screen):
             mode = f"watching · {mode}"
         alerts = len(getattr(state, "episodes", ()))  # counted by episode: a burst of skips is one (SPEC "Health")
         newest = state.alerts[-1].title if alerts else ""
-        key = (name, where, mode, alerts, newest)
+        infos = getattr(state, "infos", ())
+        key = (name, where, mode, alerts, newest, len(infos))
         if key == self._title_shown:
             return
         self._title_shown = key
@@ -163,6 +164,8 @@ class DashboardScreen(Screen):
         if alerts:  # the header's colour says the run needs a look; the output panel lists them
             text.append(f"  ⚠ {alerts} alert{'s' if alerts != 1 else ''}: {safe_text(newest, lines=False)}",
                         style="bold")
+        elif infos:  # a script's "info" alerts: said, the header not coloured
+            text.append(f"  ℹ {safe_text(infos[-1].title, lines=False)}")
         bar.set_class(bool(alerts), "-alerting")
         bar.update(text, layout=False)  # one line, always
 

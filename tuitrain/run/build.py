@@ -123,7 +123,7 @@ def build_learner(cfg, run_dir: Path, bus: EventBus, interrupter, *, dist=None, 
     c = cfg.checkpoint
     checkpointer = ckpt.Checkpointer(Path(run_dir) / "checkpoint", keep_last=c.keep_last, keep_best=c.keep_best,
                                      monitor=c.monitor, mode=c.mode, every_n_epochs=c.every_n_epochs,
-                                     every_n_steps=c.every_n_steps)
+                                     every_n_steps=c.every_n_steps, keep_requested=c.keep_requested)
     es = cfg.early_stopping
     early = EarlyStopping(es.monitor, es.mode, es.patience, es.min_delta) if es is not None else None
     t = cfg.train

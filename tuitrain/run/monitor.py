@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from tuitrain.core import checkpoint as ckpt
-from tuitrain.core.control import Interrupter
+from tuitrain.core.control import Interrupter, stop_asked_for
 from tuitrain.core.events import (ControlReceived, MetricsLogged, OutputPrinted, RunFailed, RunFinished, RunPaused,
                                   RunResumed, RunStarted)
 from tuitrain.run.directories import claim_run_dir, fresh_run_dir
@@ -47,6 +47,22 @@ from tuitrain.run.session import RunSession, placement
 from tuitrain.run.signals import StopOnSignals
 
 FLUSH_INTERVAL = 0.2  # seconds between the Monitor thread's passes over what `log` appended
+
+
+#: the levels `Monitor.alert` takes, as W&B's and trackio's alerts have them ("warn" is a warning)
+ALERT_LEVELS = {"info": "info", "warning": "warning", "warn": "warning", "error": "error"}
+
+
+def _text(value: Any) -> str:
+    """`value` as a string for an alert, whatever it is (an object whose str() fails: its type)."""
+    if isinstance(value, str):
+        return value
+    if value is None:
+        return ""
+    try:
+        return str(value)
+    except Exception:
+        return f"<{type(value).__name__}>"
 
 
 def _number(value: Any) -> float:
@@ -64,22 +80,24 @@ class Monitor:
     `dir/experiment/<timestamp>`; one that holds a run already: `run_dir-2`, `-3` ...); dashboard:
     "auto" (a terminal: the dashboard; else the headless console lines), True (a terminal or
     ValueError) or False (nothing printed); theme: the dashboard's
-    theme; keep_last: checkpoints kept; max_steps: the steps the loop will take, if known (a progress bar
-    and an ETA); batch_size: items per step, if known (items/s beside it/s); epochs: the epochs it will
-    run, if it counts them (`mon.epoch = n` as each begins); watch: the `[watch]` rules for what `log` is
-    given (spikes and non-finite values of `loss` and `grad_norm`: alerts, and "stop" sets
-    `stop_requested`); alerts: the `[alerts]` table (a webhook, a command).
+    theme; keep_last: checkpoints kept, of those not asked for; keep_requested: those asked for (saved
+    when `checkpoint_requested` was raised, or after a stop was) kept, 0: all; max_steps: the steps the
+    loop will take, if known (a progress bar and an ETA); batch_size: items per step, if known (items/s
+    beside it/s); epochs: the epochs it will run, if it counts them (`mon.epoch = n` as each begins);
+    watch: the `[watch]` rules for what `log` is given (spikes and non-finite values of `loss` and
+    `grad_norm`: alerts, and "stop" sets `stop_requested`); alerts: the `[alerts]` table (a webhook, a command).
     """
 
     def __init__(self, experiment: str = "", config: dict | None = None, run_dir: str | os.PathLike | None = None,
                  dashboard: Any = "auto", *, dir: str | os.PathLike = "runs", theme: str | None = None,
                  keep_last: int = 3, max_steps: int = 0, batch_size: int = 0, epochs: int = 0,
-                 watch: dict | None = None, alerts: dict | None = None) -> None:
+                 watch: dict | None = None, alerts: dict | None = None, keep_requested: int = 0) -> None:
         from tuitrain.core.health import Alerts, Health, Watch
 
         self.health = Health(Watch.of(watch))  # a bad key or action is a ValueError here, on every rank
         self.alerts = Alerts.of(alerts)
-        for name, value in (("max_steps", max_steps), ("batch_size", batch_size), ("epochs", epochs)):
+        for name, value in (("max_steps", max_steps), ("batch_size", batch_size), ("epochs", epochs),
+                            ("keep_requested", keep_requested)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"Monitor({name}=...) takes a whole number of 0 or more, not {value!r}")
         screen_for(dashboard)  # a bad value is an error here, on every rank
@@ -97,7 +115,7 @@ class Monitor:
         self.experiment = experiment
         self.config = dict(config or {})
         self.theme = theme
-        self.keep_last = keep_last
+        self.keep_last, self.keep_requested = keep_last, keep_requested
         self.interrupter = Interrupter()  # this rank's requests (the agreement combines them)
         self.rank, self.world_size, self.owner = 0, 1, True
         self.screen = "none"
@@ -110,7 +128,8 @@ class Monitor:
         self._closing = False
         self._started = False
         self._finished = False
-        self._request_taken = False
+        self._request_by = ""  # who asked for the checkpoint request taken and not yet saved
+        self._odd_levels: set[str] = set()  # alert levels not known, said once each
         self._error: BaseException | None = None
         self._t0 = 0.0
         self._last: dict[str, dict[str, float]] = {}
@@ -155,9 +174,9 @@ class Monitor:
 
     def take_checkpoint_request(self) -> bool:
         """Whether a checkpoint was requested, clearing the request (a framework's own save follows)."""
-        taken = self._flags.take_checkpoint()
-        self._request_taken = self._request_taken or taken
-        return taken
+        by = self._flags.take_checkpoint_by()
+        self._request_by = self._request_by or by
+        return bool(by)
 
     def log(self, step: int, split: str = "train", **values: Any) -> None:
         """Record values (numbers or 0-d tensors) at `step`; in one process a paused run waits here
@@ -174,17 +193,34 @@ class Monitor:
     def alert(self, title: str, text: str = "", level: str = "warning", step: int | None = None,
               value: float | None = None) -> None:
         """Raise an alert of your own: in the run's events and log, on the screen, and to the `[alerts]`
-        webhook or command. `level`: "warning" or "error". Ranks other than 0: nothing."""
-        if level not in ("warning", "error"):
-            raise ValueError(f"level must be \"warning\" or \"error\", not {level!r}")
+        webhook or command. `level`: "info" (shown, not alarming), "warning" (or "warn") or "error"; any
+        other level is a warning, said once in the run's log. Never raises inside your loop for what it
+        is given (a title or text not a string is str()'d, a value not a number left out). Ranks other
+        than 0: nothing."""
         if not self.owner or self.bus is None:
             return
-        from tuitrain.core.events import AlertRaised
+        from tuitrain.core.events import AlertRaised, OutputPrinted
 
         self._flush()  # the values logged before it come first
-        self.bus.emit(AlertRaised(rule="user", level=level, title=str(title), text=str(text or title),
-                                  step=self.step if step is None else int(step),
-                                  value=None if value is None else _number(value), epoch=self.epoch))
+        said = _text(level).strip().lower()
+        level = ALERT_LEVELS.get(said, "")
+        if not level:
+            level = "warning"
+            if said not in self._odd_levels:  # once per level, not once per alert
+                self._odd_levels.add(said)
+                self.bus.emit(OutputPrinted(text=f"[tuitrain] mon.alert: level {said[:40]!r} is not one of info, "
+                                                 "warning, error: raised as a warning", stream="tuitrain"))
+        try:
+            number = None if value is None else _number(value)
+        except (TypeError, ValueError, RuntimeError):
+            number = None
+        try:
+            at = self.step if step is None else int(step)
+        except (TypeError, ValueError):
+            at = self.step
+        title = _text(title)
+        self.bus.emit(AlertRaised(rule="user", level=level, title=title, text=_text(text) or title,
+                                  step=at, value=number, epoch=self.epoch))
 
     def _judge(self, metrics: dict, step: int, epoch: int) -> None:
         """The spike and non-finite rules on what `log` was given: alerts, and a "stop" rule's stop."""
@@ -205,22 +241,31 @@ class Monitor:
             if action == "stop":
                 self.interrupter.request_stop("watch", verdict.title)
 
-    def _reason(self, reason: str | None = None) -> str:
-        taken = self.take_checkpoint_request() or self._request_taken
-        self._request_taken = False
-        return reason or ("request" if taken else "api")
+    def _reason(self, reason: str | None = None) -> tuple[str, str]:
+        """(reason, who asked for it): a checkpoint made for a request taken is the user's (never
+        deleted by keep_last), as is one made once a stop was asked for (q/y, Ctrl+C, `tuitrain stop`)."""
+        taken = self.take_checkpoint_request()
+        by, self._request_by = self._request_by, ""
+        flags = self._flags
+        if not by and flags.stop_requested and (taken or reason in (None, "stop")):  # the stop's checkpoint
+            reason = reason or "stop"
+            by = "stop" if stop_asked_for(flags.stop_source) else ""  # a [watch] rule's: the run's own
+        return reason or ("request" if by else "api"), by
 
     def save_checkpoint(self, state: dict, step: int | None = None) -> Path:
         """Write `state` atomically into checkpoint/ (listed in its index.json, loadable with
         `torch.load(path, weights_only=True)` when it holds tensors and plain values); its path.
-        Across ranks only rank 0 writes (call it on every rank, or on rank 0 alone)."""
+        Across ranks only rank 0 writes (call it on every rank, or on rank 0 alone). Made while
+        `checkpoint_requested` is raised, or after a stop was asked for, it is marked requested in the
+        index: `keep_last` never deletes it (`keep_requested` decides)."""
         step = self.step if step is None else step
-        reason = self._reason()
+        reason, by = self._reason()
         path = self.run_dir / "checkpoint" / (ckpt.checkpoint_name(self.epoch, step) + ".pt")
         if not self.owner:
             return path
         metrics = {f"{split}/{k}": v for split, vals in self._last.items() for k, v in vals.items()}
-        self._checkpointer.save(ckpt.snapshot(state), epoch=self.epoch, step=step, metrics=metrics, reason=reason)
+        self._checkpointer.save(ckpt.snapshot(state), epoch=self.epoch, step=step, metrics=metrics, reason=reason,
+                                requested=by)
         self._emit_checkpoint_events()
         return path
 
@@ -229,14 +274,16 @@ class Monitor:
         """List a checkpoint another library wrote (a file or a folder) in checkpoint/index.json, with
         its sha256 (rank 0; nothing elsewhere). One inside checkpoint/ falls under `keep_last` unless
         `retain=False`; one elsewhere is never deleted here. `reason`: "request" when one was taken, else
-        "api" (or say: "stop", "end" ...)."""
-        reason = self._reason(reason)
+        "api" (or say: "stop", "end" ...); one for a request taken, or after a stop was asked for, is marked
+        requested, as `save_checkpoint`'s."""
+        reason, by = self._reason(reason)
         epoch = self.epoch if epoch is None else epoch
         if not self.owner:
             return
         if metrics is None:
             metrics = {f"{split}/{k}": v for split, vals in self._last.items() for k, v in vals.items()}
-        self._checkpointer.adopt(path, epoch=epoch, step=step, metrics=metrics, reason=reason, retain=retain)
+        self._checkpointer.adopt(path, epoch=epoch, step=step, metrics=metrics, reason=reason, retain=retain,
+                                 requested=by)
         self._emit_checkpoint_events()
 
     def _emit_checkpoint_events(self) -> None:
@@ -347,7 +394,8 @@ class Monitor:
                                    console=self.screen == "console", signals="sigint", alerts=self.alerts)
         self._session.open()
         self.bus = self._session.bus
-        self._checkpointer = ckpt.Checkpointer(self.run_dir / "checkpoint", keep_last=self.keep_last, keep_best=0)
+        self._checkpointer = ckpt.Checkpointer(self.run_dir / "checkpoint", keep_last=self.keep_last, keep_best=0,
+                                               keep_requested=self.keep_requested)
         self._checkpointer.prepare()
         self._t0 = time.monotonic()
         from tuitrain.core.learner import env_info  # torch: the user's loop has imported it already

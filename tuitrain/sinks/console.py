@@ -144,6 +144,8 @@ class HeadlessConsole:
                 pass  # a line still being redrawn: its whole line comes when it ends
             case OutputPrinted(text=text, stream=stream):
                 self._emit(text, self.err if stream == "stderr" else self.stream)
+            case AlertRaised(level="info"):  # a script's note: a line of its own, not an alarm
+                self._emit(f"info [{safe_text(event.rule, lines=False)}] {safe_text(event.text, lines=False)}")
             case AlertRaised():  # one line of its own, on stderr: seen in a CI log, a `tee`, a mail from cron
                 self._emit(f"ALERT {safe_text(event.level, lines=False)} [{safe_text(event.rule, lines=False)}] "
                            f"{safe_text(event.text, lines=False)}", self.err)

@@ -105,7 +105,7 @@ class ExperimentLog:
                     self.write(f"[{stream}] {line}", level=level, t=t)
             case AlertRaised():
                 self.write(f"alert [{event.rule}] {event.title}: {event.text}",
-                           level="ERROR" if event.level == "error" else "WARN", t=t)
+                           level={"error": "ERROR", "info": "INFO"}.get(event.level, "WARN"), t=t)
             case StepSkipped():
                 self.write(f"step {event.step} skipped (epoch {event.epoch}, batch {event.batch}): {event.rule}", t=t)
             case RolledBack():

@@ -116,6 +116,7 @@ class SyncedInterrupter(Interrupter):
         self._agreement = Agreement(group, width=7)
         self._own_stop = False  # this rank's own inbox asked to stop (its source is `_source`)
         self._source = ""
+        self._checkpoint_by = ""  # the source of this rank's own checkpoint request, until agreed
 
     @property
     def pending(self) -> bool:
@@ -159,7 +160,9 @@ class SyncedInterrupter(Interrupter):
             if stop:
                 self._own_stop = True
                 self._source = ib.stop_source or "failure"
-            ib.checkpoint_requested = False
+            if ib.checkpoint_requested:
+                self._checkpoint_by = self._checkpoint_by or ib.checkpoint_source
+            ib.checkpoint_requested, ib.checkpoint_source = False, ""
             log, ib._log = ib._log, []
             ib._refresh()
         with self._lock:
@@ -185,7 +188,10 @@ class SyncedInterrupter(Interrupter):
                 if not self._own_stop:  # said in the run's events (rank 0 writes them)
                     self._log.append(("stop", self.stop_source, "requested on another rank"))
             if checkpoint:
+                if not self.checkpoint_requested:  # who asked: known on the rank that did (rank 0)
+                    self.checkpoint_source = self._checkpoint_by
                 self.checkpoint_requested = True
+                self._checkpoint_by = ""
             self.paused = bool(paused)
         return bool(stop or checkpoint or paused or logged)
 

@@ -1,4 +1,5 @@
-"""`CheckpointList`: the run's checkpoints, newest first, with the best one marked and their ages."""
+"""`CheckpointList`: the run's checkpoints, newest first, with the best one and those asked for (the c
+key, `tuitrain checkpoint`, a stop's: never deleted by keep_last) marked, and their ages."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from tuitrain.core.text import safe_name
 from tuitrain.dashboard.fmt import format_age, format_bytes, format_value
 
 BEST = "★"
+REQUESTED = "⚑"  # asked for: kept apart from the run's own checkpoints (`[checkpoint] keep_requested`)
+LEGEND = f"{REQUESTED} asked for"  # the panel's bottom border, while a row has the mark
 
 
 class CheckpointList(Static):
@@ -58,10 +61,13 @@ class CheckpointList(Static):
         names = ["", "ep", "step", value_name, "size", "age", "file"]
         now = self.clock()
         rows = []
+        asked = any(row.get("requested") for row in self.rows)
         for row in self.rows:
             value = "-" if row.get("value") is None else format_value(row["value"])
-            rows.append((bool(self.best_file) and row["file"] == self.best_file, {
-                "": BEST if bool(self.best_file) and row["file"] == self.best_file else " ",
+            is_best = bool(self.best_file) and row["file"] == self.best_file
+            mark = (BEST if is_best else " ") + (REQUESTED if row.get("requested") else " " if asked else "")
+            rows.append((is_best, {
+                "": mark.rstrip() or " ",
                 "ep": str(row["epoch"]), "step": str(row["step"]), value_name: value,
                 "size": format_bytes(row["bytes"]), "age": format_age(now - row["time"]),
                 "file": safe_name(PurePath(row["file"]).name, 80)}))
@@ -78,6 +84,7 @@ class CheckpointList(Static):
         # a layout pass re-arranges the whole screen: only when this panel's height changes
         layout = self._shown is None or self._shown[0] != shown[0] or self._shown[3] != shown[3]
         self._shown = shown
+        self.border_subtitle = LEGEND if asked else ""
         if below:
             self.update(self._two_line_rows(rows, columns, widths, header, best), layout=layout)
             return
