@@ -221,7 +221,8 @@ def test_ddp_two_ranks_one_run_checkpoint_and_stop_at_the_same_step(tmp_path):
     info = run_json(run_dir)
     assert (info["status"], info["exit_code"], info["step"]) == ("interrupted", 130, ranks[0]["global_step"])
     entries = index()
-    assert [e["reason"] for e in entries] == ["request", "api"]  # `tuitrain checkpoint`, then the stop's own
+    # `tuitrain checkpoint`, then the stop's own: both asked for, never deleted by keep_last
+    assert [(e["reason"], e.get("requested_by")) for e in entries] == [("request", "command"), ("stop", "stop")]
     assert entries[-1]["step"] == ranks[0]["global_step"]
     for e in entries:
         path = run_dir / "checkpoint" / e["file"]
