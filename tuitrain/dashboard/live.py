@@ -2,6 +2,10 @@
 (its source and its controller), and `LiveApp`, the dashboard that fails without taking training
 down. `run_live` (tuitrain/dashboard/entry.py) is the only function that starts them.
 
+A resumed run appends to its run directory's events.jsonl: the screen first gets the run's past
+sessions from there (the reader `tuitrain watch` uses, `FileSource`, up to where the file ended when
+the screen opened), then this session's events, held back meanwhile so that they come after the past.
+
 The run trains on a thread of its own, not the app's worker, so the screen may end first (the
 terminal closed under it, a failing widget) while training goes on: `LiveRun` then switches the
 console lines on and waits for the run (`go_on_without_the_screen`).
@@ -23,7 +27,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
+from tuitrain.core.events import OutputPrinted
 from tuitrain.dashboard.app import DashboardApp
+from tuitrain.dashboard.sources import FileSource, PastSessionsRead
 from tuitrain.sinks.console import HeadlessConsole
 
 
@@ -63,6 +69,8 @@ class LiveRun:
     training. Until then the run's console lines are held back (`out`, `err`)."""
 
     live = True
+    #: events the screen has not folded yet (the app sets it): the reader of past sessions waits on it
+    backlog: Any = staticmethod(lambda: 0)
 
     def __init__(self, run: Any) -> None:
         self.run = run
@@ -71,6 +79,7 @@ class LiveRun:
         self.error: BaseException | None = None  # what escaped training (the worker re-raises it)
         self.done = threading.Event()  # training returned
         self._released = threading.Event()  # the worker stops waiting: training returned, or the app left
+        self._leaving = threading.Event()  # the app left (close)
         self.thread = threading.Thread(target=self._train, name="tuitrain-train")
         self._emit: Any = None  # the screen's callback (the app's bridge), once opened
         self.screen_gone = False  # the screen ended before training: training goes on without it
@@ -78,17 +87,71 @@ class LiveRun:
         self.screen_error: BaseException | None = None  # ... because the screen failed
         self.aborting = False  # a stalled run ends the process ([watch] stall_action = "abort")
         self.out, self.err = _Switch(sys.__stdout__), _Switch(sys.__stderr__)
+        self.history: FileSource | None = None  # a resumed run's past sessions, read before this one's events
+        #: the screen has every past event (none, or `history` read and folded): this session's events
+        #: now go to it as they come; until then they wait in `_held`
+        self.caught_up = True
+        self._held: list[tuple[Any, Any]] = []
+        self._hold = threading.Lock()
         run.subscribe(HeadlessConsole(stream=self.out, err=self.err), False)  # silent while the screen is up
 
     # --- the app's source ----------------------------------------------------------------------
 
     def open(self, emit) -> None:
         self._emit = emit
+        self.history = self._past_sessions()
+        self.caught_up = self.history is None
         self.run.subscribe(self._to_screen, getattr(emit, "step_events", True))
 
+    def _past_sessions(self) -> FileSource | None:
+        """The reader of what the run directory's events.jsonl already holds (a resumed run's earlier
+        sessions), None when it holds nothing: this session has not begun to write it yet."""
+        run_dir = getattr(self.run, "run_dir", None)
+        if not run_dir:
+            return None
+        try:
+            size = (Path(run_dir) / "events.jsonl").stat().st_size
+        except OSError:
+            return None
+        return FileSource(Path(run_dir), until=size) if size else None
+
     def _to_screen(self, event, state=None) -> None:
-        if not self.screen_gone:  # a screen gone: nothing piles up for it
-            self._emit(event, state)
+        if self.screen_gone:  # a screen gone: nothing piles up for it
+            return
+        if not self.caught_up:
+            with self._hold:
+                if not self.caught_up:  # the past sessions still come first
+                    self._held.append((event, state))
+                    return
+        self._emit(event, state)
+
+    @property
+    def bad_lines(self) -> int:
+        """Damaged lines of the past sessions' events.jsonl, left out (the notice counts them)."""
+        return self.history.bad_lines if self.history is not None else 0
+
+    def _read_history(self) -> None:
+        """The past sessions into the screen, then, once the screen has folded them, this session's
+        events held meanwhile (so that a screen told `caught_up` folds only this session's events)."""
+        reader = self.history
+        reader.backlog = self.backlog
+        try:
+            reader.open(self._emit)
+            try:
+                reader.work()
+            except Exception as e:  # the past unreadable: this session is still shown
+                self._emit(OutputPrinted(text=f"[tuitrain] the run's past sessions could not be read: {e}",
+                                         stream="tuitrain"), None)
+            self._emit(PastSessionsRead(), None)
+            while self.backlog() and not self._leaving.is_set() and not self.screen_gone:
+                self._leaving.wait(0.02)
+        finally:
+            with self._hold:
+                held, self._held = self._held, []
+                if not self.screen_gone:
+                    for event, state in held:
+                        self._emit(event, state)
+                self.caught_up = True
 
     def _train(self) -> None:
         try:
@@ -101,12 +164,17 @@ class LiveRun:
 
     def work(self) -> int | None:
         self.thread.start()
+        if not self.caught_up:
+            self._read_history()
         self._released.wait()
         if self.error is not None:
             raise self.error
         return self.code
 
     def close(self) -> None:
+        self._leaving.set()
+        if self.history is not None:
+            self.history.close()
         self._released.set()  # the app is leaving: its worker stops waiting, training does not stop
 
     # --- the app's controller ------------------------------------------------------------------
@@ -205,7 +273,6 @@ class LiveRun:
 
     def go_on_without_the_screen(self, app: DashboardApp, crash: BaseException | None) -> None:
         """The screen ended before training did: say why (experiment.log), then wait for the run."""
-        from tuitrain.core.events import OutputPrinted
         from tuitrain.core.output import capture_output
 
         self.screen_gone = True  # nothing more for the screen

@@ -5,6 +5,11 @@ the names of the panels that changed ("plot", "progress", "devices", "checkpoint
 "result"). The widgets only read it. A file's logged metrics may come as `MetricsBlock`s (many
 MetricsLogged at once, folded with numpy); device samples become series too (`device/cpu`, ...),
 charted after the metrics. Must not import textual.
+
+A resumed run is one run of several sessions (several RunStarted in one events.jsonl): the charts
+hold every session's steps; the time shown (elapsed, the wall-time x axis) is training time, the
+gaps between sessions closed up; speed and ETA are the current session's; an earlier session's end
+is undone by the next RunStarted.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from tuitrain.core.events import (
 )
 from tuitrain.dashboard.lookup import StepLookup
 from tuitrain.dashboard.series import Anchors, Series
-from tuitrain.dashboard.sources import MetricsBlock
+from tuitrain.dashboard.sources import MetricsBlock, PastSessionsRead
 
 # names of metrics where lower is better (the best valid value is their minimum); others: maximum
 LOWER_IS_BETTER = ("loss", "error", "err", "perplexity", "ppl", "mse", "mae", "rmse", "distance", "nll",
@@ -67,6 +72,11 @@ class DashboardState:
         self.monitor = ""
         self.resumed_from = ""
         self.started_at: float | None = None
+        #: where the training clock starts: `started_at`, moved on by each gap between sessions
+        self.origin: float | None = None
+        self.sessions = 0  # RunStarted seen: a resumed run has several
+        self.between_sessions = False  # a resumed run's past read, its next session not started yet
+        self._active_at: float | None = None  # the newest session event's time (`_in_session`): a session's end
         self.start_step = 0
         # where it is
         self.activity = "starting"  # "running", "validating" or a user phase's name
@@ -183,10 +193,12 @@ class DashboardState:
         return left
 
     def elapsed(self) -> float | None:
-        if self.started_at is None:
+        """Seconds of training: since the run started, less the gaps between its sessions."""
+        if self.origin is None:
             return None
-        end = (self.finished.time if self.finished else self.failed.time if self.failed else self.clock())
-        return max(end - self.started_at, 0.0)
+        end = (self.finished.time if self.finished else self.failed.time if self.failed else
+               self._active_at if self.between_sessions and self._active_at is not None else self.clock())
+        return max(end - self.origin, 0.0)
 
     def value_at(self, split: str, name: str, step: float, run: str | None = None) -> tuple[float, float] | None:
         """(the newest logged step at or before `step`, its value) as the run's files hold it, exactly
@@ -246,7 +258,16 @@ class DashboardState:
             t = getattr(event, "time", None)
             if isinstance(t, (int, float)):
                 self.last_time = t
+                if self._in_session(event):
+                    self._active_at = t
         return changed
+
+    def _in_session(self, event: Event) -> bool:
+        """The event is a session's own up to its end: not what a next session prints while it builds,
+        nor a device sample taken around a session's start or end."""
+        if isinstance(event, (OutputPrinted, DevicesSampled)):
+            return False
+        return (self.finished is None and self.failed is None) or event is self.finished or event is self.failed
 
     def _log(self, stream: str, text: str, partial: bool = False) -> None:
         if self.lines and self.lines[-1][2] and self.lines[-1][0] == stream:
@@ -269,6 +290,10 @@ class DashboardState:
                 return self._metrics(event)
             case MetricsBlock():
                 return self._block(event)
+            case PastSessionsRead():  # this session is being built: its clock starts with its RunStarted
+                self.final, self.finished, self.failed, self.between_sessions = "", None, None, True
+                self.activity, self.stopping, self.paused, self.checkpointing = "starting", False, False, False
+                return {"progress"}
             case RunStarted():
                 self.experiment, self.run_dir = event.experiment, event.run_dir
                 self.env = dict(event.env) if isinstance(event.env, dict) else {}
@@ -276,8 +301,7 @@ class DashboardState:
                 self.steps_per_epoch, self.batch_size = event.steps_per_epoch, event.batch_size
                 self.resumed_from = event.resumed_from
                 self.epoch, self.step, self.start_step = event.start_epoch, event.start_step, event.start_step
-                if self.started_at is None:
-                    self.started_at = event.time
+                self._new_session(event.time)
                 cfg = event.config if isinstance(event.config, dict) else {}
                 checkpoint = _table(cfg, "checkpoint")
                 self.monitor = str(checkpoint.get("monitor", "") or "")
@@ -390,6 +414,23 @@ class DashboardState:
                 return {"progress", "result"}
         return set()
 
+    def _new_session(self, t: float) -> None:
+        """A RunStarted: the run's first, or a resumed run's next session. The gap since the last
+        session's last event is not training time; an earlier session's end no longer stands; speed
+        and ETA start over (this session's machine, its warm-up)."""
+        self.sessions += 1
+        self.between_sessions = False
+        if self.origin is None:
+            self.started_at = self.origin = t
+        else:
+            self.origin += max(t - (self._active_at if self._active_at is not None else t), 0.0)
+        self.finished = self.failed = None
+        self._ticks.clear()
+        self._waiting_ticks = []
+        self._train_steps_seen = 0
+        self._last_rates = (None, None)
+        self._stretch += 1
+
     def _metrics(self, event: MetricsLogged) -> set[str]:
         self.epoch = event.epoch
         if event.scope == "step" or event.split == "train":
@@ -445,8 +486,8 @@ class DashboardState:
             self.batch, self.batches = block.progress[self.split]
         if block.train_steps is not None:
             steps, times, epochs, batch, batches = block.train_steps
-            if self.started_at is not None:
-                self.axes["time"].extend(steps, times - self.started_at)
+            if self.origin is not None:
+                self.axes["time"].extend(steps, times - self.origin)
             known = (batches > 0) & (epochs != 0)
             if known.any():
                 part = np.minimum(batch[known], batches[known]) / batches[known]
@@ -512,8 +553,8 @@ class DashboardState:
 
     def _anchor(self, event: MetricsLogged) -> None:
         """The other x axes at a logged training step."""
-        if self.started_at is not None:
-            self.axes["time"].add(event.step, event.time - self.started_at)
+        if self.origin is not None:
+            self.axes["time"].add(event.step, event.time - self.origin)
         if event.batches and event.epoch:
             self.axes["epoch"].add(event.step, event.epoch - 1 + min(event.batch, event.batches) / event.batches)
         if self._samples:

@@ -135,13 +135,16 @@ class Drain:
             self.timer.stop()
             self.every = every
             self.timer = app.set_interval(every, app.drain, name="drain")
+        # read before the batch is taken: the source had handed every past event over (a resumed run's
+        # earlier sessions), so this batch holds none of them
+        present = getattr(app.source, "caught_up", True)
         batch = app.bridge.drain(DRAIN_LIMIT)
         if batch:
             changed = st.apply(batch)
             if "alerts" in changed:
                 self.dirty.add("plot")  # the charts' marks at the alerts' steps
-            if "episode" in changed and st.bell and not app.watching:  # a live alert's new episode, not one
-                app.bell()  # read back from a finished run, nor each skip of an episode already rung for
+            if "episode" in changed and st.bell and not app.watching and present:  # a live alert's new
+                app.bell()  # episode, not one read back from a past session, nor each skip of one rung for
             self.dirty |= changed
         skipped = app.skipped_lines()
         if skipped != self.skipped_shown:  # the one notice of damaged lines, counted
@@ -172,17 +175,26 @@ class Drain:
             if log.count and not log.has_class("-has-lines"):
                 log.add_class("-has-lines")  # the panel takes rows from its first line on
         if "plot" in dirty:
-            loading = app.watching and not getattr(app.source, "caught_up", True)
+            loading = not getattr(app.source, "caught_up", True)
             if pacer.plot_due(now, app.query_one(ChartGrid).build_cost(), self.relaxed(), st.ended, loading):
                 self.replot()
             else:
                 keep.add("plot")
         if "result" in dirty and st.ended and (app.watching or app.worker_done):
-            if app.watching and app.leave_when_done:  # an owned run stopped from here
+            if not self.settled():  # an earlier session's end, read back: a later session may follow
+                keep.add("result")
+            elif app.watching and app.leave_when_done:  # an owned run stopped from here
                 app.leave()
                 return
-            app.ending.show_result()
+            else:
+                app.ending.show_result()
         self.dirty = keep
+
+    def settled(self) -> bool:
+        """The state has all the source has read (a watched file to its end, a resumed run's past
+        sessions): its end is the run's, not an earlier session's."""
+        app = self.app
+        return getattr(app.source, "caught_up", True) and not app.bridge.pending()
 
     def refresh_progress(self) -> None:
         app, st = self.app, self.app.state
@@ -194,7 +206,7 @@ class Drain:
         app.query_one(ProgressPanel).show(st, note)
         app._title()
         app.query_one(ControlBar).set_paused(st.paused)
-        if st.ended and app.controller is not None and app.watching:
+        if st.ended and app.controller is not None and app.watching and self.settled():
             app.ending.read_only("the run has ended; keys that steer are off")
 
     def replot(self) -> None:

@@ -110,6 +110,13 @@ class ReplaySource:
         self._done.set()
 
 
+class PastSessionsRead:
+    """What a live run's source hands on once a resumed run's past sessions are read (LiveRun): the
+    run goes on in this session, which is starting; the last session's end no longer stands."""
+
+    persistent = True
+
+
 class MetricsBlock:
     """Consecutive MetricsLogged lines of events.jsonl as columns: what `FileSource` hands on in
     their place, folded by `DashboardState` at once. `events()` gives the events themselves.
@@ -260,15 +267,17 @@ def decode_metrics(lines: list[bytes]) -> list | None:
 
 
 class FileSource:
-    """Follows RUN_DIR/events.jsonl from its start, like `tail -f`, until closed."""
+    """Follows RUN_DIR/events.jsonl from its start, like `tail -f`, until closed; or, with `until`,
+    reads its first `until` bytes and returns (a resumed run's past sessions, before this one writes)."""
 
     def __init__(self, run_dir: Path, live: bool = False, poll: float = 0.2, chunk: int = 1 << 23,
-                 blocks: bool = True, columns: bool = True) -> None:
+                 blocks: bool = True, columns: bool = True, until: int | None = None) -> None:
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / "events.jsonl"
         self.live = live
         self.poll = poll
         self.chunk = chunk
+        self.until = until  # bytes to read, then stop; None: follow the file
         self._stop = threading.Event()
         self._emit: Emit | None = None
         self.lines_read = 0
@@ -300,11 +309,18 @@ class FileSource:
                     try:
                         handle = open(self.path, "rb")
                     except FileNotFoundError:
+                        if self.until is not None:
+                            break
                         self._stop.wait(self.poll)  # the run may not have written it yet
                         continue
                     self._open_columns()
-                data = handle.read(want)
+                if self.until is not None:
+                    want = max(0, min(want, self.until - handle.tell()))
+                data = handle.read(want) if want else b""
                 if not data and self._awaiting is None:
+                    if self.until is not None:  # read as far as asked
+                        self.caught_up = True
+                        break
                     if self._truncated(handle):
                         handle.close()
                         handle, partial, pos, skipping = None, b"", 0, False
@@ -357,6 +373,8 @@ class FileSource:
         samples: list[tuple[int, DevicesSampled]] = []  # device samples between the group's records
         if self._columns is not None and (not records or records[-1].end < pos + cut):
             size = os.fstat(handle.fileno()).st_size
+            if self.until is not None:
+                size = min(size, self.until)
             records.extend(r for r in self._columns.refresh() if pos <= r.start and r.end <= size)
         while records and records[0].start < pos + cut:
             record = records[0]

@@ -38,13 +38,22 @@ def result_body(state: DashboardState, exit_code: int | None) -> str:
     return safe_text(_body(state, exit_code))
 
 
+def _duration(state: DashboardState, session: float | None) -> str:
+    """How long the run trained: this session; a resumed run's training time over all its sessions
+    (the gaps between them left out), this session's too."""
+    sessions, total = getattr(state, "sessions", 1), state.elapsed()
+    if sessions > 1 and total is not None:
+        return f"{format_duration(total)} in {sessions} sessions (this one {format_duration(session)})"
+    return format_duration(session)
+
+
 def _body(state: DashboardState, exit_code: int | None) -> str:
     lines: list[str] = []
     code = f" · exit code {exit_code}" if exit_code is not None else ""
     if state.failed is not None:
         f = state.failed
         duration = f.duration or state.elapsed()  # a failure early in set-up may not know its duration
-        lines.append(f"epoch {f.epoch} · step {f.step} · {format_duration(duration)}{code}")
+        lines.append(f"epoch {f.epoch} · step {f.step} · {_duration(state, duration)}{code}")
         cause = getattr(f, "cause", "")
         checkpoint = getattr(f, "checkpoint", "")
         if cause in PLAIN_CAUSES or checkpoint:
@@ -62,7 +71,7 @@ def _body(state: DashboardState, exit_code: int | None) -> str:
     if fin is not None:
         epoch = f"epoch {fin.epoch} · " if fin.epoch or state.epochs else ""  # Monitor's loop has none
         lines.append(f"{REASONS.get(fin.reason, fin.reason)} · {epoch}step {fin.step} · "
-                     f"{format_duration(fin.duration)}{code}")
+                     f"{_duration(state, fin.duration)}{code}")
         best = fin.best or {}
         if best.get("file"):
             value = best.get("value")
