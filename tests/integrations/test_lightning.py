@@ -118,6 +118,7 @@ def test_fit_writes_the_run_and_takes_a_checkpoint_request(tmp_path):
     assert config["trainer"]["max_epochs"] == 2
     started = next(e for e in read_events(run_dir) if e["event"] == "RunStarted")
     assert (started["max_steps"], started["batch_size"]) == (2 * STEPS_PER_EPOCH, 8)
+    assert started["loop"] == "lightning"  # what the dashboard's q dialog words a stop by
 
     logged = metrics_by_split(run_dir)
     step_rows = [(s, m) for s, m in logged["train"] if "loss" in m]

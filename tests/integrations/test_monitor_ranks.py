@@ -177,7 +177,9 @@ def test_checkpoint_pause_and_stop_from_outside_reach_both_ranks(ranks):
     assert done.returncode == 0, done.stderr
     final = assert_ended_together(r, run)
     assert final > held[0]
-    assert len(json.loads(index.read_text())) == 1, "one request, one checkpoint (rank 1 writes none)"
+    entries = json.loads(index.read_text())
+    # the request's and the stop's own, at the step both ranks left at (rank 1 writes none)
+    assert [e["step"] for e in entries][1:] == [final] and len(entries) == 2, entries
     commands = [(e["command"], e["source"]) for e in read_events(run) if e["event"] == "ControlReceived"]
     assert commands == [("checkpoint", "cli"), ("pause", "file"), ("resume", "file"), ("stop", "cli")], commands
 

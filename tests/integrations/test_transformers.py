@@ -73,6 +73,7 @@ def test_a_trainer_run_leaves_a_run_directory(tmp_path):
     events = read_events(run_dir)
     started = next(e for e in events if e["event"] == "RunStarted")
     assert started["max_steps"] == 10 and started["batch_size"] == 4
+    assert started["loop"] == "transformers"  # what the dashboard's q dialog words a stop by
     train = [e for e in events if e["event"] == "MetricsLogged" and e["split"] == "train"]
     assert [e["step"] for e in train] == list(range(1, 11))
     assert all(set(e["metrics"]) == {"loss", "lr", "grad_norm"} for e in train), train[-1]

@@ -66,6 +66,9 @@ class RunStarted(Event):
     env: dict = field(default_factory=dict)
     config: dict = field(default_factory=dict)
     time: float = field(default_factory=_now)
+    #: the loop that runs, for what the dashboard promises a stop does: "" tuitrain's own (a Learner,
+    #: `tuitrain run`), "monitor" a loop of the user's own, "lightning" or "transformers" (the integrations)
+    loop: str = ""
 
 
 @dataclass(frozen=True, slots=True)

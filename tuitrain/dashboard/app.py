@@ -45,7 +45,7 @@ from tuitrain.dashboard.sources import Source
 from tuitrain.dashboard.export import export_folder, write_compared, write_series
 from tuitrain.dashboard.screen import DashboardScreen, notice_text
 from tuitrain.dashboard.widgets.chart_grid import ChartGrid
-from tuitrain.dashboard.widgets.confirm_screen import ConfirmScreen
+from tuitrain.dashboard.widgets.confirm_screen import ConfirmScreen, stop_says
 from tuitrain.dashboard.widgets.control_bar import ControlBar
 from tuitrain.dashboard.widgets.help_screen import HelpScreen
 from tuitrain.dashboard.widgets.result_screen import ResultScreen, result_body, result_title
@@ -268,8 +268,13 @@ class DashboardApp(App[int]):
         if self.controller is None or self.training_over:
             self.leave()
             return
-        self.push_screen(ConfirmScreen("Stop training and leave?", offer_leave=self.watching and not self.owned),
-                         self._confirmed)
+        self.push_screen(ConfirmScreen("Stop training and leave?", offer_leave=self.watching and not self.owned,
+                                       stop=self._stop_says()[0]), self._confirmed)
+
+    def _stop_says(self) -> tuple[str, str]:
+        """What `y` does to this run (its loop's kind), and the notice once it is asked for."""
+        run_dir = getattr(self.state, "run_dir", "") or str(getattr(self.source, "run_dir", "") or "")
+        return stop_says(getattr(self.state, "loop", ""), bool(run_dir))
 
     def _confirmed(self, answer: str | None) -> None:
         if answer == "leave":
@@ -284,7 +289,7 @@ class DashboardApp(App[int]):
             else:
                 self.leave_when_done = True
                 self.pacing.refresh_progress()
-                self.notify("stopping: saving a checkpoint, then leaving", timeout=5)
+                self.notify(self._stop_says()[1], timeout=5)
 
     def action_interrupt(self) -> None:
         if self.training_over or self.controller is None or (self.watching and not self.owned):

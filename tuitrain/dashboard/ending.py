@@ -22,17 +22,25 @@ class Ending:
         self.result_shown = False  # the result screen came up once (r shows it again)
 
     def check_alive(self) -> None:
-        """Watching: a run whose process is gone without a final event was killed."""
-        from tuitrain.sinks.run_status import live_status as run_status
+        """Watching: run.json says the run is no longer running before its final event is shown: it has
+        ended (its process may live on: a script after `trainer.fit`), or its process is gone (killed)."""
+        from tuitrain.sinks.run_status import KILLED, live_status, process_gone
 
         app = self.app
         run_dir = getattr(app.source, "run_dir", None)
-        if run_dir is None or run_status(run_dir) in ("running", "unknown"):
+        status = "unknown" if run_dir is None else live_status(run_dir)
+        if status in ("running", "unknown"):
             return
         if app.controller is not None:
-            self.read_only("the run's process is gone; keys that steer are off")
-        if run_status(run_dir) == "killed":
-            app.state.final = "killed"
+            if status == KILLED:
+                why = "the run's process is gone"
+            elif process_gone(run_dir):
+                why = "the run has ended and its process is gone"
+            else:
+                why = "the run has ended"
+            self.read_only(why + "; keys that steer are off")
+        if status == KILLED:
+            app.state.final = KILLED
             app.pacing.refresh_progress()
 
     def read_only(self, why: str) -> None:

@@ -113,6 +113,7 @@ class DashboardState:
         # other panels
         self.devices: dict[int, DevicesSampled] = {}
         self.env: dict = {}  # RunStarted.env: versions, devices, git commit
+        self.loop = ""  # RunStarted.loop: "" tuitrain's own, "monitor", "lightning", "transformers"
         self.checkpoints: list[dict] = []  # newest first
         self.best_file = ""
         self.lines: deque[tuple[str, str, bool]] = deque(maxlen=5000)  # (stream, text, partial) not yet shown
@@ -300,6 +301,7 @@ class DashboardState:
                 self.epochs, self.max_steps = event.epochs, event.max_steps
                 self.steps_per_epoch, self.batch_size = event.steps_per_epoch, event.batch_size
                 self.resumed_from = event.resumed_from
+                self.loop = event.loop
                 self.epoch, self.step, self.start_step = event.start_epoch, event.start_step, event.start_step
                 self._new_session(event.time)
                 cfg = event.config if isinstance(event.config, dict) else {}

@@ -167,6 +167,8 @@ class TuitrainCallback:
                       dir=self.dir, theme=self.theme, max_steps=self._max_steps(trainer),
                       batch_size=self._batch_size(trainer), epochs=max(0, int(trainer.max_epochs or 0)),
                       watch=self.watch, alerts=self.alerts)
+        mon.checkpoint_on_stop = False  # `_obey` saves at a stop itself (save_on_stop)
+        mon.loop = "lightning"
         self.monitor = mon.start()
         if mon.owner and mon.screen == "dashboard":
             bar = getattr(trainer, "progress_bar_callback", None)

@@ -128,6 +128,8 @@ class TuitrainCallback(TrainerCallback):
             dashboard=self.dashboard, dir=self.dir, theme=self.theme, max_steps=max(0, int(state.max_steps or 0)),
             batch_size=per_device * args.gradient_accumulation_steps * world,
             epochs=max(0, math.ceil(getattr(state, "num_train_epochs", 0) or 0)), watch=self.watch, alerts=self.alerts)
+        self.monitor.checkpoint_on_stop = False  # a stop has the Trainer save, as its save_strategy says
+        self.monitor.loop = "transformers"
         self.monitor.start()
         self._active = True
         atexit.register(self._end_unfinished)  # after start(): it runs before the Monitor's own

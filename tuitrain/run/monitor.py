@@ -88,6 +88,15 @@ class Monitor:
     `grad_norm`: alerts, and "stop" sets `stop_requested`); alerts: the `[alerts]` table (a webhook, a command).
     """
 
+    #: a stop (q y, Ctrl+C, SIGTERM, `tuitrain stop`, a [watch] rule's) also raises `checkpoint_requested`,
+    #: once, and `stop_requested` says True one call later than it would if the loop has not been shown
+    #: the request yet: a loop that checks both saves a checkpoint at the stop, whichever it checks
+    #: first. The integrations turn it off: they save at a stop themselves.
+    checkpoint_on_stop = True
+    loop = "monitor"  #: RunStarted.loop: an integration says which framework's loop it is
+    _stop_seen = False  # a stop was seen (its checkpoint raised, when checkpoint_on_stop)
+    _stop_checkpoint = ""  # the stop's checkpoint: "due" (raised), "shown" (told to the loop), "" (none or taken)
+
     def __init__(self, experiment: str = "", config: dict | None = None, run_dir: str | os.PathLike | None = None,
                  dashboard: Any = "auto", *, dir: str | os.PathLike = "runs", theme: str | None = None,
                  keep_last: int = 3, max_steps: int = 0, batch_size: int = 0, epochs: int = 0,
@@ -160,23 +169,44 @@ class Monitor:
             it = self.interrupter
             if it.paused and not it.stop_requested and self.owner:  # a loop that logs rarely pauses here too
                 self._wait_while_paused()
-            return it.stop_requested or bool(it.failure)
-        synced.pending  # noqa: B018 - the tick: an exchange now and then
-        if synced.paused and not synced.stop_requested:
-            self._wait_while_paused()
-        return synced.stop_requested
+            stop = it.stop_requested or bool(it.failure)
+        else:
+            synced.pending  # noqa: B018 - the tick: an exchange now and then
+            if synced.paused and not synced.stop_requested:
+                self._wait_while_paused()
+            stop = synced.stop_requested
+        self._see_stop()
+        if stop and self._stop_checkpoint == "due":  # one more pass, to save the checkpoint the stop raised
+            self._stop_checkpoint = "shown"
+            return False
+        return stop
 
     @property
     def checkpoint_requested(self) -> bool:
-        """`c` in the dashboard or `tuitrain checkpoint RUN_DIR` (across ranks: as last agreed); it
-        stays True until `save_checkpoint`, `add_checkpoint` or `take_checkpoint_request` on this rank."""
-        return self._flags.checkpoint_requested
+        """`c` in the dashboard or `tuitrain checkpoint RUN_DIR` (across ranks: as last agreed), or a stop
+        (see `checkpoint_on_stop`); it stays True until `save_checkpoint`, `add_checkpoint` or
+        `take_checkpoint_request` on this rank."""
+        self._see_stop()
+        if self._stop_checkpoint == "due":
+            self._stop_checkpoint = "shown"
+        return self._flags.checkpoint_requested or bool(self._stop_checkpoint)
+
+    def _see_stop(self) -> None:
+        """A stop seen for the first time raises the checkpoint it promises. Across ranks this reads the
+        agreed stop, which changes only inside `stop_requested`: every rank raises it at the same call."""
+        flags = self._flags
+        if self._stop_seen or not flags.stop_requested:
+            return
+        self._stop_seen = True
+        if self.checkpoint_on_stop and not (self._synced is None and self.interrupter.failure):
+            self._stop_checkpoint = "due"  # in one process a failed write of the run directory saves nothing
 
     def take_checkpoint_request(self) -> bool:
         """Whether a checkpoint was requested, clearing the request (a framework's own save follows)."""
         by = self._flags.take_checkpoint_by()
         self._request_by = self._request_by or by
-        return bool(by)
+        at_stop, self._stop_checkpoint = bool(self._stop_checkpoint), ""
+        return bool(by) or at_stop
 
     def log(self, step: int, split: str = "train", **values: Any) -> None:
         """Record values (numbers or 0-d tensors) at `step`; in one process a paused run waits here
@@ -404,7 +434,8 @@ class Monitor:
 
         self.bus.emit(RunStarted(run_dir=str(self.run_dir), experiment=self.experiment, epochs=self.epochs,
                                  max_steps=self.max_steps, steps_per_epoch=0, batch_size=self.batch_size, pid=os.getpid(),
-                                 env={**env_info(torch.device("cpu")), **env}, config=self.config))
+                                 env={**env_info(torch.device("cpu")), **env}, config=self.config,
+                                 loop=self.loop))
         if self._given_dir is not None and self.run_dir != self._given_dir:
             self.bus.emit(OutputPrinted(text=f"{self._given_dir} holds a run already: this run goes to "
                                              f"{self.run_dir}", stream="tuitrain"))

@@ -72,6 +72,15 @@ def live_status(run_dir: str | os.PathLike) -> str:
     return status
 
 
+def process_gone(run_dir: str | os.PathLike) -> bool:
+    """The run's process (run.json's pid, on this host) no longer exists; False while it does, and when
+    that cannot be told (no pid, another host)."""
+    run = read_run(run_dir)
+    if run is None or run.get("host", socket.gethostname()) != socket.gethostname():
+        return False
+    return _pid_alive(run.get("pid")) is False
+
+
 def is_live(run_dir: str | os.PathLike) -> bool:
     return live_status(run_dir) == "running"
 

@@ -1,7 +1,7 @@
 """`ConfirmScreen`: "stop training and leave?"; `y` confirms, any other key cancels.
 
 Dismissed with "stop" (y), "leave" (l, only when offered: watching a run in another process) or
-"cancel" (anything else).
+"cancel" (anything else). `stop_says` words what `y` does to the loop that runs: only what it does.
 """
 
 from __future__ import annotations
@@ -13,20 +13,41 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 
+def stop_says(loop: str, run_dir: bool = True) -> tuple[str, str]:
+    """What a stop does to a run, by its loop (`RunStarted.loop`): the dialog's `y` line, and the notice
+    once it is asked for. Only tuitrain's own loop saves a checkpoint at a stop whatever the code does."""
+    if loop == "":
+        if not run_dir:  # a Learner without a run directory has nowhere to save one
+            return "y: stop gracefully and leave", "stopping, then leaving"
+        return "y: stop gracefully (checkpoint saved) and leave", "stopping: saving a checkpoint, then leaving"
+    if loop == "monitor":
+        return ("y: ask the loop to stop (it saves a checkpoint if it checks checkpoint_requested) and leave",
+                "stop asked: leaving when the loop ends")
+    if loop == "lightning":
+        return ("y: stop after this step (trainer.should_stop; a checkpoint first, unless save_on_stop=False) "
+                "and leave", "stopping after this step, then leaving")
+    if loop == "transformers":
+        return ("y: stop after this step (should_training_stop; a checkpoint unless save_strategy is \"no\") "
+                "and leave", "stopping after this step, then leaving")
+    return "y: ask the run to stop and leave", "stop asked: leaving when the run ends"
+
+
 class ConfirmScreen(ModalScreen[str]):
     DEFAULT_CSS = """
     ConfirmScreen { align: center middle; }
     #confirm-box { width: auto; max-width: 90%; height: auto; padding: 1 2; }
-    #confirm-box Static { width: auto; }
+    #confirm-box Static { width: auto; max-width: 100%; }
     """
 
-    def __init__(self, question: str = "Stop training and leave?", offer_leave: bool = False) -> None:
+    def __init__(self, question: str = "Stop training and leave?", offer_leave: bool = False,
+                 stop: str = stop_says("")[0]) -> None:
         super().__init__()
         self.question = question
         self.offer_leave = offer_leave
+        self.stop = stop  # the `y` line: what a stop does to this run
 
     def compose(self) -> ComposeResult:
-        keys = "y: stop gracefully (checkpoint saved) and leave"
+        keys = self.stop
         if self.offer_leave:
             keys += "\nl: leave, the run goes on"
         keys += "\nany other key: cancel"
