@@ -205,3 +205,29 @@ def test_an_entry_asked_for_is_marked_in_its_index_row_and_an_old_row_is_the_run
     assert "requested" not in entry(3).to_dict()
     (tmp_path / "index.json").write_text(json.dumps([row, entry(4).to_dict()]))
     assert [e.requested for e in read_index(tmp_path)] == ["command", ""]
+
+
+def test_a_libraries_own_checkpoint_is_never_deleted_by_a_later_checkpoints_retention(tmp_path):
+    """A Hugging Face `checkpoint-N` folder (outside the run's checkpoint/) and a file adopted with
+    retain=False stay on disk and listed while the run's own checkpoints come and go under keep_last."""
+    from tuitrain.core.checkpoint import Checkpointer, read_index
+
+    hf = tmp_path / "hf" / "checkpoint-10"
+    hf.mkdir(parents=True)
+    (hf / "model.safetensors").write_bytes(b"weights")
+    folder = tmp_path / "checkpoint"
+    folder.mkdir()  # the run directory's, made with it
+    ck = Checkpointer(folder, keep_last=1, keep_best=0, background=False)
+    ck.adopt(hf, epoch=1, step=10, metrics={}, reason="api", retain=False)
+    inside = folder / "lightning.ckpt"
+    inside.write_bytes(b"ckpt")
+    ck.adopt(inside, epoch=1, step=12, metrics={}, reason="api", retain=False)
+    for step in (20, 30, 40):
+        ck.save({"w": step}, epoch=2, step=step, metrics={}, reason="epoch")
+    ck.wait()
+    assert (hf / "model.safetensors").read_bytes() == b"weights" and inside.exists()
+    listed = {e.file: e for e in read_index(folder)}
+    assert str(hf.resolve()) in listed and "lightning.ckpt" in listed
+    assert listed["lightning.ckpt"].library and listed[str(hf.resolve())].library
+    own = [e for e in listed.values() if not e.library]
+    assert [e.step for e in own] == [40]  # keep_last = 1 over the run's own

@@ -137,7 +137,7 @@ def read_index(folder: str | os.PathLike) -> list[Entry]:
                              metrics=dict(r.get("metrics") or {}), time=float(r.get("time", 0.0)),
                              bytes=int(r.get("bytes", 0)), best=bool(r.get("best", False)),
                              reason=str(r.get("reason", "")), sha256=str(r.get("sha256", "")),
-                             requested=_requested(r)))
+                             requested=_requested(r), library=bool(r.get("library", False))))
         except (KeyError, TypeError, ValueError):
             continue
     return out
@@ -341,11 +341,14 @@ class Checkpointer:
         # a file written again under its name (a rollback came back to that step) keeps its mark
         requested = requested or next((e.requested for e in self.entries() if e.file == name), "")
         entry = Entry(file=name, epoch=epoch, step=step, metrics=metrics, time=time.time(),
-                      bytes=size, reason=reason, sha256=sha256, requested=requested)
+                      bytes=size, reason=reason, sha256=sha256, requested=requested,
+                      library=not retain or os.path.isabs(name))
         entries = [e for e in self.entries() if e.file != name] + [entry]
         keep, delete = decide(self.policy, entries)
-        if not retain:  # a library's own checkpoint: listed, never deleted by us
-            keep, delete = keep + [e for e in delete if e.file == name], [e for e in delete if e.file != name]
+        # a library's own checkpoint (outside this folder, or adopted with retain=False): listed, never
+        # deleted by us, now or when a later checkpoint's retention runs
+        kept_anyway = [e for e in delete if e.library or os.path.isabs(e.file)]
+        keep, delete = keep + kept_anyway, [e for e in delete if e not in kept_anyway]
         best = best_entry(keep, self.monitor, self.mode)
         keep = [replace(e, best=best is not None and e.file == best.file) for e in keep]
         self._write_index(keep)  # the index first: a deleted file is never listed

@@ -26,6 +26,8 @@ class Entry:
     sha256: str = ""  # of the file as written; "" for a sharded directory or an older checkpoint
     #: who asked for it ("dashboard", "command", "stop", ...); "": one of the run's own (periodic, final)
     requested: str = ""
+    #: a library's own checkpoint (a Hugging Face `checkpoint-N` folder): listed, never deleted by tuitrain
+    library: bool = False
 
     def to_dict(self) -> dict:
         d = {"file": self.file, "epoch": self.epoch, "step": self.step, "metrics": self.metrics,
@@ -35,6 +37,8 @@ class Entry:
         if self.requested:
             d["requested"] = True
             d["requested_by"] = self.requested
+        if self.library:
+            d["library"] = True
         return d
 
 
