@@ -179,13 +179,12 @@ class Spike:
 
     `limit` is the threshold as of the last push: judging a value is one comparison."""
 
-    __slots__ = ("window", "sigmas", "ratio", "values", "ordered", "pushes", "limit", "least", "speaker")
+    __slots__ = ("window", "sigmas", "ratio", "values", "ordered", "limit", "least", "speaker")
 
     def __init__(self, window: int, sigmas: float, ratio: float = 5.0) -> None:
         self.window, self.sigmas, self.ratio = window, sigmas, ratio
         self.values: deque[float] = deque()  # in arrival order
         self.ordered: list[float] = []  # the same, sorted
-        self.pushes = 0
         self.limit: float | None = None  # the next value's threshold (None while warming up)
         self.least = max(2, window // 2)  # values before the rule starts
         self.speaker = Speaker()
@@ -203,7 +202,6 @@ class Spike:
         if n > self.window:
             del ordered[_bisect_left(ordered, values.popleft())]
             n -= 1
-        self.pushes += 1
         if n < self.least:
             self.limit = None
             return
