@@ -255,6 +255,7 @@ class Monitor:
     def _judge(self, metrics: dict, step: int, epoch: int) -> None:
         """The spike and non-finite rules on what `log` was given: alerts, and a "stop" rule's stop."""
         from tuitrain.core.events import AlertRaised
+        from tuitrain.core.health import doing
 
         found = []
         if "loss" in metrics:
@@ -264,10 +265,11 @@ class Monitor:
         for verdict in found:
             if verdict is None:
                 continue
-            action = "stop" if verdict.action == "stop" else "alert"
-            self.bus.emit(AlertRaised(rule=verdict.rule, level=verdict.level, title=verdict.title,
-                                      text=verdict.text.split("; ")[0] + ("; training stops here" if action == "stop" else ""),
-                                      step=step, value=verdict.value, action=action, epoch=epoch))
+            action = "stop" if verdict.action == "stop" else "alert"  # a loop of its own skips nothing
+            text = verdict.text.removesuffix(doing(verdict.action)) + doing(action)
+            self.bus.emit(AlertRaised(rule=verdict.rule, level=verdict.level, title=verdict.title, text=text,
+                                      step=step, value=verdict.value, action=action, epoch=epoch,
+                                      episode=verdict.episode, held=verdict.held))
             if action == "stop":
                 self.interrupter.request_stop("watch", verdict.title)
 
