@@ -16,7 +16,7 @@ from .test_app import RecordingController, make_app, sync, until
 from .test_chart_keys import four_metrics, grid
 
 CHART_KEYS = {"l", "s", "x", "w", "slash", "e", "i", "enter", "escape", "left", "right", "up", "down",
-              "tab", "shift+tab"}
+              "tab", "shift+tab", "pagedown", "pageup"}
 RUN_KEYS = {"c", "p", "q", "ctrl+c", "r", "question_mark", "R", "d"}
 # the footer as it was when every key was the app's
 FOOTER = ["ctrl+c", "c", "p", "q", "l", "s", "x", "w", "slash", "e", "i", "question_mark"]

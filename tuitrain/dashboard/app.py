@@ -181,7 +181,8 @@ class DashboardApp(App[int]):
 
     def _title(self) -> None:
         where = self.state.run_dir or (str(getattr(self.source, "run_dir", "")) if self.watching else "")
-        self.dashboard.show_title(self.state, where, self.watching)
+        # "[watching]" only in `tuitrain watch`: a run in its own terminal (`Monitor`, Lightning) is "[live]"
+        self.dashboard.show_title(self.state, where, self.watching and not self.owned)
 
     def _files_of_source(self) -> None:
         """Where the states' runs' files are read from (a watched run may have moved since it was
@@ -391,7 +392,7 @@ class DashboardApp(App[int]):
             note = "Your loop runs in another process: c, p, q-y and Ctrl+C act on it."
         elif self.watching:
             note = "Watching a run in another process: c, p and q-y act on it; Ctrl+C leaves the viewer."
-        self.push_screen(HelpScreen(note))
+        self.push_screen(HelpScreen(note, comparing=bool(getattr(self.state, "runs", None))))
 
     def action_show_result(self) -> None:
         if self.state.ended and not isinstance(self.screen, ResultScreen):

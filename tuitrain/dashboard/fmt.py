@@ -19,6 +19,17 @@ def format_age(seconds: float) -> str:
     return f"{int(seconds // 86400)}d"
 
 
+def format_size(n: int | float) -> str:
+    """'512M', '3.0G', '23.5G', '1.2T': bytes in few cells, as top and htop write them (the panels' narrow
+    columns); whole numbers from 100 up."""
+    size = float(n)
+    for unit in ("B", "K", "M", "G", "T"):
+        if abs(size) < 1024 or unit == "T":
+            return f"{size:.0f}{unit}" if unit == "B" or abs(size) >= 100 else f"{size:.1f}{unit}"
+        size /= 1024
+    return f"{size:.1f}T"  # unreachable; keeps type checkers calm
+
+
 def format_rate(value: float | None) -> str:
     if value is None:
         return "-"
@@ -27,4 +38,5 @@ def format_rate(value: float | None) -> str:
     return f"{value:.1f}" if value < 100 else f"{value:.0f}"
 
 
-__all__ = ["format_value", "format_duration", "format_bytes", "format_summary_table", "format_age", "format_rate"]
+__all__ = ["format_value", "format_duration", "format_bytes", "format_size", "format_summary_table", "format_age",
+           "format_rate"]

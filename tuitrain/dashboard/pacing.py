@@ -205,6 +205,8 @@ class Drain:
             note = "Ctrl+C again ends the process"
         app.query_one(ProgressPanel).show(st, note)
         app._title()
+        if not st.metric_names:  # the chart area's "waiting for the first metrics… (step N, phase)"
+            app.dashboard.show_chart_note(st)
         app.query_one(ControlBar).set_paused(st.paused)
         if st.ended and app.controller is not None and app.watching and self.settled():
             app.ending.read_only("the run has ended; keys that steer are off")

@@ -1,8 +1,9 @@
 """`DashboardScreen`: the dashboard's one screen. It composes the widgets (the title bar, the chart
-grid and the output panel, the side panels, the control bar and notice, the footer), titles the
-panels, lays them out for the terminal's size (`COMPACT`, `TOO_SMALL`), and shows what it is
-given: the title bar, the notice, the panels' contents. It holds no run: `DashboardApp`
-(tuitrain/dashboard/app.py) owns the state and tells the screen what to show.
+grid with its note and the output panel, the side panels, the control bar and notice, the footer),
+titles the panels, lays them out for the terminal's size (`COMPACT`, `TOO_SMALL`), and shows what
+it is given: the title bar and the footer in the words that fit its width (fitting.py), the notice,
+the panels' contents. It holds no run: `DashboardApp` (tuitrain/dashboard/app.py) owns the state
+and tells the screen what to show.
 
 Keys: the chart keys are `ChartGrid`'s bindings (tuitrain/dashboard/widgets/chart_grid.py), the
 run's keys the app's. The grid's keys act wherever the focus is on this screen (a button, the run
@@ -29,8 +30,10 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from tuitrain.core.text import safe_name, safe_text
+from tuitrain.dashboard.fitting import footer_bindings, title_line
 from tuitrain.dashboard.layout import COMPACT, TOO_SMALL
 from tuitrain.dashboard.widgets.chart_grid import ChartGrid
+from tuitrain.dashboard.widgets.chart_note import ChartNote
 from tuitrain.dashboard.widgets.checkpoint_list import CheckpointList
 from tuitrain.dashboard.widgets.control_bar import ControlBar
 from tuitrain.dashboard.widgets.devices_panel import DevicesPanel
@@ -57,6 +60,8 @@ def notice_text(text: str, skipped: int = 0) -> Text:
 class DashboardScreen(Screen):
     """The widgets of one run's dashboard (or of runs compared: `comparing` adds the run list)."""
 
+    AUTO_FOCUS = ""  # nothing focused at first: the chart keys act on the first chart (SPEC "Dashboard")
+
     def __init__(self, *, comparing: bool = False, clock: Callable[[], float], notice: Text | str = "",
                  footer_after: frozenset[str] = frozenset()) -> None:
         super().__init__()
@@ -66,6 +71,7 @@ class DashboardScreen(Screen):
         #: the app's keys the footer shows after the chart keys (the others come before them)
         self.footer_after = footer_after
         self._title_shown: tuple | None = None
+        self._title_of: tuple | None = None  # show_title's arguments, for a resize
         self._grid: ChartGrid | None = None
         #: set once the widgets are mounted (the app waits for it before it shows anything)
         self.composed = asyncio.Event()
@@ -75,8 +81,9 @@ class DashboardScreen(Screen):
         with Horizontal(id="main"):
             with Vertical(id="plot-column"):
                 yield ChartGrid(id="charts")
+                yield ChartNote(id="chart-note")
                 yield OutputLog(id="log", classes="panel")
-            with VerticalScroll(id="side"):
+            with VerticalScroll(id="side", can_focus=False):  # the keys are the charts'; the wheel scrolls it
                 if self.comparing:  # the run list takes the side column (the panels below are one run's)
                     yield RunList(id="runs", classes="panel")
                 yield ProgressPanel(id="progress", classes="panel")
@@ -97,12 +104,16 @@ class DashboardScreen(Screen):
         self.query_one("#checkpoints").border_title = "checkpoints"
         self.set_class(self.comparing, "-compare")
         self.fit(self.app.size.width, self.app.size.height)
+        self.show_chart_note()
         self.composed.set()
 
     # --- the terminal's size ---------------------------------------------------------------
 
     def on_resize(self, event: events.Resize) -> None:
         self.fit(event.size.width, event.size.height)
+        if self._title_of is not None:  # the title bar's words follow the width
+            self.show_title(*self._title_of)
+        self.refresh_bindings()  # and the footer's
 
     def fit(self, width: int, height: int) -> None:
         """Small terminals: the side panels shrink (`-compact`); too small: a notice (`-too-small`)."""
@@ -141,12 +152,26 @@ class DashboardScreen(Screen):
         self._notice = text
         self.query_one("#notice", Static).update(text)
 
+    def show_chart_note(self, state=None) -> None:
+        """The chart area's note (`ChartNote`): before the first chart, what the run is doing (`state`:
+        its step and phase); with charts out of view, how many and the keys that reach them."""
+        grid = self.grid
+        state = state if state is not None else grid.state
+        shown = len(grid.visible())
+        above, below = grid.out_of_view() if shown else (0, 0)
+        self.set_class(not shown, "-no-charts")  # the note takes the chart area: nothing empty
+        self.query_one(ChartNote).show(state, shown, above, below, grid.filter_text)
+
+    def on_chart_grid_view_changed(self, message: ChartGrid.ViewChanged) -> None:
+        self.show_chart_note()
+
     def show_title(self, state, where: str, watching: bool) -> None:
         """The first row: the run's name, where it is, live/paused/ended, and its alerts (one run);
         compared runs: the legend of the shown ones (see `show_runs`)."""
         if getattr(state, "runs", None):
             self.show_runs(state)
             return
+        self._title_of = (state, where, watching)
         name = safe_name(state.experiment or "tuitrain", 40)  # the first row shows the run, whatever it is named
         where = safe_name(where, 60)
         mode = run_state(state)
@@ -155,19 +180,21 @@ class DashboardScreen(Screen):
         alerts = len(getattr(state, "episodes", ()))  # counted by episode: a burst of skips is one (SPEC "Health")
         newest = state.alerts[-1].title if alerts else ""
         infos = getattr(state, "infos", ())
-        key = (name, where, mode, alerts, newest, len(infos))
+        width = self.size.width or self.app.size.width
+        key = (name, where, mode, alerts, newest, len(infos), width)
         if key == self._title_shown:
             return
         self._title_shown = key
-        text = Text.assemble((f" {name}", "bold"), f"  {where}" if where else "", f"  [{mode}]")
-        bar = self.query_one("#title-bar", Static)
+        head, tail, style, sep = "", "", "", ": "
         if alerts:  # the header's colour says the run needs a look; the output panel lists them
-            text.append(f"  ⚠ {alerts} alert{'s' if alerts != 1 else ''}: {safe_text(newest, lines=False)}",
-                        style="bold")
+            head, tail, style = (f"⚠ {alerts} alert{'s' if alerts != 1 else ''}", safe_text(newest, lines=False),
+                                 "bold")
         elif infos:  # a script's "info" alerts: said, the header not coloured
-            text.append(f"  ℹ {safe_text(infos[-1].title, lines=False)}")
+            head, tail, sep = "ℹ", safe_text(infos[-1].title, lines=False), " "
+        bar = self.query_one("#title-bar", Static)
         bar.set_class(bool(alerts), "-alerting")
-        bar.update(text, layout=False)  # one line, always
+        # one line, always: shortened to the terminal's width, the alert's text ellipsised at a word
+        bar.update(title_line(name, where, mode, width, head, tail, style, sep), layout=False)
 
     def show_runs(self, state) -> None:
         """Compared runs: the title bar's legend (the runs shown, pinned first) and the run list."""
@@ -210,7 +237,7 @@ class DashboardScreen(Screen):
     @property
     def active_bindings(self):
         """The keys in the footer's order: the focused widget's own, then the app's run keys, the chart
-        grid's, and the app's `footer_after` keys last."""
+        grid's, and the app's `footer_after` keys last; in the words that fit (`footer_bindings`)."""
         bindings = super().active_bindings
         app = self.app
 
@@ -222,7 +249,9 @@ class DashboardScreen(Screen):
                 return 3 if key in self.footer_after else 1
             return 0
 
-        return dict(sorted(bindings.items(), key=place))  # stable: each group keeps its order
+        ordered = dict(sorted(bindings.items(), key=place))  # stable: each group keeps its order
+        # shorter words, then fewer keys, rather than a footer cut off at the terminal's edge
+        return footer_bindings(ordered, self.size.width or app.size.width, app.get_key_display)
 
 
 __all__ = ["DashboardScreen", "notice_text", "run_state"]

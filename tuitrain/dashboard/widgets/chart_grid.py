@@ -13,6 +13,8 @@ the app writes it, as it knows the run's directory.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from textual import events
 from textual.binding import Binding
 from textual.containers import VerticalScroll
@@ -36,6 +38,8 @@ class ChartGrid(VerticalScroll):
         Binding("left", "arrow(-1)", "Chart", show=False),
         Binding("down", "focus_row(1)", "Chart", show=False),
         Binding("up", "focus_row(-1)", "Chart", show=False),
+        Binding("pagedown", "page(1)", "Page", show=False),  # the charts that do not fit: a screenful on
+        Binding("pageup", "page(-1)", "Page", show=False),
         Binding("enter", "zoom", "Zoom", show=False),
         Binding("escape", "unzoom", "Grid", show=False),
         Binding("l", "chart('log')", "Log"),
@@ -54,6 +58,14 @@ class ChartGrid(VerticalScroll):
     class ExportRequested(Message):
         """`e`: the screen and every series, into the run's directory (the app's to write)."""
 
+    @dataclass
+    class ViewChanged(Message):
+        """The charts shown, or those out of view above or below, changed (the screen says so)."""
+
+        shown: int
+        above: int
+        below: int
+
     DEFAULT_CSS = """
     ChartGrid { layout: grid; grid-size: 1; grid-rows: 12; grid-gutter: 0; height: 1fr; scrollbar-size-vertical: 1; }
     """
@@ -66,7 +78,12 @@ class ChartGrid(VerticalScroll):
         self._pattern = None
         self._state: DashboardState | None = None
         self.columns = 1
+        self.rows_on_screen = 1
         self._shape: tuple | None = None
+        self._view: tuple[int, int, int] | None = None  # the last ViewChanged's (shown, above, below)
+
+    def on_mount(self) -> None:
+        self.watch(self, "scroll_y", lambda: self.call_after_refresh(self.report_view), init=False)
 
     # --- the charts ------------------------------------------------------------------------
 
@@ -91,6 +108,13 @@ class ChartGrid(VerticalScroll):
             if chart.is_mounted and chart not in new and chart.display:
                 chart.show(state)
         self.fit_grid()
+        self.report_view()  # the charts shown, at once (the screen shows the grid); out of view, once laid out
+        self.call_after_refresh(self.report_view)
+
+    @property
+    def state(self) -> DashboardState | None:
+        """The state last shown (None before the first metric)."""
+        return self._state
 
     def replot(self, chart: MetricPlot) -> None:
         """After a reading tool changed on one chart."""
@@ -104,20 +128,49 @@ class ChartGrid(VerticalScroll):
 
     def on_resize(self) -> None:
         self.fit_grid()
+        self.call_after_refresh(self.report_view)
 
     def fit_grid(self) -> None:
-        """Columns and row height for the charts shown and the space there is."""
+        """Columns and row heights for the charts shown and the space there is: the rows on screen
+        share its height exactly, so a chart below them is out of view whole, not a torn border."""
         width, height = self.size
         if not width or not height:
             return
         cols, rows, row_height = grid_shape(len(self.visible()), width, height)
-        shape = (cols, row_height)
+        if row_height * rows <= height:  # a screenful of rows, repeated for the rows below
+            heights = [height // rows + (i < height % rows) for i in range(rows)]
+        else:
+            heights = [row_height]
+        shape = (cols, tuple(heights))
+        self.rows_on_screen = rows
         if shape == self._shape:
             return  # each change of style is a layout pass
         self._shape = shape
         self.columns = cols
         self.styles.grid_size_columns = cols
-        self.styles.grid_rows = str(row_height)
+        self.styles.grid_rows = " ".join(map(str, heights))
+
+    def out_of_view(self) -> tuple[int, int]:
+        """(charts shown above the view, below it), wholly or in part: those Tab and PgUp/PgDn reach."""
+        top = self.scroll_offset.y
+        bottom = top + self.scrollable_content_region.height
+        above = below = 0
+        for chart in self.visible():
+            region = chart.virtual_region
+            if region.y < top:
+                above += 1
+            elif region.bottom > bottom:
+                below += 1
+        return above, below
+
+    def report_view(self) -> None:
+        """`ViewChanged` when the charts shown or out of view changed."""
+        if not self.is_attached:
+            return
+        view = (len(self.visible()), *self.out_of_view())
+        if view != self._view:
+            self._view = view
+            self.post_message(self.ViewChanged(*view))
 
     # --- the filter and the focus ----------------------------------------------------------
 
@@ -213,6 +266,22 @@ class ChartGrid(VerticalScroll):
         """↑ ↓: the chart above or below."""
         if self.screen.maximized is None:
             self.move(delta * self.columns, wrap=False)
+
+    def action_page(self, delta: int) -> None:
+        """PgDn, PgUp: the next or previous screenful of charts, its first chart focused."""
+        shown = self.visible()
+        if self.screen.maximized is not None or not shown or self.out_of_view() == (0, 0):
+            return
+        focused = self.app.focused
+        if focused in shown:
+            at = shown.index(focused)
+        else:  # nothing focused: from the first chart in view
+            top = self.scroll_offset.y
+            at = next((i for i, c in enumerate(shown) if c.virtual_region.y >= top), 0)
+        at -= at % self.columns
+        target = shown[max(0, min(at + delta * self.columns * self.rows_on_screen, len(shown) - 1))]
+        self.scroll_to_widget(target, top=True, animate=False)
+        target.focus(scroll_visible=False)
 
     def action_inspect(self) -> None:
         """i: a cursor on the focused chart showing the step and every series' value there; i again: off."""

@@ -36,6 +36,12 @@ MAX_BOUNDARIES = 12  # epoch lines drawn at most
 AXIS_NAMES = {"step": "step", "epoch": "epoch", "time": "wall time", "samples": "samples"}
 EXTRA = [(80, 200, 120), (220, 110, 200), (230, 220, 90), (120, 220, 230)]  # a group's further metrics
 
+#: the title's forms, the first that fits: (in words, best value in the title, gap, digits); in words
+#: without the best value, it is in the bottom border
+FORMS = [(True, True, "  ", 4), (True, False, "  ", 4), (True, False, " ", 4), (True, False, " ", 3),
+         (False, True, "  ", 4), (False, True, " ", 4), (False, True, " ", 3)]
+COMPARED_FORMS = [("long", 4), ("short", 4), ("tight", 4), ("tight", 3)]
+
 # kept for older importers (benchmarks): the thinning now lives in tuitrain/dashboard/charts.py
 __all__ = ["MetricPlot", "thin"]
 
@@ -286,6 +292,7 @@ class MetricPlot(Widget, can_focus=True):
         self.key_colors: dict[str, tuple[int, int, int]] = {}  # compared runs: each run's colour
         self.skipped = 0  # points left out: not finite, or <= 0 on a log scale
         self.title_text = ""
+        self._best_note = ""  # "best 0.48", in the bottom border where the title has no room for it
         self._name_width = NAME_WIDTH
         self._state: DashboardState | None = None
         self.pending: DashboardState | None = None  # to show once mounted
@@ -421,24 +428,29 @@ class MetricPlot(Widget, can_focus=True):
 
     def _set_title(self, state: DashboardState) -> None:
         """The chart's name, then each metric's latest train value, latest valid value and best valid
-        value, in the series' colours (the legend, outside the data): in words when there is room."""
+        value, in the series' colours (the legend, outside the data): in words where there is room
+        ("loss  train 0.1257 · valid 0.1329 · best 0.1329"); narrower, the best value moves to the
+        bottom border, then the gaps and digits shrink, and last the words give way to the glyphs
+        ━ • ★: the name and the numbers stay."""
         # Textual draws a border title as "╭─ title ─╮": six cells of the outer width are not the title's
         room = max(self.outer_size.width - 6, 10) if self.size.width else 80
         self._name_width = max(8, min(NAME_WIDTH, room // 2))  # a long name gives way to the numbers
         title = Text()
-        for form, digits in (("long", 4), ("short", 4), ("tight", 4), ("tight", 3)):
-            title = self._title(state, form, digits)
+        runs = getattr(state, "runs", None)
+        for form in (COMPARED_FORMS if runs else FORMS):
+            title = self._title(state, form)
             if title.cell_len <= room:
                 break
         self.title_text = title.plain
         self.border_title = title
 
-    def _title(self, state: DashboardState, form: str, digits: int = 4) -> Text:
+    def _title(self, state: DashboardState, form: tuple) -> Text:
         hexed = lambda c: Style(color="#%02x%02x%02x" % c)  # noqa: E731
         runs = getattr(state, "runs", None)
         if runs:  # compared runs: each one's latest train value and best valid value, in its colour
             from tuitrain.dashboard.compare import run_color
 
+            form, digits = form
             title = Text(safe_name(self.chart or "metrics", self._name_width), style="bold")
             name = self.metric
             numbers = {run: i for i, run in enumerate(runs)}
@@ -452,29 +464,39 @@ class MetricPlot(Widget, can_focus=True):
                 if best is not None and form == "long":
                     title.append(f" ★{short(best, digits)}")
             return title
+        words, best_here, gap, digits = form
+        best_here = best_here or len(self.metrics) > 1  # a group's bests stay with their metrics
+        sep = " · " if gap == "  " else " "
         train_style, valid_style = hexed(self._series_color("train")), hexed(self._series_color("valid"))
-        gap = " " if form == "tight" else "  "
+        device = (self.chart or "").startswith("device/")  # a device figure has no splits
         title = Text()
         title.append(safe_name(self.chart or "metrics", self._name_width), style="bold")
+        self._best_note = ""
         for i, name in enumerate(self.metrics):
             if len(self.metrics) > 1:
                 title.append(f"{gap}{safe_name(name, self._name_width)}", style=hexed(self._series_color("train") if i == 0
                                                           else EXTRA[(i - 1) % len(EXTRA)]))
             latest, valid = state.latest.get(f"train/{name}"), state.metric_series(name, "valid")
             if latest is not None:
-                device = (self.chart or "").startswith("device/")  # a device figure has no splits
-                label = "━ train " if form == "long" and not device else "━ " if form != "tight" else "━"
+                label = ("" if device else "train ") if words else ("━ " if gap == "  " else "━")
                 title.append_text(Text.assemble(gap, (label, train_style), short(latest, digits)))
             if valid is not None:
                 best = state.best_valid(name)
-                label = "• valid " if form == "long" else "• " if form == "short" else "•"
-                title.append_text(Text.assemble(gap, (label, valid_style), short(valid.last[1], digits) if valid.last else "-",
-                                                gap, "best " if form != "tight" else "★",
-                                                short(best, digits) if best is not None else "-"))
+                best_text = short(best, digits) if best is not None else "-"
+                shown = short(valid.last[1], digits) if valid.last else "-"
+                if words:
+                    title.append_text(Text.assemble(sep if latest is not None else gap, ("valid ", valid_style), shown))
+                    if best_here:
+                        title.append(f"{sep}best {best_text}")
+                    else:
+                        self._best_note = f"best {best_text}"
+                else:
+                    title.append_text(Text.assemble(gap, ("• " if gap == "  " else "•", valid_style), shown,
+                                                    gap, "best " if gap == "  " else "★", best_text))
         return title
 
     def _set_subtitle(self) -> None:
-        tools = []
+        tools = [self._best_note] if self._best_note else []  # the best value, where the title had no room
         if self.x_axis != "step":
             tools.append(f"x {AXIS_NAMES[self.x_axis]}")
         if self.log_scale:
