@@ -108,6 +108,35 @@ def judge(runs: list[dict], make) -> tuple[int, int, int, int, list[str]]:
     return bad_runs, episodes, to_catch, caught, where
 
 
+def margin(runs: list[dict]) -> None:
+    """How far each value is above the largest of the window before it: the healthy values' worst, and
+    each fault's (what spike_ratio must fall between)."""
+    worst: dict[str, tuple[float, str]] = {}
+    faults: dict[str, list[str]] = {"loss": [], "grads": []}
+    for run in runs:
+        fault = run["fault_step"] if run["fault"] else None
+        for what in ("loss", "grads"):
+            window: deque = deque()
+            ordered: list = []
+            for _, step, v in ((w, s, v) for w, s, v in run["values"] if w == what and math.isfinite(v)):
+                if len(ordered) >= 64 and ordered[-1] > 0:
+                    r = v / ordered[-1]
+                    if fault is None or step < fault:
+                        if r > worst.get(what, (0.0, ""))[0]:
+                            worst[what] = (r, f"{run['name']}@{step}")
+                    elif step == fault and run["expect"] != "none":
+                        faults[what].append(f"{r:.3g}")
+                window.append(v)
+                bisect.insort(ordered, v)
+                if len(window) > 128:
+                    del ordered[bisect.bisect_left(ordered, window.popleft())]
+    for what in ("loss", "grads"):
+        w, where = worst.get(what, (0.0, "-"))
+        print(f"{what}: healthy values at most {w:.3g} times the largest of the 128 before them ({where}); "
+              f"the faults at their step: {', '.join(sorted(faults[what], key=float))}")
+    print()
+
+
 def main(folder: Path) -> int:
     runs = load(folder)
     if not runs:
@@ -115,7 +144,8 @@ def main(folder: Path) -> int:
         return 1
     print(f"{len(runs)} runs: {sum(1 for r in runs if not r['fault'])} healthy, "
           f"{sum(1 for r in runs if r['fault'])} with a fault\n")
-    print(f"{'rule':<34} {'healthy runs alarmed':>20} {'false episodes':>14} {'x10+ caught':>11}  recall of the others; where")
+    margin(runs)
+    print(f"{'rule':<34} {'runs falsely alarmed':>20} {'false episodes':>14} {'x10+ caught':>11}  recall of the others; where")
     grid = [("mean+sd", 6.0, 1.0, 1.0)]
     grid += [(k, s, r, 1.0) for k in ("med+iqr", "med+upper", "log") for s in (6.0, 10.0) for r in (1.0, 4.0)]
     grid += [("top", s, r, t) for s in (6.0, 8.0) for r in (2.0, 3.0, 4.0, 5.0) for t in (0.95, 0.98, 1.0)]
