@@ -231,3 +231,23 @@ def test_a_libraries_own_checkpoint_is_never_deleted_by_a_later_checkpoints_rete
     assert listed["lightning.ckpt"].library and listed[str(hf.resolve())].library
     own = [e for e in listed.values() if not e.library]
     assert [e.step for e in own] == [40]  # keep_last = 1 over the run's own
+
+
+def test_a_request_for_a_state_saved_already_marks_it_and_says_so_in_an_event(tmp_path):
+    """`c` pressed as an epoch's checkpoint of that very state is written: no second file, but the
+    entry is marked and a CheckpointSaved saying requested goes out, so the dashboard's list marks it."""
+    from tuitrain.core.checkpoint import Checkpointer, read_index
+    from tuitrain.core.events import CheckpointSaved
+
+    folder = tmp_path / "checkpoint"
+    folder.mkdir()
+    ck = Checkpointer(folder, keep_last=2, keep_best=0, background=False)
+    ck.save({"w": 1}, epoch=39, step=3900, metrics={"valid/loss": 0.5}, reason="epoch")
+    ck.wait()
+    first = ck.take_events()
+    assert [e.requested for e in first if isinstance(e, CheckpointSaved)] == [""]
+    ck.ask(39, 3900, "dashboard")
+    again = [e for e in ck.take_events() if isinstance(e, CheckpointSaved)]
+    assert [(e.file, e.step, e.requested, e.reason) for e in again] == [
+        ("checkpoint/epoch-0039-step-00003900.pt", 3900, "dashboard", "epoch")]
+    assert [e.requested for e in read_index(folder)] == ["dashboard"]

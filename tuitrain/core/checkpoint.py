@@ -231,6 +231,13 @@ class Checkpointer:
             self._asked.pop((epoch, step), None)
         self._write_index([replace(e, requested=e.requested or by) if e.file in listed else e
                            for e in self.entries()])
+        # said again, marked: the screen's checkpoint list (and `watch`) show it as asked for
+        marked = [CheckpointSaved(file=e.file if os.path.isabs(e.file) else f"checkpoint/{e.file}", epoch=e.epoch,
+                                  step=e.step, metrics=dict(e.metrics), bytes=e.bytes, best=e.best, reason=e.reason,
+                                  stall=0.0, write=0.0, requested=e.requested)
+                  for e in self.entries() if e.file in listed]
+        with self._lock:
+            self._done.extend(marked)
 
     def save(self, state: dict, *, epoch: int, step: int, metrics: dict, reason: str,
              stall: float = 0.0, requested: str = "") -> None:
