@@ -28,7 +28,7 @@ import platform
 import time
 import traceback
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import torch
 
@@ -50,6 +50,7 @@ from .metrics import MetricSet, StepOutput
 from .optimization import Optimization, Precision
 from .output import capture_output
 from .phases import CancelFitting, NonFiniteLoss, Phase, TrainPhase, ValidPhase
+from .schedules import say as say_stretched
 from .state import HealthFailure, RollBack
 from .strategies.base import Strategy
 
@@ -245,6 +246,9 @@ class Learner:
         self.experiment = experiment
         self.env_extra = dict(env or {})  # added to RunStarted.env (the runner's git commit, ...)
         self.notes = list(notes)  # said in the log right after RunStarted
+        #: given the config a checkpoint holds, why this run's length differs from that run's ("train.epochs
+        #: changed 3 -> 5"), said with the schedules a resume stretched to this run's length (None: not said)
+        self.length_change: Callable[[dict], str] | None = None
         self.run_dir = Path(run_dir) if run_dir is not None else None
         model_path = Path(model_path) if model_path is not None else None
         if self.run_dir is not None:
@@ -575,10 +579,13 @@ class Learner:
             self._valid_loader = valid
             if valid is not None and self.limit_valid_batches:
                 valid.limit = self.limit_valid_batches
+            stretched, why = [], ""
             if resume is not None:  # loaded before prepare(), which tidies the checkpoint folder
                 data = resume if isinstance(resume, dict) else ckpt.load_checkpoint(resume)
                 resumed_from = resumed_from or ("" if isinstance(resume, dict) else resume)
                 self.load_state_dict(data)
+                stretched = self.checkpoints.stretched
+                why = self.length_change(data.get("config") or {}) if stretched and self.length_change else ""
             self.checkpoints.follow(train)  # (a resumed position restored)
             if self.checkpointer is not None and self.strategy.writes:  # tidies the folder: one writer
                 self.checkpointer.prepare()
@@ -594,6 +601,9 @@ class Learner:
                 env={**env_info(self.device), **self.env_extra}, config=self.config))
             for note in self.notes:
                 self.bus.emit(OutputPrinted(text=note, stream="tuitrain"))
+            if stretched:
+                self.bus.emit(OutputPrinted(text=say_stretched(stretched, self.scheduler_intervals, why),
+                                            stream="tuitrain"))
             # what exists now lives as long as the run: the collector stops walking it (unless the
             # program froze the heap itself: its freeze is left alone)
             frozen = self.freeze_gc and gc.isenabled() and gc.get_freeze_count() == 0

@@ -15,6 +15,7 @@ import warnings
 import torch
 
 from . import checkpoint as ckpt
+from . import schedules
 from .data import rng_state, set_rng_state
 from .events import CheckpointStarted
 from .fsutil import atomic_write, write_fault
@@ -35,6 +36,7 @@ class Checkpoints:
         self.resume_data = None  # that position, as loaded, until the loader is followed
         self._last = -1  # (epoch, step, stage) of the state last saved
         self._last_snapshot = None  # the last checkpoint's CPU copy: the next one copies into it
+        self.stretched: list[schedules.Stretch] = []  # the schedule lengths the last load changed
 
     def follow(self, loader) -> None:
         """Save `loader`'s position from now on; it takes up the position loaded last, if any."""
@@ -125,7 +127,11 @@ class Checkpoints:
         else:
             self.model.load_state_dict(data["model"])
             self._load_named("optimizer", self.optimizers, data)
+        # the schedules' lengths are this run's (a resume with more epochs stretches them), not the file's
+        built = {name: schedules.lengths(sch) for name, sch in self.schedulers.items()}
         self._load_named("scheduler", self.schedulers, data)
+        self.stretched = [s for name, sch in self.schedulers.items()
+                          for s in schedules.keep_lengths(name, sch, built[name])]
         if self.ema is not None and data.get("ema"):
             self.ema.load_state_dict(data["ema"])
         scaler = self.amp.scaler

@@ -7,7 +7,7 @@ Called by `Run.build` in the training thread or rank. Must not import textual.
 from __future__ import annotations
 
 import dataclasses
-
+import functools
 import inspect
 import os
 import traceback
@@ -99,6 +99,9 @@ def build_learner(cfg, run_dir: Path, bus: EventBus, interrupter, *, dist=None, 
             cls = target(s.target, f"{key}.target") if s.target else getattr(torch.optim.lr_scheduler, s.name)
             kwargs = fill_scheduler_kwargs(cls, dict(s.kwargs), s.interval, cfg.train.epochs, steps_per_epoch,
                                            cfg.train.max_steps)
+            check_total_steps(cls, s.kwargs, key, run_length(s.interval, cfg.train.epochs, steps_per_epoch,
+                                                             cfg.train.max_steps),
+                              length_text(s.interval, cfg.train.epochs, steps_per_epoch, cfg.train.max_steps), cfg)
             schedulers[name] = construct(cfg, key, s.target or f"torch.optim.lr_scheduler:{s.name}", cls,
                                          optimizers[name], **kwargs)
             intervals[name] = s.interval
@@ -142,6 +145,7 @@ def build_learner(cfg, run_dir: Path, bus: EventBus, interrupter, *, dist=None, 
         capture_output=True, config=cfg.to_dict(), experiment=cfg.experiment.name, bus=bus,
         run_dir=run_dir, env=git_info(cfg.base_dir), notes=notes, strategy=strategy,
         watch=dataclasses.asdict(cfg.watch), flops_per_step=t.flops_per_step, peak_tflops=t.peak_tflops)
+    learner.length_change = functools.partial(length_change, cfg.to_dict())
     return learner, train_loader, valid_loader
 
 
@@ -221,10 +225,7 @@ def chain_scheduler(optimizer, sched, key: str, target, epochs: int, steps_per_e
     T_max / total_iters / total_steps filled with its length when left out."""
     import torch
 
-    total = epochs * steps_per_epoch
-    if max_steps:
-        total = min(total, max_steps) if total else max_steps
-    horizon = total if sched.interval == "step" else epochs
+    horizon = run_length(sched.interval, epochs, steps_per_epoch, max_steps)
     parts, begins = [], []
     for part_key, part, begin, end in chain_parts(sched, key):
         cls = target(part.target, f"{part_key}.target") if part.target else getattr(torch.optim.lr_scheduler, part.name)
@@ -237,6 +238,7 @@ def chain_scheduler(optimizer, sched, key: str, target, epochs: int, steps_per_e
         for name in ("T_max", "total_iters", "total_steps"):
             if name in params and name not in kwargs:
                 kwargs[name] = span
+        check_total_steps(cls, part.kwargs, part_key, span, f"{span} {sched.interval}s (its window)", cfg)
         what = part.target or f"torch.optim.lr_scheduler:{part.name}"
         parts.append(construct(cfg, part_key, what, cls, optimizer, **kwargs))
         begins.append(begin)
@@ -252,10 +254,7 @@ def fill_scheduler_kwargs(cls, kwargs: dict, interval: str, epochs: int, steps_p
         params = inspect.signature(cls).parameters
     except (TypeError, ValueError):
         return kwargs
-    total_steps = epochs * steps_per_epoch
-    if max_steps:
-        total_steps = min(total_steps, max_steps) if total_steps else max_steps
-    horizon = total_steps if interval == "step" else epochs
+    horizon = run_length(interval, epochs, steps_per_epoch, max_steps)
     if "total_steps" in params and "total_steps" not in kwargs and not ("epochs" in kwargs and "steps_per_epoch" in kwargs):
         kwargs["total_steps"] = max(1, horizon)
     if "T_max" in params and "T_max" not in kwargs:
@@ -263,3 +262,66 @@ def fill_scheduler_kwargs(cls, kwargs: dict, interval: str, epochs: int, steps_p
     if "total_iters" in params and "total_iters" not in kwargs and params["total_iters"].default is inspect.Parameter.empty:
         kwargs["total_iters"] = max(1, horizon)
     return kwargs
+
+
+def run_length(interval: str, epochs: int, steps_per_epoch: int, max_steps: int) -> int:
+    """How many times a scheduler stepping every `interval` ("step" or "epoch") steps in the whole run
+    (0: unknown, a data set without a length and no max_steps)."""
+    if interval != "step":
+        return epochs
+    total = epochs * steps_per_epoch
+    if max_steps:
+        total = min(total, max_steps) if total else max_steps
+    return total
+
+
+def length_text(interval: str, epochs: int, steps_per_epoch: int, max_steps: int) -> str:
+    """The run's length in words, with the settings it comes from."""
+    if interval != "step":
+        return f"{epochs} epochs (train.epochs; scheduler.interval = \"epoch\")"
+    total = run_length(interval, epochs, steps_per_epoch, max_steps)
+    if max_steps and total == max_steps and max_steps != epochs * steps_per_epoch:
+        return f"{total} steps (train.max_steps)"
+    return f"{total} steps (train.epochs {epochs} x {steps_per_epoch} steps an epoch)"
+
+
+def check_total_steps(cls, given: dict, key: str, length: int, what: str, cfg) -> None:
+    """A OneCycleLR total_steps the config sets itself (or epochs x steps_per_epoch), shorter than the
+    run it drives (`length`, `what` in words): a ConfigError now, not torch's ValueError at the step
+    after it, mid-run (a filled-in one is the run's length, stretched on a longer resume)."""
+    import torch
+
+    if not (isinstance(cls, type) and issubclass(cls, torch.optim.lr_scheduler.OneCycleLR)) or not length:
+        return
+    if "total_steps" in given:
+        name, total = "total_steps", given["total_steps"]
+    elif "epochs" in given and "steps_per_epoch" in given:
+        name, total = "epochs", given["epochs"] * given["steps_per_epoch"]
+    else:
+        return
+    if not isinstance(total, int) or total >= length:
+        return
+    from tuitrain.config import ConfigError
+    from tuitrain.config.schema import origin
+
+    shown = f"{total}" if name == "total_steps" else f"{given['epochs']} x {given['steps_per_epoch']} = {total}"
+    raise ConfigError(f"{shown} is shorter than what it schedules: {what}; OneCycleLR would fail at the "
+                      f"{'step' if 'step' in what else 'epoch'} after {total}. Set it to {length} or more, or leave "
+                      f"it out (tuitrain then fills in the run's length, and stretches it when a resume trains longer)",
+                      file=origin(f"{key}.{name}", cfg.set_keys, cfg.source), key=f"{key}.{name}")
+
+
+#: the settings a run's length in steps comes from
+LENGTH_KEYS = ("train.epochs", "train.max_steps", "train.grad_accumulation", "data.batch_size", "train.devices")
+
+
+def length_change(now: dict, saved: dict) -> str:
+    """Why a resumed run's length differs from its checkpoint's: the settings of `LENGTH_KEYS` that
+    changed between the checkpoint's config `saved` and this run's `now` ("train.epochs changed 3 -> 5");
+    "" when none did (the data's size, say)."""
+    def get(config: dict, key: str):
+        table, _, name = key.partition(".")
+        return (config.get(table) or {}).get(name)
+
+    return ", ".join(f"{key} changed {get(saved, key)} -> {get(now, key)}" for key in LENGTH_KEYS
+                     if get(saved, key) is not None and get(saved, key) != get(now, key))
