@@ -82,8 +82,10 @@ def test_an_explicit_total_steps_too_short_for_the_resumed_run_exits_2_before_tr
     assert r.returncode == 0, r.stderr[-2000:]  # exactly long enough
     (run_dir,) = tiny.run_dirs()
     index = (run_dir / "checkpoint" / "index.json").read_text()
+    config = (run_dir / "config.toml").read_text()
     r = tiny.cli("run", tiny.config, "--headless", *sets, "--set", "train.epochs=3", "--resume", "latest")
     assert r.returncode == 2, r.stdout[-2000:] + r.stderr[-2000:]
+    assert (run_dir / "config.toml").read_text() == config  # the rejected config leaves nothing behind
     assert "Traceback" not in r.stdout + r.stderr
     assert "scheduler.total_steps" in r.stderr and f"{3 * STEPS}" in r.stderr, r.stderr
     assert "leave it out" in r.stderr

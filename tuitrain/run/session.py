@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterable
 
 from tuitrain.core.callbacks import EventBus
 from tuitrain.core.control import ControlWatcher, Interrupter
-from tuitrain.core.fsutil import atomic_write_text
+from tuitrain.core.fsutil import atomic_write_bytes, atomic_write_text
 from tuitrain.core.housekeeping import Housekeeping
 from tuitrain.core.strategies import torchrun_env
 from tuitrain.run.signals import StopOnSignals
@@ -77,6 +77,13 @@ def remove_made(made: list[Path]) -> None:
             folder.rmdir()
         except OSError:  # something else lives there now
             break
+
+
+def _read_bytes(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return None
 
 
 def write_config(run_dir: Path, config: dict | str | None) -> None:
@@ -134,6 +141,8 @@ class RunSession:
 
         self._made = missing_folders(self.run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        # a resumed run's config as it was: put back if this session is discarded (a config error)
+        self._config_before = {name: _read_bytes(self.run_dir / name) for name in ("config.toml", "config.json")}
         write_config(self.run_dir, self.config)
         bus = self.bus
         if self.interrupter.fail not in bus.on_write_failure:
@@ -183,6 +192,15 @@ class RunSession:
             self._stack.close()  # ... before a SIGTERM may end the process again (torchrun ending a job)
             if discard:
                 remove_made(self._made)
+                if not self._made:  # the folder was there before (a resume): its config as it was
+                    for name, data in self._config_before.items():
+                        try:
+                            if data is None:
+                                (self.run_dir / name).unlink(missing_ok=True)
+                            else:
+                                atomic_write_bytes(self.run_dir / name, data)
+                        except OSError:
+                            pass
 
     def __enter__(self) -> "RunSession":
         return self.open()
