@@ -213,6 +213,8 @@ class Drain:
 
     def replot(self) -> None:
         self.app.query_one(ChartGrid).show(self.app.state)
+        # the grid in place of the "waiting for the first metrics" note in this same pass, not a message later
+        self.app.dashboard.show_chart_note(self.app.state)
 
     def every_second(self) -> None:
         app = self.app

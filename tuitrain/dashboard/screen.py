@@ -154,11 +154,12 @@ class DashboardScreen(Screen):
 
     def show_chart_note(self, state=None) -> None:
         """The chart area's note (`ChartNote`): before the first chart, what the run is doing (`state`:
-        its step and phase); with charts out of view, how many and the keys that reach them."""
+        its step and phase); with charts out of view, how many (as the grid last laid them out) and the
+        keys that reach them."""
         grid = self.grid
         state = state if state is not None else grid.state
-        shown = len(grid.visible())
-        above, below = grid.out_of_view() if shown else (0, 0)
+        shown = len(grid.visible())  # now: the grid takes the area in the pass that gives it its charts
+        above, below = grid.view[1:] if shown else (0, 0)
         self.set_class(not shown, "-no-charts")  # the note takes the chart area: nothing empty
         self.query_one(ChartNote).show(state, shown, above, below, grid.filter_text)
 

@@ -80,7 +80,8 @@ class ChartGrid(VerticalScroll):
         self.columns = 1
         self.rows_on_screen = 1
         self._shape: tuple | None = None
-        self._view: tuple[int, int, int] | None = None  # the last ViewChanged's (shown, above, below)
+        #: (charts shown, out of view above, below) as last laid out and reported (`ViewChanged`)
+        self.view: tuple[int, int, int] = (0, 0, 0)
 
     def on_mount(self) -> None:
         self.watch(self, "scroll_y", lambda: self.call_after_refresh(self.report_view), init=False)
@@ -108,8 +109,7 @@ class ChartGrid(VerticalScroll):
             if chart.is_mounted and chart not in new and chart.display:
                 chart.show(state)
         self.fit_grid()
-        self.report_view()  # the charts shown, at once (the screen shows the grid); out of view, once laid out
-        self.call_after_refresh(self.report_view)
+        self.call_after_refresh(self.report_view)  # once laid out: the charts out of view
 
     @property
     def state(self) -> DashboardState | None:
@@ -151,15 +151,16 @@ class ChartGrid(VerticalScroll):
         self.styles.grid_rows = " ".join(map(str, heights))
 
     def out_of_view(self) -> tuple[int, int]:
-        """(charts shown above the view, below it), wholly or in part: those Tab and PgUp/PgDn reach."""
+        """(charts shown wholly above the view, wholly below it): those Tab and PgUp/PgDn reach. The rows
+        fill the view exactly, so a chart is in it or out of it whole (the wheel may leave one in part)."""
         top = self.scroll_offset.y
         bottom = top + self.scrollable_content_region.height
         above = below = 0
         for chart in self.visible():
             region = chart.virtual_region
-            if region.y < top:
+            if region.bottom <= top:
                 above += 1
-            elif region.bottom > bottom:
+            elif region.y >= bottom:
                 below += 1
         return above, below
 
@@ -168,8 +169,8 @@ class ChartGrid(VerticalScroll):
         if not self.is_attached:
             return
         view = (len(self.visible()), *self.out_of_view())
-        if view != self._view:
-            self._view = view
+        if view != self.view:
+            self.view = view
             self.post_message(self.ViewChanged(*view))
 
     # --- the filter and the focus ----------------------------------------------------------
