@@ -185,6 +185,43 @@ def tuitrain_bg(*args: str | os.PathLike, cwd: Path) -> subprocess.Popen:
                             stdout=out, stderr=subprocess.STDOUT, text=True)
 
 
+class Receiver:
+    """A webhook on 127.0.0.1 that keeps every JSON body POSTed to it (the alerts' tests)."""
+
+    def __init__(self) -> None:
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        got = self.got = []
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                got.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class Clock:
+    """A clock a test moves by hand (`clock.now += 61`)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def read_events(run_dir: Path, torn_ok: bool = False) -> list[dict]:
     """events.jsonl as dicts; `torn_ok` skips a line a `kill -9` may have cut (JSON errors otherwise)."""
     out = []

@@ -11,9 +11,7 @@ import shutil
 import statistics
 import subprocess
 import sys
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -21,7 +19,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import read_events
+from tests.conftest import Clock, Receiver, read_events
 from tuitrain.core.health import Health, Spike, Watch
 from tuitrain.run.runner import prepare_run
 
@@ -86,30 +84,6 @@ def step_losses(events: list[dict]) -> dict[int, float]:
             if e["event"] == "MetricsLogged" and e["scope"] == "step" and e["split"] == "train"}
 
 
-class Receiver:
-    """A webhook receiver on 127.0.0.1: keeps every JSON body POSTed to it."""
-
-    def __init__(self) -> None:
-        got = self.got = []
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):
-                got.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-                self.send_response(204)
-                self.end_headers()
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 # --- the rules alone ---------------------------------------------------------------------------
 
 
@@ -140,14 +114,6 @@ def test_a_spike_is_far_above_the_windows_spread_and_its_largest_value_after_the
         if not spike:
             rule.push(v)
         assert len(rule.values) <= window and sorted(rule.values) == rule.ordered
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @given(st.lists(st.sampled_from([math.nan, math.inf, -math.inf, 1.0]), min_size=1, max_size=50))

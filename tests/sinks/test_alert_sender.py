@@ -4,48 +4,14 @@ HTTP receiver on 127.0.0.1; the sender's clock is the test's."""
 
 from __future__ import annotations
 
-import json
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from tests.conftest import Clock, Receiver
 from tuitrain.core.events import AlertRaised
 from tuitrain.core.health import Alerts
 from tuitrain.sinks.alerts import AlertSender
-
-
-class Receiver:
-    """A webhook on 127.0.0.1 that keeps every JSON body POSTed to it."""
-
-    def __init__(self) -> None:
-        got = self.got = []
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):
-                got.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-                self.send_response(204)
-                self.end_headers()
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture
