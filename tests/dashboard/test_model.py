@@ -7,7 +7,8 @@ import threading
 
 from tests.conftest import wait_for
 from tuitrain.core.events import (
-    CheckpointStarted, ControlReceived, MetricsLogged, PhaseStarted, RunPaused, RunResumed, RunStarted, StepCompleted,
+    CheckpointStarted, ControlReceived, MetricsLogged, PhaseCompleted, PhaseStarted, RunPaused, RunResumed, RunStarted,
+    StepCompleted,
     StepStarted,
 )
 from tuitrain.dashboard.bridge import EventBridge
@@ -303,3 +304,13 @@ def test_short_epochs_still_give_a_rate_and_their_gaps_are_left_out():
         t += 30.0  # a long validation that is not training
     items_per_s, steps_per_s = st.rates()
     assert steps_per_s == 2.0 and items_per_s == 8.0
+
+
+def test_a_completed_phase_reads_as_done_where_its_batches_were_not_logged():
+    """`tuitrain watch` of a finished run: the files hold no valid batch by batch, so the progress
+    panel read "Phase valid 0/25" for a validation long done."""
+    st = DashboardState()
+    st.apply([PhaseStarted(phase="valid", split="valid", epoch=3, step=300, batches=25)])
+    assert (st.batch, st.batches) == (0, 25)
+    st.apply([PhaseCompleted(phase="valid", split="valid", epoch=3, step=300, metrics={}, duration=0.5, items=800)])
+    assert (st.batch, st.batches) == (25, 25)

@@ -330,6 +330,8 @@ class DashboardState:
                     self._validated_epoch = max(self._validated_epoch, event.epoch)
                 return {"progress"}
             case PhaseCompleted():
+                if event.split == self.split and event.phase == self.phase:
+                    self.batch = max(self.batch, self.batches)  # done: a run's files log no valid batches
                 if self.activity != "starting":
                     self.activity = "running"  # between phases the run is still running
                 if event.split == "valid" and event.duration > 0:
