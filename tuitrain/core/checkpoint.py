@@ -143,6 +143,12 @@ def read_index(folder: str | os.PathLike) -> list[Entry]:
     return out
 
 
+def _in_run_dir(file: str) -> str:
+    """An index row's file as events name it: relative to the run directory (a library's folder elsewhere:
+    its absolute path)."""
+    return file if os.path.isabs(file) else f"checkpoint/{file}"
+
+
 def _requested(row: dict) -> str:
     """Who asked for an index row's checkpoint ("" for the run's own, and in an index written before)."""
     if not row.get("requested"):
@@ -232,7 +238,7 @@ class Checkpointer:
         self._write_index([replace(e, requested=e.requested or by) if e.file in listed else e
                            for e in self.entries()])
         # said again, marked: the screen's checkpoint list (and `watch`) show it as asked for
-        marked = [CheckpointSaved(file=e.file if os.path.isabs(e.file) else f"checkpoint/{e.file}", epoch=e.epoch,
+        marked = [CheckpointSaved(file=_in_run_dir(e.file), epoch=e.epoch,
                                   step=e.step, metrics=dict(e.metrics), bytes=e.bytes, best=e.best, reason=e.reason,
                                   stall=0.0, write=0.0, requested=e.requested)
                   for e in self.entries() if e.file in listed]
@@ -363,12 +369,12 @@ class Checkpointer:
         for e in delete:
             try:
                 fsutil.remove(self.folder / e.file)
-                events.append(CheckpointDeleted(file=e.file if os.path.isabs(e.file) else f"checkpoint/{e.file}"))
+                events.append(CheckpointDeleted(file=_in_run_dir(e.file)))
             except OSError:
                 pass
         is_best = best is not None and best.file == name
         write = time.perf_counter() - t0
-        saved = CheckpointSaved(file=name if os.path.isabs(name) else f"checkpoint/{name}", epoch=epoch, step=step, metrics=metrics,
+        saved = CheckpointSaved(file=_in_run_dir(name), epoch=epoch, step=step, metrics=metrics,
                                 bytes=size, best=is_best, reason=reason, stall=write if stall is None else stall,
                                 write=write, requested=requested)
         with self._lock:

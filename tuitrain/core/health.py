@@ -212,13 +212,12 @@ class Spike:
         level = top + (self.ratio - 1.0) * (top if top > 0.0 else -top) + 1e-12
         self.limit = spread if spread > level else level
 
-    def statistics(self) -> tuple[float, float]:
-        """(median, upper spread as an sd) of the window, for the alert's text."""
+    def median(self) -> float:
+        """The window's median, for the alert's text (NaN while empty)."""
         o, n = self.ordered, len(self.ordered)
         if not n:
-            return math.nan, math.nan
-        med = o[n // 2] if n % 2 else 0.5 * (o[n // 2 - 1] + o[n // 2])
-        return med, (o[(n * 9) // 10] - med) / 1.2816
+            return math.nan
+        return o[n // 2] if n % 2 else 0.5 * (o[n // 2 - 1] + o[n // 2])
 
     def state_dict(self) -> dict:
         return {"values": list(self.values), **self.speaker.state_dict()}
@@ -245,9 +244,6 @@ class Speaker:
         self.episode = 0  # episodes so far (the alert's `episode`)
         self.held = 0  # episodes not alerted since the last alert
         self.last: float | None = None  # the clock at the last alert (not kept across processes)
-
-    def calm(self) -> None:
-        self.in_episode = False
 
     def finding(self, alert_only: bool, now: float) -> bool:
         """A finding (a spike, a non-finite value): whether to say it (an acting rule always does)."""
@@ -352,7 +348,7 @@ class Health:
         themselves); see the module docstring: episodes, once a minute."""
         self.spikes[name] += 1
         limit = rule.limit
-        med, _ = rule.statistics()
+        med = rule.median()
         top, n = rule.ordered[-1], len(rule.values)  # as judged: before an alerted value goes in
         alert_only = action == "alert"
         if alert_only:
