@@ -352,7 +352,7 @@ SLOW = {
     "tests/run/test_runner_extras.py::test_what_the_model_prints_while_it_is_built_reaches_experiment_log[ddp rank 0]",
     "tests/cli/test_lr_find.py::test_a_divergent_sweep_stops_before_its_end",
     "tests/cli/test_lr_find.py::test_the_weights_it_starts_from_are_not_changed",
-    "tests/core/test_heap.py::test_without_it_each_block_comes_back_from_the_kernel",
+    "tests/run/test_heap.py::test_without_it_each_block_comes_back_from_the_kernel",
 }
 
 

@@ -7,7 +7,6 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from tuitrain.core.events import MetricsLogged, PhaseCompleted, RunFinished
 from tuitrain.core.learner import Learner
-from tuitrain.run.build import fill_scheduler_kwargs
 
 
 def data(n=10, d=3, seed=0):
@@ -66,16 +65,6 @@ def test_scheduler_interval(interval, expected_steps):
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
     fit(model, data(n=4), batch_size=2, epochs=3, optimizer=opt, scheduler=sched, scheduler_interval=interval)
     assert opt.param_groups[0]["lr"] == pytest.approx(0.5 ** expected_steps)
-
-
-def test_scheduler_fill_ins():
-    from torch.optim.lr_scheduler import CosineAnnealingLR, OneCycleLR, StepLR
-
-    assert fill_scheduler_kwargs(OneCycleLR, {"max_lr": 1.0}, "step", 3, 7, 0)["total_steps"] == 21
-    assert fill_scheduler_kwargs(OneCycleLR, {"max_lr": 1.0}, "step", 3, 7, 10)["total_steps"] == 10
-    assert fill_scheduler_kwargs(CosineAnnealingLR, {}, "epoch", 5, 7, 0)["T_max"] == 5
-    assert fill_scheduler_kwargs(CosineAnnealingLR, {"T_max": 2}, "step", 5, 7, 0)["T_max"] == 2
-    assert "total_steps" not in fill_scheduler_kwargs(StepLR, {"step_size": 1}, "step", 5, 7, 0)
 
 
 def test_epoch_metrics_weighted_by_batch_size():
