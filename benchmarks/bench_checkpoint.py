@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tuitrain.core.checkpoint import Checkpointer  # noqa: E402
 from tuitrain.core.events import CheckpointSaved, CheckpointStarted, StepCompleted  # noqa: E402
-from tuitrain.core.learner import Learner  # noqa: E402
+from tuitrain.core.learner import CoreLearner  # noqa: E402
 
 
 def build(hidden: int, steps: int, batch: int = 64):
@@ -58,9 +58,9 @@ def timed_run(hidden: int, steps: int, every: int) -> tuple[list[float], list[fl
 
     with tempfile.TemporaryDirectory() as tmp:
         ckpt = Checkpointer(Path(tmp), every_n_steps=every, every_n_epochs=0, keep_last=1, keep_best=0)
-        learner = Learner(model, torch.optim.AdamW(model.parameters(), lr=1e-4), loss_fn=nn.CrossEntropyLoss(),
+        learner = CoreLearner(model, torch.optim.AdamW(model.parameters(), lr=1e-4), loss_fn=nn.CrossEntropyLoss(),
                           train_metrics=["loss"], valid_metrics=[], epochs=1, batch_size=batch, seed=0,
-                          device="cpu", log_every_n_steps=10, callbacks=[clock], checkpointer=ckpt)
+                          device="cpu", log_every_n_steps=10, callbacks=[clock], checkpoint=ckpt)
         assert learner.fit(ds).exit_code == 0
     dts = {s: times[s] - times[s - 1] for s in times if s - 1 in times}
     busy = {s for a, b in zip(started, saved) for s in range(a + 1, b + 2)}

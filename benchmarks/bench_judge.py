@@ -8,7 +8,7 @@
   step, `judge_grads` every logged step, each wrapped in two perf_counter_ns reads): code run once
   a step between torch's kernels runs from cold caches and costs several times its `calls` figure.
 - `steps`: the tiny model (benchproj.Net 32-64-10, batches of 32, AdamW) trained in this process by
-  `Learner.fit`, the settings alternating fit by fit, each fit timed from its `warmup`-th step to its
+  `CoreLearner.fit`, the settings alternating fit by fit, each fit timed from its `warmup`-th step to its
   last by the model's forward pass; the figure is the median per-step time of each setting, and the
   medians' ratio to the rules-off one.
 
@@ -93,11 +93,11 @@ def calls(n: int = 200_000) -> None:
 
 
 def tiny_learner(watch: dict, model=None):
-    from tuitrain.core.learner import Learner
+    from tuitrain.core.learner import CoreLearner
 
     torch.manual_seed(0)
     model = benchproj.Net(32, 64, 10) if model is None else model
-    return Learner(model, torch.optim.AdamW(model.parameters(), lr=1e-3), loss_fn=torch.nn.CrossEntropyLoss(),
+    return CoreLearner(model, torch.optim.AdamW(model.parameters(), lr=1e-3), loss_fn=torch.nn.CrossEntropyLoss(),
                    train_metrics=("loss",), valid_metrics=(), epochs=1, device="cpu", log_every_n_steps=10,
                    batch_size=32, seed=0, watch=watch)
 

@@ -23,9 +23,9 @@ from torch.utils.data import DataLoader, TensorDataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tuitrain.core.checkpoint import Checkpointer  # noqa: E402
 from tuitrain.core.events import MetricsLogged  # noqa: E402
-from tuitrain.core.learner import Learner  # noqa: E402
+from tuitrain.core.learner import CoreLearner  # noqa: E402
+from tuitrain.core.sections import Checkpointing  # noqa: E402
 from tuitrain.sinks.console import HeadlessConsole  # noqa: E402
 from tuitrain.sinks.standard import standard_sinks  # noqa: E402
 
@@ -77,10 +77,10 @@ def tuitrain_loop(kind: str, steps: int) -> float:
         for cb in callbacks[:-1]:
             cb.step_events = False
         clock.step_events = False
-        learner = Learner(model, opt, loss_fn=nn.CrossEntropyLoss(), train_metrics=["loss"], valid_metrics=[],
+        learner = CoreLearner(model, opt, loss_fn=nn.CrossEntropyLoss(), train_metrics=["loss"], valid_metrics=[],
                           epochs=1, batch_size=batch, shuffle=True, seed=0, device="cpu", log_every_n_steps=10,
-                          callbacks=callbacks, checkpointer=Checkpointer(run_dir / "checkpoint"),
-                          model_path=run_dir / "model.pt")
+                          callbacks=callbacks, checkpoint=Checkpointing(model_path=str(run_dir / "model.pt")),
+                          run_dir=run_dir)
         result = learner.fit(ds)
         assert result.exit_code == 0, result.error
     return (marks[steps] - marks[WARMUP]) / (steps - WARMUP)

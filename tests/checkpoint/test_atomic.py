@@ -331,7 +331,7 @@ def test_fit_resume_from_an_unlisted_file_in_the_checkpoint_folder(tmp_path):
     from torch import nn
     from torch.utils.data import TensorDataset
 
-    from tuitrain.core.learner import Learner
+    from tuitrain.core.learner import CoreLearner
 
     folder = tmp_path / "checkpoint"
     g = torch.Generator().manual_seed(0)
@@ -340,8 +340,8 @@ def test_fit_resume_from_an_unlisted_file_in_the_checkpoint_folder(tmp_path):
     def learner():
         torch.manual_seed(0)
         model = nn.Linear(4, 3)
-        return Learner(model, torch.optim.SGD(model.parameters(), lr=0.1), loss_fn=nn.CrossEntropyLoss(),
-                       epochs=2, device="cpu", batch_size=16, checkpointer=Checkpointer(folder))
+        return CoreLearner(model, torch.optim.SGD(model.parameters(), lr=0.1), loss_fn=nn.CrossEntropyLoss(),
+                       epochs=2, device="cpu", batch_size=16, checkpoint=Checkpointer(folder))
 
     assert learner().fit(data).status == "completed"
     mine = folder / "my-copy.pt"
@@ -377,7 +377,7 @@ def test_snapshot_copies_into_the_last_snapshot_and_each_file_holds_its_own_step
     from torch.utils.data import TensorDataset
 
     from tuitrain.core.checkpoint import Checkpointer
-    from tuitrain.core.learner import Learner
+    from tuitrain.core.learner import CoreLearner
 
     torch.manual_seed(0)
     model = nn.Linear(4, 1)
@@ -390,8 +390,8 @@ def test_snapshot_copies_into_the_last_snapshot_and_each_file_holds_its_own_step
             weights[event.step] = model.weight.detach().clone()
 
     ckpt = Checkpointer(tmp_path / "checkpoint", every_n_steps=1, every_n_epochs=0, keep_last=10, keep_best=0)
-    learner = Learner(model, torch.optim.SGD(model.parameters(), lr=0.5), loss_fn=nn.MSELoss(), callbacks=[record],
-                      device="cpu", batch_size=4, epochs=1, shuffle=False, checkpointer=ckpt)
+    learner = CoreLearner(model, torch.optim.SGD(model.parameters(), lr=0.5), loss_fn=nn.MSELoss(), callbacks=[record],
+                      device="cpu", batch_size=4, epochs=1, shuffle=False, checkpoint=ckpt)
     assert learner.fit(ds).exit_code == 0
     files = sorted((tmp_path / "checkpoint").glob("epoch-*-step-*.pt"))
     assert len(files) == 6

@@ -17,7 +17,8 @@ from tuitrain.core.checkpoint import Checkpointer, latest_checkpoint, load_check
 from tuitrain.core.control import Interrupter
 from tuitrain.core.early_stopping import EarlyStopping
 from tuitrain.core.events import MetricsLogged, PhaseCompleted, PhaseStarted
-from tuitrain.core.learner import Learner
+from tuitrain.core.learner import CoreLearner
+from tuitrain.core.sections import Train
 
 N_TRAIN, N_VALID, BATCH = 100, 40, 16  # 7 train batches per epoch (the last has 4 items), 3 valid
 BATCHES = -(-N_TRAIN // BATCH)
@@ -72,7 +73,7 @@ class Recorder:
                 self.phases[(split, epoch)] = dict(metrics)
 
 
-def make_learner(case: Case, folder, stop=None) -> tuple[Learner, Recorder]:
+def make_learner(case: Case, folder, stop=None) -> tuple[CoreLearner, Recorder]:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 32), nn.ReLU(), nn.Dropout(0.3), nn.Linear(32, 3))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
@@ -86,12 +87,12 @@ def make_learner(case: Case, folder, stop=None) -> tuple[Learner, Recorder]:
     rec = Recorder(it, stop)
     early = (EarlyStopping("valid/loss", "min", patience=case.early_patience, min_delta=100.0)
              if case.early_patience else None)
-    learner = Learner(model, opt, loss_fn=nn.CrossEntropyLoss(), scheduler=sched, scheduler_interval=case.interval,
+    learner = CoreLearner(model, opt, loss_fn=nn.CrossEntropyLoss(), scheduler=sched, train=Train(scheduler_interval=case.interval),
                       early_stopping=early,
                       train_metrics=("loss", "accuracy"), valid_metrics=("loss", "accuracy"), callbacks=[rec],
                       epochs=case.epochs, grad_accumulation=case.accum, device="cpu", log_every_n_steps=1,
                       seed=SEED, batch_size=BATCH, shuffle=case.shuffle, num_workers=case.workers,
-                      interrupter=it, checkpointer=Checkpointer(folder, keep_last=2, keep_best=1))
+                      interrupter=it, checkpoint=Checkpointer(folder, keep_last=2, keep_best=1))
     return learner, rec
 
 

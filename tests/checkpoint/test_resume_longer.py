@@ -12,7 +12,7 @@ from torch.utils.data import TensorDataset
 
 from tuitrain.core.checkpoint import Checkpointer, latest_checkpoint
 from tuitrain.core.events import MetricsLogged
-from tuitrain.core.learner import Learner
+from tuitrain.core.learner import CoreLearner
 from tuitrain.run.runner import prepare_run
 
 STEPS = 7  # the tiny project: 100 items, batch 16: 7 steps an epoch
@@ -126,9 +126,9 @@ def _learner(folder, epochs: int, lrs: list):
         if isinstance(event, MetricsLogged) and event.split == "train" and event.scope == "step":
             lrs.append((event.step, event.metrics["lr"]))
 
-    return Learner(model, opt, loss_fn=nn.CrossEntropyLoss(), scheduler=sched, train_metrics=("loss", "lr"),
+    return CoreLearner(model, opt, loss_fn=nn.CrossEntropyLoss(), scheduler=sched, train_metrics=("loss", "lr"),
                    valid_metrics=("loss",), callbacks=[record], epochs=epochs, device="cpu", log_every_n_steps=1,
-                   seed=7, batch_size=16, checkpointer=Checkpointer(folder))
+                   seed=7, batch_size=16, checkpoint=Checkpointer(folder))
 
 
 def _data():

@@ -17,7 +17,7 @@ from tuitrain.core.checkpoint import Checkpointer, latest_checkpoint
 from tuitrain.core.control import Interrupter
 from tuitrain.core.data import build_loader
 from tuitrain.core.events import MetricsLogged
-from tuitrain.core.learner import Learner
+from tuitrain.core.learner import CoreLearner
 
 AUG_MODULE = '''
 import torch
@@ -81,9 +81,9 @@ def _fit(folder, stop_at: int = 0, resume=None) -> dict[int, float]:
             if event.step == stop_at:
                 it.request_stop("api", "test")
 
-    learner = Learner(model, torch.optim.SGD(model.parameters(), lr=0.05), loss_fn=nn.CrossEntropyLoss(),
+    learner = CoreLearner(model, torch.optim.SGD(model.parameters(), lr=0.05), loss_fn=nn.CrossEntropyLoss(),
                       epochs=2, device="cpu", log_every_n_steps=1, seed=5, batch_size=8, num_workers=2,
-                      callbacks=[record], interrupter=it, checkpointer=Checkpointer(folder, keep_last=2))
+                      callbacks=[record], interrupter=it, checkpoint=Checkpointer(folder, keep_last=2))
     result = learner.fit(Noisy(), None, resume=resume)
     assert result.status == ("interrupted" if stop_at else "completed"), result.error
     return losses

@@ -12,7 +12,7 @@ from torch.utils.data import TensorDataset
 import tuitrain
 from tuitrain.core import phases, state
 from tuitrain.core.events import PhaseCompleted
-from tuitrain.core.learner import Learner
+from tuitrain.core.learner import CoreLearner
 
 BATCHES = 4  # 8 samples in batches of 2, not shuffled
 
@@ -41,7 +41,7 @@ class Cancelling(nn.Linear):
 def _fit(error, at, epochs=2):
     model = Cancelling(error, at)
     events = []
-    learner = Learner(model, torch.optim.SGD(model.parameters(), lr=0.1), device="cpu", batch_size=2,
+    learner = CoreLearner(model, torch.optim.SGD(model.parameters(), lr=0.1), device="cpu", batch_size=2,
                       shuffle=False, epochs=epochs, train_metrics=["loss"],
                       callbacks=[lambda e, s: events.append(e)])
     return model, learner.fit(_data()), events

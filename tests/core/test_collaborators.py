@@ -1,16 +1,12 @@
-"""The Learner is one class that owns its collaborators (precision, optimization, checkpoints, the health
-guard); none of them holds the Learner, and a subclass's own backward or optimizer step is still the one
-the loop calls."""
+"""The core Learner's settings come as sections or the common flat keywords, alike; a subclass's own
+backward, optimizer step or state is still the one the loop calls."""
 
-import inspect
-
+import pytest
 import torch
 from torch import nn
 
-from tuitrain.core.learner import Learner
-from tuitrain.core.learner_checkpoint import Checkpoints
-from tuitrain.core.learner_health import HealthGuard
-from tuitrain.core.optimization import Optimization, Precision
+from tuitrain.core.learner import CoreLearner
+from tuitrain.core.sections import Data, Log, Train
 
 
 def _data(n=32):
@@ -19,45 +15,37 @@ def _data(n=32):
     return torch.utils.data.TensorDataset(x, (x.sum(1) > 0).long())
 
 
-def _learner(cls=Learner, **kw):
+def _learner(cls=CoreLearner, **kw):
     torch.manual_seed(0)
     model = nn.Linear(4, 2)
     return cls(model, torch.optim.SGD(model.parameters(), lr=0.1), loss_fn=nn.CrossEntropyLoss(), epochs=1,
                batch_size=8, device="cpu", **kw)
 
 
-def _holds(value, target, depth=0) -> bool:
-    """`value` is `target`, a method bound to it, or a container/closure that reaches it."""
-    if value is target or getattr(value, "__self__", None) is target:
-        return True
-    if depth > 2:
-        return False
-    if isinstance(value, dict):
-        return any(_holds(v, target, depth + 1) for v in value.values())
-    if isinstance(value, (list, tuple, set)):
-        return any(_holds(v, target, depth + 1) for v in value)
-    closure = getattr(value, "__closure__", None) or ()
-    return any(_holds(c.cell_contents, target, depth + 1) for c in closure)
-
-
-def test_the_learner_has_no_mixins_and_its_collaborators_do_not_hold_it():
-    assert Learner.__bases__ == (object,)
-    learner = _learner(clip_grad_norm=1.0)
-    parts = {"amp": Precision, "optimization": Optimization, "checkpoints": Checkpoints, "guard": HealthGuard}
-    for name, cls in parts.items():
-        part = getattr(learner, name)
-        assert type(part) is cls
-        held = [attr for attr, value in vars(part).items() if _holds(value, learner)]
-        assert not held, f"learner.{name} holds the Learner through {held}"
-    # each is built from what it works on: no parameter takes the learner
-    for cls in parts.values():
-        assert "learner" not in inspect.signature(cls).parameters
+def test_sections_and_the_flat_keywords_train_the_same_run():
+    """The settings grouped as the TOML groups them, or the common flat keywords: the same run, bit for
+    bit; a keyword that is no longer flat says which section takes it."""
+    a = _learner(clip_grad_norm=1.0, log_every_n_steps=2)
+    torch.manual_seed(0)
+    model = nn.Linear(4, 2)
+    b = CoreLearner(model, torch.optim.SGD(model.parameters(), lr=0.1), loss_fn=nn.CrossEntropyLoss(),
+                    train=Train(epochs=1, clip_grad_norm=1.0, device="cpu"), data=Data(batch_size=8),
+                    log=Log(every_n_steps=2))
+    ra, rb = a.fit(_data()), b.fit(_data())
+    assert ra.status == rb.status == "completed"
+    assert ra.summary == rb.summary
+    for pa, pb in zip(a.raw_model.parameters(), b.raw_model.parameters()):
+        assert torch.equal(pa, pb)
+    with pytest.raises(TypeError, match=r"max_time.*train=Train\(max_time=\.\.\.\)"):
+        _learner(max_time=5)
+    with pytest.raises(ValueError, match="train.grad_accumulation must be a whole number of 1 or more"):
+        Train(grad_accumulation=0)
 
 
 def test_a_subclass_s_own_backward_and_optimizer_step_are_the_ones_the_loop_calls():
     calls = {"backward": 0, "optimizer_step": 0}
 
-    class Mine(Learner):
+    class Mine(CoreLearner):
         def backward(self, loss):
             calls["backward"] += 1
             super().backward(loss)
@@ -84,7 +72,7 @@ def test_a_rollback_loads_through_the_learner_s_own_load_state_dict(tmp_path):
 
     loaded = []
 
-    class Mine(Learner):
+    class Mine(CoreLearner):
         def state_dict(self):
             return {**super().state_dict(), "mine": self.state.step}
 
@@ -100,7 +88,7 @@ def test_a_rollback_loads_through_the_learner_s_own_load_state_dict(tmp_path):
     model = nn.Linear(4, 1)
     learner = Mine(model, torch.optim.SGD(model.parameters(), lr=0.01), loss_fn=nn.MSELoss(), epochs=1,
                    batch_size=8, shuffle=False, device="cpu", watch={"loss_spike": "rollback", "spike_window": 32},
-                   checkpointer=ckpt.Checkpointer(tmp_path / "checkpoint", every_n_steps=10))
+                   checkpoint=ckpt.Checkpointer(tmp_path / "checkpoint", every_n_steps=10))
     result = learner.fit(torch.utils.data.TensorDataset(x, y))
     assert result.status == "completed", result.error
     assert learner.health.rollbacks == 1 and learner.state.skip_batches == [[1, 30]]

@@ -15,7 +15,7 @@ from tests.conftest import wait_for
 from tuitrain.core.checkpoint import Checkpointer, read_index
 from tuitrain.core.control import COMMANDS, ControlWatcher, FileControl, Interrupter, control_dir
 from tuitrain.core.events import (CheckpointSaved, ControlReceived, MetricsLogged, RunPaused, RunResumed)
-from tuitrain.core.learner import Learner
+from tuitrain.core.learner import CoreLearner
 
 
 # --- Interrupter ------------------------------------------------------------------------------
@@ -129,9 +129,9 @@ def learner_with(callbacks, folder, interrupter, epochs=2):
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     g = torch.Generator().manual_seed(0)
     data = TensorDataset(torch.randn(64, 4, generator=g), torch.randint(0, 3, (64,), generator=g))
-    learner = Learner(model, opt, loss_fn=nn.CrossEntropyLoss(), callbacks=callbacks, epochs=epochs,
+    learner = CoreLearner(model, opt, loss_fn=nn.CrossEntropyLoss(), callbacks=callbacks, epochs=epochs,
                       device="cpu", log_every_n_steps=1, seed=3, batch_size=16, interrupter=interrupter,
-                      checkpointer=Checkpointer(folder, keep_last=10, every_n_epochs=0))
+                      checkpoint=Checkpointer(folder, keep_last=10, every_n_epochs=0))
     return learner, data
 
 

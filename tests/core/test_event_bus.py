@@ -94,9 +94,10 @@ def test_sampled_callbacks_get_a_phase_s_first_steps_then_one_step_per_interval_
     from torch.utils.data import TensorDataset
 
     from tuitrain.core.events import StepCompleted
-    from tuitrain.core.learner import Learner
+    from tuitrain.core.learner import CoreLearner
     from tuitrain.core import loop
-    from tuitrain.core.phases import StepSampler, TrainPhase
+    from tuitrain.core.callbacks import StepSampler
+    from tuitrain.core.phases import TrainPhase
 
     got = []
 
@@ -108,14 +109,14 @@ def test_sampled_callbacks_get_a_phase_s_first_steps_then_one_step_per_interval_
     bus.subscribe(progress, steps="sampled")
     assert bus.step_mode == "sampled" and bus.wants_sampled_steps and not bus.wants_steps
     used_plain = []
-    plain = loop._plain_epoch
+    plain = loop.Loop.plain_epoch
     g = torch.Generator().manual_seed(0)
     ds = TensorDataset(torch.randn(400, 3, generator=g), torch.randn(400, 1, generator=g))
     torch.manual_seed(0)
     model = nn.Linear(3, 1)
     phase = TrainPhase()
-    monkeypatch.setattr(loop, "_plain_epoch", lambda *a: used_plain.append(1) or plain(*a))
-    learner = Learner(model, torch.optim.SGD(model.parameters(), lr=0.01), loss_fn=nn.MSELoss(), bus=bus,
+    monkeypatch.setattr(loop.Loop, "plain_epoch", lambda *a: used_plain.append(1) or plain(*a))
+    learner = CoreLearner(model, torch.optim.SGD(model.parameters(), lr=0.01), loss_fn=nn.MSELoss(), bus=bus,
                       device="cpu", batch_size=4, epochs=2, train_phase=phase)
     assert learner.fit(ds).exit_code == 0
     assert used_plain == [1, 1]  # the fast loop ran in both epochs

@@ -14,7 +14,8 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from tuitrain.core.events import MetricsLogged
 from tuitrain.core.flops import PEAK_TFLOPS, StepFlops, peak_tflops_of
-from tuitrain.core.learner import Learner
+from tuitrain.core.learner import CoreLearner
+from tuitrain.core.sections import Train
 from tuitrain.core.phases import CustomTrainPhase
 
 SIZES = (4, 256, 256, 3)  # a small first layer: its input needs no gradient, 6NB counts it anyway
@@ -52,7 +53,7 @@ def data(n=96, seed=0):
 def fit(metrics, *, dropout=0.3, accum=1, epochs=2, device="cpu", model=None, **kw):
     model = model if model is not None else mlp(dropout=dropout)
     events = []
-    learner = Learner(model, torch.optim.AdamW(model.parameters(), lr=1e-2), loss_fn=nn.CrossEntropyLoss(),
+    learner = CoreLearner(model, torch.optim.AdamW(model.parameters(), lr=1e-2), loss_fn=nn.CrossEntropyLoss(),
                       device=device, train_metrics=metrics, epochs=epochs, batch_size=16, seed=3,
                       grad_accumulation=accum, log_every_n_steps=1,
                       callbacks=[lambda e, s: events.append(e)], **kw)
@@ -82,7 +83,7 @@ def test_first_batch_counted_times_accumulation(accum):
 @pytest.mark.parametrize("accum", [1, 2])
 def test_counting_does_not_change_training(accum):
     """Dropout draws random numbers: the counted batch must draw exactly what it would have."""
-    a, with_metrics = fit(["loss", "tflops", "mfu", "max_memory"], accum=accum, peak_tflops=1.0)
+    a, with_metrics = fit(["loss", "tflops", "mfu", "max_memory"], accum=accum, train=Train(peak_tflops=1.0))
     b, without = fit(["loss"], accum=accum)
     assert [e.step for e in with_metrics] == [e.step for e in without]
     assert [e.metrics["loss"] for e in with_metrics] == [e.metrics["loss"] for e in without]
@@ -91,7 +92,7 @@ def test_counting_does_not_change_training(accum):
 
 
 def test_flops_per_step_given_is_used_as_is():
-    learner, logged = fit(["loss", "tflops", "mfu", "step_time"], flops_per_step=2.5e9, peak_tflops=0.5,
+    learner, logged = fit(["loss", "tflops", "mfu", "step_time"], train=Train(flops_per_step=2.5e9, peak_tflops=0.5),
                           epochs=1)
     assert learner._step_flops is None  # nothing counted
     for e in logged:
@@ -117,7 +118,7 @@ def test_manual_phase_counts_the_whole_step():
 
     a, b = mlp(seed=1), mlp(sizes=(4, 64, 3), seed=2)
     opts = {"a": torch.optim.SGD(a.parameters(), lr=0.1), "b": torch.optim.SGD(b.parameters(), lr=0.1)}
-    learner = Learner({"a": a, "b": b}, opts, device="cpu", train_metrics=["loss", "tflops"], epochs=1,
+    learner = CoreLearner({"a": a, "b": b}, opts, device="cpu", train_metrics=["loss", "tflops"], epochs=1,
                       batch_size=16, train_phase=TwoModels(), log_every_n_steps=2)
     assert learner.fit(data()).exit_code == 0
     assert learner._step_flops.flops == hand_count(SIZES, 16) + hand_count((4, 64, 3), 16)
@@ -182,16 +183,16 @@ def test_max_memory_and_phase_values():
 
 def test_mfu_needs_a_peak_on_a_cpu():
     with pytest.raises(ValueError, match="peak_tflops"):
-        Learner(mlp(), torch.optim.SGD(mlp().parameters(), lr=0.1), device="cpu", train_metrics=["mfu"])
+        CoreLearner(mlp(), torch.optim.SGD(mlp().parameters(), lr=0.1), device="cpu", train_metrics=["mfu"])
     for bad in (-1.0, float("nan"), "1", True):
         with pytest.raises(ValueError, match="flops_per_step"):
-            Learner(mlp(), torch.optim.SGD(mlp().parameters(), lr=0.1), device="cpu", flops_per_step=bad)
+            CoreLearner(mlp(), torch.optim.SGD(mlp().parameters(), lr=0.1), device="cpu", train=Train(flops_per_step=bad))
 
 
 def test_step_flops_watches_only_while_training():
     """Made but never trained (or between phases), it leaves other models alone."""
     model = mlp()
-    learner = Learner(model, torch.optim.SGD(model.parameters(), lr=0.1), device="cpu", train_metrics=["tflops"])
+    learner = CoreLearner(model, torch.optim.SGD(model.parameters(), lr=0.1), device="cpu", train_metrics=["tflops"])
     assert isinstance(learner._step_flops, StepFlops) and not learner._step_flops.watching
     model(torch.randn(2, SIZES[0])).sum().backward()
     assert learner._step_flops.flops is None and no_counting_left()

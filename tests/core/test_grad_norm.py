@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from tuitrain.core.learner_health import GradNorm
+from tuitrain.core.learner_health import TotalNorm
 
 
 def _model(widths, dtype, frozen):
@@ -27,7 +27,7 @@ def test_the_norm_is_get_total_norm_s_bit_for_bit(widths, dtype, frozen, scale, 
     model = _model(widths, dtype, frozen)
     x = torch.randn(3, widths[0], dtype=dtype) * scale
     model(x).pow(2).sum().backward()
-    norm = GradNorm(model.parameters())
+    norm = TotalNorm(model.parameters())
     assert norm.direct
     expected = float(torch.nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None]))
     got = norm()
@@ -37,7 +37,7 @@ def test_the_norm_is_get_total_norm_s_bit_for_bit(widths, dtype, frozen, scale, 
 def test_mixed_dtypes_and_no_gradients_take_get_total_norm_itself():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 3), nn.Linear(3, 2).double())
-    norm = GradNorm(model.parameters())
+    norm = TotalNorm(model.parameters())
     assert not norm.direct and norm() is None  # no backward yet: no gradients
     h = model[0](torch.randn(5, 4))
     model[1](h.double()).sum().backward()

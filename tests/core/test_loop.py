@@ -6,7 +6,8 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from tuitrain.core.events import MetricsLogged, PhaseCompleted, RunFinished
-from tuitrain.core.learner import Learner
+from tuitrain.core.learner import CoreLearner
+from tuitrain.core.sections import Train
 
 
 def data(n=10, d=3, seed=0):
@@ -25,7 +26,7 @@ def fit(model, ds, events=None, **kw):
     opt = kw.pop("optimizer", None) or torch.optim.SGD(model.parameters(), lr=0.1)
     cb = [lambda e, s: events.append(e)] if events is not None else []
     kw.setdefault("shuffle", False)
-    learner = Learner(model, opt, loss_fn=nn.MSELoss(), callbacks=cb, device="cpu", **kw)
+    learner = CoreLearner(model, opt, loss_fn=nn.MSELoss(), callbacks=cb, device="cpu", **kw)
     result = learner.fit(ds)
     assert result.exit_code == 0, result.error
     return learner, result
@@ -63,7 +64,7 @@ def test_scheduler_interval(interval, expected_steps):
     model = linear()
     opt = torch.optim.SGD(model.parameters(), lr=1.0)
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
-    fit(model, data(n=4), batch_size=2, epochs=3, optimizer=opt, scheduler=sched, scheduler_interval=interval)
+    fit(model, data(n=4), batch_size=2, epochs=3, optimizer=opt, scheduler=sched, train=Train(scheduler_interval=interval))
     assert opt.param_groups[0]["lr"] == pytest.approx(0.5 ** expected_steps)
 
 
@@ -74,7 +75,7 @@ def test_epoch_metrics_weighted_by_batch_size():
     model = nn.Linear(4, 3)
     opt = torch.optim.SGD(model.parameters(), lr=0.0)  # frozen: metrics are computable by hand
     events = []
-    learner = Learner(model, opt, loss_fn=nn.CrossEntropyLoss(), device="cpu", shuffle=False, batch_size=3,
+    learner = CoreLearner(model, opt, loss_fn=nn.CrossEntropyLoss(), device="cpu", shuffle=False, batch_size=3,
                       train_metrics=["loss", "accuracy", "top2_accuracy"], callbacks=[lambda e, s: events.append(e)])
     assert learner.fit(TensorDataset(x, y)).exit_code == 0
     with torch.no_grad():
@@ -123,7 +124,7 @@ def test_validation_runs_without_gradients():
     torch.manual_seed(0)
     model = Probe(3, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    learner = Learner(model, opt, loss_fn=nn.MSELoss(), device="cpu", batch_size=4, shuffle=False)
+    learner = CoreLearner(model, opt, loss_fn=nn.MSELoss(), device="cpu", batch_size=4, shuffle=False)
     ds = data(n=4)
     assert learner.fit(ds, ds).exit_code == 0
     assert seen == [(True, True), (False, False)]
@@ -150,7 +151,7 @@ def test_model_train_step_dict_and_user_dataloader():
     loader = DataLoader(TensorDataset(x, y), batch_size=4, shuffle=True)
     model = Own()
     events = []
-    learner = Learner(model, torch.optim.AdamW(model.parameters()), device="cpu", seed=3,
+    learner = CoreLearner(model, torch.optim.AdamW(model.parameters()), device="cpu", seed=3,
                       train_metrics=["loss", "accuracy"], valid_metrics=["accuracy"],
                       callbacks=[lambda e, s: events.append(e)])
     result = learner.fit(loader, loader)
@@ -175,7 +176,7 @@ def test_nonfinite_loss_fails_and_names_step():
 
     torch.manual_seed(0)
     model = Bad(3, 1)
-    learner = Learner(model, torch.optim.SGD(model.parameters(), lr=0.1), loss_fn=nn.MSELoss(), device="cpu",
+    learner = CoreLearner(model, torch.optim.SGD(model.parameters(), lr=0.1), loss_fn=nn.MSELoss(), device="cpu",
                       batch_size=2, shuffle=False)
     result = learner.fit(data(n=10))
     assert result.exit_code == 1 and result.status == "failed"
@@ -188,7 +189,7 @@ def test_user_exception_is_a_failed_result_not_a_raise():
             raise ValueError("bad shape")
 
     model = Boom(3, 1)
-    learner = Learner(model, torch.optim.SGD(model.parameters(), lr=0.1), loss_fn=nn.MSELoss(), device="cpu")
+    learner = CoreLearner(model, torch.optim.SGD(model.parameters(), lr=0.1), loss_fn=nn.MSELoss(), device="cpu")
     result = learner.fit(data(n=4))
     assert (result.status, result.exit_code) == ("failed", 1)
     assert result.error == "ValueError: bad shape"
@@ -204,7 +205,7 @@ def test_print_in_user_code_becomes_output_events():
 
     model = Talk(3, 1)
     events = []
-    learner = Learner(model, torch.optim.SGD(model.parameters(), lr=0.1), loss_fn=nn.MSELoss(), device="cpu",
+    learner = CoreLearner(model, torch.optim.SGD(model.parameters(), lr=0.1), loss_fn=nn.MSELoss(), device="cpu",
                       batch_size=4, callbacks=[lambda e, s: events.append(e)], capture_output=True)
     learner.fit(data(n=8))
     texts = [e.text for e in events if isinstance(e, OutputPrinted) and e.stream == "stdout"]
@@ -214,15 +215,15 @@ def test_print_in_user_code_becomes_output_events():
 def test_bf16_mixed_on_cpu_trains():
     model = linear()
     learner, result = fit(model, data(n=8), batch_size=4, epochs=1, precision="bf16-mixed")
-    assert learner.precision == "bf16-mixed" and result.exit_code == 0
+    assert learner.precision.name == "bf16-mixed" and result.exit_code == 0
 
 
 def test_16_mixed_on_cpu_falls_back_with_warning():
     model = linear()
     with pytest.warns(UserWarning, match="bf16-mixed"):
-        learner = Learner(model, torch.optim.SGD(model.parameters(), lr=0.1), loss_fn=nn.MSELoss(),
+        learner = CoreLearner(model, torch.optim.SGD(model.parameters(), lr=0.1), loss_fn=nn.MSELoss(),
                           device="cpu", precision="16-mixed")
-    assert learner.precision == "bf16-mixed" and learner.scaler is None
+    assert learner.precision.name == "bf16-mixed" and learner.scaler is None
 
 
 def test_a_step_checkpoint_on_an_epoch_end_is_written_once(tmp_path):
@@ -232,8 +233,8 @@ def test_a_step_checkpoint_on_an_epoch_end_is_written_once(tmp_path):
     events = []
     ckpt = Checkpointer(tmp_path, every_n_steps=5, every_n_epochs=1, keep_last=10, monitor="train/loss")
     model = linear()
-    learner = Learner(model, torch.optim.SGD(model.parameters(), lr=0.1), loss_fn=nn.MSELoss(), device="cpu",
-                      batch_size=2, shuffle=False, epochs=3, checkpointer=ckpt,
+    learner = CoreLearner(model, torch.optim.SGD(model.parameters(), lr=0.1), loss_fn=nn.MSELoss(), device="cpu",
+                      batch_size=2, shuffle=False, epochs=3, checkpoint=ckpt,
                       callbacks=[lambda e, s: events.append(e)])
     assert learner.fit(data(n=10)).exit_code == 0  # 5 steps per epoch: every step checkpoint is an epoch end
     saved = [(e.step, e.reason) for e in events if isinstance(e, CheckpointSaved)]
@@ -246,9 +247,9 @@ def test_epoch_started_after_a_midepoch_resume_names_the_epochs_first_step(tmp_p
 
     def make(callbacks=()):
         model = linear()
-        return Learner(model, torch.optim.SGD(model.parameters(), lr=0.1), loss_fn=nn.MSELoss(), device="cpu",
+        return CoreLearner(model, torch.optim.SGD(model.parameters(), lr=0.1), loss_fn=nn.MSELoss(), device="cpu",
                        batch_size=2, shuffle=False, epochs=2, grad_accumulation=2, seed=0,
-                       checkpointer=Checkpointer(tmp_path, every_n_steps=4), callbacks=list(callbacks))
+                       checkpoint=Checkpointer(tmp_path, every_n_steps=4), callbacks=list(callbacks))
 
     # 20 samples, batch 2, accumulation 2: 5 steps per epoch; stop after step 7 (epoch 2, 2 steps in)
     stopper = make()
@@ -262,18 +263,18 @@ def test_epoch_started_after_a_midepoch_resume_names_the_epochs_first_step(tmp_p
 
 
 def test_the_plain_loop_and_the_general_loop_train_and_log_the_same(monkeypatch):
-    """Without per-step callbacks the common case runs loop._plain_epoch; with one it runs the
+    """Without per-step callbacks the common case runs Loop.plain_epoch; with one it runs the
     general loop. Same data, model and seed: bitwise the same parameters, logged values and counts."""
     from tuitrain.core import loop
 
     plain_calls = []
-    original = loop._plain_epoch
+    original = loop.Loop.plain_epoch
 
     def spy(*args):
         plain_calls.append(1)
         return original(*args)
 
-    monkeypatch.setattr(loop, "_plain_epoch", spy)
+    monkeypatch.setattr(loop.Loop, "plain_epoch", spy)
 
     def run(per_step: bool):
         seen = []
@@ -287,7 +288,7 @@ def test_the_plain_loop_and_the_general_loop_train_and_log_the_same(monkeypatch)
         ds = TensorDataset(torch.randn(22, 3, generator=g), torch.randint(0, 4, (22,), generator=g))
         torch.manual_seed(0)
         model = nn.Sequential(nn.Linear(3, 8), nn.ReLU(), nn.Linear(8, 4))
-        learner = Learner(model, torch.optim.AdamW(model.parameters(), lr=0.01), loss_fn=nn.CrossEntropyLoss(),
+        learner = CoreLearner(model, torch.optim.AdamW(model.parameters(), lr=0.01), loss_fn=nn.CrossEntropyLoss(),
                           train_metrics=["loss", "lr"], valid_metrics=["loss", "accuracy"], callbacks=[record],
                           device="cpu", batch_size=4, epochs=2, seed=5, log_every_n_steps=2)
         result = learner.fit(ds, ds)
@@ -317,7 +318,7 @@ def test_fit_freezes_the_heap_while_training_and_unfreezes_it_after():
     from torch.utils.data import TensorDataset
 
     from tuitrain.core.events import MetricsLogged
-    from tuitrain.core.learner import Learner
+    from tuitrain.core.learner import CoreLearner
 
     frozen_during = []
 
@@ -329,7 +330,7 @@ def test_fit_freezes_the_heap_while_training_and_unfreezes_it_after():
     g = torch.Generator().manual_seed(0)
     ds = TensorDataset(torch.randn(64, 3, generator=g), torch.randn(64, 1, generator=g))
     model = nn.Linear(3, 1)
-    learner = Learner(model, torch.optim.SGD(model.parameters(), lr=0.01), loss_fn=nn.MSELoss(), device="cpu",
+    learner = CoreLearner(model, torch.optim.SGD(model.parameters(), lr=0.01), loss_fn=nn.MSELoss(), device="cpu",
                       batch_size=8, epochs=1, log_every_n_steps=2, callbacks=[watch])
     assert learner.fit(ds).exit_code == 0
     assert frozen_during and min(frozen_during) > max(before, 1000)  # the model, torch, ... at least

@@ -6,7 +6,7 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 from tuitrain.core.checkpoint import CheckpointError, load_weights
-from tuitrain.core.learner import Learner
+from tuitrain.core.learner import CoreLearner
 from tuitrain.core.metrics import TorchMetric
 
 
@@ -45,7 +45,7 @@ def test_torchmetrics_metric_matches_hand_computation():
     model = nn.Linear(4, 3)
     f1 = TorchMetric(tm.classification.MulticlassF1Score(num_classes=3, average="macro"), "f1")
     events = []
-    learner = Learner(model, torch.optim.SGD(model.parameters(), lr=0.0), loss_fn=nn.CrossEntropyLoss(),
+    learner = CoreLearner(model, torch.optim.SGD(model.parameters(), lr=0.0), loss_fn=nn.CrossEntropyLoss(),
                       device="cpu", batch_size=7, shuffle=False, train_metrics=["loss", f1],
                       callbacks=[lambda e, s: events.append(e)])
     assert learner.fit(TensorDataset(x, y)).exit_code == 0

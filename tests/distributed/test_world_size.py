@@ -10,16 +10,16 @@ from torch.utils.data import TensorDataset
 from tuitrain.core.checkpoint import Checkpointer, latest_checkpoint, load_checkpoint
 from tuitrain.core.control import Interrupter
 from tuitrain.core.events import EpochStarted, MetricsLogged, OutputPrinted, RunStarted
-from tuitrain.core.learner import Learner
+from tuitrain.core.learner import CoreLearner
 
 
-def _learner(folder, **kw) -> tuple[Learner, list]:
+def _learner(folder, **kw) -> tuple[CoreLearner, list]:
     torch.manual_seed(0)
     model = nn.Linear(4, 3)
     seen: list = []
     callbacks = [lambda e, s: seen.append(e), *kw.pop("callbacks", [])]
-    lr = Learner(model, torch.optim.SGD(model.parameters(), lr=0.1), loss_fn=nn.CrossEntropyLoss(), device="cpu",
-                 batch_size=16, seed=3, checkpointer=Checkpointer(folder, every_n_epochs=0),
+    lr = CoreLearner(model, torch.optim.SGD(model.parameters(), lr=0.1), loss_fn=nn.CrossEntropyLoss(), device="cpu",
+                 batch_size=16, seed=3, checkpoint=Checkpointer(folder, every_n_epochs=0),
                  callbacks=callbacks, capture_output=True, **kw)
     return lr, seen
 

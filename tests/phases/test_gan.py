@@ -12,7 +12,8 @@ import torch
 from tuitrain.core.checkpoint import Checkpointer, latest_checkpoint, load_checkpoint
 from tuitrain.core.control import Interrupter
 from tuitrain.core.events import MetricsLogged, PhaseCompleted, PhaseStarted
-from tuitrain.core.learner import Learner
+from tuitrain.core.learner import CoreLearner
+from tuitrain.core.sections import Train
 from tuitrain.core.phases import CustomTrainPhase
 
 DEMO = Path(__file__).resolve().parents[2] / "demo"
@@ -41,7 +42,7 @@ class Recorder:
                 self.phases[(split, epoch)] = dict(metrics)
 
 
-def make_learner(folder, stop=None, epochs=EPOCHS) -> tuple[Learner, Recorder]:
+def make_learner(folder, stop=None, epochs=EPOCHS) -> tuple[CoreLearner, Recorder]:
     torch.manual_seed(0)
     G, D = gan.Generator(latent=4, hidden=32, depth=2), gan.Discriminator(hidden=32, depth=2)
     opt_g = torch.optim.Adam(G.parameters(), lr=1e-3, betas=(0.5, 0.999))
@@ -49,13 +50,13 @@ def make_learner(folder, stop=None, epochs=EPOCHS) -> tuple[Learner, Recorder]:
     sched_g = torch.optim.lr_scheduler.StepLR(opt_g, step_size=3, gamma=0.9)  # per step: its state matters
     it = Interrupter()
     rec = Recorder(it, stop)
-    learner = Learner({"generator": G, "discriminator": D}, {"generator": opt_g, "discriminator": opt_d},
-                      scheduler={"generator": sched_g}, scheduler_interval={"generator": "step"},
+    learner = CoreLearner({"generator": G, "discriminator": D}, {"generator": opt_g, "discriminator": opt_d},
+                      scheduler={"generator": sched_g}, train=Train(scheduler_interval={"generator": "step"}),
                       train_phase=gan.GANPhase(), valid_phase=gan.GANValidPhase(),
                       train_metrics=("loss", "g_loss", "d_loss", "lr"),
                       valid_metrics=("loss", "mode_distance", "modes_covered"),
                       callbacks=[rec], epochs=epochs, device="cpu", log_every_n_steps=1, seed=3, batch_size=64,
-                      interrupter=it, checkpointer=Checkpointer(folder, keep_last=2, keep_best=0))
+                      interrupter=it, checkpoint=Checkpointer(folder, keep_last=2, keep_best=0))
     return learner, rec
 
 
@@ -158,13 +159,13 @@ def test_several_models_need_a_phase_of_their_own():
     G, D = gan.Generator(), gan.Discriminator()
     opts = {"generator": torch.optim.Adam(G.parameters()), "discriminator": torch.optim.Adam(D.parameters())}
     with pytest.raises(ValueError, match="CustomTrainPhase"):
-        Learner({"generator": G, "discriminator": D}, opts, device="cpu")
+        CoreLearner({"generator": G, "discriminator": D}, opts, device="cpu")
 
 
 def test_one_model_keeps_learner_model_and_optimizer():
     model = torch.nn.Linear(2, 2)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    learner = Learner(model, opt, device="cpu")
+    learner = CoreLearner(model, opt, device="cpu")
     assert learner.model is model and learner.models == {"model": model}
     assert learner.optimizer is opt and learner.optimizers == {"model": opt}
 
@@ -183,7 +184,7 @@ def test_custom_phase_with_one_optimizer_needs_no_name(tmp_path):
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     x = torch.randn(64, 2)
     ds = torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True))
-    learner = Learner(model, opt, train_phase=Plain(), train_metrics=("loss",), valid_metrics=(), epochs=20,
+    learner = CoreLearner(model, opt, train_phase=Plain(), train_metrics=("loss",), valid_metrics=(), epochs=20,
                       batch_size=16, device="cpu")
     result = learner.fit(ds)
     assert result.status == "completed", result.error

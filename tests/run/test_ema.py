@@ -9,6 +9,7 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 import tuitrain
+from tuitrain.core.sections import Train
 from tuitrain.core.checkpoint import load_checkpoint, read_index
 from tuitrain.core.ema import WeightAverage
 from tuitrain.core.events import MetricsLogged
@@ -25,7 +26,7 @@ def _fit(run_dir, epochs=4, stop_at=0, resume=None, decay=0.9):
     model = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 2))
     learner = tuitrain.Learner(model, torch.optim.SGD(model.parameters(), lr=0.2), loss_fn=nn.CrossEntropyLoss(),
                                batch_size=8, epochs=epochs, run_dir=run_dir, log_every_n_steps=1, seed=1,
-                               ema_decay=decay)
+                               train=Train(ema_decay=decay))
     valid = {}
 
     def record(event, state):
@@ -84,7 +85,7 @@ def test_the_average_is_decay_times_itself_plus_the_rest_times_the_new_weights(t
     opt.register_step_post_hook(
         lambda *_: after_each_step.append({k: v.detach().clone() for k, v in model.state_dict().items()}))
     learner = tuitrain.Learner(model, opt, loss_fn=nn.CrossEntropyLoss(), batch_size=8, epochs=2,
-                               run_dir=tmp_path / "run", seed=1, ema_decay=decay)
+                               run_dir=tmp_path / "run", seed=1, train=Train(ema_decay=decay))
     assert learner.fit(_data(), dashboard=False).status == "completed"
     # by hand, in float64: avg <- decay * avg + (1 - decay) * weights; integer buffers are copied
     avg = {k: v.double() if v.is_floating_point() else v for k, v in start.items()}

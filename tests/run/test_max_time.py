@@ -12,6 +12,7 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 import tuitrain
+from tuitrain.core.sections import Train
 from tuitrain.core.checkpoint import load_checkpoint, read_index
 from tuitrain.core.control import parse_duration
 
@@ -30,7 +31,7 @@ def _learner(run_dir, max_time):
     torch.manual_seed(0)
     model = Slow()
     return tuitrain.Learner(model, torch.optim.SGD(model.parameters(), lr=0.1), loss_fn=nn.CrossEntropyLoss(),
-                            batch_size=8, epochs=10_000, run_dir=run_dir, max_time=max_time)
+                            batch_size=8, run_dir=run_dir, train=Train(epochs=10_000, max_time=max_time))
 
 
 def _data():

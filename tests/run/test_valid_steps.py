@@ -10,6 +10,7 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 import tuitrain
+from tuitrain.core.sections import Train
 from tuitrain.core.checkpoint import read_index
 from tuitrain.core.early_stopping import EarlyStopping
 from tuitrain.core.events import MetricsLogged, PhaseStarted
@@ -26,7 +27,7 @@ def _fit(run_dir, lr=0.1, stop_at=0, resume=None, **kw):
     model = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Dropout(0.2), nn.Linear(16, 2))
     learner = tuitrain.Learner(model, torch.optim.SGD(model.parameters(), lr=lr), loss_fn=nn.CrossEntropyLoss(),
                                batch_size=8, epochs=3, run_dir=run_dir, log_every_n_steps=1, seed=2,
-                               validate_every_n_steps=5, limit_valid_batches=2, **kw)
+                               train=Train(validate_every_n_steps=5, limit_valid_batches=2), **kw)
     seen = {"train": {}, "valid": {}, "valid_batches": []}
 
     def record(event, state):
@@ -77,7 +78,7 @@ def test_early_stopping_and_best_checkpoints_follow_the_step_validations(tmp_pat
     run_dir = tmp_path / "best"
     ck = Checkpointer(run_dir / "checkpoint", keep_last=10, keep_best=1, monitor="valid/loss", every_n_steps=5,
                       every_n_epochs=0)
-    _, result, seen = _fit(run_dir, checkpointer=ck)
+    _, result, seen = _fit(run_dir, checkpoint=ck)
     rows = {e.step: e for e in read_index(run_dir / "checkpoint")}
     assert {5, 10, 15} <= set(rows)
     for step in (5, 10, 15):
@@ -90,5 +91,5 @@ def test_early_stopping_and_best_checkpoints_follow_the_step_validations(tmp_pat
 @pytest.mark.parametrize("value", [-1, 1.5, True])
 def test_bad_counts_are_refused(key, value):
     model = nn.Linear(2, 2)
-    with pytest.raises(ValueError, match=key):
-        tuitrain.Learner(model, torch.optim.SGD(model.parameters(), lr=0.1), **{key: value})
+    with pytest.raises(ValueError, match=f"train.{key} must be a whole number of 0 or more"):
+        tuitrain.Learner(model, torch.optim.SGD(model.parameters(), lr=0.1), train=Train(**{key: value}))

@@ -18,6 +18,7 @@ from torch import nn
 from torch.utils.data import Dataset, TensorDataset
 
 import tuitrain
+from tuitrain.core.sections import Metrics
 from tuitrain.cli import main
 from tuitrain.config import ConfigError, load_config
 from tuitrain.core.callbacks import EventBus
@@ -478,7 +479,7 @@ def test_items_per_step_count_every_accumulated_batch_and_tokens():
     ids = torch.randint(0, 10, (16, 5))
     seen = Collect()
     learner = tuitrain.Learner(seq, torch.optim.SGD(seq.parameters(), lr=0.1), loss_fn=nn.CrossEntropyLoss(),
-                               epochs=1, batch_size=4, throughput_unit="tokens", callbacks=[seen])
+                               epochs=1, batch_size=4, metrics=Metrics(throughput_unit="tokens"), callbacks=[seen])
     learner.bus.subscribe(seen, steps=True)
     learner.fit(TensorDataset(ids, ids))
     items = [e.items for e in seen.events if isinstance(e, StepCompleted) and e.phase == "train"]

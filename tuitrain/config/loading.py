@@ -18,8 +18,7 @@ from tuitrain.config.schema import (
     OPTIONAL_SECTIONS, PRECISION_ALIASES, RULES, SECTIONS, CheckpointConfig, Config, ConfigError,
     DashboardConfig, DataConfig, EarlyStoppingConfig, ExperimentConfig, LogConfig, LossConfig,
     NOT_KEYS, MetricsConfig, ModelConfig, OptimizerConfig, SchedulerConfig, TrainConfig, check_type,
-    describe, errors_in, parts, suggest,
-)
+    describe, errors_in, parts, suggest, table_keys)
 from tuitrain.config.targets import check_kwargs, metric_name, resolve_target, split_target
 
 BUILTIN_METRICS = ("loss", "accuracy", "lr", "throughput", "step_time", "grad_norm", "data_wait", "tflops", "mfu",
@@ -115,7 +114,7 @@ def load_config(path: str | Path, overrides: Sequence[str] = ()) -> Config:
 
 def _unknown_table(name: str, value: Any) -> str:
     if not isinstance(value, dict):  # a top-level key: say which table it belongs in
-        owners = [f"{t}.{name}" for t, cls in SECTIONS.items() if name in typing.get_type_hints(cls)]
+        owners = [f"{t}.{name}" for t, cls in SECTIONS.items() if name in table_keys(cls)]
         if owners:
             return f"unknown key at the top level (did you mean '{owners[0]}'?)"
         return "unknown key at the top level (settings live in tables such as [train])"
@@ -130,7 +129,8 @@ def _parse_section(name: str, table: Any, raw_text: dict[str, str], where: str |
     where = where or name
     check_type(table, dict, where)
     hints = typing.get_type_hints(cls)
-    fields = [f for f in hints if f not in NOT_KEYS]
+    keys = table_keys(cls)
+    fields = [f for f in hints if f not in NOT_KEYS and f in keys]
     if where == name and name in NAMED_SECTIONS and _is_named(table, fields, name):
         named = {sub: _parse_section(name, t, raw_text, f"{name}.{sub}") for sub, t in table.items()}
         return cls(**{"named": named, **({"name": ""} if "name" in fields else {})})

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from tuitrain.core.health import Watch
+from tuitrain.core.sections import Checkpointing, Data, Log, Metrics, Train, table_keys  # noqa: F401
 
 
 class ConfigError(Exception):
@@ -42,6 +43,10 @@ def suggest(word: str, choices: typing.Iterable[str]) -> str:
     return f" (did you mean '{match[0]}'?)" if match else ""
 
 
+def _checked_by_rules(self) -> None:
+    """A config's section is checked by `RULES` (with the file and key), not again as the core's is."""
+
+
 @dataclass
 class ExperimentConfig:
     name: str = "experiment"
@@ -58,14 +63,12 @@ class ModelConfig:
 
 
 @dataclass
-class DataConfig:
+class DataConfig(Data):
+    """[data]: the core's `Data` (the loaders), and the factory that makes the datasets."""
+
     target: str = ""
-    batch_size: int = 32
-    num_workers: int = 0
-    shuffle: bool = True
-    drop_last: bool = False
-    pin_memory: bool = False
     kwargs: dict = field(default_factory=dict)
+    __post_init__ = _checked_by_rules
 
 
 @dataclass
@@ -108,34 +111,27 @@ NOT_KEYS = ("kwargs", "named")
 
 
 @dataclass
-class TrainConfig:
+class TrainConfig(Train):
+    """[train]: the core's `Train`, and what only a config sets (processes, phases by name, compile)."""
+
     epochs: int = 10
-    max_steps: int = 0
-    grad_accumulation: int = 1
-    clip_grad_norm: float = 0.0
-    precision: str = "32"
     device: str = "auto"
+    max_time: str = ""  # "2h30m": when spent, stop gracefully with a checkpoint (status completed)
     strategy: str = "single"
     devices: int = 1
-    validate_every: int = 1
     phase: str = ""  # "module:Class" of the training phase; "" is tuitrain's own
     valid_phase: str = ""
     compile: bool = False  # torch.compile the model(s) (nn.Module.compile: state_dict keys unchanged)
     compile_mode: str = "default"
-    validate_every_n_steps: int = 0  # > 0: validate every N optimizer steps (and at the end)
-    limit_valid_batches: int = 0  # > 0: at most this many validation batches each time
-    max_time: str = ""  # "2h30m": when spent, stop gracefully with a checkpoint (status completed)
     requeue: bool = True  # preempted (SIGUSR1/SIGUSR2) under Slurm: `scontrol requeue $SLURM_JOB_ID` from rank 0
-    flops_per_step: float = 0.0  # FLOPs of one optimizer step of one process (tflops, mfu); 0: counted on the first batch
-    peak_tflops: float = 0.0  # one device's peak TFLOP/s (mfu); 0: the GPU table's (none on a CPU)
+    __post_init__ = _checked_by_rules
 
 
 @dataclass
-class MetricsConfig:
+class MetricsConfig(Metrics):
     train: list = field(default_factory=lambda: ["loss", "accuracy", "lr", "throughput"])
     valid: list = field(default_factory=lambda: ["loss", "accuracy"])
-    #: what `throughput` (and the dashboard's items/s) counts: "samples", or "tokens" (the target's elements)
-    throughput_unit: str = "samples"
+    __post_init__ = _checked_by_rules
 
 
 @dataclass
@@ -144,23 +140,19 @@ class EmaConfig:
 
 
 @dataclass
-class LogConfig:
-    every_n_steps: int = 10
+class LogConfig(Log):
     tensorboard: bool = False
+    __post_init__ = _checked_by_rules
 
 
 @dataclass
-class CheckpointConfig:
-    every_n_epochs: int = 1
-    every_n_steps: int = 0
-    keep_last: int = 2
-    keep_best: int = 1
-    keep_requested: int = 0  # checkpoints asked for (c, `tuitrain checkpoint`, a stop's): 0 keeps them all
-    monitor: str = "valid/loss"
-    mode: str = "min"
+class CheckpointConfig(Checkpointing):
+    """[checkpoint]: the core's `Checkpointing`, and the weights a run starts from."""
+
     init_from: str = ""
     strict: bool = True
     revise_keys: list = field(default_factory=list)
+    __post_init__ = _checked_by_rules
 
 
 @dataclass
@@ -273,7 +265,10 @@ def _table(section: Any) -> dict[str, Any]:
     if getattr(section, "named", None):
         return {name: _table(sub) for name, sub in section.named.items()}
     table: dict[str, Any] = {}
-    for f in dataclasses.fields(section):
+    first = [f for f in dataclasses.fields(section) if f.name in ("name", "target")]
+    for f in first + [f for f in dataclasses.fields(section) if f not in first]:
+        if "toml" in f.metadata:  # set from another table, or from Python only
+            continue
         value = getattr(section, f.name)
         if f.name == "kwargs":
             table.update(_plain(value))

@@ -23,7 +23,7 @@ import time
 import traceback
 from typing import Any, Callable, Iterable
 
-from .events import DevicesSampled, Event, MetricsLogged, OutputPrinted
+from .events import DevicesSampled, Event, MetricsLogged, OutputPrinted, StepCompleted
 from .housekeeping import Housekeeping
 
 Callback = Callable[[Event, Any], None]
@@ -249,3 +249,46 @@ class EventBus:
                         close()
                     except Exception:
                         pass
+
+
+class StepSampler:
+    """For callbacks subscribed with `steps="sampled"`: the first FIRST steps of a phase, then a
+    StepCompleted every STEP_SAMPLE_INTERVAL seconds, each carrying the items of every step since the
+    last one (a screen measures a phase's speed from a few steps, even when the phase is short).
+    `of(bus, phase)` is None when no callback needs it."""
+
+    FIRST = 3
+    __slots__ = ("emit", "phase", "items", "due", "first", "held")
+
+    def __init__(self, emit, phase: str) -> None:
+        self.emit, self.phase = emit, phase
+        self.items = 0
+        self.due = 0.0
+        self.first = self.FIRST
+        self.held: tuple[int, int, int] | None = None  # the last step, when not reported
+
+    @classmethod
+    def of(cls, bus, phase: str) -> "StepSampler | None":
+        return cls(bus.emit_step, phase) if bus.wants_sampled_steps else None
+
+    def __call__(self, epoch: int, step: int, batch: int, items: int) -> None:
+        self.items += items
+        now = time.perf_counter()
+        if now >= self.due or self.first:
+            self.first = max(0, self.first - 1)
+            self.due = now + STEP_SAMPLE_INTERVAL
+            self.emit(StepCompleted(phase=self.phase, epoch=epoch, step=step, batch=batch, items=self.items))
+            self.items = 0
+            self.held = None
+        else:
+            self.held = (epoch, step, batch)
+
+    def flush(self) -> None:
+        """At the phase's end: report its last step when it was held back, so that a phase shorter
+        than the interval is measured from its first steps to its last, not by its first steps alone
+        (slower, after validation or a checkpoint)."""
+        if self.held is not None:
+            epoch, step, batch = self.held
+            self.held = None
+            self.emit(StepCompleted(phase=self.phase, epoch=epoch, step=step, batch=batch, items=self.items))
+            self.items = 0

@@ -1,7 +1,7 @@
 """The Learner's checkpoint side: the state an exact resume needs, saving it through the
 Checkpointer (the loop waits only for the copy to CPU), loading it back, model.pt, the final checkpoint.
 
-`Checkpoints` is a collaborator the Learner owns (`learner.checkpoints`), kept apart because it is one
+`CheckpointIO` is a collaborator the Learner owns (`learner.ckpt_io`), kept apart because it is one
 idea: what a checkpoint holds. It is given the parts of the run it saves when it is built; the Learner
 adds its strategy's part (`Strategy.extra_state`, `save_checkpoint`, `after_load`, `save_model`).
 `checkpointer` (checkpoint.py) writes and lists the files. Must not import textual.
@@ -22,15 +22,15 @@ from .fsutil import atomic_write, write_fault
 from .state import RunDirUnwritable
 
 
-class Checkpoints:
+class CheckpointIO:
     """What a checkpoint of this run holds, and its writes through `checkpointer` (None: no checkpoints)."""
 
     def __init__(self, *, checkpointer, bus, state, model: torch.nn.Module, ema, optimizers: dict,
-                 schedulers: dict, amp, metric_sets: dict, early_stopping, health, config: dict,
+                 schedulers: dict, precision, metric_sets: dict, early_stopping, health, config: dict,
                  world_size: int, model_path=None) -> None:
         self.checkpointer, self.bus, self.state = checkpointer, bus, state
         self.model, self.ema, self.optimizers, self.schedulers = model, ema, optimizers, schedulers
-        self.amp, self.metric_sets, self.early_stopping, self.health = amp, metric_sets, early_stopping, health
+        self.precision, self.metric_sets, self.early_stopping, self.health = precision, metric_sets, early_stopping, health
         self.config, self.world_size, self.model_path = config, world_size, model_path
         self.loader = None  # the training loader (`follow`): its position in the data, mid-epoch
         self.resume_data = None  # that position, as loaded, until the loader is followed
@@ -63,7 +63,7 @@ class Checkpoints:
         """Everything an exact resume of one process needs (live references; `snapshot` copies it)."""
         s = self.state
         in_valid = s.stage == "valid"
-        scaler = self.amp.scaler
+        scaler = self.precision.scaler
         return {
             "format": ckpt.FORMAT, "version": ckpt.VERSION,
             "model": self.ema.model_state() if self.ema is not None else self.model.state_dict(),
@@ -134,7 +134,7 @@ class Checkpoints:
                           for s in schedules.keep_lengths(name, sch, built[name])]
         if self.ema is not None and data.get("ema"):
             self.ema.load_state_dict(data["ema"])
-        scaler = self.amp.scaler
+        scaler = self.precision.scaler
         if scaler is not None and data.get("scaler"):
             scaler.load_state_dict(data["scaler"])
         for k, ms in self.metric_sets.items():

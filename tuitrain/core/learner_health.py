@@ -16,8 +16,9 @@ import time
 import torch
 
 from . import checkpoint as ckpt
-from .events import AlertRaised, OutputPrinted, RolledBack, RunFailed, StepSkipped
-from .health import Health, Verdict, Watch, Watchdog, thread_stacks
+from .events import AlertRaised, OutputPrinted, RolledBack, StepSkipped
+from .lifecycle import run_failed
+from .health import Health, Verdict, Watchdog, thread_stacks
 from .state import CancelFitting, HealthFailure, NonFiniteLoss, RollBack
 
 
@@ -25,7 +26,7 @@ def _plain(v: float) -> float | None:
     return float(v) if v is not None else None
 
 
-class GradNorm:
+class TotalNorm:
     """`float(torch.nn.utils.get_total_norm(grads))` of `params`' gradients, bit for bit, for a loop to bind
     once per epoch (as it binds the model): the parameters listed once, and where they are all of one
     device (the CPU or CUDA) and dtype, as their gradients are, and every gradient is a plain Tensor,
@@ -50,15 +51,15 @@ class GradNorm:
 
 class HealthGuard:
     """Judges the `[watch]` rules (`health`, a `Health`) and acts on their verdicts: events on `bus`, a
-    stop through `interrupter`, an update not applied (`optimizers`, `amp`'s scaler), a rollback
-    through `checkpoints`, and the stall watchdog."""
+    stop through `interrupter`, an update not applied (`optimizers`, the `precision`'s scaler), a
+    rollback through `ckpt_io`, and the stall watchdog."""
 
     def __init__(self, *, health: Health, bus, state, interrupter, strategy, optimizers: dict, schedulers: dict,
-                 amp, checkpoints, log_every: int, check_every_step: bool, run_dir=None) -> None:
+                 precision, ckpt_io, log_every: int, check_every_step: bool, run_dir=None) -> None:
         self.health = health
         self.bus, self.state, self.interrupter, self.strategy = bus, state, interrupter, strategy
         self.world_size = strategy.world_size
-        self.optimizers, self.schedulers, self.amp, self.checkpoints = optimizers, schedulers, amp, checkpoints
+        self.optimizers, self.schedulers, self.precision, self.ckpt_io = optimizers, schedulers, precision, ckpt_io
         self.run_dir = run_dir
         #: the loss is on the host every step anyway (the CPU): every step is judged; else logged steps only
         self.check_every_step = check_every_step
@@ -81,7 +82,7 @@ class HealthGuard:
         verdict = self.health.loss(v, state.step + 1)
         return verdict is not None and self._act(verdict, state, [batch], "loss")
 
-    def judge_grads(self, norm_of: GradNorm, state, batches: list[int]) -> bool:
+    def judge_grads(self, norm_of: TotalNorm, state, batches: list[int]) -> bool:
         """The gradients' total norm (`norm_of`, bound by the loop), before the update. True: do not apply it."""
         norm = norm_of()
         return norm is not None and self.judge_grad_norm(norm, state, batches)
@@ -146,9 +147,9 @@ class HealthGuard:
         """The update not applied: the gradients cleared, nothing stepped."""
         for opt in self.optimizers.values():
             opt.zero_grad(set_to_none=True)
-        if self.amp.scaler is not None and self.amp.unscaled:
-            self.amp.scaler.update()  # unscale_ was called this step: the scaler's per-step record ends here
-        self.amp.unscaled = False
+        if self.precision.scaler is not None and self.precision.unscaled:
+            self.precision.scaler.update()  # unscale_ was called this step: the scaler's per-step record ends here
+        self.precision.unscaled = False
 
     # --- rollback ------------------------------------------------------------------------------
 
@@ -157,12 +158,12 @@ class HealthGuard:
         from now on, the lr scaled; HealthFailure when there is none or `max_rollbacks` are spent."""
         w = self.health.watch
         self.skip_update()  # the offending backward's gradients go with it
-        self.checkpoints.finish()
+        self.ckpt_io.finish()
         if self.health.rollbacks >= w.max_rollbacks:
             raise HealthFailure(f"{rb.verdict.title}, and {self.health.rollbacks} rollback(s) already "
                                 f"(watch.max_rollbacks = {w.max_rollbacks}): training stops as failed")
         path = None
-        checkpointer = self.checkpoints.checkpointer
+        checkpointer = self.ckpt_io.checkpointer
         if checkpointer is not None:
             for e in sorted(checkpointer.entries(), key=lambda e: (e.step, e.time), reverse=True):
                 p = checkpointer.folder / e.file
@@ -178,7 +179,7 @@ class HealthGuard:
         load(data)  # the Learner's load_state_dict (a subclass's own included)
         self.health.rollbacks = rollbacks
         self.state.skip_batches = sorted([list(x) for x in skips])
-        self.checkpoints.follow(train)  # the checkpoint's position in the data
+        self.ckpt_io.follow(train)  # the checkpoint's position in the data
         factor = w.rollback_lr_factor
         if factor != 1.0:
             for opt in self.optimizers.values():
@@ -189,7 +190,7 @@ class HealthGuard:
             for sched in self.schedulers.values():
                 if hasattr(sched, "base_lrs"):
                     sched.base_lrs = [lr * factor for lr in sched.base_lrs]
-        self.checkpoints.forget_last()  # the state from here on is new: checkpoints are written again
+        self.ckpt_io.forget_last()  # the state from here on is new: checkpoints are written again
         s = self.state
         self.bus.emit(RolledBack(from_step=rb.step, to_step=s.step, checkpoint=str(path),
                                  skipped_batches=[list(x) for x in self.state.skip_batches], lr_factor=factor,
@@ -241,9 +242,9 @@ class HealthGuard:
             self.bus.emit(OutputPrinted(text="stalled: every thread's stack\n" + stacks, stream="log"))
             return
         last = None
-        if self.checkpoints.checkpointer is not None:
+        if self.ckpt_io.checkpointer is not None:
             try:
-                last = ckpt.latest_checkpoint(self.checkpoints.checkpointer.folder)
+                last = ckpt.latest_checkpoint(self.ckpt_io.checkpointer.folder)
             except Exception:
                 last = None
         text = verdict.text + "; the run is aborted" + (f", its last sound checkpoint {last}" if last else "")
@@ -251,7 +252,7 @@ class HealthGuard:
             text += f" (rank {self.strategy.rank})"
         self._emit_alert(verdict, "abort", s.step, s.epoch, text)
         if self.strategy.writes:
-            self.bus.emit(RunFailed(error=f"stalled: {verdict.text}", traceback=stacks, epoch=s.epoch, step=s.step,
+            self.bus.emit(run_failed(f"stalled: {verdict.text}", traceback=stacks, epoch=s.epoch, step=s.step,
                                     duration=s.training_time(), cause="stalled", checkpoint=str(last or "")))
         else:  # another rank writes the run's events: this one's stacks go to its output and experiment.log
             block = f"tuitrain: rank {self.strategy.rank}: {text}; every thread's stack:\n{stacks}"

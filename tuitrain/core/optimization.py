@@ -2,7 +2,7 @@
 clipping and schedulers, and the helpers a phase of one's own calls through the learner
 (`learner.step_optimizer`, `learner.zero_grad`, `learner.end_manual_step`).
 
-`Precision` and `Optimization` are collaborators the Learner owns (`learner.amp`,
+`Precision` and `Optimization` are collaborators the Learner owns (`learner.precision`,
 `learner.optimization`); each is given what it works on when it is built. Must not import textual.
 """
 
@@ -62,12 +62,12 @@ class Optimization:
     schedulers."""
 
     def __init__(self, *, model: torch.nn.Module, optimizers: dict, schedulers: dict, intervals: dict,
-                 amp: Precision, state, clip_grad_norm: float, accumulation: int, log_every: int, grad_norm,
+                 precision: Precision, state, clip_grad_norm: float, accumulation: int, log_every: int, grad_norm,
                  guard) -> None:
         self.model, self.optimizers, self.schedulers, self.intervals = model, optimizers, schedulers, intervals
         self.optimizer = next(iter(optimizers.values()), None)
         self._first = next(iter(optimizers), "model")
-        self.amp, self.state, self.guard = amp, state, guard
+        self.precision, self.state, self.guard = precision, state, guard
         self.clip_grad_norm, self.accumulation, self.log_every = clip_grad_norm, accumulation, log_every
         self.grad_norm = grad_norm  # the `grad_norm` metric, when asked for (None: not)
 
@@ -84,7 +84,7 @@ class Optimization:
     def plain(self) -> bool:
         """`opt.step()` then `zero_grad()` is the whole optimizer step: no clipping, scaler, measured
         norm or per-step scheduler."""
-        return (self.amp.scaler is None and self.clip_grad_norm <= 0 and self.grad_norm is None
+        return (self.precision.scaler is None and self.clip_grad_norm <= 0 and self.grad_norm is None
                 and not (self.scheduler is not None and self.scheduler_interval == "step"))
 
     def _clip_and_measure(self, opt, params) -> bool:
@@ -99,9 +99,9 @@ class Optimization:
         judge = every and (step % every == 0 or (self.clip_grad_norm > 0 and guard.check_every_step))
         if self.clip_grad_norm <= 0 and not due and not judge:
             return False
-        if self.amp.scaler is not None:
-            self.amp.scaler.unscale_(opt)
-            self.amp.unscaled = True
+        if self.precision.scaler is not None:
+            self.precision.scaler.unscale_(opt)
+            self.precision.unscaled = True
         if self.clip_grad_norm > 0:
             norm = torch.nn.utils.clip_grad_norm_(params, self.clip_grad_norm)
         else:
@@ -120,8 +120,8 @@ class Optimization:
         if self._clip_and_measure(opt, list(self.model.parameters())):
             self.guard.skip_update()
             return False
-        self.amp.unscaled = False
-        scaler = self.amp.scaler
+        self.precision.unscaled = False
+        scaler = self.precision.scaler
         if scaler is not None:
             scaler.step(opt)
             scaler.update()
@@ -145,9 +145,9 @@ class Optimization:
         if self._clip_and_measure(opt, [p for group in opt.param_groups for p in group["params"]]):
             opt.zero_grad(set_to_none=True)  # a [watch] rule: this optimizer's update is not applied
             return
-        if self.amp.scaler is not None:
-            self.amp.scaler.step(opt)
-            self.amp.stepped = True  # scaler.update() once per training step, after every optimizer
+        if self.precision.scaler is not None:
+            self.precision.scaler.step(opt)
+            self.precision.stepped = True  # scaler.update() once per training step, after every optimizer
         else:
             opt.step()
         opt.zero_grad(set_to_none=True)
@@ -167,9 +167,9 @@ class Optimization:
 
     def end_manual_step(self) -> None:
         """After a phase's own step: the gradient scaler's update, once for every optimizer stepped."""
-        if self.amp.scaler is not None and self.amp.stepped:
-            self.amp.scaler.update()
-            self.amp.stepped = False
+        if self.precision.scaler is not None and self.precision.stepped:
+            self.precision.scaler.update()
+            self.precision.stepped = False
 
 
 def cpu_bf16() -> bool | None:

@@ -1,33 +1,34 @@
-"""Phases: what one batch does (`step`), as first-class objects; the loops over an epoch's batches that
-run them are in loop.py (`Phase.run` says which).
+"""Phases: what one batch does (`step`), and nothing more; the loop that runs them is loop.py.
 
 A phase has a `name`, the metric `split` it reports under, `training` (whether schedulers, clipping and
 accumulation apply) and `step(learner, batch) -> StepOutput`. A user's own phase overrides `step`:
 a `TrainPhase` subclass changes the forward and loss (tuitrain still does the backward and the optimizer
 step); a `CustomTrainPhase` subclass does its own backward and optimizer steps with `learner.backward`
 and `learner.step_optimizer(name)` (GANs, several models); a `ValidPhase` subclass computes its metrics.
-A step may return a dict: "loss" plus named values that metrics of those names log.
+A step may return a dict: "loss" plus named values that metrics of those names log. `pair_step` is the
+default step of an (inputs, targets) batch, the one copy every loop uses.
 Cancelling is done with the typed exceptions below. Must not import textual.
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
-from . import loop
 from .batches import batch_size_of, mapping_step, move_to, tokens_of  # noqa: F401 (their home before)
-from .events import MetricsLogged, PhaseCompleted, PhaseStarted
-from .loop import StepSampler, timed  # noqa: F401 (their home before)
 from .metrics import StepOutput
 from .state import CancelEpoch, CancelFitting, CancelStep, NonFiniteLoss  # noqa: F401 (their home before)
 
-if TYPE_CHECKING:
-    from .learner import Learner
-    from .state import TrainState
+
+def pair_step(model, loss_fn, batch):
+    """The default step of an (inputs, targets) batch: (loss, output, target); None for another shape."""
+    if (type(batch) is tuple or type(batch) is list) and len(batch) == 2:
+        inputs, target = batch
+        output = model(inputs)
+        return loss_fn(output, target), output, target
+    return None
 
 
 class Phase:
@@ -35,10 +36,10 @@ class Phase:
     split = "train"
     training = True
 
-    def step(self, learner: "Learner", batch: Any) -> StepOutput:
+    def step(self, learner, batch: Any) -> StepOutput:
         """One batch: the model's own train_step/valid_step, or (inputs, targets) with the loss target."""
         model = learner.model
-        own = self._own_step(learner)
+        own = self.own_step(learner)
         if own is not None:
             return StepOutput.of(own(batch))
         if isinstance(batch, Mapping):  # Hugging Face style: model(**batch) returns its own loss
@@ -46,36 +47,17 @@ class Phase:
         if not isinstance(batch, (list, tuple)) or len(batch) != 2:
             raise TypeError("the default step expects batches of (inputs, targets) or mappings of model "
                             "arguments; give the model train_step/valid_step methods for other batch shapes")
-        inputs, target = batch
-        output = model(inputs)
         if learner.loss_fn is None:
             raise ValueError("no loss function: set [loss] target or give the model a train_step")
-        return StepOutput(loss=learner.loss_fn(output, target), output=output, target=target)
+        return StepOutput(*pair_step(model, learner.loss_fn, batch))
 
-    def _plain_parts(self, learner: "Learner"):
+    def plain_parts(self, learner):
         """(model, loss function) when batches take the default (inputs, targets) step; else None."""
-        if type(self).step is not Phase.step or self._own_step(learner) is not None or learner.loss_fn is None:
+        if type(self).step is not Phase.step or self.own_step(learner) is not None or learner.loss_fn is None:
             return None
         return learner.model, learner.loss_fn
 
-    def bound_step(self, learner: "Learner"):
-        """`step` bound to `learner` for one epoch's loop: `fn(batch) -> StepOutput`. For the default
-        (inputs, targets) step with a loss function, the model and loss are looked up once, not per batch."""
-        parts = self._plain_parts(learner)
-        if parts is None:
-            return functools.partial(self.step, learner)
-        (model, loss_fn), step = parts, self.step
-
-        def plain(batch):
-            if (type(batch) is tuple or type(batch) is list) and len(batch) == 2:
-                inputs, target = batch
-                output = model(inputs)
-                return StepOutput(loss_fn(output, target), output, target)
-            return step(learner, batch)  # other shapes: the default step says what is wrong
-
-        return plain
-
-    def _own_step(self, learner: "Learner"):
+    def own_step(self, learner):
         # looked up once per model: nn.Module.__getattr__ raising for a missing name costs microseconds
         raw = learner.raw_model
         cached = self.__dict__.get("_own")
@@ -95,31 +77,8 @@ class Phase:
 
     #: throughput counts tokens (a target's elements) instead of samples (set by the Learner)
     count_tokens = False
-
-    def run(self, learner: "Learner", loader, state: "TrainState", start_batch: int = 0) -> dict:
-        """One epoch of this phase over `loader` (the loop: loop.py)."""
-        raise NotImplementedError
-
-    def begin(self, learner: "Learner", state: "TrainState", metrics, batches: int, fresh: bool) -> None:
-        """Reset the split's metrics (unless resuming mid-phase), say PhaseStarted, set the mode."""
-        if fresh:
-            metrics.start_phase()
-        learner.bus.emit(PhaseStarted(phase=self.name, split=self.split, epoch=state.epoch, step=state.step,
-                                      batches=batches))
-        state.phase = self.name
-        learner.phase = self
-        learner.model.train(self.training)
-
-    def finish(self, learner: "Learner", state: "TrainState", metrics) -> dict:
-        """The phase's aggregates: one epoch-scope MetricsLogged, then PhaseCompleted."""
-        result = metrics.read_phase()
-        if result:
-            learner.bus.emit(MetricsLogged(split=self.split, epoch=state.epoch, step=state.step, metrics=result,
-                                           scope="epoch"))
-        learner.bus.emit(PhaseCompleted(phase=self.name, split=self.split, epoch=state.epoch, step=state.step,
-                                        metrics=result, duration=metrics.ctx.phase_time,
-                                        items=metrics.ctx.phase_items))
-        return result
+    #: the step does its own backward and optimizer steps (a training phase's)
+    manual_optimization = False
 
 
 class TrainPhase(Phase):
@@ -128,9 +87,6 @@ class TrainPhase(Phase):
     training = True
     #: the step does its own backward and optimizer steps; one batch is one training step
     manual_optimization = False
-
-    def run(self, learner: "Learner", loader, state: "TrainState", start_batch: int = 0) -> dict:
-        return loop.train_epoch(self, learner, loader, state, start_batch)
 
 
 class CustomTrainPhase(TrainPhase):
@@ -151,7 +107,7 @@ class CustomTrainPhase(TrainPhase):
 
     manual_optimization = True
 
-    def step(self, learner: "Learner", batch: Any) -> StepOutput:
+    def step(self, learner, batch: Any) -> StepOutput:
         raise NotImplementedError("a CustomTrainPhase defines step(learner, batch)")
 
 
@@ -159,6 +115,3 @@ class ValidPhase(Phase):
     name = "valid"
     split = "valid"
     training = False
-
-    def run(self, learner: "Learner", loader, state: "TrainState", start_batch: int = 0) -> dict:
-        return loop.valid_epoch(self, learner, loader, state, start_batch)

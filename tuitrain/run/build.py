@@ -19,7 +19,7 @@ from tuitrain.core.callbacks import EventBus
 
 def build_learner(cfg, run_dir: Path, bus: EventBus, interrupter, *, dist=None, headless: bool = True,
                   notes=()):
-    """The user's model, data, loss, optimizer, scheduler, metrics from `cfg`: a Learner writing into
+    """The user's model, data, loss, optimizer, scheduler, metrics from `cfg`: a CoreLearner writing into
     `run_dir` through `bus`, steered by `interrupter`, and its loaders. `dist`: this rank's DistContext
     (None: one process); `headless`: no dashboard shares this process; `notes`: lines for the run's log.
     Runs in the training thread (or rank); errors here are the user's code failing, except a ConfigError
@@ -29,7 +29,8 @@ def build_learner(cfg, run_dir: Path, bus: EventBus, interrupter, *, dist=None, 
     from tuitrain.core import checkpoint as ckpt
     from tuitrain.core.data import build_loader, seed_everything
     from tuitrain.core.early_stopping import EarlyStopping
-    from tuitrain.core.learner import Learner
+    from tuitrain.core.learner import CoreLearner
+    from tuitrain.core.sections import Experiment
     from tuitrain.core.strategies import strategy_for
     from tuitrain.core.metrics import TorchMetric
 
@@ -123,28 +124,23 @@ def build_learner(cfg, run_dir: Path, bus: EventBus, interrupter, *, dist=None, 
                 out.append(item)
         return out
 
-    c = cfg.checkpoint
-    checkpointer = ckpt.Checkpointer(Path(run_dir) / "checkpoint", keep_last=c.keep_last, keep_best=c.keep_best,
-                                     monitor=c.monitor, mode=c.mode, every_n_epochs=c.every_n_epochs,
-                                     every_n_steps=c.every_n_steps, keep_requested=c.keep_requested)
     es = cfg.early_stopping
     early = EarlyStopping(es.monitor, es.mode, es.patience, es.min_delta) if es is not None else None
-    t = cfg.train
-    learner = Learner(
+    # the config's sections are the core's (tuitrain/core/sections.py), checked by the schema: passed as
+    # they are, with what other tables set (the scheduler's interval, [ema]) and the metrics built
+    train = dataclasses.replace(
+        cfg.train, ema_decay=cfg.ema.decay if cfg.ema is not None else 0.0,
+        scheduler_interval=intervals if cfg.model.named else intervals.get("model", "step"))
+    learner = CoreLearner(
         model, optimizer, loss_fn=loss_fn, scheduler=scheduler,
-        scheduler_interval=intervals if cfg.model.named else intervals.get("model", "step"),
+        experiment=Experiment(name=cfg.experiment.name, seed=cfg.experiment.seed, config=cfg.to_dict(),
+                              env=git_info(cfg.base_dir), notes=notes),
+        train=train, data=cfg.data, log=dataclasses.replace(cfg.log, capture_output=True),
+        metrics=dataclasses.replace(cfg.metrics, train=metrics(cfg.metrics.train, "train"),
+                                    valid=metrics(cfg.metrics.valid, "valid")),
+        checkpoint=cfg.checkpoint, watch=dataclasses.asdict(cfg.watch), early_stopping=early,
         train_phase=phases.get("phase"), valid_phase=phases.get("valid_phase"),
-        train_metrics=metrics(cfg.metrics.train, "train"), valid_metrics=metrics(cfg.metrics.valid, "valid"),
-        epochs=t.epochs, max_steps=t.max_steps, grad_accumulation=t.grad_accumulation,
-        clip_grad_norm=t.clip_grad_norm, precision=t.precision, device=t.device,
-        validate_every=t.validate_every, log_every_n_steps=cfg.log.every_n_steps, seed=cfg.experiment.seed,
-        validate_every_n_steps=t.validate_every_n_steps, limit_valid_batches=t.limit_valid_batches,
-        max_time=t.max_time, ema_decay=cfg.ema.decay if cfg.ema is not None else 0.0,
-        throughput_unit=cfg.metrics.throughput_unit,
-        interrupter=interrupter, checkpointer=checkpointer, early_stopping=early,
-        capture_output=True, config=cfg.to_dict(), experiment=cfg.experiment.name, bus=bus,
-        run_dir=run_dir, env=git_info(cfg.base_dir), notes=notes, strategy=strategy,
-        watch=dataclasses.asdict(cfg.watch), flops_per_step=t.flops_per_step, peak_tflops=t.peak_tflops)
+        interrupter=interrupter, bus=bus, run_dir=run_dir, strategy=strategy)
     learner.length_change = functools.partial(length_change, cfg.to_dict())
     return learner, train_loader, valid_loader
 

@@ -21,7 +21,6 @@ import socket
 import sys
 import threading
 import time
-import traceback
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from typing import Any
 from tuitrain.config import ConfigError
 from tuitrain.run.preflight import check_ranks, distributed_wanted  # noqa: F401 (imported from here too)
 from tuitrain.core.events import DevicesSampled, Event, RunFailed, RunFinished, RunStarted
+from tuitrain.core.lifecycle import run_failed
 from tuitrain.core.strategies import torchrun_env
 
 FAIL_GRACE = 2.0  # seconds the other ranks get to report after one fails, before they are killed
@@ -136,11 +136,10 @@ def _train_quietly(run, resume_path, bus=None, on_built=None, capture: bool = Fa
         if on_built is not None:
             on_built(learner, train)
     except ConfigError as e:  # what only building shows (a factory that returns no optimizer): exit 2
-        bus.emit(RunFailed(error=str(e), traceback="", epoch=0, step=0, exit_code=2, cause="config_error"))
+        bus.emit(run_failed(str(e), exit_code=2, cause="config_error"))
         return 2
     except Exception as e:
-        bus.emit(RunFailed(error=f"{type(e).__name__}: {e}", traceback="".join(traceback.format_exception(e)),
-                           epoch=0, step=0))
+        bus.emit(run_failed(e))
         return 1
     resume = None
     if resume_path:
@@ -219,8 +218,7 @@ def worker_main(rank: int, spec: WorkerSpec, events, control) -> None:
         code = _train_quietly(run, spec.resume_path, bus, capture=rank == 0, dist=dist,
                               on_built=lambda learner, train: monitors.append(_rank_monitor(bus, rank, learner, train)))
     except BaseException as e:  # setting up the rank failed: report it like a failure in training
-        bus.emit(RunFailed(error=f"{type(e).__name__}: {e}", traceback="".join(traceback.format_exception(e)),
-                           epoch=0, step=0))
+        bus.emit(run_failed(e))
         code = 1
     finally:
         for m in monitors:
@@ -413,7 +411,7 @@ def _finish(run, bus, procs, ends, failed, killed_by_user) -> int:
         r, c = bad[0] if bad else (0, codes[0])
         how = f"killed by {signal.Signals(-c).name}" if c is not None and c < 0 else f"exit code {c}"
         tail = _log_tail(Path(run.run_dir) / "ranks" / f"rank-{r}.log")
-        bus.emit(RunFailed(error=f"rank {r} ended without a result ({how})", traceback=tail, epoch=0, step=0))
+        bus.emit(run_failed(f"rank {r} ended without a result ({how})", traceback=tail))
         return 1
     end = ends[0]
     bus.emit(end)

@@ -13,14 +13,16 @@ passes the sinks in. This one, for scripts:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import sys
 import threading
 from pathlib import Path
 from typing import Any, Callable
 
-from tuitrain.core.learner import EXIT_FAILED, FitResult
-from tuitrain.core.learner import Learner as CoreLearner
+from tuitrain.core.callbacks import EventBus
+from tuitrain.core.learner import EXIT_FAILED, CoreLearner, FitResult
+from tuitrain.core.sections import Experiment
 from tuitrain.run.directories import claim_run_dir
 from tuitrain.run.session import RunSession
 from tuitrain.run.signals import StopOnSignals
@@ -91,13 +93,21 @@ class Learner(CoreLearner):
     __doc__ = CoreLearner.__doc__
 
     @functools.wraps(CoreLearner.__init__)  # help() and IDEs show the core's keyword arguments
-    def __init__(self, *args, run_dir=None, bus=None, sinks=None, experiment: str = "", alerts=None, **kwargs) -> None:
+    def __init__(self, *args, run_dir=None, bus=None, sinks=None, alerts=None, **kwargs) -> None:
         # a bus or sinks given by the caller already write what they should: the run directory's files
         # come from the session only without them
         self._own_files = run_dir is not None and bus is None and sinks is None
-        if not experiment and run_dir is not None:
-            experiment = Path(run_dir).resolve().name  # what experiment.log and run.json call the run
-        super().__init__(*args, run_dir=run_dir, bus=bus, sinks=sinks or [], experiment=experiment, **kwargs)
+        experiment = kwargs.get("experiment")
+        name = experiment.name if isinstance(experiment, Experiment) else experiment
+        if not name and run_dir is not None:  # what experiment.log and run.json call the run
+            name = Path(run_dir).resolve().name
+            kwargs["experiment"] = dataclasses.replace(experiment, name=name) \
+                if isinstance(experiment, Experiment) else name
+        if sinks:  # writers of the event stream (files, a console): persistent events only
+            bus = bus if bus is not None else EventBus()
+            for sink in sinks:
+                bus.subscribe(sink, steps=False)
+        super().__init__(*args, run_dir=run_dir, bus=bus, **kwargs)
         self._fits = 0  # fits begun: the first one claims the run directory
         from tuitrain.core.health import Alerts
 
@@ -158,7 +168,7 @@ class Learner(CoreLearner):
         if new == old:
             return None
         self.run_dir = self.guard.run_dir = new
-        checkpoints = self.checkpoints
+        checkpoints = self.ckpt_io
         if checkpoints.model_path is not None and Path(checkpoints.model_path) == old / "model.pt":
             checkpoints.model_path = new / "model.pt"
         if self.checkpointer is not None and self.checkpointer.folder == old / "checkpoint":

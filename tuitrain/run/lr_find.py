@@ -52,11 +52,12 @@ def sweep(learner, loader, min_lr: float, max_lr: float, steps: int) -> Sweep:
     import torch
 
     from tuitrain.core.metrics import StepOutput
+    from tuitrain.core.loop import bound_step
     from tuitrain.core.phases import move_to
 
     phase = learner.train_phase
     manual = getattr(phase, "manual_optimization", False)
-    step_fn = phase.bound_step(learner)
+    step_fn = bound_step(phase, learner)
     groups = [g for opt in learner.optimizers.values() for g in opt.param_groups]
     base = [float(g["lr"]) or 1.0 for g in groups]  # groups keep their ratios to the first one
     learner.model.train()

@@ -33,20 +33,27 @@ import subprocess
 import sys
 import threading
 import time
-import traceback
 from pathlib import Path
 from typing import Any
 
 from tuitrain.core import checkpoint as ckpt
 from tuitrain.core.control import Interrupter, stop_asked_for
-from tuitrain.core.events import (ControlReceived, MetricsLogged, OutputPrinted, RunFailed, RunFinished, RunPaused,
-                                  RunResumed, RunStarted)
+from tuitrain.core.events import MetricsLogged, OutputPrinted, RunStarted
+from tuitrain.core.lifecycle import Lifecycle
+from tuitrain.core.state import RunDirUnwritable
 from tuitrain.run.directories import claim_run_dir, fresh_run_dir
 from tuitrain.run.learner import screen_for
 from tuitrain.run.session import RunSession, placement
 from tuitrain.run.signals import StopOnSignals
 
 FLUSH_INTERVAL = 0.2  # seconds between the Monitor thread's passes over what `log` appended
+
+
+class _Quiet:
+    """The events of a rank other than 0: said nowhere (rank 0 owns the run's events)."""
+
+    def emit(self, event) -> None:
+        pass
 
 
 #: the levels `Monitor.alert` takes, as W&B's and trackio's alerts have them ("warn" is a warning)
@@ -140,9 +147,10 @@ class Monitor:
         self._request_by = ""  # who asked for the checkpoint request taken and not yet saved
         self._odd_levels: set[str] = set()  # alert levels not known, said once each
         self._error: BaseException | None = None
-        self._t0 = 0.0
         self._last: dict[str, dict[str, float]] = {}
-        self._summary: dict[str, dict] = {}  # "split/name" -> min, max, last (the run's summary table)
+        #: the run's life (core/lifecycle.py): control said, pauses, the summary, the end; on every rank
+        #: (those other than 0 say nothing: their pauses wait, quietly)
+        self._life = Lifecycle(_Quiet(), self.interrupter)
         self._session: RunSession | None = None
         self.bus = None  # the run's event bus, on rank 0 once started
         self._signals: StopOnSignals | None = None
@@ -325,17 +333,9 @@ class Monitor:
             self.bus.emit(event)
 
     def _wait_while_paused(self) -> None:
-        flags = self._flags
         if self.owner:
             self._flush()
-            self.bus.emit(RunPaused(epoch=self.epoch, step=self.step))
-        t0 = time.monotonic()
-        while flags.paused and not flags.stop_requested and not self.interrupter.failure:
-            flags.wait_while_paused(0.1)
-            if self.owner:
-                self._flush()
-        if self.owner:
-            self.bus.emit(RunResumed(epoch=self.epoch, step=self.step, paused_for=time.monotonic() - t0))
+        self._life.pause(self.epoch, self.step)
 
     # --- the Monitor's thread ------------------------------------------------------------------
 
@@ -351,15 +351,12 @@ class Monitor:
                     continue  # not a number: left out rather than stopping the run
             self._last.setdefault(split, {}).update(metrics)
             for name, v in metrics.items():
-                if v == v:  # NaN has no place in a min or a max
-                    # no epochs in a loop of one's own: the summary table leaves its Epoch columns out
-                    row = self._summary.setdefault(f"{split}/{name}", {"min": v, "max": v, "last": v})
-                    row["min"], row["max"], row["last"] = min(row["min"], v), max(row["max"], v), v
+                # no epochs in a loop of one's own: the summary table leaves its Epoch columns out
+                self._life.summary.add(f"{split}/{name}", v)
             self.bus.emit(MetricsLogged(split=split, epoch=epoch, step=step, metrics=metrics, time=t))
             if split == "train":
                 self._judge(metrics, step, epoch)
-        for command, source, detail in self._flags.take_log():
-            self.bus.emit(ControlReceived(command=command, source=source, detail=detail))
+        self._life.report()
         if self._synced is None:
             self.interrupter.settle()
 
@@ -417,6 +414,7 @@ class Monitor:
             self.run_dir = Path(shared[0]) if shared[0] else None
             self.screen = shared[1]
         self._synced = SyncedInterrupter(self.rank, group, inbox=self.interrupter)
+        self._life.flags = self._synced
 
     def _open_run(self) -> None:
         env = {}
@@ -429,7 +427,7 @@ class Monitor:
         self._checkpointer = ckpt.Checkpointer(self.run_dir / "checkpoint", keep_last=self.keep_last, keep_best=0,
                                                keep_requested=self.keep_requested)
         self._checkpointer.prepare()
-        self._t0 = time.monotonic()
+        self._life = Lifecycle(self.bus, self._flags, chores=self._flush)
         from tuitrain.core.learner import env_info  # torch: the user's loop has imported it already
 
         import torch
@@ -474,31 +472,23 @@ class Monitor:
         if self._thread is not None:
             self._thread.join()
         self._flush()
-        duration = time.monotonic() - self._t0
-        exc = error
+        life = self._life
         try:
             capture = getattr(self, "_capture", None)
             if capture is not None:
                 capture.__exit__(None, None, None)
         finally:
-            summary = dict(self._summary)
             self.bus.deliver()
             failure = self.bus.write_failure
             if failure is not None:  # the run directory could not be written: one line, no traceback
                 last = self._checkpointer.last_complete()
-                self.bus.emit(RunFailed(error=failure[0], traceback=failure[1], epoch=self.epoch, step=self.step,
-                                        duration=duration, summary=summary, cause="write_failed",
-                                        checkpoint=str(last or "")))
-            elif exc is not None and not isinstance(exc, KeyboardInterrupt):
-                self.bus.emit(RunFailed(error=f"{type(exc).__name__}: {exc}",
-                                        traceback="".join(traceback.format_exception(exc)),
-                                        epoch=self.epoch, step=self.step, duration=duration, summary=summary))
+                life.failed(RunDirUnwritable(*failure), epoch=self.epoch, step=self.step,
+                            checkpoint=str(last or ""))
+            elif error is not None and not isinstance(error, KeyboardInterrupt):
+                life.failed(error, epoch=self.epoch, step=self.step)
             else:
-                stopped = self._flags.stop_requested or exc is not None
-                self.bus.emit(RunFinished(status="interrupted" if stopped else "completed",
-                                          exit_code=130 if stopped else 0, epoch=self.epoch, step=self.step,
-                                          reason="stopped" if stopped else "completed", duration=duration,
-                                          summary=summary, best={}))
+                stopped = self._flags.stop_requested or error is not None
+                life.finished("stopped" if stopped else "completed", epoch=self.epoch, step=self.step)
             self._session.close()
             self._close_viewer()
 

@@ -11,14 +11,14 @@ import dataclasses
 
 import os
 import sys
-import traceback
 from pathlib import Path
 from typing import Callable
 
 from tuitrain.config import Config, ConfigError, load_config
 from tuitrain.core.callbacks import EventBus
 from tuitrain.core.control import Interrupter
-from tuitrain.core.events import RunFailed, RunStarted
+from tuitrain.core.events import RunStarted
+from tuitrain.core.lifecycle import run_failed
 from tuitrain.core.output import capture_output
 from tuitrain.run.directories import claim_run_dir, claimed_runs, find_runs, new_run_dir
 from tuitrain.run.preflight import preflight
@@ -267,5 +267,4 @@ class Run:
         bus.emit(RunStarted(run_dir=str(self.run_dir), experiment=cfg.experiment.name, epochs=cfg.train.epochs,
                             max_steps=cfg.train.max_steps, steps_per_epoch=0, batch_size=cfg.data.batch_size,
                             pid=os.getpid(), config=cfg.to_dict()))
-        bus.emit(RunFailed(error=f"{type(e).__name__}: {e}", traceback="".join(traceback.format_exception(e)),
-                           epoch=0, step=0))
+        bus.emit(run_failed(e))

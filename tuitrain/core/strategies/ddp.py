@@ -193,7 +193,7 @@ class DDPStrategy(Strategy):
         self.gather_rngs(learner)
         if self.writes:
             return False  # rank 0 writes the one file, with every rank's RNG state
-        learner.checkpoints.mark_saved()
+        learner.ckpt_io.mark_saved()
         return True
 
     def extra_state(self, learner, d: dict) -> dict:

@@ -167,7 +167,7 @@ class FSDPStrategy(DDPStrategy):
             save_shards(learner.raw_model, learner.optimizers, tmp)
         except FAILURES as e:  # DCP raises on every rank when one rank's write fails
             error = e
-        learner.checkpoints.mark_saved()
+        learner.ckpt_io.mark_saved()
         if not self.writes:
             return True
         where = dict(epoch=s.epoch, step=s.step, reason=reason)
@@ -178,8 +178,8 @@ class FSDPStrategy(DDPStrategy):
             rest = ckpt.snapshot(learner.state_dict())
             checkpointer.save_dir(name, lambda d: fsutil.atomic_write(d / ckpt.STATE_FILE,
                                                                      lambda f: torch.save(rest, f)),
-                                  metrics=learner.checkpoints.metrics(), started=t0, **where)
-        learner.checkpoints.flush_events()
+                                  metrics=learner.ckpt_io.metrics(), started=t0, **where)
+        learner.ckpt_io.flush_events()
         return True
 
     def extra_state(self, learner, d: dict) -> dict:
@@ -199,6 +199,6 @@ class FSDPStrategy(DDPStrategy):
         """model.pt: the full state_dict, gathered on every rank (a collective) and written by rank 0."""
         full = get_model_state_dict(learner.raw_model,
                                     options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-        if learner.model_path is not None:
-            fsutil.atomic_write(learner.model_path, lambda f: torch.save(full, f))
+        if learner.ckpt_io.model_path is not None:
+            fsutil.atomic_write(learner.ckpt_io.model_path, lambda f: torch.save(full, f))
         return True
