@@ -4,7 +4,8 @@ The public API. Attributes load lazily so that `tuitrain --help` does not import
 never imports textual (the dashboard lives in tuitrain.dashboard and is imported only to open one).
 
 The layers, each importing only those above it in this list (tests/test_layers.py keeps it true):
-  core/       the training engine: Learner, phases, events, control, checkpoints, metrics, strategies/
+  core/       the training engine: CoreLearner, the loop, lifecycle, sections, phases, events, control,
+              checkpoints, metrics, strategies/
   sinks/      what consumes the event stream: run-directory files, the headless console, TensorBoard
   dashboard/  the Textual app, fed by the same events (live, or from a run's events.jsonl)
   config/     TOML -> a checked Config: schema, loading and --set, targets, validation
@@ -31,7 +32,14 @@ _EXPORTS = {
     "CancelStep": "tuitrain.core.phases",
     "CancelEpoch": "tuitrain.core.phases",
     "CancelFitting": "tuitrain.core.phases",
-    "StepOutput": "tuitrain.core.metrics",
+    "StepOutput": "tuitrain.core.state",
+    "Experiment": "tuitrain.core.sections",
+    "Train": "tuitrain.core.sections",
+    "Data": "tuitrain.core.sections",
+    "Metrics": "tuitrain.core.sections",
+    "Log": "tuitrain.core.sections",
+    "Checkpointing": "tuitrain.core.sections",
+    "Watch": "tuitrain.core.health",
     "Metric": "tuitrain.core.metrics",
     "Interrupter": "tuitrain.core.control",
     "Checkpointer": "tuitrain.core.checkpoint",

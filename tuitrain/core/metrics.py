@@ -10,43 +10,11 @@ from __future__ import annotations
 import math
 import re
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-
-@dataclass
-class StepOutput:
-    """What a step returns: the loss and, for metrics such as accuracy, the output and the target."""
-
-    loss: Any = None
-    output: Any = None
-    target: Any = None
-    items: int = 0  # batch size used to weight averages; found from target/output when 0
-    value: float | None = None  # the loss as a float, when the loop has read it anyway (CPU)
-    extras: dict | None = None  # other named values (a GAN's "g_loss"), logged when a metric names them
-
-    @classmethod
-    def of(cls, value: Any) -> "StepOutput":
-        if isinstance(value, StepOutput):
-            return value
-        if isinstance(value, torch.Tensor):
-            return cls(loss=value)
-        if isinstance(value, dict):
-            if "loss" not in value:
-                raise ValueError("a train_step/valid_step dict must have a 'loss' entry")
-            extras = {k: v for k, v in value.items() if k not in _STEP_KEYS}
-            return cls(loss=value["loss"], output=value.get("output"), target=value.get("target"),
-                       items=int(value.get("items", 0) or 0), extras=extras or None)
-        if hasattr(value, "loss"):
-            return cls(loss=value.loss, output=getattr(value, "output", None),
-                       target=getattr(value, "target", None), items=int(getattr(value, "items", 0) or 0))
-        raise TypeError(f"a step must return a loss tensor, a dict with 'loss' or an object with .loss, "
-                        f"got {type(value).__name__}")
-
-
-_STEP_KEYS = ("loss", "output", "target", "items")
+from .state import StepOutput  # noqa: F401 (what a step returns: its home before was here)
 
 
 class Context:

@@ -1,8 +1,8 @@
 """A run's state and outcome, and the typed exceptions that cancel parts of it.
 
-`TrainState` (where training is: callbacks get it as their second argument), `FitResult` (what `fit`
-returns), the exit codes, and the exceptions a step or the loop raises: `CancelStep`, `CancelEpoch`,
-`CancelFitting`, `NonFiniteLoss`, `RunDirUnwritable`. A module of its own so that the loop, the phases
+`TrainState` (where training is: callbacks get it as their second argument), `StepOutput` (what a
+step returns), `FitResult` (what `fit` returns), the exit codes, and the exceptions a step or the loop
+raises: `CancelStep`, `CancelEpoch`, `CancelFitting`, `NonFiniteLoss`, `RunDirUnwritable`. A module of its own so that the loop, the phases
 and the checkpoint side all import it without importing each other. Must not import textual.
 """
 
@@ -11,6 +11,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from typing import Any
+
+import torch
 
 EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
 
@@ -100,3 +102,36 @@ class RollBack(Exception):
 class HealthFailure(Exception):
     """A health rule ended the run as failed (a rollback with no checkpoint to go back to, or past
     `max_rollbacks`): the message is the whole story."""
+
+
+@dataclass
+class StepOutput:
+    """What a step returns: the loss and, for metrics such as accuracy, the output and the target."""
+
+    loss: Any = None
+    output: Any = None
+    target: Any = None
+    items: int = 0  # batch size used to weight averages; found from target/output when 0
+    value: float | None = None  # the loss as a float, when the loop has read it anyway (CPU)
+    extras: dict | None = None  # other named values (a GAN's "g_loss"), logged when a metric names them
+
+    @classmethod
+    def of(cls, value: Any) -> "StepOutput":
+        if isinstance(value, StepOutput):
+            return value
+        if isinstance(value, torch.Tensor):
+            return cls(loss=value)
+        if isinstance(value, dict):
+            if "loss" not in value:
+                raise ValueError("a train_step/valid_step dict must have a 'loss' entry")
+            extras = {k: v for k, v in value.items() if k not in _STEP_KEYS}
+            return cls(loss=value["loss"], output=value.get("output"), target=value.get("target"),
+                       items=int(value.get("items", 0) or 0), extras=extras or None)
+        if hasattr(value, "loss"):
+            return cls(loss=value.loss, output=getattr(value, "output", None),
+                       target=getattr(value, "target", None), items=int(getattr(value, "items", 0) or 0))
+        raise TypeError(f"a step must return a loss tensor, a dict with 'loss' or an object with .loss, "
+                        f"got {type(value).__name__}")
+
+
+_STEP_KEYS = ("loss", "output", "target", "items")
