@@ -125,6 +125,10 @@ class TrainConfig(Train):
     compile_mode: str = "default"
     requeue: bool = True  # preempted (SIGUSR1/SIGUSR2) under Slurm: `scontrol requeue $SLURM_JOB_ID` from rank 0
     __post_init__ = _checked_by_rules
+    #: the keys' order in config.toml and RunStarted.config (the table's own, older than its core fields')
+    ORDER = ("epochs", "max_steps", "grad_accumulation", "clip_grad_norm", "precision", "device", "strategy",
+             "devices", "validate_every", "phase", "valid_phase", "compile", "compile_mode", "validate_every_n_steps",
+             "limit_valid_batches", "max_time", "requeue", "flops_per_step", "peak_tflops")
 
 
 @dataclass
@@ -265,8 +269,9 @@ def _table(section: Any) -> dict[str, Any]:
     if getattr(section, "named", None):
         return {name: _table(sub) for name, sub in section.named.items()}
     table: dict[str, Any] = {}
-    first = [f for f in dataclasses.fields(section) if f.name in ("name", "target")]
-    for f in first + [f for f in dataclasses.fields(section) if f not in first]:
+    order = getattr(section, "ORDER", ("name", "target"))  # a table's own order; else name and target first
+    fields = sorted(dataclasses.fields(section), key=lambda f: order.index(f.name) if f.name in order else len(order))
+    for f in fields:
         if "toml" in f.metadata:  # set from another table, or from Python only
             continue
         value = getattr(section, f.name)
