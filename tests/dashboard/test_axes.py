@@ -1,7 +1,7 @@
 """Exact axes, read back from the drawn chart: every y label on the row its value falls on, in equal
 round steps, distinct; every x label under the column of its value, with its tick (┬) and grid line
 there and nowhere else; decades on a log axis. The chart is drawn as the widget draws it
-(`metric_plot.draw_chart`, plotext underneath), then only its text and colours are read."""
+(`drawing.draw_chart`, plotext underneath), then only its text and colours are read."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from tuitrain.dashboard.charts import axis_labels, snap_axis
-from tuitrain.dashboard.widgets.metric_plot import Line, Palette, draw_chart
+from tuitrain.dashboard.drawing import Line, Palette, draw_chart
 
 from .fixtures import recorded_run
 from .test_app import make_app, shown, sync, until

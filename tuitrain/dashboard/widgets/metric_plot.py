@@ -3,11 +3,10 @@ share a chart, `g_loss`/`d_loss`), its latest and best values in its title, and 
 tools: log scale, smoothing, x axis, window.
 
 `show(state)` takes the points from the bounded series in `DashboardState` (a few thousand at most,
-whatever the history's length); `frame()` draws them with `draw_chart` on the UI thread, one chart
-after another: the axes, labels, grid and marks here, cell by cell, on axes snapped to the cells
-(`charts.snap_axis`), and the braille lines by plotext's public module API (`plotext.plot`,
-`plotext.build`, ...) on a frameless canvas. Colours come from the theme's CSS: the widget's own
-background/color for canvas and axes, the component classes for the series.
+whatever the history's length); `frame()` draws them on the UI thread, one chart after another, with
+`draw_chart` (tuitrain/dashboard/drawing.py: the axes, labels, grid and marks cell by cell, the
+braille lines by plotext). Colours come from the theme's CSS: the widget's own background/color for
+canvas and axes, the component classes for the series.
 
 Inspect (`i`): `inspect()`, `move_cursor()`, `cursor_to_column()`; `readout()` gives the step under
 the cursor and each series' value at or before it, shown in a line above the canvas.
@@ -18,10 +17,7 @@ from __future__ import annotations
 import bisect
 import math
 import time
-from dataclasses import dataclass
 
-import plotext
-from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 from textual import events
@@ -29,7 +25,8 @@ from textual.strip import Strip
 from textual.widget import Widget
 
 from tuitrain.core.text import NAME_WIDTH, safe_name
-from tuitrain.dashboard.charts import SMOOTHING, Axis, ema, finite_for, short, snap_axis, thin
+from tuitrain.dashboard.charts import SMOOTHING, ema, finite_for, short, thin
+from tuitrain.dashboard.drawing import Drawn, Line, Palette, blend, draw_chart, hex_of, rgb_of
 from tuitrain.dashboard.model import DashboardState
 
 MAX_BOUNDARIES = 12  # epoch lines drawn at most
@@ -42,218 +39,9 @@ FORMS = [(True, True, "  ", 4), (True, False, "  ", 4), (True, False, " ", 4), (
          (False, True, "  ", 4), (False, True, " ", 4), (False, True, " ", 3)]
 COMPARED_FORMS = [("long", 4), ("short", 4), ("tight", 4), ("tight", 3)]
 
-# kept for older importers (benchmarks): the thinning now lives in tuitrain/dashboard/charts.py
-__all__ = ["MetricPlot", "thin"]
-
-
-def _rgb(color) -> tuple[int, int, int]:
-    return (color.r, color.g, color.b)
-
-
-def _blend(a: tuple[int, int, int], b: tuple[int, int, int], share: float) -> tuple[int, int, int]:
-    """`share` of colour a over colour b: the faint raw series behind a smoothed one."""
-    return tuple(round(x * share + y * (1 - share)) for x, y in zip(a, b))  # type: ignore[return-value]
-
-
-def _hex(color: tuple[int, int, int]) -> str:
-    return "#%02x%02x%02x" % color
-
-
-class Line:
-    """One drawn series: its points, colour, marker ("braille": a line; "dot": a mark per point) and
-    how the inspect readout names it (`glyph` in its colour, then `label`, or `short` where room is
-    short); `steps`: the global step of each point, when the x axis is another."""
-
-    __slots__ = ("key", "xs", "ys", "color", "marker", "glyph", "label", "steps", "short")
-
-    def __init__(self, key: str, xs: list[float], ys: list[float], color: tuple[int, int, int], marker: str,
-                 glyph: str = "━", label: str = "", steps: list[float] | None = None, short: str = "") -> None:
-        self.key, self.xs, self.ys, self.color, self.marker = key, xs, ys, color, marker
-        self.glyph, self.label, self.steps, self.short = glyph, label, steps, short
-
-    def at(self, x: float) -> int:
-        """The index of the point at or before x (-1: none)."""
-        return bisect.bisect_right(self.xs, x) - 1
-
-
-@dataclass
-class Palette:
-    background: tuple[int, int, int]
-    foreground: tuple[int, int, int]
-    grid: tuple[int, int, int]
-    epoch: tuple[int, int, int]
-    cursor: tuple[int, int, int]
-    alert: tuple[int, int, int] = (229, 83, 75)  # the marks of health alerts
-
-
-@dataclass
-class Drawn:
-    """A chart drawn: its lines, its axes and where its canvas lies (for the cursor and for tests)."""
-
-    lines: list[Strip]
-    x: Axis | None = None
-    y: Axis | None = None
-    left: int = 0  # the canvas's first column
-    top: int = 0  # the canvas's first row
-
-
-def _cells_of(text: Text, width: int, base: Style) -> list[list]:
-    """A line of plotext's ANSI output as [char, style] cells."""
-    plain = text.plain[:width]
-    styles = [base] * len(plain)
-    for span in text.spans:  # plotext's spans do not overlap: one style a span
-        style = base + (span.style if isinstance(span.style, Style) else Style.parse(span.style))
-        end = min(span.end, len(plain))
-        styles[span.start:end] = [style] * max(0, end - span.start)
-    cells = [[ch, st] for ch, st in zip(plain, styles)]
-    return cells + [[" ", base] for _ in range(width - len(cells))]
-
-
-def _strip(cells: list) -> Strip:
-    """Cells to a Strip, neighbours of one style in one segment."""
-    segments: list[Segment] = []
-    run, style = [], None
-    for ch, st in cells:
-        if st is not style and run:
-            segments.append(Segment("".join(run), style))
-            run = []
-        run.append(ch)
-        style = st
-    if run:
-        segments.append(Segment("".join(run), style))
-    return Strip(segments, len(cells))
-
-
-def draw_chart(lines: list[Line], width: int, height: int, palette: Palette, *, x_kind: str = "step",
-               log: bool = False, boundaries: list[float] = (), cursor: float | None = None,
-               alerts: list[float] = (),
-               header: list[Text] = (), message: str = "waiting for values") -> Drawn:
-    """The chart as `height` lines of `width` cells: y labels on the rows their values fall on, the y
-    axis, the canvas (grid lines at the labelled ticks, epoch boundaries, the cursor, the series), the
-    x axis and its labels under the columns of their values (see `charts.snap_axis`).
-
-    plotext draws the braille lines alone, on a canvas with no frame or ticks, with its limits set so
-    that the value of a cell's tick falls in the middle of that cell's four dot rows (two dot columns);
-    the axes, labels, grid, epoch lines, cursor and the valid points' marks are drawn here, cell by cell."""
-    bg, fg = palette.background, palette.foreground
-    base = Style(color=_hex(fg), bgcolor=_hex(bg))
-    blank = lambda: [[" ", base] for _ in range(width)]  # noqa: E731
-    out: list[list] = []
-    for text in list(header)[:max(0, height - 4)]:
-        cells = _cells_of(text, width, base)
-        out.append(cells)
-    top = len(out)
-    drawn = [ln for ln in lines if ln.xs]
-    if log:
-        drawn = [Line(ln.key, ln.xs, [math.log10(y) for y in ln.ys], ln.color, ln.marker) for ln in drawn]
-    if not drawn or height - top < 3 or width < 8:
-        rows = [blank() for _ in range(height - top)]
-        if rows:
-            mid = rows[len(rows) // 2]
-            start = max(0, (width - len(message)) // 2)
-            for i, ch in enumerate(message[:width]):
-                mid[start + i][0] = ch
-        return Drawn([_strip(c) for c in out + rows], top=top)
-    rows_h = height - top - 2  # the x axis and its labels below
-    ys_all = [y for ln in drawn for y in ln.ys]
-    y = snap_axis(min(ys_all), max(ys_all), rows_h, "log" if log else "", min_gap=2 if rows_h >= 7 else 1,
-                  prefer=max(2.0, (rows_h - 1) / 6))
-    label_w = max([len(label) for label in y.labels] + [1])
-    cols_w = width - label_w - 1
-    xs_all = [x for ln in drawn for x in ln.xs]
-    x = snap_axis(min(xs_all), max(xs_all), cols_w, x_kind, min_gap=3, prefer=max(6.0, (cols_w - 1) / 5),
-                  centre=False, label_room=True)
-    # the x labels, centred under their columns; one that would touch its neighbour is left out, with its tick
-    label_row = blank()
-    x_ticks: list[int] = []
-    end = -1
-    for col, label in zip(x.tick_cells(), x.labels):
-        at = label_w + 1 + col
-        start = min(max(0, at - len(label) // 2), width - len(label))
-        if start <= end or not 0 <= col < cols_w:
-            continue
-        for i, ch in enumerate(label):
-            label_row[start + i][0] = ch
-        end = start + len(label)
-        x_ticks.append(col)
-    y_ticks = {y.cell(t): label for t, label in zip(y.ticks, y.labels)}
-
-    canvas = _canvas(drawn, cols_w, rows_h, x, y, base, bg)
-    grid_style = Style(color=_hex(palette.grid), bgcolor=_hex(bg))
-    epoch_style = Style(color=_hex(palette.epoch), bgcolor=_hex(bg))
-    cursor_style = Style(color=_hex(palette.cursor), bgcolor=_hex(bg), bold=True)
-    under: dict[tuple[int, int], tuple[str, Style]] = {}  # what shows where the series leave a cell blank
-    for r in y_ticks:
-        for c in range(cols_w):
-            under[(r, c)] = ("─", grid_style)
-    for c in x_ticks:
-        if c == 0:
-            continue  # the y axis stands there
-        for r in range(rows_h):
-            under[(r, c)] = ("┼" if r in y_ticks else "│", grid_style)
-    for b in boundaries:
-        c = x.cell(b)
-        if 0 <= c < cols_w:
-            for r in range(rows_h):
-                under[(r, c)] = ("┊", epoch_style)
-    if cursor is not None and 0 <= x.cell(cursor) < cols_w:
-        for r in range(rows_h):
-            under[(r, x.cell(cursor))] = ("┃", cursor_style)
-    for (r, c), cell in under.items():
-        target = canvas[rows_h - 1 - r][c]
-        if target[0] == " ":
-            target[0], target[1] = cell
-    alert_style = Style(color=_hex(palette.alert), bgcolor=_hex(bg), bold=True)
-    for a in alerts:  # a health alert's step: a mark on the top row, over whatever is there
-        c = x.cell(a)
-        if 0 <= c < cols_w:
-            canvas[0][c] = ["▼", alert_style]
-    for ln in drawn:  # the valid points: a mark each, over the lines
-        if ln.marker != "dot":
-            continue
-        style = Style(color=_hex(ln.color), bgcolor=_hex(bg))
-        for px, py in zip(ln.xs, ln.ys):
-            c, r = x.cell(px), y.cell(py)
-            if 0 <= c < cols_w and 0 <= r < rows_h:
-                canvas[rows_h - 1 - r][c] = ["•", style]
-    for i, row in enumerate(canvas):
-        r = rows_h - 1 - i
-        label = y_ticks.get(r, "")
-        left = [[ch, base] for ch in label.rjust(label_w)] + [["┤" if r in y_ticks else "│", base]]
-        out.append(left + row)
-    axis = [[" ", base] for _ in range(label_w)] + [["└", base]]
-    axis += [["┬" if c in x_ticks else "─", base] for c in range(cols_w)]
-    out.append(axis)
-    out.append(label_row)
-    return Drawn([_strip(c) for c in out], x, y, label_w + 1, top)
-
-
-def _canvas(lines: list[Line], width: int, height: int, x: Axis, y: Axis, base: Style,
-            bg: tuple[int, int, int]) -> list[list]:
-    """The braille lines on a canvas of width x height cells, drawn by plotext's public module API
-    (one global figure, cleared each time), as rows of [char, style] cells, top first."""
-    braille = [ln for ln in lines if ln.marker == "braille"]
-    if not braille:
-        return [[[" ", base] for _ in range(width)] for _ in range(height)]
-    plt = plotext
-    plt.clf()
-    plt.limitsize(False, False)
-    plt.plotsize(width, height)
-    plt.frame(False)
-    plt.xticks([])
-    plt.yticks([])
-    plt.canvas_color(bg)
-    plt.axes_color(bg)
-    # plotext puts value v on dot row floor(0.5 + (4h - 1)(v - lo) / (hi - lo)); with these limits a
-    # cell's tick value lands between its 2nd and 3rd dot rows (x: between its two dot columns)
-    plt.xlim(x.lo - 0.25 * x.unit, x.lo + (width - 0.75) * x.unit)
-    plt.ylim(y.lo - 0.375 * y.unit, y.lo + (height - 0.625) * y.unit)
-    for ln in braille:
-        xs, ys = thin(ln.xs, ln.ys, width)
-        plt.plot(xs, ys, marker="braille", color=ln.color)
-    text = Text.from_ansi(plt.build())
-    rows = [_cells_of(line, width, base) for line in text.split("\n", allow_blank=True)[:height]]
-    return rows + [[[" ", base] for _ in range(width)] for _ in range(height - len(rows))]
+# kept for older importers: the thinning lives in tuitrain/dashboard/charts.py (benchmarks import it from
+# here), the drawing in tuitrain/dashboard/drawing.py
+__all__ = ["Drawn", "Line", "MetricPlot", "Palette", "draw_chart", "thin"]
 
 
 class MetricPlot(Widget, can_focus=True):
@@ -404,7 +192,7 @@ class MetricPlot(Widget, can_focus=True):
                 if valid is not None:
                     xs, ys = valid.points()
                     self._keep(f"valid/{suffix}", xs, ys, axis, (run, "valid", name))
-                    self.key_colors[f"valid/{suffix}"] = _blend(run_color(i), (255, 255, 255), 0.75)
+                    self.key_colors[f"valid/{suffix}"] = blend(run_color(i), (255, 255, 255), 0.75)
         self.points = {k: v for k, v in self.points.items() if v[0]}
         self.boundaries = []  # each run has its own epochs
         self._set_title(state)
@@ -637,12 +425,12 @@ class MetricPlot(Widget, can_focus=True):
             where += f" · {AXIS_NAMES[self.x_axis]} {short(self.cursor, 4)}"
         out: list[Text] = []
         for named, digits in ((True, 4), (False, 4), (False, 3)):  # then the glyph alone names a series
-            head = Text("▏" + where, style=Style(color=_hex(fg), bold=True))
+            head = Text("▏" + where, style=Style(color=hex_of(fg), bold=True))
             out = [head]
             for line, value in values:
                 name = line.label if named else line.short
-                part = Text(line.glyph + (" " if name else "") + name, style=Style(color=_hex(line.color)))
-                part.append(" " + (short(value, digits) if value is not None else "-"), style=Style(color=_hex(fg)))
+                part = Text(line.glyph + (" " if name else "") + name, style=Style(color=hex_of(line.color)))
+                part.append(" " + (short(value, digits) if value is not None else "-"), style=Style(color=hex_of(fg)))
                 if out[-1].cell_len + 2 + part.cell_len > width:
                     out.append(Text(" "))
                 else:
@@ -665,7 +453,7 @@ class MetricPlot(Widget, can_focus=True):
     def lines(self) -> list[Line]:
         """The series as drawn and read: train lines (raw, faint under a smoothed one), valid marks."""
         _, _, bg, _ = self.colors
-        background = _rgb(bg)
+        background = rgb_of(bg)
         train, valid = self._series_color("train"), self._series_color("valid")
         runs = list(getattr(self._state, "runs", None) or [])
         group = len(self.metrics) > 1
@@ -685,7 +473,7 @@ class MetricPlot(Widget, can_focus=True):
             number, long, tag = name(key)
             steps = self.steps.get(key)
             if key in self.smoothed:
-                out.append(Line(key, xs, ys, _blend(color, background, 0.35), "braille", "━" + number,
+                out.append(Line(key, xs, ys, blend(color, background, 0.35), "braille", "━" + number,
                                 long or "train", steps, tag))
                 sx, sy = self.smoothed[key]
                 out.append(Line(f"~{key}", sx, sy, color, "braille", "~" + number, f"{long} EMA".strip(), None, tag))
@@ -693,7 +481,7 @@ class MetricPlot(Widget, can_focus=True):
                 out.append(Line(key, xs, ys, color, "braille", "━" + number, long or "train", steps, tag))
         for i, key in enumerate(k for k in self.points if k.startswith("valid")):
             color = self.key_colors.get(key) or (
-                valid if i == 0 else _blend(EXTRA[(i - 1) % len(EXTRA)], (255, 255, 255), 0.7))
+                valid if i == 0 else blend(EXTRA[(i - 1) % len(EXTRA)], (255, 255, 255), 0.7))
             xs, ys = self.points[key]
             number, long, tag = name(key)
             out.append(Line(key, xs, ys, color, "dot", "•" + number, long or "valid", self.steps.get(key), tag))
@@ -701,8 +489,8 @@ class MetricPlot(Widget, can_focus=True):
 
     def palette(self) -> Palette:
         _, _, bg, fg = self.colors
-        background, foreground = _rgb(bg), _rgb(fg)
-        return Palette(background, foreground, _blend(foreground, background, 0.22), self._series_color("epoch"),
+        background, foreground = rgb_of(bg), rgb_of(fg)
+        return Palette(background, foreground, blend(foreground, background, 0.22), self._series_color("epoch"),
                        foreground)
 
     def _draw(self, width: int, height: int) -> Drawn:
