@@ -14,7 +14,8 @@ from textual.widgets import Static
 from tuitrain.core.control import Interrupter
 from tuitrain.core.events import ControlReceived, RunFinished
 from tuitrain.dashboard.app import DashboardApp
-from tuitrain.dashboard.sources import FileSource, ReplaySource, RunSource
+from tuitrain.dashboard.live import LiveApp, LiveRun
+from tuitrain.dashboard.sources import FileSource, ReplaySource
 from tuitrain.dashboard.widgets.chart_grid import ChartGrid
 from tuitrain.dashboard.widgets.checkpoint_list import CheckpointList
 from tuitrain.dashboard.widgets.confirm_screen import ConfirmScreen
@@ -296,15 +297,17 @@ async def test_error_screen_shows_the_traceback():
 async def test_an_exception_escaping_the_run_is_shown_as_a_failure():
     class Exploding:
         interrupter = Interrupter()
+        run_dir = "runs/exploding"
 
-        def subscribe(self, cb):
+        def subscribe(self, cb, step_events=True):
             self.cb = cb
 
         def execute(self):
             raise RuntimeError("core bug")
 
     run = Exploding()
-    app = DashboardApp(RunSource(run), run.interrupter, clock=lambda: T0)
+    live = LiveRun(run)  # as `run_live` drives it
+    app = LiveApp(live, None, clock=lambda: T0)
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: isinstance(app.screen, ResultScreen))
         assert "RuntimeError: core bug" in app.screen.title_text
@@ -312,11 +315,11 @@ async def test_an_exception_escaping_the_run_is_shown_as_a_failure():
         assert app.exit_code == 1
 
 
-# --- a fake run, as run_live drives it -------------------------------------------------------
+# --- a fake run, as run_live drives it (`LiveRun` and `LiveApp`, tuitrain/dashboard/live.py) ---------
 
 
 class FakeRun:
-    """What run_live needs: run_dir, interrupter, subscribe(cb), execute() -> exit code."""
+    """What run_live needs: run_dir, interrupter, subscribe(cb, step_events), execute() -> exit code."""
 
     def __init__(self, events, wait_for_stop=False):
         self.events = events
@@ -346,25 +349,55 @@ class FakeRun:
 @sync
 async def test_fake_run_completes_under_the_dashboard():
     run = FakeRun(recorded_run(epochs=2, end="completed"))
-    app = DashboardApp(RunSource(run), run.interrupter, clock=lambda: T0)
+    live = LiveRun(run)
+    app = LiveApp(live, None, clock=lambda: T0)
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: isinstance(app.screen, ResultScreen))
         assert app.exit_code == 0 and app.state.step == 40
         await pilot.press("q")
         await until(pilot, lambda: not app.is_running)
     assert app.return_value == 0
+    assert live.finish(app, None) == 0 and not live.screen_gone  # what `run_live` returns
 
 
 @sync
 async def test_fake_run_stopped_with_ctrl_c_returns_130():
     run = FakeRun(recorded_run(epochs=1, end="running"), wait_for_stop=True)
-    app = DashboardApp(RunSource(run), run.interrupter, clock=lambda: T0)
+    live = LiveRun(run)
+    app = LiveApp(live, None, clock=lambda: T0)
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: app.state.step == 20)
         await pilot.press("ctrl+c")
         assert run.interrupter.stop_requested and run.interrupter.stop_source == "dashboard"
         await until(pilot, lambda: not app.is_running)  # leaves once the graceful stop is done
     assert app.return_value == 130 and app.exit_code == 130
+    assert live.finish(app, None) == 130
+
+
+@sync
+async def test_a_failing_screen_ends_itself_quietly_and_training_goes_on(capsys):
+    """An error in the live dashboard ends the screen (exit code 1) with no traceback printed over the
+    console lines; `LiveRun` keeps the error for experiment.log, and closing the failed screen does
+    not stop training, which goes on until it is stopped."""
+    run = FakeRun(recorded_run(epochs=1, end="running"), wait_for_stop=True)
+    live = LiveRun(run)
+    app = LiveApp(live, None, clock=lambda: T0)
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: app.state.step == 20)
+            app.call_later(lambda: 1 / 0)  # a handler that fails
+            for _ in range(1200):  # not the pilot's pause: it waits for messages that a closed app never takes
+                if not app.is_running:
+                    break
+                await asyncio.sleep(0.05)
+        assert live.screen_gone and isinstance(live.screen_error, ZeroDivisionError)
+        assert app.return_code == 1 and not run.interrupter.stop_requested
+        err = capsys.readouterr().err
+        assert "Traceback" not in err and "ZeroDivisionError" not in err
+        assert live.thread.is_alive()  # training goes on without the screen
+    finally:
+        run.interrupter.request_stop("test")  # the run's thread never outlives the test
+    assert live.finish(app, None) == 130
 
 
 # --- watching a run directory ---------------------------------------------------------------
@@ -522,12 +555,12 @@ async def test_redraws_give_way_when_the_screen_takes_more_than_its_share_of_a_c
         app.pacer.started = True  # past the start-up window, which is not counted
         cpu[0] += 0.1 * window  # 10% of a core: 4x the share
         now[0] += window
-        app.pacing.dirty.add("progress")
+        app.feed.dirty.add("progress")
         app.drain()
         assert app.pacer.slow == pytest.approx(2.0)  # at most doubles per window
         cpu[0] += 0.1 * window
         now[0] += window
-        app.pacing.dirty.add("progress")
+        app.feed.dirty.add("progress")
         app.drain()
         assert app.pacer.slow == pytest.approx(app_module.MAX_SLOW)
         app.pacer.last_plot = now[0]  # the plot was just drawn
@@ -548,7 +581,7 @@ async def test_redraws_give_way_when_the_screen_takes_more_than_its_share_of_a_c
         source.push(RunPaused(epoch=2, step=40))
         await until(pilot, lambda: app.state.paused)
         now[0] += window  # a quiet window while paused
-        app.pacing.dirty.add("progress")
+        app.feed.dirty.add("progress")
         app.drain()
         assert app.pacer.slow == 1.0
 
@@ -563,16 +596,25 @@ async def test_the_screen_wakes_less_often_while_training_runs_and_at_once_when_
     events = recorded_run(epochs=1, total_epochs=3, end="running")
     source = ReplaySource(events)
     app = make_app(events, source=source)
+    drain_timers = []  # the intervals the drain timer was set to (Textual's public set_interval)
+    set_interval = app.set_interval
+
+    def recording(interval, callback=None, **kwargs):
+        if kwargs.get("name") == "drain":
+            drain_timers.append(interval)
+        return set_interval(interval, callback, **kwargs)
+
+    app.set_interval = recording
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: app.pacing.every == app_module.BUSY_DRAIN_INTERVAL)
-        timer = app.pacing.timer
-        assert timer is not None and timer._interval == app_module.BUSY_DRAIN_INTERVAL
+        await until(pilot, lambda: app.feed.every == app_module.BUSY_DRAIN_INTERVAL)
+        timer = app.feed.timer
+        assert timer is not None and drain_timers[-1] == app_module.BUSY_DRAIN_INTERVAL
         source.push(RunPaused(epoch=1, step=20))
         await until(pilot, lambda: app.state.paused)
-        await until(pilot, lambda: app.pacing.every == app.drain_interval)
-        assert app.pacing.timer is not timer and app.pacing.timer._interval == app.drain_interval
+        await until(pilot, lambda: app.feed.every == app.drain_interval)
+        assert app.feed.timer is not timer and drain_timers[-1] == app.drain_interval
         source.push(RunResumed(epoch=1, step=20, paused_for=1.0))
-        await until(pilot, lambda: app.pacing.every == app_module.BUSY_DRAIN_INTERVAL)
+        await until(pilot, lambda: app.feed.every == app_module.BUSY_DRAIN_INTERVAL)
         more = recorded_run(epochs=2, total_epochs=3, end="running")[len(events):]
         source.push(*more)  # still drained, a quarter of a second apart
         await until(pilot, lambda: app.state.step == 40)

@@ -1,4 +1,5 @@
-"""Real training (the runner, a real Learner, real files) under the dashboard, stopped by keys."""
+"""Real training (the runner, a real Learner, real files) under the dashboard, stopped by keys: the
+run as `run_live` drives it (`LiveRun`, `LiveApp`)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,7 @@ import json
 import pytest
 
 from tuitrain.core.checkpoint import read_index
-from tuitrain.dashboard.app import DashboardApp
-from tuitrain.dashboard.sources import RunSource
+from tuitrain.dashboard.live import LiveApp, LiveRun
 from tuitrain.dashboard.widgets.confirm_screen import ConfirmScreen
 from tuitrain.dashboard.widgets.metric_plot import MetricPlot
 from tuitrain.run.runner import prepare_run
@@ -32,7 +32,8 @@ def _finished(run) -> dict:
 @sync
 async def test_q_then_y_stops_real_training_gracefully_and_leaves(live_run):
     tiny, run = live_run
-    app = DashboardApp(RunSource(run), run.interrupter)
+    live = LiveRun(run)
+    app = LiveApp(live, None)
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: app.state.step >= 5)
         assert app.query(MetricPlot)
@@ -41,7 +42,7 @@ async def test_q_then_y_stops_real_training_gracefully_and_leaves(live_run):
         assert not run.interrupter.stop_requested  # only asked, not yet stopped
         await pilot.press("y")
         await until(pilot, lambda: not app.is_running)
-    assert app.return_value == 130
+    assert app.return_value == 130 and live.finish(app, None) == 130
     info = _finished(run)
     assert info["status"] == "interrupted" and info["exit_code"] == 130
     entries = read_index(run.run_dir / "checkpoint")
@@ -52,12 +53,13 @@ async def test_q_then_y_stops_real_training_gracefully_and_leaves(live_run):
 @sync
 async def test_ctrl_c_stops_real_training_at_once(live_run):
     tiny, run = live_run
-    app = DashboardApp(RunSource(run), run.interrupter)
+    live = LiveRun(run)
+    app = LiveApp(live, None)
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: app.state.step >= 3)
         await pilot.press("ctrl+c")
         assert run.interrupter.stop_requested
         await until(pilot, lambda: not app.is_running)
-    assert app.return_value == 130
+    assert app.return_value == 130 and live.finish(app, None) == 130
     assert _finished(run)["status"] == "interrupted"
     assert (run.run_dir / "model.pt").exists()

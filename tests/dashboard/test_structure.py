@@ -1,8 +1,10 @@
-"""The dashboard's structure (issue 26 item 4): `DashboardApp` holds the run's keys and delegates the
+"""The dashboard's structure (issue 26 item 4, issue 43 item 4): `DashboardApp` holds the run's keys and delegates the
 widgets to `DashboardScreen` and the chart keys to `ChartGrid`, whose keys still act wherever the focus
 is on the dashboard, with the footer in its order."""
 
 from __future__ import annotations
+
+import time
 
 from textual.app import App
 from textual.widgets import Button
@@ -29,14 +31,51 @@ def test_the_chart_keys_are_the_grid_s_and_the_run_s_keys_the_app_s():
     assert DashboardApp.compose is App.compose  # the screen composes the widgets
 
 
-def test_the_app_inherits_only_app_and_owns_its_pacing_and_ending():
-    from tuitrain.dashboard.ending import Ending
-    from tuitrain.dashboard.pacing import Drain
+@sync
+async def test_the_feed_works_from_what_it_is_given_and_tells_its_host_the_end_by_a_message():
+    """`Feed` needs no `DashboardApp`: any Textual app as its host (timers, messages), a bridge, a
+    source, a pacer, a screen and a state; it folds the events, shows them, and posts `Feed.Settled`
+    once the run's end is in."""
+    from tuitrain.dashboard.bridge import EventBridge
+    from tuitrain.dashboard.feed import Feed
+    from tuitrain.dashboard.model import DashboardState
+    from tuitrain.dashboard.pacing import Pacer
+    from tuitrain.dashboard.sources import ReplaySource
 
-    assert DashboardApp.__bases__ == (App,)
-    app = make_app()
-    assert isinstance(app.pacing, Drain) and isinstance(app.ending, Ending)
-    assert app.pacing.app is app and app.ending.app is app
+    from .fixtures import T0, recorded_run
+
+    settled = []
+
+    class Host(App):
+        def __init__(self) -> None:
+            super().__init__()
+            self.bridge = EventBridge()
+            self.feed = Feed(self, self.bridge, ReplaySource(live=False), Pacer(0.0, 0.0), tick=self.tick,
+                             interval=1 / 15, watching=True, watching_label=True, note=lambda: "",
+                             pace_clock=time.monotonic, cpu_clock=time.thread_time)
+
+        def get_default_screen(self) -> DashboardScreen:
+            return DashboardScreen(clock=lambda: T0)
+
+        async def on_mount(self) -> None:
+            await self.screen.composed.wait()
+            self.feed.show_on(self.screen, DashboardState(clock=lambda: T0))
+            self.feed.start()
+
+        def tick(self) -> None:
+            self.feed.drain()
+
+        def on_feed_settled(self, message: Feed.Settled) -> None:
+            settled.append(self.feed.state.final)
+
+    app = Host()
+    async with app.run_test(size=(120, 40)) as pilot:
+        for event in recorded_run(epochs=1, end="completed"):
+            app.bridge(event, None)
+        await until(pilot, lambda: settled)
+        await pilot.pause()
+        assert settled == ["completed"] and app.feed.state.step == 20
+        assert app.screen.progress.status == "completed" and "loss" in app.screen.grid.charts
 
 
 def test_a_live_run_is_the_app_s_source_and_controller_in_one():

@@ -6,12 +6,15 @@ The app never calls into the training loop: events arrive through an `EventBridg
 timer, and keys act through a `Controller` (the run's `Interrupter`, or `FileControl` for a run
 in another process).
 
-`DashboardApp` holds the run (its source, controller and state) and its keys (c p q Ctrl+C r ? R d),
-and hands the rest to:
+`DashboardApp` holds the run (its source, controller and state), its keys (c p q Ctrl+C r ? R d)
+and the decisions: steer, leave, turn read-only, show the result. It hands its collaborators what they
+work with, and they tell it what happened by messages (`TrainingEnded`, `Feed.Settled`, `Feed.Stopped`,
+the widgets' own):
   screen.py  `DashboardScreen`: the widgets, their titles and layout, the title bar and notice
   widgets/chart_grid.py  `ChartGrid`: the charts and the chart keys (l s x w / e i, Enter, Esc, arrows, Tab)
-  pacing.py  `Pacer`, when to redraw; `Drain` (`app.pacing`): the event stream into the state, the panels refreshed
-  ending.py  `Ending` (`app.ending`): the work returning, the result screen, a watched run gone
+  feed.py    `Feed` (`app.feed`): the event stream into the state and onto the screen, paced by
+             `app.pacer` (pacing.py `Pacer`: when to redraw)
+  ending.py  `Ending` (`app.ending`): the result screen; the words at the end
   layout.py  the sizes and themes
 and entry.py holds `run_live` and `run_watch`; live.py the live run (`LiveRun`: the app's source and
 controller in one object) and `LiveApp`.
@@ -36,14 +39,15 @@ from textual.screen import ModalScreen
 from tuitrain.core.control import Controller
 from tuitrain.core.text import safe_text
 from tuitrain.dashboard.bridge import EventBridge
-from tuitrain.dashboard.ending import Ending
+from tuitrain.dashboard.ending import Ending, ended_notice, stopped_why
+from tuitrain.dashboard.feed import Feed
 from tuitrain.dashboard.layout import DASHBOARD_TCSS, HIGH_CONTRAST, base_theme_of, default_theme
 from tuitrain.dashboard.messages import TrainingEnded
 from tuitrain.dashboard.model import DashboardState
-from tuitrain.dashboard.pacing import UI_SHARE, Drain, Pacer
-from tuitrain.dashboard.sources import Source
+from tuitrain.dashboard.pacing import UI_SHARE, Pacer
+from tuitrain.dashboard.sources import Source, skipped_lines
 from tuitrain.dashboard.export import export_folder, write_compared, write_series
-from tuitrain.dashboard.screen import DashboardScreen, notice_text
+from tuitrain.dashboard.screen import DashboardScreen
 from tuitrain.dashboard.widgets.chart_grid import ChartGrid
 from tuitrain.dashboard.widgets.confirm_screen import ConfirmScreen, stop_says
 from tuitrain.dashboard.widgets.control_bar import ControlBar
@@ -58,12 +62,13 @@ from tuitrain.dashboard.pacing import (BUSY_DRAIN_INTERVAL, DRAIN_LIMIT, MAX_SLO
 
 
 def _restore_terminal_and_exit(app: App) -> None:
-    """Second Ctrl+C: leave the alternate screen, give the terminal back, end the process now."""
-    driver = app._driver
+    """Second Ctrl+C: leave the alternate screen, give the terminal back, end the process now.
+    `App.suspend` (public) stops the driver's application mode and flushes the restore sequences
+    still queued in its writer thread; where it cannot (no terminal of its own), the process ends all
+    the same."""
     try:
-        if driver is not None:
-            driver.stop_application_mode()
-            driver.close()  # flushes the restore sequences still queued in the writer thread
+        with app.suspend():
+            os._exit(130)
     finally:
         os._exit(130)
 
@@ -117,15 +122,16 @@ class DashboardApp(App[int]):
         self.worker_done = False
         self.interrupts = 0
         self.leave_when_done = False
-        self._title_shown: tuple | None = None
         self.cpu_clock = cpu_clock  # this thread's CPU time: what the screen costs
         self.pace_clock = pace_clock  # seconds, for the pace of redraws
         #: when to redraw (pacing.py): the clocks in, a decision out
         self.pacer = Pacer(pace_clock(), cpu_clock(), ui_share=ui_share, plot_interval=plot_interval)
-        #: the event stream into the state, and the panels refreshed as the pacer says (pacing.py)
-        self.pacing = Drain(self)
-        #: the end of the run: the result screen, the dashboard turning read-only (ending.py)
-        self.ending = Ending(self)
+        #: the event stream into the state and onto the screen, as the pacer says (feed.py)
+        self.feed = Feed(self, self.bridge, source, self.pacer, tick=self.drain, interval=drain_interval,
+                         watching=watch, watching_label=watch and not self.owned, note=self.progress_note,
+                         pace_clock=pace_clock, cpu_clock=cpu_clock)
+        #: the result screen at the run's end (ending.py)
+        self.ending = Ending(self, self.feed)
         self._source_closed = False
         self._base_theme = base_theme_of(self.theme_path)
         self.last_export: Path | None = None
@@ -134,15 +140,16 @@ class DashboardApp(App[int]):
     def get_default_screen(self) -> DashboardScreen:
         """The dashboard's screen: it composes and lays out the widgets (tuitrain/dashboard/screen.py)."""
         self.dashboard = DashboardScreen(comparing=self.comparing, clock=self.clock,
-                                         notice=notice_text(self.notice, self.skipped_lines()),
+                                         notice=self.notice, skipped=self.skipped_lines(),
                                          footer_after=self.FOOTER_AFTER)
         return self.dashboard
 
     async def on_mount(self) -> None:
         """Once the screen's widgets are mounted: the run shown, its source read, the timers started."""
         await self.dashboard.composed.wait()
+        self.feed.show_on(self.dashboard, self.state)
         self._set_theme()
-        self._title()
+        self.feed.show_title()
         if self.controller is None:
             self.steering_changed()
         if hasattr(self.source, "backlog"):
@@ -150,7 +157,7 @@ class DashboardApp(App[int]):
         self._files_of_source()
         self.source.open(self.bridge)
         self.run_worker(self._work, name="tuitrain-source", thread=True, exit_on_error=False)
-        self.pacing.start()
+        self.feed.start()
         self.drain()
 
     def _set_theme(self) -> None:
@@ -171,18 +178,17 @@ class DashboardApp(App[int]):
     def set_notice(self, text: str) -> None:
         """The bottom bar's one line of notice (shown as typed, never as markup)."""
         self.notice = text
-        self.dashboard.show_notice(notice_text(text, self.skipped_lines()))
+        self.dashboard.show_notice(text, self.skipped_lines())
 
     def skipped_lines(self) -> int:
         """Lines of the run's events.jsonl (or the compared runs') left out as damaged."""
-        readers = getattr(self.source, "readers", None)
-        sources = readers.values() if isinstance(readers, dict) else [self.source]
-        return sum(getattr(s, "bad_lines", 0) for s in sources)
+        return skipped_lines(self.source)
 
-    def _title(self) -> None:
-        where = self.state.run_dir or (str(getattr(self.source, "run_dir", "")) if self.watching else "")
-        # "[watching]" only in `tuitrain watch`: a run in its own terminal (`Monitor`, Lightning) is "[live]"
-        self.dashboard.show_title(self.state, where, self.watching and not self.owned)
+    def progress_note(self) -> str:
+        """The progress panel's note while the run has not ended: a stop asked for from here."""
+        if self.leave_when_done:
+            return "leaving when stopped"
+        return "Ctrl+C again ends the process" if self.interrupts else ""
 
     def _files_of_source(self) -> None:
         """Where the states' runs' files are read from (a watched run may have moved since it was
@@ -204,13 +210,69 @@ class DashboardApp(App[int]):
         self.post_message(TrainingEnded(code))
 
     def drain(self) -> None:
-        """Fold what the bridge holds into the state and refresh the panels that changed (`Drain`;
+        """Fold what the bridge holds into the state and refresh the panels that changed (`Feed`;
         the drain timer calls this method)."""
-        self.pacing.drain()
+        self.feed.drain()
+
+    # --- the run's end ---------------------------------------------------------------------
 
     def on_training_ended(self, message: TrainingEnded) -> None:
-        """The source's work returned (`Ending`)."""
-        self.ending.training_ended(message)
+        """The source's work returned: its last events shown; then a live run's result, or leaving."""
+        self.worker_done = True
+        self.exit_code = message.exit_code
+        self.feed.work_returned()
+        if message.error and self.state.failed is None:
+            from tuitrain.core.events import RunFailed
+
+            self.bridge(RunFailed(error=message.error, traceback=message.traceback,
+                                  epoch=self.state.epoch, step=self.state.step), None)
+        # the last events, the final one included, may still sit there (drain does nothing once shutting down)
+        while self.is_running and self.bridge.pending():
+            self.drain()
+        if not self.watching:
+            # a config error found while building the user's parts: no run to show; leave at once, and
+            # `tuitrain run` prints the one line, as it does for config errors found before the screen opened
+            config_error = getattr(getattr(self.source, "run", None), "config_error", None)
+            if self.leave_when_done or config_error is not None:
+                self.leave()
+                return
+            self.set_notice(ended_notice(self.state, self.exit_code))
+            if not self.state.ended:  # work returned without a final event
+                self.state.final = self.state.final or ("completed" if self.exit_code == 0 else "interrupted")
+                self.feed.refresh_progress()
+            self.ending.show_result(self.state, self.exit_code)
+        self.steering_changed()
+
+    def on_feed_settled(self, message: Feed.Settled) -> None:
+        """The run's end is in, with all the source read: a watched run can no longer be steered; an
+        owned run stopped from here leaves; else the result screen (once)."""
+        if self._source_closed:  # leaving already
+            return
+        if self.watching and self.controller is not None:
+            self.read_only("the run has ended; keys that steer are off")
+        if self.watching and self.leave_when_done:
+            self.leave()
+        else:
+            self.ending.show_result(self.state, self.exit_code)
+
+    def on_feed_stopped(self, message: Feed.Stopped) -> None:
+        """Watching: run.json says the run stopped before its final event is shown."""
+        from tuitrain.sinks.run_status import KILLED
+
+        if self.state.ended or self._source_closed:  # its final event came meanwhile: `Feed.Settled`'s
+            return
+        if self.controller is not None:
+            self.read_only(stopped_why(message.status, getattr(self.source, "run_dir", None)) +
+                           "; keys that steer are off")
+        if message.status == KILLED:
+            self.state.final = KILLED
+            self.feed.refresh_progress()
+
+    def read_only(self, why: str) -> None:
+        """Nothing to steer any more: the controller let go, the keys and buttons off, `why` said."""
+        self.controller = None
+        self.steering_changed()
+        self.set_notice(why)
 
     # --- keys ------------------------------------------------------------------------------
 
@@ -289,7 +351,7 @@ class DashboardApp(App[int]):
                 self.leave()  # the run in the other process stops on its own
             else:
                 self.leave_when_done = True
-                self.pacing.refresh_progress()
+                self.feed.refresh_progress()
                 self.notify(self._stop_says()[1], timeout=5)
 
     def action_interrupt(self) -> None:
@@ -304,7 +366,7 @@ class DashboardApp(App[int]):
         self.leave_when_done = True
         if isinstance(self.screen, ModalScreen):
             self.screen.dismiss()
-        self.pacing.refresh_progress()
+        self.feed.refresh_progress()
         self.notify("stopping gracefully; Ctrl+C again ends the process", severity="warning", timeout=5)
 
     def _on_dashboard(self) -> bool:
@@ -373,8 +435,8 @@ class DashboardApp(App[int]):
         if message.note == "charts":
             self._back_to_charts()
             return
-        self.pacing.replot()
-        self._title()
+        self.feed.replot()
+        self.feed.show_title()
         if message.note:
             self.notify(safe_text(message.note), severity="warning", timeout=4, markup=False)
 
@@ -396,7 +458,7 @@ class DashboardApp(App[int]):
 
     def action_show_result(self) -> None:
         if self.state.ended and not isinstance(self.screen, ResultScreen):
-            self.ending.show_result(again=True)
+            self.ending.show_result(self.state, self.exit_code, again=True)
 
     def on_control_bar_requested(self, message: ControlBar.Requested) -> None:
         {"stop": self.action_quit_request, "pause": self.action_pause,

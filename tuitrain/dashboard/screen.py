@@ -7,9 +7,11 @@ and tells the screen what to show.
 
 Keys: the chart keys are `ChartGrid`'s bindings (tuitrain/dashboard/widgets/chart_grid.py), the
 run's keys the app's. The grid's keys act wherever the focus is on this screen (a button, the run
-list, nothing), as they did when they were the app's: `_binding_chain` puts them in the chain when
-the focus is outside the grid, and `active_bindings` keeps the footer in its order (the run's keys,
-then the chart keys, then the app's others).
+list, nothing), as they did when they were the app's: the screen binds them too, each to the grid's
+own action (`chart_key`), so that with the focus outside the grid they are found on the screen, after
+the focused widget's own keys and before the app's (Textual's public `BINDINGS`, no reaching into its
+binding chain); `active_bindings` keeps the footer in its order (the run's keys, then the chart keys,
+then the app's others).
 
 Like the rest of the dashboard, this module must not import the run layer (`tuitrain.config`,
 `tuitrain.run*`, `tuitrain.runner`, `tuitrain.build`, `tuitrain.runs`, `tuitrain.cli`).
@@ -18,14 +20,13 @@ Like the rest of the dashboard, this module must not import the run layer (`tuit
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from typing import Callable
 
 from rich.text import Text
 from textual import events
 from textual.app import ComposeResult
-from textual.binding import BindingsMap
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.dom import DOMNode
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
@@ -61,13 +62,19 @@ class DashboardScreen(Screen):
     """The widgets of one run's dashboard (or of runs compared: `comparing` adds the run list)."""
 
     AUTO_FOCUS = ""  # nothing focused at first: the chart keys act on the first chart (SPEC "Dashboard")
+    #: the chart keys, each the grid's own action (`action_chart_key`): with the focus outside the grid
+    #: they are found here; inside it, the grid's own come first (Tab and Shift+Tab, the grid's priority
+    #: keys, replace the screen's focus keys, as they did)
+    BINDINGS = [replace(b, action=f"chart_key({b.key!r})") for b in ChartGrid.CHART_KEYS]
+    #: the keys bound here for the grid (the footer counts them among the chart keys)
+    CHART_KEYS = frozenset(b.key for b in ChartGrid.CHART_KEYS)
 
-    def __init__(self, *, comparing: bool = False, clock: Callable[[], float], notice: Text | str = "",
+    def __init__(self, *, comparing: bool = False, clock: Callable[[], float], notice: str = "", skipped: int = 0,
                  footer_after: frozenset[str] = frozenset()) -> None:
         super().__init__()
         self.comparing = comparing
         self.clock = clock  # the checkpoint list's ages
-        self._notice = notice
+        self._notice, self._skipped = notice, skipped  # the notice's words, and the damaged lines it counts
         #: the app's keys the footer shows after the chart keys (the others come before them)
         self.footer_after = footer_after
         self._title_shown: tuple | None = None
@@ -91,7 +98,7 @@ class DashboardScreen(Screen):
                 yield CheckpointList(clock=self.clock, id="checkpoints", classes="panel")
         with Horizontal(id="bottom-bar"):
             yield ControlBar(id="controls")
-            yield Static(self._notice, id="notice")
+            yield Static(notice_text(self._notice, self._skipped), id="notice")
         yield Static("The terminal is too small for the dashboard: make it larger (at least 50x12).\n"
                      "Training goes on; q leaves.", id="too-small")
         yield Footer()
@@ -148,9 +155,14 @@ class DashboardScreen(Screen):
 
     # --- the title bar and the notice ------------------------------------------------------
 
-    def show_notice(self, text: Text) -> None:
-        self._notice = text
-        self.query_one("#notice", Static).update(text)
+    def show_notice(self, text: str | None = None, skipped: int | None = None) -> None:
+        """The bottom bar's line: `text` (None: as it was) after the count of damaged lines `skipped`
+        (None: as it was)."""
+        if text is not None:
+            self._notice = text
+        if skipped is not None:
+            self._skipped = skipped
+        self.query_one("#notice", Static).update(notice_text(self._notice, self._skipped))
 
     def show_chart_note(self, state=None) -> None:
         """The chart area's note (`ChartNote`): before the first chart, what the run is doing (`state`:
@@ -222,18 +234,9 @@ class DashboardScreen(Screen):
 
     # --- the chart keys --------------------------------------------------------------------
 
-    @property
-    def _binding_chain(self) -> list[tuple[DOMNode, BindingsMap]]:
-        """Textual's chain (the focused widget and its ancestors, this screen, the app) with the chart
-        grid's keys before the app's when the focus is outside the grid: they act on the focused chart,
-        or the first one, wherever the focus is."""
-        chain = super()._binding_chain
-        grid = self._grid
-        if grid is None or any(node is grid for node, _ in chain):
-            return chain
-        at = next((i for i, (node, _) in enumerate(chain) if node is self.app), len(chain))
-        chain.insert(at, (grid, BindingsMap(grid.CHART_KEYS)))
-        return chain
+    async def action_chart_key(self, key: str) -> None:
+        """A chart key pressed with the focus outside the grid: the grid's action for it."""
+        await self.grid.press(key)
 
     @property
     def active_bindings(self):
@@ -244,7 +247,7 @@ class DashboardScreen(Screen):
 
         def place(item) -> int:
             key, active = item
-            if isinstance(active.node, ChartGrid):
+            if isinstance(active.node, ChartGrid) or (active.node is self and key in self.CHART_KEYS):
                 return 2
             if active.node is app:
                 return 3 if key in self.footer_after else 1

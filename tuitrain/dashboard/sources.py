@@ -52,6 +52,14 @@ class Source(Protocol):
     def close(self) -> None: ...
 
 
+def skipped_lines(source: Any) -> int:
+    """Lines of a watched run's events.jsonl (or the compared runs', or a resumed run's past sessions')
+    left out as damaged: the notice counts them."""
+    readers = getattr(source, "readers", None)
+    sources = readers.values() if isinstance(readers, dict) else [source]
+    return sum(getattr(s, "bad_lines", 0) for s in sources)
+
+
 class RunSource:
     """A run trained in this process: `run.subscribe(callback)` then `run.execute()`."""
 

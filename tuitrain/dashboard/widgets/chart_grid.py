@@ -30,7 +30,7 @@ from tuitrain.dashboard.widgets.metric_plot import MetricPlot
 class ChartGrid(VerticalScroll):
     """`show(state)` after new values; `set_filter(text)` for `/`; `move(delta)` for the focus keys."""
 
-    #: the chart keys, in the footer's order (the screen puts them in the binding chain wherever the focus is)
+    #: the chart keys, in the footer's order (the screen binds them too: they act wherever the focus is)
     CHART_KEYS = [
         Binding("tab", "focus_chart(1)", "Chart", show=False, priority=True),
         Binding("shift+tab", "focus_chart(-1)", "Chart", show=False, priority=True),
@@ -245,7 +245,8 @@ class ChartGrid(VerticalScroll):
     # --- the chart keys ---------------------------------------------------------------------
 
     async def press(self, key: str) -> None:
-        """A chart key pressed on a screen over the dashboard (the summary): its action, here."""
+        """A chart key pressed with the focus outside the grid (`DashboardScreen`'s keys), or on a screen
+        over the dashboard (the summary): its action, here."""
         binding = next((b for b in self.CHART_KEYS if b.key == key), None)
         if binding is not None:
             await self.app.run_action(binding.action, self)
