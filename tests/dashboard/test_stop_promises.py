@@ -71,11 +71,13 @@ async def test_a_learner_without_a_run_directory_promises_no_checkpoint():
 async def test_y_on_a_monitor_run_says_the_loop_was_asked_not_that_a_checkpoint_is_saved():
     ctl = RecordingController()
     app = make_app(run_of("monitor"), controller=ctl)
+    said = []  # what the app notified, through Textual's public `notify`
+    notify = app.notify
+    app.notify = lambda message, *args, **kwargs: (said.append(message), notify(message, *args, **kwargs))[1]
     async with app.run_test(size=(120, 40)) as pilot:
         await until(pilot, lambda: app.state.step == 20)
         await pilot.press("q", "y")
         await until(pilot, lambda: ctl.calls == [("stop", "dashboard", "quit")])
-        said = [n.message for n in app._notifications]
         assert "stop asked: leaving when the loop ends" in said and not any("checkpoint" in m for m in said), said
 
 
