@@ -170,3 +170,19 @@ def test_tuitrain_never_imports_a_framework():
             "if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_run_failed_is_made_in_one_place():
+    """Whatever fails (the user's code, a full disk, a stall, a crashed rank, the screen), its RunFailed
+    comes from core/lifecycle.py's run_failed: one line, one traceback, one cause, said alike."""
+    makers = []
+    for path in modules():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) == "RunFailed":
+                makers.append(f"{module_name(path)}:{node.lineno}")
+    assert [m.partition(":")[0] for m in makers] == ["tuitrain.core.lifecycle"], makers
+
+
+def test_no_module_is_over_600_lines():
+    long = {module_name(p): n for p in modules() if (n := len(p.read_text().splitlines())) > 600}
+    assert not long, long

@@ -222,10 +222,10 @@ class DashboardApp(App[int]):
         self.exit_code = message.exit_code
         self.feed.work_returned()
         if message.error and self.state.failed is None:
-            from tuitrain.core.events import RunFailed
+            from tuitrain.core.lifecycle import run_failed
 
-            self.bridge(RunFailed(error=message.error, traceback=message.traceback,
-                                  epoch=self.state.epoch, step=self.state.step), None)
+            self.bridge(run_failed(message.error, traceback=message.traceback, epoch=self.state.epoch,
+                                   step=self.state.step), None)
         # the last events, the final one included, may still sit there (drain does nothing once shutting down)
         while self.is_running and self.bridge.pending():
             self.drain()
