@@ -21,3 +21,11 @@ def test_help_imports_neither_torch_nor_textual():
                           "try:\n    tuitrain.cli.main(['--help'])\nexcept SystemExit:\n    pass")
     assert "tuitrain.cli" in mods
     assert "torch" not in mods and "textual" not in mods
+
+
+def test_the_cancel_exceptions_are_one_set_wherever_they_are_imported_from():
+    import tuitrain
+    from tuitrain.core import phases, state
+
+    for name in ("CancelStep", "CancelEpoch", "CancelFitting"):
+        assert getattr(tuitrain, name) is getattr(phases, name) is getattr(state, name)

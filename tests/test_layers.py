@@ -186,3 +186,11 @@ def test_run_failed_is_made_in_one_place():
 def test_no_module_is_over_600_lines():
     long = {module_name(p): n for p in modules() if (n := len(p.read_text().splitlines())) > 600}
     assert not long, long
+
+
+def test_the_core_s_tests_use_the_core_alone():
+    """tests/core mirrors tuitrain/core: its tests import no layer above it (they would test two at once)."""
+    above = [f"{p.name}:{line} {m}" for p in sorted((PACKAGE.parent / "tests" / "core").glob("*.py"))
+             for line, m in imports_of(p, "tests.core." + p.stem)
+             if not (m == "tuitrain.core" or m.startswith("tuitrain.core."))]
+    assert not above, above

@@ -9,7 +9,6 @@ import torch
 from torch import nn
 from torch.utils.data import TensorDataset
 
-import tuitrain
 from tuitrain.core import phases, state
 from tuitrain.core.events import PhaseCompleted
 from tuitrain.core.learner import CoreLearner
@@ -65,11 +64,6 @@ def _by_hand(batches: list[int]):
 def _same_weights(a: nn.Module, b: nn.Module):
     for p, q in zip(a.parameters(), b.parameters()):
         torch.testing.assert_close(p, q, rtol=1e-6, atol=1e-7)
-
-
-def test_the_exceptions_are_one_set_wherever_they_are_imported_from():
-    for name in ("CancelStep", "CancelEpoch", "CancelFitting"):
-        assert getattr(tuitrain, name) is getattr(phases, name) is getattr(state, name)
 
 
 def test_cancel_step_skips_that_batch_only():
