@@ -42,6 +42,9 @@ def _parser() -> argparse.ArgumentParser:
     w.add_argument("--theme", metavar="NAME|FILE.tcss")
     # Monitor's viewer: the run is the parent's, so Ctrl+C stops it instead of leaving the viewer
     w.add_argument("--owned", action="store_true", help=argparse.SUPPRESS)
+    # a notebook's picture (tuitrain/run/notebook.py): the dashboard drawn headless to an SVG file each second
+    w.add_argument("--frames", metavar="FILE.svg", help=argparse.SUPPRESS)
+    w.add_argument("--size", metavar="COLSxROWS", default="120x40", help=argparse.SUPPRESS)
     sv = sub.add_parser("serve", help="the dashboard of `watch` in a web browser, at one URL with a random token "
                                       "(pip install 'tuitrain[serve]')")
     sv.add_argument("run_dirs", metavar="RUN_DIR|DIR", nargs="+")
@@ -144,6 +147,22 @@ def cmd_control(args: argparse.Namespace, command: str) -> int:
     return 0
 
 
+def _frames(run_dir: Path, args: argparse.Namespace) -> int:
+    """`watch --frames FILE`: the dashboard drawn to FILE about once a second until the run ends."""
+    from .dashboard.themes import ThemeError, resolve_theme
+
+    cols, _, rows = args.size.partition("x")
+    if not (cols.isdigit() and rows.isdigit() and int(cols) >= 40 and int(rows) >= 12):
+        return _error(f"--size: expected COLSxROWS such as 120x40 (at least 40x12), got {args.size!r}")
+    try:
+        theme = resolve_theme(args.theme, Path.cwd()) if args.theme else None
+    except ThemeError as e:
+        return _error(f"--theme: {e}")
+    from .dashboard.frames import run_frames
+
+    return run_frames(run_dir, Path(args.frames), theme, (int(cols), int(rows)))
+
+
 def _watched_runs(paths: list[str]) -> list[Path] | int:
     """The run directories that `watch` shows: each path a run directory, or an experiment folder
     (all its runs, newest first)."""
@@ -169,6 +188,8 @@ def cmd_watch(args: argparse.Namespace) -> int:
     runs = _watched_runs(args.run_dirs)
     if isinstance(runs, int):
         return runs
+    if args.frames:
+        return _frames(runs[0], args)
     if not sys.stdout.isatty():
         return _error("watch shows the dashboard and needs a terminal; for plain lines read "
                       f"{runs[0] / 'experiment.log'} (tail -f) or events.jsonl")

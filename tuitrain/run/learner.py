@@ -48,16 +48,20 @@ def has_terminal() -> bool:
 
 
 def screen_for(dashboard: Any) -> str:
-    """"dashboard", "console" or "none" for fit's `dashboard` argument; ValueError when impossible."""
+    """"dashboard" (a terminal), "notebook" (a Jupyter kernel: the dashboard as a picture in the cell,
+    tuitrain/run/notebook.py), "console" or "none" for fit's `dashboard` argument; ValueError when
+    impossible."""
     if dashboard not in SCREENS or not isinstance(dashboard, (str, bool)):
         raise ValueError(f"dashboard must be \"auto\", True or False, not {dashboard!r}")
     if dashboard is False:
         return "none"
+    if in_notebook():
+        return "notebook"
     if has_terminal():
         return "dashboard"
     if dashboard is True:
-        raise ValueError("fit(dashboard=True) needs a terminal, and stdout is not one (or this is a "
-                         "notebook); use dashboard=\"auto\" for progress lines, or False for silence")
+        raise ValueError("fit(dashboard=True) needs a terminal or a notebook, and stdout is neither; use "
+                         "dashboard=\"auto\" for progress lines, or False for silence")
     return "console"
 
 
@@ -117,9 +121,9 @@ class Learner(CoreLearner):
             theme: str | Path | None = None) -> FitResult:
         """Train; returns a FitResult (errors in user code do not raise: status "failed").
 
-        `dashboard`: "auto" shows the dashboard when stdout is a terminal (not in a notebook) and the
-        headless console's progress lines otherwise; True demands a terminal (ValueError without one);
-        False prints nothing. Under the dashboard, fit returns once the user leaves it. `theme`: a
+        `dashboard`: "auto" shows the dashboard when stdout is a terminal, inline in a Jupyter notebook
+        (with a run_dir: a picture redrawn about once a second), and the headless console's progress lines
+        otherwise; True demands a terminal or a notebook (ValueError without one); False prints nothing. Under the dashboard, fit returns once the user leaves it. `theme`: a
         shipped theme's name or a .tcss file. `resume`: a checkpoint path or a loaded checkpoint."""
         screen = screen_for(dashboard)
         theme_file = None
@@ -128,9 +132,14 @@ class Learner(CoreLearner):
 
             theme_file = resolve_theme(str(theme or "dark"), Path.cwd())  # ThemeError is a ValueError
         # with a run directory the session writes it and `tuitrain stop/checkpoint RUN_DIR` reach this run
-        session = None
+        session = view = None
         note = self._claim_run_dir(resume)
         self._fits += 1
+        if screen == "notebook" and (self.run_dir is None or not self._own_files):
+            # the notebook's picture is drawn from the run directory's files
+            screen, note = "console", "in a notebook the dashboard is drawn from the run directory: give the " \
+                                      "Learner a run_dir to see it here"
+            self.notes.append(note)
         if self.run_dir is not None:
             session = RunSession(self.run_dir, interrupter=self.interrupter, bus=self.bus, devices=False,
                                  files=self._own_files, alerts=self.alerts).open()
@@ -141,9 +150,15 @@ class Learner(CoreLearner):
             if sender is not None:
                 self.bus.subscribe(sender, steps=False)
         core_fit = functools.partial(super().fit, train_data, valid_data, resume, resumed_from)
+        captured = self.capture_output
         try:
             if screen == "dashboard":
                 return self._fit_under_dashboard(core_fit, theme_file)
+            if screen == "notebook":  # the picture in this cell; the kernel's interrupt stops gracefully
+                from tuitrain.run.notebook import NotebookView
+
+                view = NotebookView(self.run_dir, theme).open()
+                self.capture_output = True  # what the code prints goes to the picture's output panel and the log
             if screen == "console":
                 from tuitrain.sinks.console import HeadlessConsole
 
@@ -151,8 +166,11 @@ class Learner(CoreLearner):
             with StopOnSignals(self.interrupter, sigint=True):
                 return core_fit()
         finally:
+            self.capture_output = captured
             if session is not None:
                 session.close()
+            if view is not None:  # after the session: the run's last events are in its files
+                view.close()
             if note in self.notes:
                 self.notes.remove(note)
 

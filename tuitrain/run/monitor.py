@@ -85,9 +85,9 @@ class Monitor:
     stands). experiment: the run's name (default: the run folder's name); config: a dict, written to
     config.toml and shown by `tuitrain watch`; run_dir: where the run goes (default
     `dir/experiment/<timestamp>`; one that holds a run already: `run_dir-2`, `-3` ...); dashboard:
-    "auto" (a terminal: the dashboard; else the headless console lines), True (a terminal or
-    ValueError) or False (nothing printed); theme: the dashboard's
-    theme; keep_last: checkpoints kept, of those not asked for; keep_requested: those asked for (saved
+    "auto" (a terminal: the dashboard; a Jupyter notebook: the dashboard as a picture in the cell,
+    redrawn about once a second; else the headless console lines), True (a terminal, a notebook or
+    ValueError) or False (nothing printed); theme: the dashboard's theme; keep_last: checkpoints kept, of those not asked for; keep_requested: those asked for (saved
     when `checkpoint_requested` was raised, or after a stop was) kept, 0: all; max_steps: the steps the
     loop will take, if known (a progress bar and an ETA); batch_size: items per step, if known (items/s
     beside it/s); epochs: the epochs it will run, if it counts them (`mon.epoch = n` as each begins);
@@ -155,6 +155,7 @@ class Monitor:
         self.bus = None  # the run's event bus, on rank 0 once started
         self._signals: StopOnSignals | None = None
         self._viewer: subprocess.Popen | None = None
+        self._view = None  # in a notebook: the picture in the cell (tuitrain/run/notebook.py)
         self._rank_fds: tuple[int, int] | None = None
         self._thread: threading.Thread | None = None
         self._prev_excepthook = None
@@ -441,6 +442,10 @@ class Monitor:
                                              f"{self.run_dir}", stream="tuitrain"))
         if self.screen == "dashboard":
             self._open_viewer()
+        elif self.screen == "notebook":  # the picture in this cell; the kernel's interrupt stops gracefully
+            from tuitrain.run.notebook import NotebookView
+
+            self._view = NotebookView(self.run_dir, self.theme).open()
         if self.screen != "none":  # prints go to experiment.log (and the screen's output panel)
             from tuitrain.core.output import capture_output
 
@@ -491,6 +496,8 @@ class Monitor:
                 life.finished("stopped" if stopped else "completed", epoch=self.epoch, step=self.step)
             self._session.close()
             self._close_viewer()
+            if self._view is not None:  # after the session: the run's last events are in its files
+                self._view.close()
 
     @property
     def error(self) -> BaseException | None:

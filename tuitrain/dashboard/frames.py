@@ -1,0 +1,73 @@
+"""The dashboard of a run drawn as SVG pictures, for a screen that is not a terminal (a Jupyter notebook):
+`FramesApp` is the same app as `tuitrain watch` shows, run headless at a fixed size, writing its screen
+(Textual's own `export_screenshot`, what the `e` key exports) to one file about once a second. Once the
+run has ended and its result is on the screen, it writes the last picture and leaves.
+
+The file is replaced atomically (a reader never sees half a picture); nothing is steered from here (the
+notebook steers through the run's own interrupter). Like the rest of the dashboard, this module must not
+import the run layer.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from tuitrain.dashboard.app import DashboardApp
+from tuitrain.dashboard.feed import Feed
+from tuitrain.dashboard.sources import FileSource
+
+#: seconds between pictures
+EVERY = 1.0
+#: seconds the result screen gets to be drawn before the last picture
+SETTLE = 0.6
+
+
+def write_atomically(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+class FramesApp(DashboardApp):
+    """`tuitrain watch RUN_DIR`, headless, drawing itself to `out` every `every` seconds. No keys reach
+    it: the footer's list of them is left out, and at the end the dashboard stays (its charts, the
+    progress panel's final state, the checkpoints), not the result screen over it."""
+
+    CSS = "Footer { display: none; }"
+
+    def __init__(self, run_dir: Path, out: Path, theme: Path | None = None, every: float = EVERY,
+                 live: bool = True) -> None:
+        # owned: the run is the one this picture is drawn for (its title says live, not "watching")
+        super().__init__(FileSource(Path(run_dir), live=live), None, theme, watch=True, owned=True)
+        self.out = Path(out)
+        self.every = every
+        self.pictures = 0
+
+    async def on_mount(self) -> None:  # (DashboardApp's own on_mount runs too: Textual calls both)
+        self.set_interval(self.every, self.picture)
+
+    def picture(self) -> None:
+        write_atomically(self.out, self.export_screenshot(title=self.state.experiment or "tuitrain"))
+        self.pictures += 1
+
+    def on_feed_settled(self, message: Feed.Settled) -> None:
+        """The run ended and the source is read to its end: the last picture once it is drawn, and leave
+        (the result screen is not put over the charts: `prevent_default` keeps DashboardApp's handler out)."""
+        message.prevent_default()
+        self.set_timer(SETTLE, self.last_picture)
+
+    def last_picture(self) -> None:
+        self.picture()
+        self.exit(0)
+
+
+def run_frames(run_dir: Path, out: Path, theme: Path | None = None, size: tuple[int, int] = (120, 40),
+               every: float = EVERY) -> int:
+    """Draw `run_dir`'s dashboard to `out` until the run has ended (see `FramesApp`); 0. A run not
+    started yet (no run.json) counts as live: a notebook starts the pictures before its run."""
+    from tuitrain.sinks.run_status import live_status
+
+    live = live_status(Path(run_dir)) in ("running", "unknown")
+    FramesApp(run_dir, out, theme, every, live=live).run(headless=True, size=size)
+    return 0
