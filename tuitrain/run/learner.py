@@ -141,8 +141,9 @@ class Learner(CoreLearner):
                                       "Learner a run_dir to see it here"
             self.notes.append(note)
         if self.run_dir is not None:
-            session = RunSession(self.run_dir, interrupter=self.interrupter, bus=self.bus, devices=False,
-                                 files=self._own_files, alerts=self.alerts).open()
+            # the devices sampled into the events where the picture is drawn from them (a notebook)
+            session = RunSession(self.run_dir, interrupter=self.interrupter, bus=self.bus,
+                                 devices=screen == "notebook", files=self._own_files, alerts=self.alerts).open()
         else:
             from tuitrain.sinks.alerts import alert_sender
 
