@@ -4,7 +4,7 @@ dashboard drawn once a second by a process of its own, tuitrain/run/notebook.py)
 time of the steps after the warm-up (from events.jsonl's logged steps), picture over none, per pair;
 the median of the pairs. Target: <= 1.03x on the medium benchmark model.
 
-    python benchmarks/bench_notebook.py [--pairs 4] [--model medium|tiny] [--steps 1200]
+    python benchmarks/bench_notebook.py [--pairs 4] [--model medium|tiny] [--steps 1200] [--control]
 """
 
 from __future__ import annotations
@@ -68,6 +68,8 @@ def main(argv=None) -> int:
     ap.add_argument("--pairs", type=int, default=4)
     ap.add_argument("--model", choices=sorted(SIZES), default="medium")
     ap.add_argument("--steps", type=int, default=1200)
+    ap.add_argument("--control", action="store_true",
+                    help="dashboard=False in both places of a pair: how far apart two identical runs land")
     args = ap.parse_args(argv)
     from jupyter_client.manager import start_new_kernel
 
@@ -80,10 +82,11 @@ def main(argv=None) -> int:
             for i in range(args.pairs):
                 order = ("auto", False) if i % 2 == 0 else (False, "auto")  # who goes first alternates
                 times = {}
-                for dashboard in order:
-                    name = f"{'picture' if dashboard else 'none'}-{i}"
+                for arm in order:
+                    dashboard = False if args.control else arm
+                    name = f"{'picture' if arm else 'none'}-{i}"
                     said = execute(kc, f"print(run({name!r}, {dashboard!r}, {args.steps}, **{size!r}))")
-                    times[dashboard] = float(said.strip().splitlines()[-1])
+                    times[arm] = float(said.strip().splitlines()[-1])
                 ratios.append(times["auto"] / times[False])
                 print(f"pair {i + 1}: picture {times['auto'] * 1e3:.2f} ms/step, none {times[False] * 1e3:.2f} "
                       f"ms/step, ratio {ratios[-1]:.3f}", flush=True)

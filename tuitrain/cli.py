@@ -185,11 +185,11 @@ def _watched_runs(paths: list[str]) -> list[Path] | int:
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
+    if args.frames:  # a notebook's picture of its own run, which may not have written anything yet
+        return _frames(Path(args.run_dirs[0]), args)
     runs = _watched_runs(args.run_dirs)
     if isinstance(runs, int):
         return runs
-    if args.frames:
-        return _frames(runs[0], args)
     if not sys.stdout.isatty():
         return _error("watch shows the dashboard and needs a terminal; for plain lines read "
                       f"{runs[0] / 'experiment.log'} (tail -f) or events.jsonl")

@@ -19,6 +19,8 @@ from tuitrain.dashboard.sources import FileSource
 
 #: seconds between pictures
 EVERY = 1.0
+#: how much lower the drawing process's CPU priority is than the training's
+NICE = 10
 #: seconds the result screen gets to be drawn before the last picture
 SETTLE = 0.6
 
@@ -39,7 +41,10 @@ class FramesApp(DashboardApp):
     def __init__(self, run_dir: Path, out: Path, theme: Path | None = None, every: float = EVERY,
                  live: bool = True) -> None:
         # owned: the run is the one this picture is drawn for (its title says live, not "watching")
-        super().__init__(FileSource(Path(run_dir), live=live), None, theme, watch=True, owned=True)
+        # one wake-up a second: the events read, the panels redrawn and the picture taken together (a
+        # terminal's 15 drains a second answer keys; here each wake-up takes a core from the training)
+        super().__init__(FileSource(Path(run_dir), live=live), None, theme, watch=True, owned=True,
+                         drain_interval=every)
         self.out = Path(out)
         self.every = every
         self.pictures = 0
@@ -69,5 +74,9 @@ def run_frames(run_dir: Path, out: Path, theme: Path | None = None, size: tuple[
     from tuitrain.sinks.run_status import live_status
 
     live = live_status(Path(run_dir)) in ("running", "unknown")
+    try:  # the picture yields to the training it shows: on a busy machine it waits, not the steps
+        os.nice(NICE)
+    except OSError:
+        pass
     FramesApp(run_dir, out, theme, every, live=live).run(headless=True, size=size)
     return 0
