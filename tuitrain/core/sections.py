@@ -214,11 +214,7 @@ def with_shortcuts(sections: dict, shortcuts: dict) -> dict:
 def _hint(key: str) -> str:
     """Where a flat keyword that is no longer taken now goes ("; use train=Train(max_time=...)")."""
     for name, cls in SECTIONS.items():
-        for f in dataclasses.fields(cls):
-            if key in (f.name, f"{name}_{f.name}", f"{f.name}_{name}") or key.endswith("_" + f.name) and \
-                    key.startswith(name.rstrip("s")):
-                return f"; use {name}={cls.__name__}({f.name}=...)"
-    old = {"checkpointer": "checkpoint=Checkpointer(...)", "model_path": "checkpoint=Checkpointing(model_path=...)",
-           "config": "experiment=Experiment(config=...)", "env": "experiment=Experiment(env=...)",
-           "notes": "experiment=Experiment(notes=...)", "ema_decay": "train=Train(ema_decay=...)", "sinks": "a bus with its sinks subscribed (bus=...)"}
+        if any(f.name == key for f in dataclasses.fields(cls)):
+            return f"; use {name}={cls.__name__}({key}=...)"
+    old = {"checkpointer": "checkpoint=Checkpointer(...)", "sinks": "a bus with its sinks subscribed (bus=...)"}
     return f"; use {old[key]}" if key in old else ""

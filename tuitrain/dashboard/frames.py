@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from tuitrain.core.fsutil import atomic_write_text
 from tuitrain.dashboard.app import DashboardApp
 from tuitrain.dashboard.feed import Feed
 from tuitrain.dashboard.sources import FileSource
@@ -23,12 +24,6 @@ EVERY = 1.0
 NICE = 10
 #: seconds the result screen gets to be drawn before the last picture
 SETTLE = 0.6
-
-
-def write_atomically(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
 
 
 class FramesApp(DashboardApp):
@@ -53,7 +48,7 @@ class FramesApp(DashboardApp):
         self.set_interval(self.every, self.picture)
 
     def picture(self) -> None:
-        write_atomically(self.out, self.export_screenshot(title=self.state.experiment or "tuitrain"))
+        atomic_write_text(self.out, self.export_screenshot(title=self.state.experiment or "tuitrain"))
         self.pictures += 1
 
     def on_feed_settled(self, message: Feed.Settled) -> None:

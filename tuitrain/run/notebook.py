@@ -16,6 +16,7 @@ hold `StopOnSignals` while they train. Must not import textual (the drawing proc
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -107,6 +108,7 @@ class NotebookView:
                 self._folder / "frames.log").exists() else ""
             self.handle.update(HTML(f"<pre>tuitrain: no picture of the run was drawn; its files are in "
                                     f"{self.run_dir}\n{_escape(why)}</pre>"))
+        shutil.rmtree(self._folder, ignore_errors=True)  # the picture is in the notebook now
 
     def __enter__(self) -> "NotebookView":
         return self.open()
