@@ -353,6 +353,7 @@ SLOW = {
     "tests/cli/test_lr_find.py::test_a_divergent_sweep_stops_before_its_end",
     "tests/cli/test_lr_find.py::test_the_weights_it_starts_from_are_not_changed",
     "tests/run/test_heap.py::test_without_it_each_block_comes_back_from_the_kernel",
+    "tests/run/test_notebook.py::test_lightning_and_the_hf_trainer_show_the_picture_and_no_bars_of_their_own",
 }
 
 

@@ -64,42 +64,197 @@ def test_fit_and_a_monitor_loop_each_show_one_picture_that_stays_in_the_saved_no
     assert "grad_norm" in mon and "Step  40 / 40" in mon and "a line of mine" in mon  # prints: the output panel
 
 
-def test_interrupting_the_kernel_stops_the_run_gracefully_with_a_checkpoint(tmp_path):
-    from jupyter_client.manager import start_new_kernel
+LONG = SETUP + """
+import time
+def slow_loss(out, y):  # `pause` seconds a step
+    time.sleep(pause)
+    return nn.functional.cross_entropy(out, y)
+pause = {pause}
+result = {wait}Learner(model, torch.optim.SGD(model.parameters(), lr=0.1), loss_fn=slow_loss, epochs=10**5,
+                 batch_size=8, run_dir="runs/long").{fit}(TensorDataset(x, y))
+print("status", result.status, result.reason)"""
 
-    km, kc = start_new_kernel(kernel_name="python3", cwd=str(tmp_path))
-    try:
-        msg_id = kc.execute(SETUP + """
-result = Learner(model, torch.optim.SGD(model.parameters(), lr=0.1), loss_fn=nn.CrossEntropyLoss(), epochs=10**5,
-                 batch_size=8, run_dir="runs/long").fit(TensorDataset(x, y))
-print("status", result.status)""")
-        run = tmp_path / "runs" / "long"
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:  # training, with steps logged
+
+def training(run: Path, steps: int = 100) -> None:
+    """Wait until the run has logged `steps` steps."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            if (run / "events.jsonl").read_text().count('"MetricsLogged"') >= steps:
+                return
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.2)
+    raise AssertionError(f"{run} did not start training")
+
+
+class Kernel:
+    """A real ipykernel, its iopub messages for the cell being run, and the widgets' buttons it shows."""
+
+    def __init__(self, cwd: Path) -> None:
+        from jupyter_client.manager import start_new_kernel
+
+        self.km, self.kc = start_new_kernel(kernel_name="python3", cwd=str(cwd))
+        self.msg_id = None
+        self.kinds: list[str] = []
+        self.said = ""
+        self.buttons: dict[str, str] = {}  # description -> comm id
+        self.displays: dict[str, list] = {}  # display id -> the data it was shown with, update by update
+        self.idle = False
+
+    def execute(self, code: str) -> None:
+        self.msg_id = self.kc.execute(code)
+
+    def read(self, until=lambda: False, timeout: float = 120) -> None:
+        """Take in the cell's messages until `until()` or the cell ends."""
+        deadline = time.monotonic() + timeout
+        while not self.idle and not until():
+            assert time.monotonic() < deadline, (self.kinds, self.said)
             try:
-                if json.loads((run / "run.json").read_text()).get("status") == "running" and \
-                        (run / "events.jsonl").stat().st_size > 20_000:
-                    break
-            except (OSError, ValueError):
-                pass
-            time.sleep(0.2)
-        km.interrupt_kernel()
-        kinds, said = [], ""
-        while True:
-            msg = kc.get_iopub_msg(timeout=120)
-            if msg["parent_header"].get("msg_id") != msg_id:
+                msg = self.kc.get_iopub_msg(timeout=0.5)
+            except Exception:  # queue.Empty
                 continue
-            kinds.append(msg["msg_type"])
-            said += msg["content"].get("text", "") if msg["msg_type"] == "stream" else ""
-            if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
-                break
+            if msg["parent_header"].get("msg_id") != self.msg_id:
+                continue
+            kind, content = msg["msg_type"], msg["content"]
+            self.kinds.append(kind)
+            if kind == "stream":
+                self.said += content["text"]
+            elif kind == "error":
+                self.said += f"{content['ename']}: {content['evalue']}"
+            elif kind == "comm_open" and content["data"]["state"].get("_model_name") == "ButtonModel":
+                self.buttons[content["data"]["state"]["description"]] = content["comm_id"]
+            elif kind in ("display_data", "update_display_data"):
+                self.displays.setdefault(content["transient"]["display_id"], []).append(content["data"])
+            elif kind == "status" and content["execution_state"] == "idle":
+                self.idle = True
+
+    def click(self, button: str) -> None:
+        """What a browser sends when the button is clicked."""
+        data = {"method": "custom", "content": {"event": "click"}}
+        self.kc.shell_channel.send(self.kc.session.msg("comm_msg", {"comm_id": self.buttons[button], "data": data}))
+
+    def close(self) -> None:
+        self.kc.stop_channels()
+        self.km.shutdown_kernel(now=True)
+
+
+def test_interrupting_the_kernel_stops_the_run_gracefully_with_a_checkpoint(tmp_path):
+    kernel = Kernel(tmp_path)
+    try:
+        kernel.execute(LONG.format(pause=0, wait="", fit="fit"))
+        run = tmp_path / "runs" / "long"
+        training(run)
+        kernel.km.interrupt_kernel()
+        kernel.read()
     finally:
-        kc.stop_channels()
-        km.shutdown_kernel(now=True)
+        kernel.close()
+    kinds, said = kernel.kinds, kernel.said
     assert "error" not in kinds  # no traceback wall: the cell ends as the run does
-    assert said.strip() == "status interrupted"
+    assert said.strip() == "status interrupted stopped"
     assert kinds.count("display_data") == 1 and "update_display_data" in kinds
     assert json.loads((run / "run.json").read_text())["status"] == "interrupted"
     index = json.loads((run / "checkpoint" / "index.json").read_text())
     last = index[-1]  # the stop's checkpoint (a state the epoch's end had saved already is marked the stop's)
     assert last.get("requested_by") == "stop" and (run / "checkpoint" / last["file"]).exists(), last
+
+
+@pytest.mark.parametrize("fit", ["fit", "fit_async"])
+def test_a_second_interrupt_ends_the_run_at_once(tmp_path, fit):
+    """The first interrupt asks for a graceful stop at the step's end; a second, within the same slow step
+    (0.5 s), ends the run there: the cell ends quietly, the run says interrupted (reason killed)."""
+    kernel = Kernel(tmp_path)
+    try:
+        kernel.execute(LONG.format(pause=0.5, wait="await " if fit == "fit_async" else "", fit=fit))
+        run = tmp_path / "runs" / "long"
+        training(run, steps=2)
+        kernel.km.interrupt_kernel()
+        time.sleep(0.1)
+        kernel.km.interrupt_kernel()
+        kernel.read(timeout=60)
+    finally:
+        kernel.close()
+    assert "error" not in kernel.kinds, kernel.said
+    assert kernel.said.strip() == "status interrupted killed"
+    assert json.loads((run / "run.json").read_text())["status"] == "interrupted"
+
+
+def test_the_buttons_under_an_awaited_fit_stop_pause_and_checkpoint_the_run(tmp_path):
+    pytest.importorskip("ipywidgets")
+    kernel = Kernel(tmp_path)
+    run = tmp_path / "runs" / "long"
+    try:
+        kernel.execute(LONG.format(pause=0.002, wait="await ", fit="fit_async"))
+        training(run)
+        kernel.read(until=lambda: len(kernel.buttons) == 3)
+        assert set(kernel.buttons) == {"Stop", "Pause", "Checkpoint"}
+
+        def events(kind: str) -> list[dict]:
+            return [e for e in map(json.loads, (run / "events.jsonl").read_text().splitlines())
+                    if e.get("event") == kind]
+
+        def wait_for(check) -> None:
+            deadline = time.monotonic() + 60
+            while not check():
+                assert time.monotonic() < deadline
+                kernel.read(until=lambda: True, timeout=5)  # the kernel's messages go on meanwhile
+                time.sleep(0.2)
+
+        kernel.click("Checkpoint")
+        wait_for(lambda: any(e.get("requested") == "notebook" for e in events("CheckpointSaved")))
+        kernel.click("Pause")
+        wait_for(lambda: events("RunPaused"))
+        kernel.click("Pause")  # now "Resume"
+        wait_for(lambda: events("RunResumed"))
+        kernel.click("Stop")
+        kernel.read(timeout=60)
+    finally:
+        kernel.close()
+    assert "error" not in kernel.kinds and kernel.said.strip() == "status interrupted stopped"
+    index = json.loads((run / "checkpoint" / "index.json").read_text())
+    assert [c["requested_by"] for c in index if c.get("requested_by")] == ["notebook", "stop"]
+    pictures = [d for d in kernel.displays.values() if "image/svg+xml" in d[-1]]
+    buttons = [d for d in kernel.displays.values() if "application/vnd.jupyter.widget-view+json" in d[0]]
+    assert len(pictures) == 1 and "Epoch" in words(pictures[0][-1]["image/svg+xml"])
+    assert len(buttons) == 1 and buttons[0][-1].get("text/html") == ""  # gone once the run ended
+
+
+LIGHTNING = """import importlib.util, lightning.pytorch as L, torch
+from torch.utils.data import DataLoader, TensorDataset
+from tuitrain.integrations.lightning import TuitrainCallback
+spec = importlib.util.spec_from_file_location("fit", {script!r})
+fit = importlib.util.module_from_spec(spec); spec.loader.exec_module(fit)
+g = torch.Generator().manual_seed(0)
+data = TensorDataset(torch.randn(64, 4, generator=g), torch.randint(0, 3, (64,), generator=g))
+trainer = L.Trainer(max_epochs=3, callbacks=[TuitrainCallback(experiment="light", run_dir="runs/light")], logger=False,
+                    enable_checkpointing=False, enable_model_summary=False, accelerator="cpu", log_every_n_steps=1)
+trainer.fit(fit.module_class(L)(), DataLoader(data, batch_size=8), DataLoader(data, batch_size=8))"""
+
+TRANSFORMERS = """import sys; sys.path.insert(0, {root!r})
+from pathlib import Path
+from tests.integrations.transformers_scripts.tiny_gpt2 import trainer_for
+from tuitrain.integrations.transformers import TuitrainCallback
+trainer_for(Path("hf"), [TuitrainCallback(run_dir="runs/hf")], max_steps=20, save_steps=10, eval_steps=10).train()"""
+
+
+def test_lightning_and_the_hf_trainer_show_the_picture_and_no_bars_of_their_own(tmp_path):
+    """Their progress bars (Lightning's rich bar in a widget that swallows the prints, the Trainer's HTML
+    table, a save's "Writing model shards" bars) would sit under the picture, each its own output."""
+    pytest.importorskip("lightning.pytorch")
+    pytest.importorskip("transformers")
+    root = Path(__file__).resolve().parents[2]
+    nb = nbformat.v4.new_notebook()
+    script = str(root / "tests" / "integrations" / "lightning_scripts" / "fit.py")
+    nb.cells = [nbformat.v4.new_code_cell(LIGHTNING.format(script=script)),
+                nbformat.v4.new_code_cell(TRANSFORMERS.format(root=str(root)))]
+    nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
+                            resources={"metadata": {"path": str(tmp_path)}}).execute()
+    for cell, run, chart in ((nb.cells[0], "light", "training step 23"), (nb.cells[1], "hf", "grad_norm")):
+        shown = [o for o in cell.outputs if o.output_type == "display_data"]
+        assert len(shown) == 1 and list(shown[0]["data"]) == ["text/plain", "image/svg+xml"], \
+            [list(o["data"]) for o in shown]
+        picture = words(shown[0]["data"]["image/svg+xml"])
+        assert chart in picture and "completed" in picture, picture[:400]
+        assert json.loads((tmp_path / "runs" / run / "run.json").read_text())["status"] == "completed"
+        prints = "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream")
+        assert "training step" not in prints  # what the module prints: in the picture's output panel

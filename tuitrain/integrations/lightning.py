@@ -170,10 +170,10 @@ class TuitrainCallback:
         mon.checkpoint_on_stop = False  # `_obey` saves at a stop itself (save_on_stop)
         mon.loop = "lightning"
         self.monitor = mon.start()
-        if mon.owner and mon.screen == "dashboard":
+        if mon.owner and mon.screen in ("dashboard", "notebook"):
             bar = getattr(trainer, "progress_bar_callback", None)
-            if bar is not None:
-                bar.disable()  # the dashboard shows the progress; the bar would only fill output.log
+            if bar is not None:  # the dashboard shows the progress; the bar would only fill output.log
+                bar.disable()  # (in a notebook: a widget of its own under the picture, taking in the prints)
 
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
         self._finish(exception)

@@ -19,6 +19,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 from transformers.trainer_callback import CallbackHandler, ProgressCallback
+from transformers.utils import logging as hf_logging
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from tuitrain.run.monitor import Monitor
@@ -133,14 +134,24 @@ class TuitrainCallback(TrainerCallback):
         self.monitor.start()
         self._active = True
         atexit.register(self._end_unfinished)  # after start(): it runs before the Monitor's own
-        if self.monitor.screen in ("dashboard", "console"):
+        if self.monitor.screen in ("dashboard", "console", "notebook"):
             _silence_progress_bar()
+        self._bars_were_on = False
+        if self.monitor.screen in ("dashboard", "notebook") and hf_logging.is_progress_bar_enabled():
+            hf_logging.disable_progress_bar()  # a save's "Writing model shards" bar: a widget in a notebook each
+            self._bars_were_on = True
 
     def on_train_end(self, args, state, control, **kwargs):
         if self._active:
             self._active = False
             atexit.unregister(self._end_unfinished)
+            self._bars_back()
             self.monitor.finish()
+
+    def _bars_back(self) -> None:
+        if getattr(self, "_bars_were_on", False):
+            self._bars_were_on = False
+            hf_logging.enable_progress_bar()
 
     def _end_unfinished(self) -> None:
         """A train() that never reached on_train_end was ended by an exception; the Monitor alone, at
@@ -149,6 +160,7 @@ class TuitrainCallback(TrainerCallback):
             return
         self._active = False
         atexit.unregister(self._end_unfinished)
+        self._bars_back()
         # the exception itself when it ended the script (the Monitor's excepthook keeps it)
         error = self.monitor.error or RuntimeError("trainer.train() ended by an exception")
         self.monitor.finish(error)
@@ -234,11 +246,14 @@ def _silence_progress_bar() -> None:
     if frame is None:
         return
     handler = frame.f_locals["self"]
+    bars: tuple[type, ...] = (ProgressCallback,)
+    if "transformers.utils.notebook" in sys.modules:  # a notebook's Trainer: an HTML table for a bar
+        bars += (sys.modules["transformers.utils.notebook"].NotebookProgressCallback,)
     for i, cb in enumerate(handler.callbacks):
         if isinstance(cb, _SilencedProgress):
             cb = handler.callbacks[i] = cb.original  # left behind by a train() that raised
-        if isinstance(cb, ProgressCallback):
-            if cb.training_bar is not None:  # it ran before this callback and opened its bar already
+        if isinstance(cb, bars):
+            if getattr(cb, "training_bar", None) is not None:  # it ran before this callback and opened its bar already
                 cb.training_bar.leave = False  # closed without leaving a last line behind
                 cb.training_bar.close()
                 cb.training_bar = None

@@ -125,6 +125,43 @@ class Learner(CoreLearner):
         (with a run_dir: a picture redrawn about once a second), and the headless console's progress lines
         otherwise; True demands a terminal or a notebook (ValueError without one); False prints nothing. Under the dashboard, fit returns once the user leaves it. `theme`: a
         shipped theme's name or a .tcss file. `resume`: a checkpoint path or a loaded checkpoint."""
+        # from here on the first Ctrl+C (a kernel's interrupt) is a graceful stop, even one that comes
+        # while the run is being set up; under the dashboard Ctrl+C is its key
+        with StopOnSignals(self.interrupter, sigint=screen_for(dashboard) != "dashboard"):
+            return self._fit_on_screen(train_data, valid_data, resume, resumed_from, dashboard, theme)
+
+    async def fit_async(self, train_data, valid_data=None, resume=None, resumed_from=None, *,
+                        dashboard: Any = "auto", theme: str | Path | None = None) -> FitResult:
+        """`fit` on a background thread, awaited: `result = await learner.fit_async(...)`. In a notebook
+        the kernel stays free while the run trains, so the Stop, Pause and Checkpoint buttons under the
+        picture act on it (ipywidgets installed); the kernel's interrupt stops gracefully, a second one
+        ends the run at once. Under a terminal's dashboard (which trains on a thread of its own) it is
+        `fit`."""
+        import asyncio
+        import contextvars
+
+        if screen_for(dashboard) == "dashboard":
+            return self.fit(train_data, valid_data, resume, resumed_from, dashboard=dashboard, theme=theme)
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+        context = contextvars.copy_context()  # the cell's output (ipykernel keeps its parent message there)
+
+        def work() -> None:
+            try:
+                result = context.run(self._fit_on_screen, train_data, valid_data, resume, resumed_from, dashboard, theme,
+                                     True)
+            except BaseException as e:  # noqa: BLE001 - handed to the awaiting cell
+                loop.call_soon_threadsafe(_settle, done, None, e)
+            else:
+                loop.call_soon_threadsafe(_settle, done, result, None)
+
+        thread = threading.Thread(target=work, name="tuitrain-fit", daemon=True)
+        with StopOnSignals(self.interrupter, sigint=True, then=lambda: raise_in(thread, KeyboardInterrupt)):
+            thread.start()
+            return await asyncio.shield(done)
+
+    def _fit_on_screen(self, train_data, valid_data, resume, resumed_from, dashboard: Any, theme: str | Path | None,
+             buttons: bool = False) -> FitResult:
         screen = screen_for(dashboard)
         theme_file = None
         if screen == "dashboard":
@@ -158,14 +195,13 @@ class Learner(CoreLearner):
             if screen == "notebook":  # the picture in this cell; the kernel's interrupt stops gracefully
                 from tuitrain.run.notebook import NotebookView
 
-                view = NotebookView(self.run_dir, theme).open()
+                view = NotebookView(self.run_dir, theme, controls=self.interrupter if buttons else None).open()
                 self.capture_output = True  # what the code prints goes to the picture's output panel and the log
             if screen == "console":
                 from tuitrain.sinks.console import HeadlessConsole
 
                 self.bus.subscribe(HeadlessConsole(), steps=False)
-            with StopOnSignals(self.interrupter, sigint=True):
-                return core_fit()
+            return core_fit()
         finally:
             self.capture_output = captured
             if session is not None:
@@ -213,3 +249,21 @@ class Learner(CoreLearner):
             return run.result
         return FitResult(self.raw_model, "failed", EXIT_FAILED if code != 130 else code, "failed", {}, {},
                          error="training ended without a result")
+
+
+def _settle(future, result, error) -> None:
+    if future.done():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
+
+
+def raise_in(thread: threading.Thread, error: type[BaseException]) -> None:
+    """Raise `error` in `thread` at its next Python instruction (CPython's PyThreadState_SetAsyncExc): a
+    second interrupt ends a run training on another thread at once, as it does one on the main thread."""
+    import ctypes
+
+    if thread.ident is not None and thread.is_alive():
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(error))

@@ -10,7 +10,12 @@ stays in the cell as an `image/svg+xml` output, which a saved notebook shows wit
 VS Code, GitHub's viewer).
 
 The kernel's interrupt (the stop button, SIGINT) is the run's graceful stop: `Learner.fit` and `Monitor`
-hold `StopOnSignals` while they train. Must not import textual (the drawing process does).
+hold `StopOnSignals` while they train. With `controls` (the run's Interrupter) and ipywidgets installed,
+Stop, Pause and Checkpoint buttons sit under the picture. A click reaches the kernel only while the cell
+leaves the kernel's event loop free: `await learner.fit_async(...)` (ipykernel 7 hands a widget's messages
+to an awaiting cell); under a blocking `fit` they would be dead, so they are not shown there. When the run
+ends they are taken away: a saved notebook keeps the picture, not buttons without a kernel.
+Must not import textual (the drawing process does).
 """
 
 from __future__ import annotations
@@ -35,8 +40,10 @@ class NotebookView:
     """`run_dir`'s dashboard in this cell's output, from `open()` to `close()`."""
 
     def __init__(self, run_dir: str | os.PathLike, theme: str | os.PathLike | None = None,
-                 size: tuple[int, int] = SIZE) -> None:
+                 size: tuple[int, int] = SIZE, controls=None) -> None:
         self.run_dir = Path(run_dir)
+        self.controls = controls  # the run's Interrupter, for the buttons
+        self.buttons = None  # the buttons' display, while they are shown
         self.theme = theme
         self.size = size
         self.handle = None
@@ -62,6 +69,8 @@ class NotebookView:
         log.close()
         self._thread = threading.Thread(target=self._follow, name="tuitrain-notebook", daemon=True)
         self._thread.start()
+        if self.controls is not None:
+            self.buttons = show_buttons(self.controls)
         return self
 
     def _follow(self) -> None:
@@ -97,6 +106,11 @@ class NotebookView:
                     proc.wait(timeout=5)
                 except subprocess.TimeoutExpired:
                     proc.kill()
+        if self.buttons is not None:  # no buttons without a run to act on (nor in the saved notebook)
+            from IPython.display import HTML
+
+            self.buttons.update(HTML(""))
+            self.buttons = None
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
@@ -115,6 +129,38 @@ class NotebookView:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def show_buttons(controls):
+    """Stop, Pause (Resume while paused) and Checkpoint buttons acting on `controls` (an Interrupter), in a
+    display of their own; None without ipywidgets or under an ipykernel older than 7.4."""
+    try:
+        import ipykernel
+        import ipywidgets as widgets
+    except ImportError:
+        return None
+    if tuple(ipykernel.version_info[:2]) < (7, 4):  # the clicks would wait for the cell to end
+        return None
+    from IPython.display import display
+
+    stop = widgets.Button(description="Stop", icon="stop", tooltip="stop gracefully, with a checkpoint")
+    pause = widgets.Button(description="Pause", icon="pause", tooltip="pause at the next step; again to resume")
+    checkpoint = widgets.Button(description="Checkpoint", icon="save", tooltip="save a checkpoint at the next step")
+
+    def on_stop(_) -> None:
+        controls.request_stop("notebook")
+        for button in (stop, pause, checkpoint):
+            button.disabled = True
+        stop.description = "Stopping…"
+
+    def on_pause(_) -> None:
+        controls.toggle_pause("notebook")
+        pause.description, pause.icon = ("Resume", "play") if controls.paused else ("Pause", "pause")
+
+    stop.on_click(on_stop)
+    pause.on_click(on_pause)
+    checkpoint.on_click(lambda _: controls.request_checkpoint("notebook"))
+    return display(widgets.HBox([stop, pause, checkpoint]), display_id=True)
 
 
 def _escape(text: str) -> str:

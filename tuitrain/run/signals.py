@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import signal
 import threading
-from typing import Any
+from typing import Any, Callable
 
 from tuitrain.core.control import Interrupter
 
@@ -20,11 +20,14 @@ PREEMPTION_SIGNALS = tuple(getattr(signal, name) for name in ("SIGUSR1", "SIGUSR
 
 class StopOnSignals:
     """A context manager: the handlers while the block runs, the previous ones after it (the CLI enters
-    it for the life of the process). `sigint=False` leaves Ctrl+C to the dashboard. Main thread only."""
+    it for the life of the process). `sigint=False` leaves Ctrl+C to the dashboard; `then` is called on a
+    second Ctrl+C instead of raising KeyboardInterrupt here (a run training on another thread is ended there).
+    Main thread only."""
 
-    def __init__(self, interrupter: Interrupter, sigint: bool) -> None:
+    def __init__(self, interrupter: Interrupter, sigint: bool, then: Callable[[], None] | None = None) -> None:
         self.interrupter = interrupter
         self.sigint = sigint
+        self.then = then
         self.count = 0
         self.saved: dict[int, Any] = {}
 
@@ -37,6 +40,8 @@ class StopOnSignals:
     def on_int(self, signum, frame) -> None:
         self.count += 1
         if self.count > 1:
+            if self.then is not None:
+                return self.then()
             raise KeyboardInterrupt
         self.interrupter.request_stop("signal", "SIGINT")
 
