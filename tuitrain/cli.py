@@ -1,4 +1,4 @@
-"""The `tuitrain` command: argparse front for run, watch, serve, stop, checkpoint, ls and lr-find.
+"""The `tuitrain` command: argparse front for run, sweep, watch, serve, stop, checkpoint, ls and lr-find.
 
 Heavy imports (torch, textual) happen inside the command that needs them, so `tuitrain --help`
 answers fast. The dashboard is imported only when one opens.
@@ -36,6 +36,16 @@ def _parser() -> argparse.ArgumentParser:
                         "job's first start and every restart)")
     r.add_argument("--run-dir", metavar="DIR", help="write the run here instead of <dir>/<name>/<timestamp>")
     r.add_argument("--theme", metavar="NAME|FILE.tcss", help="dashboard theme (dark, light, high-contrast or a file)")
+    sw = sub.add_parser("sweep", help="a hyperparameter search over the config's [sweep] params (Optuna; "
+                                      "pip install 'tuitrain[sweep]'): each trial a run of its own")
+    sw.add_argument("config", metavar="CONFIG.toml")
+    sw.add_argument("--trials", type=int, metavar="N", help="trials in the study (sweep.trials)")
+    sw.add_argument("--parallel", type=int, metavar="N", help="trials at once on this machine (sweep.parallel)")
+    sw.add_argument("--storage", metavar="URL", help="the study's storage: a database URL or a journal file "
+                                                     "(sweep.storage; default: SWEEP_DIR/study.journal)")
+    sw.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a config key for every trial (repeatable)")
+    sw.add_argument("--headless", action="store_true", help="plain lines, a line per trial")
     w = sub.add_parser("watch", help="the dashboard of a live or finished run, from its files; several runs "
                                      "(or an experiment folder) compared")
     w.add_argument("run_dirs", metavar="RUN_DIR", nargs="+")
@@ -125,6 +135,15 @@ def cmd_control(args: argparse.Namespace, command: str) -> int:
     request nobody reads is withdrawn and reported, never printed as done."""
     import time
 
+    from .run.sweep import is_sweep_dir
+
+    if is_sweep_dir(args.run_dir) and command == "stop":
+        from .run.sweep import stop_sweep
+
+        live = stop_sweep(args.run_dir)
+        print(f"{args.run_dir}: no new trials start; {len(live)} running trial(s) asked to stop gracefully "
+              f"(each saves a checkpoint): {', '.join(p.name for p in live) or 'none'}")
+        return 0
     d = _live_run_dir(args.run_dir)
     if isinstance(d, int):
         return d
@@ -234,6 +253,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return _error(str(e))
 
 
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from .run.sweep import sweep_command
+
+    return sweep_command(args.config, args.overrides, args.trials, args.parallel, args.storage, _error)
+
+
 def cmd_lr_find(args: argparse.Namespace) -> int:
     from .run.lr_find import lr_find_command
 
@@ -267,6 +292,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_serve(args)
         if args.command == "ls":
             return cmd_ls(args)
+        if args.command == "sweep":
+            return cmd_sweep(args)
         if args.command == "lr-find":
             return cmd_lr_find(args)
     except KeyboardInterrupt:

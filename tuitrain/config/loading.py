@@ -81,6 +81,8 @@ def config_from_dict(d: dict, source: str = "<config>", base_dir: Path | None = 
     cfg = Config(base_dir=Path(base_dir) if base_dir is not None else Path.cwd(),
                  source=source, set_keys=set_keys)
     with errors_in(source, set_keys):
+        if isinstance(data.get("sweep"), dict):  # `tuitrain sweep`'s table: checked there
+            cfg.sweep = data.pop("sweep")
         for name, table in data.items():
             if name not in SECTIONS:
                 raise ConfigError(_unknown_table(name, table), key=name)

@@ -248,6 +248,9 @@ class Config:
     source: str = field(default="<config>", repr=False, compare=False)
     #: dotted keys set by --set -> the name errors give them ("--set")
     set_keys: dict = field(default_factory=dict, repr=False, compare=False)
+    #: the [sweep] table as written: `tuitrain sweep` reads and checks it (tuitrain/run/sweep_spec.py);
+    #: a run of the config leaves it alone, and its config.toml does not hold it
+    sweep: dict | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain nested dict as in the TOML: kwargs back inside their tables, None tables left out."""

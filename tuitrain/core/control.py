@@ -21,6 +21,9 @@ from .housekeeping import Housekeeping
 COMMANDS = ("stop", "pause", "resume", "toggle_pause", "checkpoint")
 #: the source of a stop that is a preemption (SIGUSR1/SIGUSR2): "stop requested (preempted: SIGUSR1)"
 PREEMPTED = "preempted"
+#: the source of a stop that a sweep's pruner asked for (`tuitrain sweep`): the run ends interrupted,
+#: reason "pruned"
+PRUNED = "pruned"
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(d|h|m|s)")
 _UNIT = {"d": 86400, "h": 3600, "m": 60, "s": 1}
@@ -37,7 +40,7 @@ def asked_by(source: str) -> str:
 def stop_asked_for(source: str) -> bool:
     """A stop from a person (the dashboard, a signal, `tuitrain stop`, the API), whose checkpoint is
     theirs; not the run's own (max_time, a [watch] rule, a preemption)."""
-    return source not in ("", PREEMPTED, "max_time", "watch", "failure")
+    return source not in ("", PREEMPTED, PRUNED, "max_time", "watch", "failure")
 
 
 def parse_duration(text: str) -> float:
@@ -98,6 +101,8 @@ class Interrupter:
             if not self.stop_requested:
                 self.stop_requested = True
                 self.stop_source = source
+                if source == PRUNED:
+                    self.stop_reason = PRUNED
             self._resume.set()  # a paused loop must wake up to stop
             self._note("stop", source, detail)
 

@@ -254,7 +254,7 @@ class RunFinished(Event):
     exit_code: int
     epoch: int
     step: int
-    reason: str  # why it ended: "epochs", "max_steps", "early_stopping", "stopped", "preempted", "max_time"
+    reason: str  # why it ended: "epochs", "max_steps", "early_stopping", "stopped", "preempted", "max_time", "pruned"
     duration: float
     summary: dict  # {"train/loss": {"min", "min_epoch", "max", "max_epoch", "last"}, ...}
     best: dict  # {"file", "monitor", "value"} or {}

@@ -438,7 +438,7 @@ class CoreLearner:
             reason = self._train(train, valid)
             if self.interrupter.failure:  # the run directory failed as the loop ended: no final writes
                 self.write_failed()
-            final = "end" if reason not in ("stopped", "preempted") else "stop"
+            final = "end" if reason not in ("stopped", "preempted", "pruned") else "stop"
             # a stop someone asked for (q/y, Ctrl+C, SIGTERM, `tuitrain stop`): its checkpoint is theirs
             asked = "stop" if reason == "stopped" and stop_asked_for(self.interrupter.stop_source) else ""
             self.ckpt_io.final(final, lambda: self.save_checkpoint(final, asked))

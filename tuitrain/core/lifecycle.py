@@ -26,7 +26,7 @@ from .events import ControlReceived, RunFailed, RunFinished, RunPaused, RunResum
 from .state import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, HealthFailure, NonFiniteLoss, RunDirUnwritable
 
 #: stop reasons that end a run as interrupted (exit 130); others ("max_time", "epochs" ...) complete it
-INTERRUPTING = ("stopped", "preempted", "killed")
+INTERRUPTING = ("stopped", "preempted", "killed", "pruned")
 
 
 def outcome(reason: str) -> tuple[str, int]:

@@ -46,6 +46,7 @@ def reason_text(reason: str, epochs: int = 0, max_steps: int = 0) -> str:
         "max_time": "max_time spent",
         "stopped": "stopped",
         "preempted": "preempted (time is up)",
+        "pruned": "pruned by the sweep",
     }.get(reason, reason or "done")
 
 

@@ -1,0 +1,456 @@
+"""`tuitrain sweep CONFIG.toml`: a hyperparameter search whose trials are tuitrain runs (SPEC "Sweeps").
+
+Optuna samples the values, prunes and keeps the study (a journal file in the sweep folder, or a database
+URL that several machines share). tuitrain runs each trial as `tuitrain run CONFIG --set KEY=VALUE ...
+--run-dir SWEEP/trial-NNNN --resume auto --headless` in a process of its own, `parallel` at once, and
+follows the trial's events.jsonl: each validation's metric is reported to Optuna, and when the pruner
+says so the trial is asked to stop through its control folder (source "pruned": it saves a checkpoint
+and ends `interrupted`, reason `pruned`).
+
+Lost trials are taken up again: a trial whose worker is gone (kill -9, a lost node: its runs end with it,
+the kernel sends them SIGTERM, so they save a checkpoint on the way out) or that a stopped sweep left
+unfinished is marked failed in the study and queued again with the same values; whichever worker takes
+it continues the trial's own run directory from its newest sound checkpoint (`--resume auto`).
+
+`tuitrain stop SWEEP_DIR` asks every running trial to stop and the workers to start no new one. Running
+the command again continues the study.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, TextIO
+
+from tuitrain.core.control import PRUNED, FileControl
+from tuitrain.run.sweep_spec import SweepSpec, set_item
+from tuitrain.sinks.run_status import live_status, read_run
+
+EXIT_OK, EXIT_FAILED, EXIT_STOPPED = 0, 1, 130
+#: seconds between looks at a trial's events
+POLL = 0.5
+#: the file in SWEEP_DIR that `tuitrain stop SWEEP_DIR` leaves: no new trials start while it is there
+STOP_FILE = "stop"
+SWEEP_FILE = "sweep.json"
+
+
+def _sweep_dir(cfg, spec: SweepSpec) -> Path:
+    """<experiment.dir>/<experiment.name>/sweep-<name>/, experiment.dir as a run of the config has it
+    (relative to the current folder)."""
+    return Path(cfg.experiment.dir) / cfg.experiment.name / f"sweep-{spec.name}"
+
+
+def is_sweep_dir(path: str | os.PathLike) -> bool:
+    return (Path(path) / SWEEP_FILE).is_file()
+
+
+def stop_sweep(path: str | os.PathLike) -> list[Path]:
+    """`tuitrain stop SWEEP_DIR`: no new trials; each live trial asked to stop. The live trials."""
+    d = Path(path)
+    (d / STOP_FILE).write_text(f"{time.time()}\n")
+    live = [t for t in sorted(d.glob("trial-*")) if live_status(t) == "running"]
+    for t in live:
+        FileControl(t).send("stop", source="cli")
+    return live
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _die_with_parent() -> None:
+    """In the trial's process, before it runs: SIGTERM when the worker thread that started it ends (the
+    worker killed): the run stops gracefully, with a checkpoint, and is taken up again elsewhere."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+@dataclass
+class Outcome:
+    number: int
+    state: str  # "completed", "pruned", "failed", "stopped"
+    value: float | None
+    values: dict
+    run_dir: Path
+    seconds: float
+    why: str = ""
+    reports: list = field(default_factory=list)
+
+
+class Sweep:
+    """One worker of the study: `parallel` trials at once until the study has `trials` or a stop."""
+
+    def __init__(self, spec: SweepSpec, config_path: str, overrides: list[str], folder: Path,
+                 out: TextIO | None = None, python: str = sys.executable) -> None:
+        self.spec = spec
+        self.config_path = config_path
+        self.overrides = list(overrides)
+        self.folder = folder
+        self.out = out or sys.stdout
+        self.python = python
+        self.worker = f"{socket.gethostname()}:{os.getpid()}"
+        self.stopping = threading.Event()
+        self.lock = threading.Lock()  # asking for trials and telling results, one at a time
+        self.running: dict[int, Path] = {}  # trial number -> run directory
+        self.outcomes: list[Outcome] = []
+        self.study = None
+
+    # --- the study ---------------------------------------------------------------------------------
+
+    def open_study(self):
+        import optuna
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        spec = self.spec
+        if spec.storage:
+            storage = optuna.storages.RDBStorage(spec.storage) if "://" in spec.storage else _journal(spec.storage)
+        else:
+            storage = _journal(self.folder / "study.journal")
+        self.study = optuna.create_study(study_name=spec.name, storage=storage, direction=spec.direction,
+                                         sampler=_sampler(spec), pruner=_pruner(spec), load_if_exists=True)
+        info = {"name": spec.name, "config": str(Path(self.config_path).resolve()), "metric": spec.metric,
+                "mode": spec.mode, "trials": spec.trials, "params": list(spec.params),
+                "storage": spec.storage or str(self.folder / "study.journal")}
+        (self.folder / SWEEP_FILE).write_text(json.dumps(info, indent=2) + "\n")
+        return self.study
+
+    def take(self):
+        """The next trial for this worker (a lost one first), or None when the study has enough."""
+        import optuna
+        from optuna.trial import TrialState
+
+        with self.lock:
+            if self.stopping.is_set() or (self.folder / STOP_FILE).exists():
+                return None
+            self.take_up_lost()
+            trials = self.study.get_trials(deepcopy=False)
+            retried = {t.user_attrs.get("resume_of") for t in trials} - {None}
+            waiting = [t for t in trials if t.state == TrialState.WAITING]
+            counted = sum(1 for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED,
+                                                           TrialState.RUNNING, TrialState.WAITING)
+                          or (t.state == TrialState.FAIL and t.number not in retried))
+            if not waiting and counted >= self.spec.trials:
+                return None
+            trial = self.study.ask()
+            trial.set_user_attr("worker", self.worker)
+            return trial
+
+    def take_up_lost(self) -> None:
+        """Trials running in the study whose worker is gone (on this host: its process no longer exists;
+        elsewhere: the trial's run ended without the study being told, a minute ago or more): marked
+        failed and queued again with their values, to continue in their own run directory."""
+        from optuna.trial import TrialState
+
+        host = socket.gethostname()
+        for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            worker = t.user_attrs.get("worker", "")
+            if not worker or worker == self.worker:
+                continue
+            w_host, _, w_pid = worker.rpartition(":")
+            if w_host == host:
+                lost = w_pid.isdigit() and not _pid_alive(int(w_pid))
+            else:
+                run_dir = t.user_attrs.get("run_dir")
+                run = read_run(self.folder / run_dir) if run_dir else None
+                lost = run is not None and run.get("status") != "running" and \
+                    time.time() - (self.folder / run_dir / "run.json").stat().st_mtime > 60
+            if lost:
+                self.requeue(t.number, t.params, t.user_attrs.get("run_dir"))
+
+    def requeue(self, number: int, params: dict, run_dir: str | None) -> None:
+        """Trial `number` failed in the study and queued again, once (the first worker to mark it failed
+        queues it: telling a finished trial fails)."""
+        from optuna.trial import TrialState
+
+        try:
+            self.study.tell(number, state=TrialState.FAIL)
+        except (ValueError, RuntimeError):  # another worker took it up first
+            return
+        attrs = {"resume_of": number}
+        if run_dir:
+            attrs["run_dir"] = run_dir
+        self.study.enqueue_trial(params, user_attrs=attrs, skip_if_exists=False)
+
+    # --- a trial -----------------------------------------------------------------------------------
+
+    def run_trial(self, trial) -> Outcome:
+        from optuna.trial import TrialState
+
+        values = {key: p.suggest(trial) for key, p in self.spec.params.items()}
+        rel = trial.user_attrs.get("run_dir") or f"trial-{trial.number:04d}"
+        run_dir = self.folder / rel
+        trial.set_user_attr("run_dir", rel)
+        cmd = [self.python, "-m", "tuitrain", "run", self.config_path, *(f"--set={o}" for o in self.overrides),
+               *(f"--set={set_item(k, v)}" for k, v in values.items()),
+               "--run-dir", str(run_dir), "--resume", "auto", "--headless"]
+        resumed = "resume_of" in trial.user_attrs
+        self.say(f"trial {trial.number} {'continues trial ' + str(trial.user_attrs['resume_of']) + ' in ' if resumed else 'starts in '}"
+                 f"{run_dir}: {_values_text(values)}")
+        start = time.monotonic()
+        with self.lock:
+            self.running[trial.number] = run_dir
+        out = open(self.folder / f"{rel}.out", "ab")
+        try:
+            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                    preexec_fn=_die_with_parent, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        finally:
+            out.close()
+        reports = self.follow(trial, proc, run_dir)
+        seconds = time.monotonic() - start
+        with self.lock:
+            self.running.pop(trial.number, None)
+        run = read_run(run_dir) or {}
+        status, reason = run.get("status", ""), run.get("reason", "")
+        best = _best([v for _, v in reports], self.spec.mode)
+        with self.lock:
+            if status == "completed" and best is not None:
+                self.study.tell(trial, best)
+                outcome = Outcome(trial.number, "completed", best, values, run_dir, seconds, reports=reports)
+            elif reason == PRUNED:
+                self.study.tell(trial, state=TrialState.PRUNED)
+                outcome = Outcome(trial.number, "pruned", best, values, run_dir, seconds, reports=reports,
+                                  why=f"at step {reports[-1][0]}" if reports else "")
+            elif status == "interrupted" and self.stopping.is_set():
+                # the sweep was stopped: the trial is queued again, to go on when the command runs again
+                self.requeue(trial.number, trial.params, rel)
+                outcome = Outcome(trial.number, "stopped", best, values, run_dir, seconds, reports=reports,
+                                  why="it continues when the sweep runs again")
+            else:
+                why = run.get("error") or (f"{self.spec.metric} was never logged" if status == "completed"
+                                           else f"the run ended {status or 'without a run.json'}"
+                                                f"{' (' + reason + ')' if reason else ''}, exit code {proc.returncode}")
+                if proc.returncode == 2 and not run:
+                    why = _last_line(self.folder / f"{rel}.out") or why
+                self.study.tell(trial, state=TrialState.FAIL)
+                outcome = Outcome(trial.number, "failed", best, values, run_dir, seconds, why=why, reports=reports)
+            self.outcomes.append(outcome)
+        self.say_outcome(outcome)
+        return outcome
+
+    def follow(self, trial, proc: subprocess.Popen, run_dir: Path) -> list[tuple[int, float]]:
+        """Until the trial's process ends: each logged value of the metric reported to the study; a stop
+        asked when the pruner says so, or when the sweep stops."""
+        split, _, name = self.spec.metric.partition("/")
+        events = run_dir / "events.jsonl"
+        offset, partial = 0, b""
+        reports: list[tuple[int, float]] = []
+        seen_steps: set[int] = set()
+        asked = False
+        while True:
+            ended = proc.poll() is not None
+            try:
+                with open(events, "rb") as f:
+                    f.seek(offset)
+                    chunk = f.read()
+            except FileNotFoundError:
+                chunk = b""
+            offset += len(chunk)
+            lines = (partial + chunk).split(b"\n")
+            partial = lines.pop()
+            for line in lines:
+                try:
+                    e = json.loads(line)
+                except ValueError:
+                    continue
+                if e.get("event") != "MetricsLogged" or e.get("split") != split or e.get("scope") == "step":
+                    continue
+                value = (e.get("metrics") or {}).get(name)
+                step = int(e.get("step", 0))
+                if not isinstance(value, (int, float)) or step in seen_steps:
+                    continue
+                seen_steps.add(step)
+                reports.append((step, float(value)))
+                if not asked and not ended:
+                    trial.report(float(value), step)
+                    if trial.should_prune():
+                        FileControl(run_dir).send("stop", source=PRUNED)
+                        asked = True
+            if ended:
+                return reports
+            if self.stopping.is_set() and not asked and (run_dir / "run.json").exists():
+                FileControl(run_dir).send("stop", source="sweep")
+                asked = True
+            time.sleep(POLL)
+
+    # --- the worker --------------------------------------------------------------------------------
+
+    def run(self) -> int:
+        self.open_study()
+        try:
+            (self.folder / STOP_FILE).unlink()  # running the command again continues the study
+        except FileNotFoundError:
+            pass
+        self.say(f"sweep {self.spec.name}: {self.spec.trials} trials of {self.config_path}, {self.spec.parallel} "
+                 f"at once, {self.spec.sampler} sampler, {self.spec.pruner} pruner, {self.spec.mode} "
+                 f"{self.spec.metric}; study in {self.spec.storage or self.folder / 'study.journal'}")
+        slots = [threading.Thread(target=self._slot, name=f"tuitrain-sweep-{i}", daemon=True)
+                 for i in range(self.spec.parallel)]
+        for t in slots:
+            t.start()
+        for t in slots:
+            while t.is_alive():
+                t.join(0.2)
+        self.say_best()
+        if self.stopping.is_set() or (self.folder / STOP_FILE).exists():
+            return EXIT_STOPPED
+        ran = [o for o in self.outcomes if o.state != "stopped"]
+        if ran and all(o.state == "failed" for o in ran):
+            return EXIT_FAILED
+        return EXIT_OK
+
+    def _slot(self) -> None:
+        while True:
+            trial = self.take()
+            if trial is None:
+                return
+            try:
+                self.run_trial(trial)
+            except Exception as e:  # noqa: BLE001 - a trial's bookkeeping failed: said, the slot goes on
+                self.say(f"trial {trial.number}: {type(e).__name__}: {e}")
+
+    def stop(self, *_: object) -> None:
+        """Ctrl+C, SIGTERM: every running trial asked to stop (they save a checkpoint), no new ones."""
+        if not self.stopping.is_set():
+            self.say("stopping: each running trial saves a checkpoint and stops; run the command again to go on")
+        self.stopping.set()
+
+    # --- what it says ------------------------------------------------------------------------------
+
+    def say(self, line: str) -> None:
+        print(line, file=self.out, flush=True)
+
+    def say_outcome(self, o: Outcome) -> None:
+        value = f"{self.spec.metric} {o.value:.6g}" if o.value is not None else f"no {self.spec.metric}"
+        best = self.best()
+        best_text = f" · best: trial {best.number}, {best.value:.6g}" if best is not None else ""
+        what = {"completed": f"completed, {value}", "pruned": f"pruned {o.why}, {value}",
+                "failed": f"failed: {o.why}", "stopped": f"stopped ({o.why})"}[o.state]
+        self.say(f"trial {o.number} {what} in {o.seconds:.0f}s · {_values_text(o.values)}{best_text}")
+
+    def best(self) -> Outcome | None:
+        done = [o for o in self.outcomes if o.state == "completed" and o.value is not None]
+        if not done:
+            return None
+        return (min if self.spec.mode == "min" else max)(done, key=lambda o: o.value)
+
+    def say_best(self, top: int = 5) -> None:
+        """The best trials of the whole study (every worker's), as a table."""
+        from optuna.trial import TrialState
+
+        done = [t for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))]
+        counts = {}
+        for t in self.study.get_trials(deepcopy=False):
+            counts[t.state.name.lower()] = counts.get(t.state.name.lower(), 0) + 1
+        self.say(f"study {self.spec.name}: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
+        if not done:
+            return
+        done.sort(key=lambda t: t.value, reverse=self.spec.mode == "max")
+        rows = [["trial", self.spec.metric, *self.spec.params, "run"]]
+        for t in done[:top]:
+            rows.append([str(t.number), f"{t.value:.6g}", *(_short(t.params.get(k)) for k in self.spec.params),
+                         str(self.folder / t.user_attrs.get("run_dir", ""))])
+        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+        self.say(f"best trials ({self.spec.mode} {self.spec.metric}):")
+        for i, r in enumerate(rows):
+            self.say("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+        best = done[0]
+        self.say("best trial's settings: " + " ".join(f"--set {set_item(k, v)}" for k, v in best.params.items()))
+
+
+def _journal(path):
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    return JournalStorage(JournalFileBackend(str(path)))
+
+
+def _sampler(spec: SweepSpec):
+    import optuna
+
+    seed = spec.seed
+    if spec.sampler == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    if spec.sampler == "grid":
+        return optuna.samplers.GridSampler({k: p.grid() for k, p in spec.params.items()}, seed=seed)
+    if spec.sampler == "cmaes":
+        return optuna.samplers.CmaEsSampler(seed=seed)
+    if spec.sampler == "gp":
+        return optuna.samplers.GPSampler(seed=seed)
+    return optuna.samplers.TPESampler(seed=seed)
+
+
+def _pruner(spec: SweepSpec):
+    import optuna
+
+    if spec.pruner == "median":
+        return optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=0)
+    if spec.pruner == "hyperband":
+        return optuna.pruners.HyperbandPruner()
+    return optuna.pruners.NopPruner()
+
+
+def _best(values: list[float], mode: str) -> float | None:
+    return (min if mode == "min" else max)(values) if values else None
+
+
+def _short(value) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def _values_text(values: dict) -> str:
+    return " ".join(f"{k}={_short(v)}" for k, v in values.items())
+
+
+def _last_line(path: Path) -> str:
+    try:
+        lines = [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    return lines[-1] if lines else ""
+
+
+def sweep_command(config: str, overrides: list[str], trials: int | None, parallel: int | None,
+                  storage: str | None, say: Callable[[str], int]) -> int:
+    """The command: read and check the config and its [sweep] (exit 2 before anything runs), then work
+    on the study until it has its trials (or a stop)."""
+    from tuitrain.config import ConfigError, load_config
+    from tuitrain.run.sweep_spec import read_spec
+
+    extra = [f"sweep.trials={trials}"] if trials is not None else []
+    extra += [f"sweep.parallel={parallel}"] if parallel is not None else []
+    extra += [set_item("sweep.storage", storage)] if storage is not None else []
+    try:
+        cfg = load_config(config, [*overrides, *extra])
+        spec = read_spec(cfg, config, overrides)
+    except ConfigError as e:
+        return say(str(e))
+    try:
+        import optuna  # noqa: F401
+    except ImportError:
+        return say("sweep needs optuna: pip install 'tuitrain[sweep]'")
+    sweep = Sweep(spec, config, [o for o in overrides if not o.startswith("sweep.")], _sweep_dir(cfg, spec))
+    previous = {s: signal.signal(s, sweep.stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        return sweep.run()
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)

@@ -1,0 +1,227 @@
+"""A config's `[sweep]` table, read and checked before anything trains (SPEC "Sweeps").
+
+Each parameter is a config key that `--set` could set, with a range (`low`, `high`, optional `log` or
+`step`) or a list of `choices`. A parameter's every value is checked as `--set KEY=VALUE` would check it
+(the config built with it), so a bad name or a value the config refuses is a config error here, naming
+`sweep.params."KEY"`, and not a failed trial later. Must not import torch, textual or optuna.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from tuitrain.config import ConfigError
+from tuitrain.config.schema import suggest
+
+SAMPLERS = ("tpe", "random", "grid", "cmaes", "gp")
+PRUNERS = ("median", "hyperband", "none")
+KEYS = ("name", "metric", "mode", "trials", "parallel", "sampler", "pruner", "storage", "seed", "params")
+#: what a sampler needs besides optuna (its own dependency), and how to get it
+SAMPLER_NEEDS = {"cmaes": ("cmaes", "pip install cmaes"), "gp": ("scipy", "pip install scipy")}
+
+
+@dataclass
+class Param:
+    """One searched config key: a range (`low`..`high`, `log` or `step`) or `choices`."""
+
+    key: str
+    low: float | int | None = None
+    high: float | int | None = None
+    log: bool = False
+    step: float | int | None = None
+    choices: list = field(default_factory=list)
+
+    @property
+    def is_int(self) -> bool:
+        return all(isinstance(v, int) and not isinstance(v, bool) for v in (self.low, self.high)) and (
+            self.step is None or isinstance(self.step, int))
+
+    def values_to_check(self) -> list:
+        """The values that must each make a valid config: the ends of a range, every choice."""
+        return list(self.choices) if self.choices else [self.low, self.high]
+
+    def suggest(self, trial) -> Any:
+        """The trial's value (an optuna Trial)."""
+        if self.choices:
+            return trial.suggest_categorical(self.key, self.choices)
+        if self.is_int:
+            return trial.suggest_int(self.key, self.low, self.high, step=self.step or 1, log=self.log)
+        return trial.suggest_float(self.key, float(self.low), float(self.high), step=self.step, log=self.log)
+
+    def grid(self) -> list:
+        """The values a grid search tries."""
+        if self.choices:
+            return list(self.choices)
+        n = int(round((self.high - self.low) / self.step))
+        values = [self.low + i * self.step for i in range(n + 1)]
+        return [int(v) for v in values] if self.is_int else [round(v, 12) for v in values]
+
+
+@dataclass
+class SweepSpec:
+    name: str
+    metric: str
+    mode: str
+    trials: int
+    parallel: int
+    sampler: str
+    pruner: str
+    storage: str
+    seed: int | None
+    params: dict[str, Param]
+
+    @property
+    def direction(self) -> str:
+        return "minimize" if self.mode == "min" else "maximize"
+
+
+def toml_value(value: Any) -> str:
+    """`value` as `--set KEY=VALUE` takes it (a TOML value)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value) if math.isfinite(value) else ("nan" if math.isnan(value) else
+                                                          ("inf" if value > 0 else "-inf"))
+    if isinstance(value, str):
+        return json.dumps(value)  # a TOML basic string
+    return str(value)
+
+
+def set_item(key: str, value: Any) -> str:
+    return f"{key}={toml_value(value)}"
+
+
+def read_spec(cfg, source: str, overrides=()) -> SweepSpec:
+    """The checked [sweep] table of `cfg` (a Config loaded from `source` with `overrides`);
+    ConfigError naming the key otherwise."""
+    from tuitrain.config.loading import config_from_dict
+
+    table = cfg.sweep
+    if table is None:
+        raise ConfigError("no [sweep] table: add one with the parameters to search (see the README's Sweeps)",
+                          file=source)
+
+    def fail(key: str, why: str) -> ConfigError:
+        return ConfigError(why, file=source, key=f"sweep.{key}" if key else "sweep")
+
+    for key in table:
+        if key not in KEYS:
+            raise fail(key, "unknown key" + suggest(key, KEYS))
+
+    def get(key: str, kind: type | tuple, default: Any) -> Any:
+        value = table.get(key, default)
+        if isinstance(value, bool) and kind is not bool or not isinstance(value, kind):
+            raise fail(key, f"expected {getattr(kind, '__name__', 'a number')}, got {value!r}")
+        return value
+
+    name = get("name", str, "") or cfg.experiment.name
+    if not name or "/" in name or name in (".", ".."):
+        raise fail("name", f"{name!r} is not a folder name")
+    metric = get("metric", str, "") or cfg.checkpoint.monitor
+    mode = get("mode", str, "") or cfg.checkpoint.mode
+    if mode not in ("min", "max"):
+        raise fail("mode", f"expected 'min' or 'max', got {mode!r}")
+    split, _, metric_name = metric.partition("/")
+    logged = {"train": cfg.metrics.train, "valid": cfg.metrics.valid}.get(split)
+    if logged is None or not metric_name:
+        raise fail("metric", f"expected 'valid/NAME' or 'train/NAME', got {metric!r}")
+    names = [m if isinstance(m, str) else str(m.get("name", m.get("target", ""))) for m in logged]
+    if metric_name not in names:
+        raise fail("metric", f"{metric!r} is not a metric this config logs ({split}: {', '.join(names) or 'none'})")
+    trials = get("trials", int, 20)
+    if trials < 1:
+        raise fail("trials", f"must be at least 1, got {trials}")
+    parallel = get("parallel", int, 1)
+    if parallel < 1:
+        raise fail("parallel", f"must be at least 1, got {parallel}")
+    sampler = get("sampler", str, "tpe")
+    if sampler not in SAMPLERS:
+        raise fail("sampler", f"unknown sampler {sampler!r}" + suggest(sampler, SAMPLERS)
+                   + f" (one of {', '.join(SAMPLERS)})")
+    if sampler in SAMPLER_NEEDS and importlib.util.find_spec(SAMPLER_NEEDS[sampler][0]) is None:
+        raise fail("sampler", f"the {sampler!r} sampler needs {SAMPLER_NEEDS[sampler][0]}: "
+                              f"{SAMPLER_NEEDS[sampler][1]}")
+    pruner = get("pruner", str, "median")
+    if pruner not in PRUNERS:
+        raise fail("pruner", f"unknown pruner {pruner!r}" + suggest(pruner, PRUNERS)
+                   + f" (one of {', '.join(PRUNERS)})")
+    storage = get("storage", str, "")
+    seed = table.get("seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise fail("seed", f"expected an integer, got {seed!r}")
+    raw = table.get("params")
+    if not isinstance(raw, dict) or not raw:
+        raise fail("params", "expected a table of the config keys to search, such as "
+                             "\"optimizer.lr\" = { low = 1e-4, high = 1e-1, log = true }")
+    params = {key: _param(key, spec, fail) for key, spec in raw.items()}
+    if sampler == "grid":
+        for p in params.values():
+            if not p.choices and p.step is None:
+                raise fail(f'params."{p.key}"', "the grid sampler needs choices or a step for every parameter")
+    # every value as --set would apply it: a bad key or a value the config refuses is caught now
+    base = _as_dict(cfg)
+    for p in params.values():
+        for value in p.values_to_check():
+            try:
+                config_from_dict(base, source=source, base_dir=cfg.base_dir,
+                                 overrides=[*overrides, set_item(p.key, value)])
+            except ConfigError as e:
+                said = f"{e.key}: {e.message}" if e.key else e.message
+                raise fail(f'params."{p.key}"', f"{toml_value(value)} is refused ({said})") from None
+    return SweepSpec(name, metric, mode, trials, parallel, sampler, pruner, storage, seed, params)
+
+
+def _as_dict(cfg) -> dict:
+    """The config's TOML, as read (what --set applies to)."""
+    import tomllib
+
+    if cfg.path is not None:
+        d = tomllib.loads(cfg.path.read_text(encoding="utf-8"))
+        d.pop("sweep", None)
+        return d
+    return cfg.to_dict()
+
+
+def _param(key: str, spec: Any, fail) -> Param:
+    where = f'params."{key}"'
+    if not isinstance(spec, dict):
+        raise fail(where, f"expected a table such as {{ low = 1, high = 10 }} or {{ choices = [...] }}, got {spec!r}")
+    unknown = [k for k in spec if k not in ("low", "high", "log", "step", "choices")]
+    if unknown:
+        raise fail(f"{where}.{unknown[0]}", "unknown key" + suggest(unknown[0], ("low", "high", "log", "step", "choices")))
+    if "choices" in spec:
+        choices = spec["choices"]
+        if set(spec) - {"choices"}:
+            raise fail(where, "choices and a range (low, high, log, step) do not go together")
+        if not isinstance(choices, list) or not choices:
+            raise fail(f"{where}.choices", f"expected a list of values, got {choices!r}")
+        if any(isinstance(c, (dict, list)) for c in choices):
+            raise fail(f"{where}.choices", "each choice must be a number, a string or a boolean")
+        return Param(key, choices=choices)
+    if "low" not in spec or "high" not in spec:
+        raise fail(where, "expected low and high (or choices)")
+    low, high, log, step = spec["low"], spec["high"], spec.get("log", False), spec.get("step")
+
+    def number(value: Any, name: str) -> None:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise fail(f"{where}.{name}", f"expected a number, got {value!r}")
+
+    number(low, "low")
+    number(high, "high")
+    if not low < high:
+        raise fail(where, f"low ({low}) must be below high ({high})")
+    if not isinstance(log, bool):
+        raise fail(f"{where}.log", f"expected true or false, got {log!r}")
+    if log and low <= 0:
+        raise fail(f"{where}.low", f"a log range must start above 0, got {low}")
+    if step is not None:
+        number(step, "step")
+        if step <= 0:
+            raise fail(f"{where}.step", f"must be above 0, got {step}")
+        if log:
+            raise fail(where, "log and step do not go together (Optuna samples one or the other)")
+    return Param(key, low=low, high=high, log=log, step=step)
