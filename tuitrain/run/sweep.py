@@ -111,6 +111,7 @@ class Sweep:
         self.lock = threading.Lock()  # asking for trials and telling results, one at a time
         self.running: dict[int, Path] = {}  # trial number -> run directory
         self.outcomes: list[Outcome] = []
+        self.pruned_at: dict[int, int] = {}  # trial number -> the step whose value the pruner judged
         self.study = None
 
     # --- the study ---------------------------------------------------------------------------------
@@ -139,7 +140,7 @@ class Sweep:
         from optuna.trial import TrialState
 
         with self.lock:
-            if self.stopping.is_set() or (self.folder / STOP_FILE).exists():
+            if self.stopped():
                 return None
             self.take_up_lost()
             trials = self.study.get_trials(deepcopy=False)
@@ -148,7 +149,8 @@ class Sweep:
             counted = sum(1 for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED,
                                                            TrialState.RUNNING, TrialState.WAITING)
                           or (t.state == TrialState.FAIL and t.number not in retried))
-            if not waiting and counted >= self.spec.trials:
+            wanted = min(self.spec.trials, grid_size(self.spec)) if self.spec.sampler == "grid" else self.spec.trials
+            if not waiting and counted >= wanted:
                 return None
             trial = self.study.ask()
             trial.set_user_attr("worker", self.worker)
@@ -228,8 +230,8 @@ class Sweep:
             elif reason == PRUNED:
                 self.study.tell(trial, state=TrialState.PRUNED)
                 outcome = Outcome(trial.number, "pruned", best, values, run_dir, seconds, reports=reports,
-                                  why=f"at step {reports[-1][0]}" if reports else "")
-            elif status == "interrupted" and self.stopping.is_set():
+                                  why=f"at step {self.pruned_at.get(trial.number, reports[-1][0] if reports else 0)}")
+            elif status == "interrupted" and self.stopped():
                 # the sweep was stopped: the trial is queued again, to go on when the command runs again
                 self.requeue(trial.number, trial.params, rel)
                 outcome = Outcome(trial.number, "stopped", best, values, run_dir, seconds, reports=reports,
@@ -279,14 +281,15 @@ class Sweep:
                     continue
                 seen_steps.add(step)
                 reports.append((step, float(value)))
+                trial.report(float(value), step)  # (one the run logged just before it ended too)
                 if not asked and not ended:
-                    trial.report(float(value), step)
                     if trial.should_prune():
                         FileControl(run_dir).send("stop", source=PRUNED)
                         asked = True
+                        self.pruned_at[trial.number] = step
             if ended:
                 return reports
-            if self.stopping.is_set() and not asked and (run_dir / "run.json").exists():
+            if not asked and self.stopped() and (run_dir / "run.json").exists():
                 FileControl(run_dir).send("stop", source="sweep")
                 asked = True
             time.sleep(POLL)
@@ -310,7 +313,7 @@ class Sweep:
             while t.is_alive():
                 t.join(0.2)
         self.say_best()
-        if self.stopping.is_set() or (self.folder / STOP_FILE).exists():
+        if self.stopped():
             return EXIT_STOPPED
         ran = [o for o in self.outcomes if o.state != "stopped"]
         if ran and all(o.state == "failed" for o in ran):
@@ -326,6 +329,10 @@ class Sweep:
                 self.run_trial(trial)
             except Exception as e:  # noqa: BLE001 - a trial's bookkeeping failed: said, the slot goes on
                 self.say(f"trial {trial.number}: {type(e).__name__}: {e}")
+
+    def stopped(self) -> bool:
+        """Ctrl+C or SIGTERM here, or `tuitrain stop SWEEP_DIR` anywhere."""
+        return self.stopping.is_set() or (self.folder / STOP_FILE).exists()
 
     def stop(self, *_: object) -> None:
         """Ctrl+C, SIGTERM: every running trial asked to stop (they save a checkpoint), no new ones."""
@@ -376,6 +383,25 @@ class Sweep:
         self.say("best trial's settings: " + " ".join(f"--set {set_item(k, v)}" for k, v in best.params.items()))
 
 
+def grid_size(spec: SweepSpec) -> int:
+    n = 1
+    for p in spec.params.values():
+        n *= len(p.grid())
+    return n
+
+
+def _Grid(search_space: dict, seed: int | None):
+    """Optuna's GridSampler, without its stop of an `optimize` loop once the grid is used up (there is no
+    such loop here: the sweep asks for no more trials than the grid has)."""
+    import optuna
+
+    class Grid(optuna.samplers.GridSampler):
+        def after_trial(self, study, trial, state, values) -> None:
+            pass
+
+    return Grid(search_space, seed=seed)
+
+
 def _journal(path):
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
@@ -390,7 +416,7 @@ def _sampler(spec: SweepSpec):
     if spec.sampler == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     if spec.sampler == "grid":
-        return optuna.samplers.GridSampler({k: p.grid() for k, p in spec.params.items()}, seed=seed)
+        return _Grid({k: p.grid() for k, p in spec.params.items()}, seed=seed)
     if spec.sampler == "cmaes":
         return optuna.samplers.CmaEsSampler(seed=seed)
     if spec.sampler == "gp":

@@ -1,0 +1,268 @@
+"""`tuitrain sweep` as a user runs it: real `tuitrain run` trials (the spirals demo, small), a real Optuna
+study in a journal file or on a real PostgreSQL server, pruning, a second worker, kill -9 of a worker
+and its trial taken up again, `tuitrain stop SWEEP_DIR`, and a bad [sweep] refused before anything
+trains."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import cli_env
+from tests.sweep.postgres import postgres_url  # noqa: F401  (the fixture)
+
+optuna = pytest.importorskip("optuna")
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIG = """[experiment]
+name = "spirals"
+dir = "runs"
+seed = 3
+[model]
+target = "spirals:SpiralNet"
+hidden = 16
+depth = 2
+classes = 2
+[data]
+target = "spirals:datasets"
+batch_size = 64
+n = {n}
+classes = 2
+turns = 1.0
+noise = 0.05
+seed = 0
+valid_fraction = 0.2
+[loss]
+target = "torch.nn:CrossEntropyLoss"
+[optimizer]
+name = "AdamW"
+lr = 1e-2
+[train]
+epochs = {epochs}
+device = "cpu"
+[metrics]
+train = ["loss"]
+valid = ["loss", "accuracy"]
+[log]
+every_n_steps = 1
+[checkpoint]
+every_n_epochs = 1
+monitor = "valid/loss"
+mode = "min"
+[sweep]
+trials = {trials}
+parallel = {parallel}
+sampler = "{sampler}"
+pruner = "{pruner}"
+seed = 0
+storage = "{storage}"
+[sweep.params]
+{params}
+"""
+LR = '"optimizer.lr" = { choices = [0.03, 0.00001, 0.02, 0.00002] }'
+
+
+def project(tmp_path: Path, *, epochs=3, trials=4, parallel=2, sampler="grid", pruner="median", storage="",
+            params=LR, n=640) -> Path:
+    shutil.copy(ROOT / "demo" / "spirals.py", tmp_path / "spirals.py")
+    config = tmp_path / "sweep.toml"
+    config.write_text(CONFIG.format(epochs=epochs, trials=trials, parallel=parallel, sampler=sampler,
+                                    pruner=pruner, storage=storage, params=params, n=n))
+    return config
+
+
+def sweep(tmp_path: Path, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tuitrain", "sweep", "sweep.toml", *args], cwd=tmp_path,
+                          env=cli_env(), capture_output=True, text=True, timeout=timeout)
+
+
+def start(tmp_path: Path, *args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "tuitrain", "sweep", "sweep.toml", *args], cwd=tmp_path,
+                            env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def run_json(run_dir: Path) -> dict:
+    return json.loads((run_dir / "run.json").read_text())
+
+
+def losses(run_dir: Path) -> dict[int, float]:
+    """step -> the logged training loss, over every session of the run."""
+    out = {}
+    for line in (run_dir / "events.jsonl").read_text().splitlines():
+        e = json.loads(line)
+        if e.get("event") == "MetricsLogged" and e.get("scope") == "step" and e.get("split") == "train":
+            out[e["step"]] = e["metrics"]["loss"]
+    return out
+
+
+def study(folder: Path, storage: str = ""):
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    backend = storage or JournalStorage(JournalFileBackend(str(folder / "study.journal")))
+    return optuna.load_study(study_name="spirals", storage=backend)
+
+
+SWEEP = Path("runs") / "spirals" / "sweep-spirals"
+
+
+@pytest.mark.parametrize("table, key, said", [
+    ('"optimzer.lr" = { low = 1e-4, high = 1e-1 }', 'sweep.params."optimzer.lr"', "unknown table"),
+    ('"optimizer.lr" = { low = 0.1, high = 0.01 }', 'sweep.params."optimizer.lr"', "must be below high"),
+    ('"optimizer.lr" = { low = 0.0, high = 0.1, log = true }', 'sweep.params."optimizer.lr".low', "above 0"),
+    ('"train.epochs" = { low = -2, high = 3 }', 'sweep.params."train.epochs"', "-2 is refused"),
+    ('"optimizer.lr" = { choices = [] }', 'sweep.params."optimizer.lr".choices', "expected a list"),
+    ('"optimizer.lr" = { low = 1e-4, high = 1e-1, lg = true }', 'sweep.params."optimizer.lr".lg',
+     "did you mean 'log'"),
+])
+def test_a_bad_sweep_table_is_exit_2_naming_the_key_and_nothing_runs(tmp_path, table, key, said):
+    project(tmp_path, params=table, sampler="random")
+    done = sweep(tmp_path, timeout=60)
+    assert done.returncode == 2, done.stderr
+    line = done.stderr.strip()
+    assert line.startswith(f"tuitrain: error: sweep.toml: {key}: ") and said in line, line
+    assert "Traceback" not in done.stderr and not (tmp_path / "runs").exists()
+
+
+def test_bad_sweep_settings_are_exit_2_too(tmp_path):
+    project(tmp_path, sampler="tpee")
+    done = sweep(tmp_path, timeout=60)
+    assert done.returncode == 2 and "sweep.sampler: unknown sampler 'tpee' (did you mean 'tpe'?)" in done.stderr
+    project(tmp_path)
+    done = sweep(tmp_path, "--set", "sweep.metric=valid/f1", timeout=60)
+    assert done.returncode == 2 and "sweep.metric: 'valid/f1' is not a metric this config logs" in done.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_config_with_a_sweep_table_still_runs_as_one_run(tmp_path):
+    from tuitrain.config import load_config
+
+    cfg = load_config(project(tmp_path))
+    assert cfg.sweep["trials"] == 4 and "sweep" not in cfg.to_dict()  # a run's config.toml leaves it out
+
+
+def test_a_sweep_prunes_the_bad_trials_and_prints_the_best(tmp_path):
+    # 80 steps an epoch: a trial lives long enough after its first validation for the pruner's stop
+    project(tmp_path, epochs=10, trials=6, parallel=1, n=6400)  # 6 trials asked, the grid has 4
+    done = sweep(tmp_path, "--headless")
+    assert done.returncode == 0, done.stdout + done.stderr
+    folder = tmp_path / SWEEP
+    trials = study(folder).get_trials()
+    assert len(trials) == 4 and len({t.params["optimizer.lr"] for t in trials}) == 4  # the grid, once each
+    states = {t.params["optimizer.lr"]: t.state.name for t in trials}
+    assert states[0.03] == states[0.02] == "COMPLETE"
+    pruned = [t for t in trials if t.state.name == "PRUNED"]
+    assert pruned and all(t.params["optimizer.lr"] < 1e-4 for t in pruned), states
+    for t in pruned:  # stopped gracefully, before its last epoch, with a checkpoint
+        run_dir = folder / t.user_attrs["run_dir"]
+        run = run_json(run_dir)
+        assert (run["status"], run["reason"]) == ("interrupted", "pruned") and run["epoch"] < 10
+        index = json.loads((run_dir / "checkpoint" / "index.json").read_text())
+        assert (run_dir / "checkpoint" / index[-1]["file"]).exists()
+    best = min((t for t in trials if t.state.name == "COMPLETE"), key=lambda t: t.value)
+    assert best.value == min(v for s, v in losses_valid(folder / best.user_attrs["run_dir"]))
+    out = done.stdout
+    assert f"trial {pruned[0].number} pruned at step 80," in out  # its first validation, the median's
+    assert "best trials (min valid/loss):" in out
+    assert f"best trial's settings: --set optimizer.lr={best.params['optimizer.lr']!r}" in out
+
+
+def losses_valid(run_dir: Path) -> list[tuple[int, float]]:
+    out = []
+    for line in (run_dir / "events.jsonl").read_text().splitlines():
+        e = json.loads(line)
+        if e.get("event") == "MetricsLogged" and e.get("split") == "valid" and e.get("scope") != "step":
+            out.append((e["step"], e["metrics"]["loss"]))
+    return out
+
+
+def wait_for(check, timeout: float = 120.0, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def test_two_workers_share_one_study_on_postgresql(tmp_path, postgres_url):  # noqa: F811
+    """The same command from two shells on one PostgreSQL storage: the trials are shared out, the study
+    holds `trials` of them, not twice as many."""
+    project(tmp_path, epochs=2, trials=4, parallel=1, sampler="random", pruner="none",
+            params='"optimizer.lr" = { low = 1e-3, high = 1e-1, log = true }', storage=postgres_url)
+    first = start(tmp_path, "--headless")
+    time.sleep(1.0)
+    second = sweep(tmp_path, "--headless")
+    out = first.communicate(timeout=240)[0]
+    assert first.returncode == 0 and second.returncode == 0, out + second.stdout + second.stderr
+    trials = study(tmp_path / SWEEP, postgres_url).get_trials()
+    assert [t.state.name for t in trials] == ["COMPLETE"] * 4
+    workers = {t.user_attrs["worker"] for t in trials}
+    assert len(workers) == 2, workers  # each worker ran some
+    for t in trials:
+        assert run_json(tmp_path / SWEEP / t.user_attrs["run_dir"])["status"] == "completed"
+
+
+def test_stop_then_the_same_command_continues_the_study(tmp_path):
+    project(tmp_path, epochs=20, trials=2, parallel=2, sampler="random", pruner="none", n=6400,
+            params='"optimizer.lr" = { low = 1e-3, high = 1e-1, log = true }')
+    worker = start(tmp_path, "--headless")
+    folder = tmp_path / SWEEP
+    wait_for(lambda: len([t for t in folder.glob("trial-0*") if t.is_dir() and (t / "checkpoint").exists()
+                          and list((t / "checkpoint").glob("*.pt"))]) == 2, what="two trials with a checkpoint")
+    stop = subprocess.run([sys.executable, "-m", "tuitrain", "stop", str(folder)], cwd=tmp_path, env=cli_env(),
+                          capture_output=True, text=True, timeout=60)
+    assert stop.returncode == 0 and "2 running trial(s) asked to stop" in stop.stdout, stop.stdout + stop.stderr
+    out = worker.communicate(timeout=120)[0]
+    assert worker.returncode == 130, out
+    steps = {}
+    for run_dir in sorted(p for p in folder.glob("trial-0*") if p.is_dir()):
+        run = run_json(run_dir)
+        assert run["status"] == "interrupted" and run["epoch"] < 20
+        steps[run_dir.name] = run["step"]
+    # the same command again: the same trials go on in their own folders, from their checkpoints
+    done = sweep(tmp_path, "--headless", timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    trials = study(folder).get_trials()
+    assert sorted(t.state.name for t in trials) == ["COMPLETE", "COMPLETE", "FAIL", "FAIL"]
+    for t in trials:
+        if t.state.name == "COMPLETE":
+            assert "resume_of" in t.user_attrs
+            run = run_json(folder / t.user_attrs["run_dir"])
+            assert run["status"] == "completed" and run["resumes"] == 1
+
+
+def test_a_trial_of_a_worker_killed_with_kill_9_finishes_in_another_equal_to_an_uninterrupted_run(tmp_path):
+    """kill -9 of the worker: its trial's run is sent SIGTERM by the kernel (it dies with its worker) and
+    stops gracefully with a checkpoint; the next worker marks the trial failed, queues it again and
+    continues its run directory from that checkpoint. Every step's loss equals an uninterrupted run's."""
+    project(tmp_path, epochs=8, trials=1, parallel=1, sampler="random", pruner="none", n=6400,
+            params='"optimizer.lr" = { low = 1e-3, high = 1e-1, log = true }')
+    folder = tmp_path / SWEEP
+    worker = start(tmp_path, "--headless")
+    run_dir = folder / "trial-0000"
+    wait_for(lambda: (run_dir / "run.json").exists() and run_json(run_dir).get("epoch", 0) >= 3,
+             what="trial 0 in its third epoch")
+    os.kill(worker.pid, signal.SIGKILL)
+    worker.wait(timeout=30)
+    wait_for(lambda: run_json(run_dir)["status"] != "running", what="the trial's run to stop")
+    assert run_json(run_dir)["status"] == "interrupted"
+    again = sweep(tmp_path, "--headless", timeout=300)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "trial 1 continues trial 0 in" in again.stdout
+    trials = study(folder).get_trials()
+    assert [(t.state.name, t.user_attrs.get("resume_of")) for t in trials] == [("FAIL", None), ("COMPLETE", 0)]
+    assert trials[1].user_attrs["run_dir"] == "trial-0000" and run_json(run_dir)["status"] == "completed"
+    lr = trials[0].params["optimizer.lr"]
+    ref = subprocess.run([sys.executable, "-m", "tuitrain", "run", "sweep.toml", "--headless", "--run-dir", "ref",
+                          f"--set=optimizer.lr={lr!r}"], cwd=tmp_path, env=cli_env(), capture_output=True,
+                         text=True, timeout=300)
+    assert ref.returncode == 0, ref.stderr
+    resumed, whole = losses(run_dir), losses(tmp_path / "ref")
+    assert len(whole) == 8 * 80 and resumed == whole
