@@ -62,6 +62,22 @@ class FramesApp(DashboardApp):
         self.exit(0)
 
 
+def yield_to_training() -> str:
+    """The picture yields to the training it shows: on Linux this process runs only on a core that would
+    otherwise be idle (SCHED_IDLE: the scheduler takes the core back the moment the training wants it),
+    elsewhere at a lower priority (nice). Which one it got."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+        return "idle"
+    except (AttributeError, OSError):
+        pass
+    try:
+        os.nice(NICE)
+        return "nice"
+    except OSError:
+        return ""
+
+
 def run_frames(run_dir: Path, out: Path, theme: Path | None = None, size: tuple[int, int] = (120, 40),
                every: float = EVERY) -> int:
     """Draw `run_dir`'s dashboard to `out` until the run has ended (see `FramesApp`); 0. A run not
@@ -69,9 +85,6 @@ def run_frames(run_dir: Path, out: Path, theme: Path | None = None, size: tuple[
     from tuitrain.sinks.run_status import live_status
 
     live = live_status(Path(run_dir)) in ("running", "unknown")
-    try:  # the picture yields to the training it shows: on a busy machine it waits, not the steps
-        os.nice(NICE)
-    except OSError:
-        pass
+    yield_to_training()
     FramesApp(run_dir, out, theme, every, live=live).run(headless=True, size=size)
     return 0

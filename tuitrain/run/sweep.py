@@ -212,8 +212,11 @@ class Sweep:
             self.running[trial.number] = run_dir
         out = open(self.folder / f"{rel}.out", "ab")
         try:
+            env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+            # trials side by side share the cores rather than each taking all of them (torch's default)
+            env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // self.spec.parallel)))
             proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                    preexec_fn=_die_with_parent, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                                    preexec_fn=_die_with_parent, env=env)
         finally:
             out.close()
         reports = self.follow(trial, proc, run_dir)
