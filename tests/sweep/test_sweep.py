@@ -70,12 +70,31 @@ storage = "{storage}"
 LR = '"optimizer.lr" = { choices = [0.03, 0.00001, 0.02, 0.00002] }'
 
 
+SLOW_NET = """import time
+from spirals import SpiralNet
+
+
+class SlowNet(SpiralNet):  # the spirals demo's model, `pause` seconds a forward pass: a trial lasts
+    def __init__(self, pause=0.0, **kw):
+        super().__init__(**kw)
+        self.pause = pause
+
+    def forward(self, x):
+        time.sleep(self.pause)
+        return super().forward(x)
+"""
+
+
 def project(tmp_path: Path, *, epochs=3, trials=4, parallel=2, sampler="grid", pruner="median", storage="",
-            params=LR, n=640) -> Path:
+            params=LR, n=640, pause=0.0) -> Path:
     shutil.copy(ROOT / "demo" / "spirals.py", tmp_path / "spirals.py")
+    (tmp_path / "slownet.py").write_text(SLOW_NET)
     config = tmp_path / "sweep.toml"
-    config.write_text(CONFIG.format(epochs=epochs, trials=trials, parallel=parallel, sampler=sampler,
-                                    pruner=pruner, storage=storage, params=params, n=n))
+    text = CONFIG.format(epochs=epochs, trials=trials, parallel=parallel, sampler=sampler, pruner=pruner,
+                         storage=storage, params=params, n=n)
+    if pause:
+        text = text.replace('target = "spirals:SpiralNet"', f'target = "slownet:SlowNet"\npause = {pause}')
+    config.write_text(text)
     return config
 
 
@@ -154,8 +173,8 @@ def test_a_config_with_a_sweep_table_still_runs_as_one_run(tmp_path):
 
 
 def test_a_sweep_prunes_the_bad_trials_and_prints_the_best(tmp_path):
-    # 80 steps an epoch: a trial lives long enough after its first validation for the pruner's stop
-    project(tmp_path, epochs=10, trials=6, parallel=1, n=6400)  # 6 trials asked, the grid has 4
+    # 50 ms a step: a trial lives on for seconds after its first validation, for the pruner's stop
+    project(tmp_path, epochs=5, trials=6, parallel=1, pause=0.05)  # 6 trials asked, the grid has 4
     done = sweep(tmp_path, "--headless")
     assert done.returncode == 0, done.stdout + done.stderr
     folder = tmp_path / SWEEP
@@ -168,13 +187,13 @@ def test_a_sweep_prunes_the_bad_trials_and_prints_the_best(tmp_path):
     for t in pruned:  # stopped gracefully, before its last epoch, with a checkpoint
         run_dir = folder / t.user_attrs["run_dir"]
         run = run_json(run_dir)
-        assert (run["status"], run["reason"]) == ("interrupted", "pruned") and run["epoch"] < 10
+        assert (run["status"], run["reason"]) == ("interrupted", "pruned") and run["epoch"] < 5
         index = json.loads((run_dir / "checkpoint" / "index.json").read_text())
         assert (run_dir / "checkpoint" / index[-1]["file"]).exists()
     best = min((t for t in trials if t.state.name == "COMPLETE"), key=lambda t: t.value)
     assert best.value == min(v for s, v in losses_valid(folder / best.user_attrs["run_dir"]))
     out = done.stdout
-    assert f"trial {pruned[0].number} pruned at step 80," in out  # its first validation, the median's
+    assert f"trial {pruned[0].number} pruned at step 8," in out  # its first validation, the median's
     assert "best trials (min valid/loss):" in out
     assert f"best trial's settings: --set optimizer.lr={best.params['optimizer.lr']!r}" in out
 

@@ -17,6 +17,7 @@ from tuitrain.core.fsutil import atomic_write_text
 from tuitrain.dashboard.app import DashboardApp
 from tuitrain.dashboard.feed import Feed
 from tuitrain.dashboard.sources import FileSource
+from tuitrain.sinks.run_status import process_gone
 
 #: seconds between pictures
 EVERY = 1.0
@@ -41,6 +42,8 @@ class FramesApp(DashboardApp):
         super().__init__(FileSource(Path(run_dir), live=live), None, theme, watch=True, owned=True,
                          drain_interval=every)
         self.out = Path(out)
+        self.run_dir = Path(run_dir)
+        self._leaving = False
         self.every = every
         self.pictures = 0
 
@@ -50,12 +53,17 @@ class FramesApp(DashboardApp):
     def picture(self) -> None:
         atomic_write_text(self.out, self.export_screenshot(title=self.state.experiment or "tuitrain"))
         self.pictures += 1
+        if process_gone(self.run_dir) and not self._leaving:  # the run's process died without its end
+            self._leaving = True
+            self.set_timer(SETTLE, self.last_picture)
 
     def on_feed_settled(self, message: Feed.Settled) -> None:
         """The run ended and the source is read to its end: the last picture once it is drawn, and leave
         (the result screen is not put over the charts: `prevent_default` keeps DashboardApp's handler out)."""
         message.prevent_default()
-        self.set_timer(SETTLE, self.last_picture)
+        if not self._leaving:
+            self._leaving = True
+            self.set_timer(SETTLE, self.last_picture)
 
     def last_picture(self) -> None:
         self.picture()

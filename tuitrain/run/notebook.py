@@ -28,6 +28,8 @@ import tempfile
 import threading
 from pathlib import Path
 
+from tuitrain.run.signals import die_with_parent
+
 #: the picture's size in terminal cells: what fits a notebook's width at a readable size
 SIZE = (120, 40)
 #: seconds between looks at the picture's file
@@ -65,7 +67,8 @@ class NotebookView:
             cmd += ["--theme", str(self.theme)]
         log = open(self._folder / "frames.log", "wb")
         self._proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                      env={**os.environ, "TERM": "xterm-256color"})
+                                      env={**os.environ, "TERM": "xterm-256color"},
+                                      preexec_fn=die_with_parent())  # a kernel restarted takes it along
         log.close()
         self._thread = threading.Thread(target=self._follow, name="tuitrain-notebook", daemon=True)
         self._thread.start()

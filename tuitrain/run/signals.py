@@ -73,3 +73,19 @@ def carry_preemption(interrupter: Interrupter, learner) -> None:
     interrupter.on_preempt.append(carry)
     if interrupter.stop_reason == "preempted":  # it came while the Learner was being built
         carry()
+
+
+def die_with_parent(signum: int = signal.SIGTERM):
+    """A `preexec_fn` for a helper process (a sweep's trial, a notebook's picture): `signum` reaches it
+    when the thread that started it ends, the whole process killed included (Linux's PR_SET_PDEATHSIG;
+    elsewhere nothing), so it never outlives what it works for."""
+
+    def arm() -> None:
+        try:
+            import ctypes
+
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signum)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+
+    return arm

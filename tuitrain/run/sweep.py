@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Callable, TextIO
 
 from tuitrain.core.control import PRUNED, FileControl
+from tuitrain.run.signals import die_with_parent
 from tuitrain.run.sweep_spec import SweepSpec, set_item
 from tuitrain.sinks.run_status import live_status, read_run
 
@@ -70,17 +71,6 @@ def _pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
-
-
-def _die_with_parent() -> None:
-    """In the trial's process, before it runs: SIGTERM when the worker thread that started it ends (the
-    worker killed): the run stops gracefully, with a checkpoint, and is taken up again elsewhere."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
 
 
 @dataclass
@@ -216,7 +206,7 @@ class Sweep:
             # trials side by side share the cores rather than each taking all of them (torch's default)
             env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // self.spec.parallel)))
             proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                    preexec_fn=_die_with_parent, env=env)
+                                    preexec_fn=die_with_parent(), env=env)
         finally:
             out.close()
         reports = self.follow(trial, proc, run_dir)
