@@ -70,20 +70,14 @@ class FramesApp(DashboardApp):
         self.exit(0)
 
 
-def yield_to_training() -> str:
-    """The picture yields to the training it shows: on Linux this process runs only on a core that would
-    otherwise be idle (SCHED_IDLE: the scheduler takes the core back the moment the training wants it),
-    elsewhere at a lower priority (nice). Which one it got."""
-    try:
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-        return "idle"
-    except (AttributeError, OSError):
-        pass
+def yield_to_training() -> None:
+    """The picture yields to the training it shows (a lower priority: on a busy machine the picture waits,
+    not the steps). Not SCHED_IDLE: a training that keeps every core busy starved it to a picture every
+    5-8 seconds (benchmarks/RESULTS.md)."""
     try:
         os.nice(NICE)
-        return "nice"
     except OSError:
-        return ""
+        pass
 
 
 def run_frames(run_dir: Path, out: Path, theme: Path | None = None, size: tuple[int, int] = (120, 40),
