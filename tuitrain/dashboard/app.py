@@ -172,8 +172,8 @@ class DashboardApp(App[int]):
 
     @property
     def comparing(self) -> bool:
-        """Several runs watched (`tuitrain watch A B`, an experiment folder)."""
-        return bool(getattr(self.state, "runs", None))
+        """Several runs watched (`tuitrain watch A B`, an experiment folder, a sweep: maybe none yet)."""
+        return getattr(self.state, "runs", None) is not None
 
     def set_notice(self, text: str) -> None:
         """The bottom bar's one line of notice (shown as typed, never as markup)."""
@@ -444,7 +444,7 @@ class DashboardApp(App[int]):
         if isinstance(self.screen, HelpScreen):
             return
         note = ""
-        if getattr(self.state, "runs", None):
+        if self.comparing:
             note = ("Comparing runs: R moves to the run list (space show/hide, p pin, o only this, a all, / filter by "
                     "name or config value such as optimizer.lr=1e-3, v sort, Esc back); d shows the config keys "
                     "that differ; c, p and the buttons are off.")
@@ -454,7 +454,7 @@ class DashboardApp(App[int]):
             note = "Your loop runs in another process: c, p, q-y and Ctrl+C act on it."
         elif self.watching:
             note = "Watching a run in another process: c, p and q-y act on it; Ctrl+C leaves the viewer."
-        self.push_screen(HelpScreen(note, comparing=bool(getattr(self.state, "runs", None))))
+        self.push_screen(HelpScreen(note, comparing=self.comparing))
 
     def action_show_result(self) -> None:
         if self.state.ended and not isinstance(self.screen, ResultScreen):

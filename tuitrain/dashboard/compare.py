@@ -5,6 +5,8 @@ colour each, and `d` lists the config keys whose values differ. Nothing is steer
 Which runs are shown is the state's too (the run list's keys change it): a run is shown when it is
 pinned, or when it is not hidden and matches the filter (`RunFilter`: name patterns and config
 conditions such as `optimizer.lr=1e-3`). Pinned runs are listed first and drawn last (on top).
+A run that appears while they are watched (a sweep's new trial) comes as `RunAdded` through the same
+bridge (`CompareSource.add`, `CompareState.add_run`), before its events.
 The first run is the primary one: the output panel shows it. Must not import torch or textual.
 """
 
@@ -31,6 +33,13 @@ def run_color(i: int) -> tuple[int, int, int]:
     return RUN_COLORS[i % len(RUN_COLORS)]
 
 
+def color_indexes(state: Any, runs: Iterable[str]) -> dict[str, int]:
+    """Each run's colour, as `run_color` takes it: its number less one (its place in `runs` where the
+    state numbers none; a sweep numbers its trials by their own numbers)."""
+    number = getattr(state, "number", None) or {}
+    return {run: number.get(run, i + 1) - 1 for i, run in enumerate(runs)}
+
+
 class Tagged:
     """An event of one of the compared runs, as it travels through the app's bridge."""
 
@@ -47,42 +56,87 @@ def run_names(runs: list[Path]) -> list[str]:
     return [f"{p.parent.name}/{p.name}" if names.count(p.name) > 1 else p.name for p in runs]
 
 
+class RunAdded:
+    """A run that appeared while the runs are watched (a sweep's new trial): the state takes it in
+    before any of its events, which come after this through the same bridge."""
+
+    __slots__ = ("run", "run_dir", "config", "number")
+    persistent = True
+
+    def __init__(self, run: str, run_dir: Path, config: dict, number: int | None = None) -> None:
+        self.run, self.run_dir, self.config, self.number = run, run_dir, config, number
+
+
 class CompareSource:
-    """One `FileSource` per run, each on its own thread; events reach the app tagged by run."""
+    """One `FileSource` per run, each on its own thread; events reach the app tagged by run. `add`
+    takes one more run while it works (`readers` is replaced, never changed in place: the screen's
+    thread reads it)."""
 
     def __init__(self, runs: list[Path], names: list[str], live: Iterable[bool] | None = None) -> None:
         lives = list(live) if live is not None else [False] * len(runs)
         self.readers = {name: FileSource(run, live=alive) for name, run, alive in zip(names, runs, lives)}
-        self.run_dir = Path(runs[0])  # exports go to the first run's folder
+        self.run_dir = Path(runs[0]) if runs else None  # exports go to the first run's folder
         self._closed = threading.Event()
+        self._backlog: Callable[[], int] = lambda: 0
+        self._emit: Emit | None = None
+        self._threads: list[threading.Thread] = []
+        self._working = False
 
     @property
     def backlog(self) -> Callable[[], int]:
-        return next(iter(self.readers.values())).backlog
+        return self._backlog
 
     @backlog.setter
     def backlog(self, fn: Callable[[], int]) -> None:
+        self._backlog = fn
         for reader in self.readers.values():
             reader.backlog = fn
 
     def open(self, emit: Emit) -> None:
+        self._emit = emit
         for name, reader in self.readers.items():
-            reader.open(lambda event, state=None, _run=name: emit(Tagged(event, _run), state))
+            self._open(name, reader)
+
+    def _open(self, name: str, reader: FileSource) -> None:
+        emit = self._emit
+        reader.open(lambda event, state=None, _run=name: emit(Tagged(event, _run), state))
+
+    def _start(self, name: str, reader: FileSource) -> None:
+        t = threading.Thread(target=reader.work, name=f"tuitrain-compare-{name}", daemon=True)
+        self._threads.append(t)
+        t.start()
+
+    def add(self, run_dir: Path, name: str, config: dict, number: int | None = None, live: bool = True) -> None:
+        """One more run, from the thread that runs `work`: the state told first (`RunAdded`), then its
+        events read as the others' are."""
+        assert self._emit is not None, "open() first"
+        reader = FileSource(run_dir, live=live)
+        reader.backlog = self._backlog
+        self._emit(RunAdded(name, Path(run_dir), config, number), None)
+        self._open(name, reader)
+        self.readers = {**self.readers, name: reader}
+        if self._working:
+            self._start(name, reader)
 
     def work(self) -> int | None:
-        threads = [threading.Thread(target=r.work, name=f"tuitrain-compare-{n}", daemon=True)
-                   for n, r in self.readers.items()]
-        for t in threads:
-            t.start()
-        self._closed.wait()
-        for t in threads:
+        self._working = True
+        for name, reader in self.readers.items():
+            self._start(name, reader)
+        self.follow()
+        for reader in self.readers.values():
+            reader.close()
+        for t in self._threads:
             t.join(timeout=2)
         return None
 
+    def follow(self) -> None:
+        """Until closed (a source that finds runs while it works looks for them here)."""
+        self._closed.wait()
+
     def close(self) -> None:
+        self._closed.set()
         for reader in self.readers.values():
             reader.close()
-        self._closed.set()
 
 
 class CompareState(DashboardState):
@@ -90,11 +144,14 @@ class CompareState(DashboardState):
     charts); the metric names are every run's. `hidden`, `pinned` and `run_filter` say which runs
     the charts, their titles and the legend show (`shown_runs`)."""
 
+    noun = "runs"  # what the run list's title calls them
+
     def __init__(self, names: list[str], configs: dict[str, dict] | None = None,
                  clock: Callable[[], float] = time.time, **kwargs: Any) -> None:
         super().__init__(clock=clock, **kwargs)
-        self.runs: dict[str, DashboardState] = {n: DashboardState(clock=clock, **kwargs) for n in names}
-        self.primary = names[0]
+        self._new_run = lambda: DashboardState(clock=clock, **kwargs)
+        self.runs: dict[str, DashboardState] = {n: self._new_run() for n in names}
+        self.primary = names[0] if names else None  # a sweep may have no trial yet
         self.configs = configs or {}  # each run's config.toml
         self.started_configs: dict[str, dict] = {}  # each run's resolved config, from its RunStarted
         self.number = {n: i + 1 for i, n in enumerate(names)}  # the run's number and colour never change
@@ -105,6 +162,9 @@ class CompareState(DashboardState):
     def apply(self, events: Iterable[Any]) -> set[str]:
         dirty: set[str] = set()
         for item in events:
+            if isinstance(item, RunAdded):
+                dirty |= self.add_run(item.run, item.config, item.run_dir, item.number)
+                continue
             if not isinstance(item, Tagged):
                 dirty |= super().apply([item])
                 continue
@@ -124,6 +184,19 @@ class CompareState(DashboardState):
                     if name not in self.metric_names:
                         self.metric_names.insert(0 if name == "loss" else len(self.metric_names), name)
         return dirty
+
+    def add_run(self, name: str, config: dict, files_dir: Path | None = None, number: int | None = None) -> set[str]:
+        """A run that appeared while watching: listed after the others (numbered after them unless
+        `number` says), shown unless the filter leaves it out. Its events follow."""
+        if name in self.runs:
+            return set()
+        rs = self.runs[name] = self._new_run()
+        rs.files_dir = Path(files_dir) if files_dir is not None else None
+        self.configs[name] = config or {}
+        self.number[name] = number if number is not None else max(self.number.values(), default=0) + 1
+        if self.primary is None:
+            self.primary = name
+        return {"progress", "plot"}
 
     # --- which runs are shown ----------------------------------------------------------------
 
@@ -221,6 +294,23 @@ class CompareState(DashboardState):
             if _is_number(rs.latest.get(key)):
                 return float(rs.latest[key]), False
         return None, False
+
+    def value_lower_is_better(self) -> bool:
+        """The run list's value column sorts lowest first (the runs' `checkpoint.mode`, else the name's sense)."""
+        first = next(iter(self.runs.values()), None)
+        return first.lower_is_better(self.monitor_name().partition("/")[2] or "loss") if first else True
+
+    def value_columns(self) -> list[str]:
+        """The run list's columns of values in place of the name (a sweep's searched keys); none here."""
+        return []
+
+    def values_of(self, name: str) -> list[str]:
+        """The run's text in each of `value_columns`."""
+        return []
+
+    def headline(self) -> str:
+        """The title bar's words in place of the legend ("": the legend)."""
+        return ""
 
     def monitor_name(self) -> str:
         """What the run list's value column holds: the runs' `checkpoint.monitor` when they agree."""

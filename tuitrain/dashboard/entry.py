@@ -1,8 +1,8 @@
 """The entry points the CLI calls: `run_live` (train in this process under the dashboard) and
 `run_watch` (follow a run directory's events.jsonl, steering it through `FileControl` while it
-is live), and `run_compare`. Each imports the app when called: textual loads only once a
-dashboard opens. `run_live` is the only way into a live run's dashboard (`LiveRun` and `LiveApp`,
-tuitrain/dashboard/live.py).
+is live), `run_compare`, and `run_sweep_watch` (a sweep's folder, its new trials taken in). Each
+imports the app when called: textual loads only once a dashboard opens. `run_live` is the only way
+into a live run's dashboard (`LiveRun` and `LiveApp`, tuitrain/dashboard/live.py).
 
 Like the rest of the dashboard, this module must not import the run layer (`tuitrain.config`,
 `tuitrain.run*`, `tuitrain.runner`, `tuitrain.build`, `tuitrain.runs`, `tuitrain.cli`): only
@@ -85,4 +85,27 @@ def run_compare(runs: list[Path], theme: Path | None) -> int:
     return 0
 
 
-__all__ = ["compare_app", "run_compare", "run_live", "run_watch"]
+def sweep_app(sweep_dir: Path, theme: Path | None):
+    """The dashboard of a sweep's folder (`tuitrain sweep`'s SWEEP_DIR): its trials compared as
+    `compare_app` compares runs, each listed with its searched values, status and best value of the
+    sweep's metric; a trial that starts later joins the list and the charts within a second or two."""
+    from tuitrain.dashboard.app import DashboardApp
+    from tuitrain.dashboard.sweep import SweepSource, SweepState, read_sweep
+
+    sweep_dir = Path(sweep_dir)
+    sweep = read_sweep(sweep_dir)
+    source = SweepSource(sweep_dir)
+    app = DashboardApp(source, None, theme, watch=True,
+                       notice=f"sweep {sweep.name}: trials join as they start · R trial list · d config "
+                              "differences · keys that steer are off")
+    app.state = SweepState(sweep, source.trials, source.configs, clock=app.clock)
+    return app
+
+
+def run_sweep_watch(sweep_dir: Path, theme: Path | None) -> int:
+    """`tuitrain watch SWEEP_DIR`: the sweep's trials, those to come included (see `sweep_app`)."""
+    sweep_app(sweep_dir, theme).run()
+    return 0
+
+
+__all__ = ["compare_app", "run_compare", "run_live", "run_sweep_watch", "run_watch", "sweep_app"]

@@ -181,7 +181,7 @@ class DashboardScreen(Screen):
     def show_title(self, state, where: str, watching: bool) -> None:
         """The first row: the run's name, where it is, live/paused/ended, and its alerts (one run);
         compared runs: the legend of the shown ones (see `show_runs`)."""
-        if getattr(state, "runs", None):
+        if getattr(state, "runs", None) is not None:
             self.show_runs(state)
             return
         self._title_of = (state, where, watching)
@@ -217,6 +217,13 @@ class DashboardScreen(Screen):
         shown = st.shown_runs()
         for run_list in self.query(RunList):
             run_list.show(st)
+        headline = st.headline()
+        if headline:  # a sweep: what it searches and how far it got (the trials are the run list's)
+            if ("headline", headline) != self._title_shown:
+                self._title_shown = ("headline", headline)
+                self.query_one("#title-bar", Static).update(Text(safe_text(headline, lines=False), style="bold",
+                                                                 no_wrap=True, overflow="ellipsis"), layout=False)
+            return
         key = ("compare", tuple(shown), tuple(r.final for r in st.runs.values()), tuple(st.pinned))
         if key == self._title_shown:
             return

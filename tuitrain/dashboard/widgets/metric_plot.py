@@ -168,10 +168,10 @@ class MetricPlot(Widget, can_focus=True):
         self.refresh()
 
     def _show_runs(self, state: DashboardState, runs: dict) -> None:
-        from tuitrain.dashboard.compare import run_color
+        from tuitrain.dashboard.compare import color_indexes, run_color
 
         self.key_colors = {}
-        numbers = {run: i for i, run in enumerate(runs)}  # a run's colour is its own, shown or not
+        numbers = color_indexes(state, runs)  # a run's colour is its own, shown or not
         drawn = state.drawn_runs() if hasattr(state, "drawn_runs") else list(runs)  # the pinned last: on top
         for run in drawn:
             i, rs = numbers[run], runs[run]
@@ -236,12 +236,12 @@ class MetricPlot(Widget, can_focus=True):
         hexed = lambda c: Style(color="#%02x%02x%02x" % c)  # noqa: E731
         runs = getattr(state, "runs", None)
         if runs:  # compared runs: each one's latest train value and best valid value, in its colour
-            from tuitrain.dashboard.compare import run_color
+            from tuitrain.dashboard.compare import color_indexes, run_color
 
             form, digits = form
             title = Text(safe_name(self.chart or "metrics", self._name_width), style="bold")
             name = self.metric
-            numbers = {run: i for i, run in enumerate(runs)}
+            numbers = color_indexes(state, runs)
             for run in (state.shown_runs() if hasattr(state, "shown_runs") else list(runs)):  # the pinned first
                 i, rs = numbers[run], runs[run]
                 latest, best = rs.latest.get(f"train/{name}"), rs.best_valid(name)

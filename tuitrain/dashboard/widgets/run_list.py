@@ -1,6 +1,7 @@
 """`RunList`: the compared runs, one row each (mark, number in the run's colour, name, status,
-monitored value), in the side column when several runs are watched. Its keys change which runs
-the charts show: space or Enter shows/hides the run under the cursor, `p` pins it (shown whatever
+monitored value), in the side column when several runs are watched; a sweep's trials show their
+searched values, a column each, in place of the name (the state's `value_columns`). Its keys change
+which runs the charts show: space or Enter shows/hides the run under the cursor, `p` pins it (shown whatever
 the filter, listed first, drawn on top), `o` shows it alone, `a` shows every run, `/` filters by
 name or config value, `v` sorts by the monitored value; Esc goes back to the charts.
 
@@ -35,8 +36,9 @@ class RunRow:
     color: tuple[int, int, int]
     status: str
     value: float | None
-    best: bool  # the value is the best checkpoint's (else the latest of the monitored metric)
+    best: bool  # the value is the best checkpoint's (else the latest of the monitored metric); a sweep's: best trial
     mark: str  # SHOWN, PINNED, HIDDEN or FILTERED
+    values: tuple[str, ...] = ()  # a sweep's trial: its searched values, as text
 
 
 class RunList(DataTable):
@@ -85,9 +87,10 @@ class RunList(DataTable):
             mark = (PINNED if name in state.pinned else SHOWN if state.is_shown(name)
                     else HIDDEN if name in state.hidden else FILTERED)
             number = state.number[name]
-            rows.append(RunRow(name, number, run_color(number - 1), state.status_of(name), value, best, mark))
+            rows.append(RunRow(name, number, run_color(number - 1), state.status_of(name), value, best, mark,
+                               tuple(state.values_of(name))))
         if self.by_value:  # pinned first still; then the best value first (the runs' direction)
-            lower = next(iter(state.runs.values())).lower_is_better(state.monitor_name().partition("/")[2] or "loss")
+            lower = state.value_lower_is_better()
             pinned = [r for r in rows if r.mark == PINNED]
             rest = sorted((r for r in rows if r.mark != PINNED),
                           key=lambda r: (r.value is None, (r.value if lower else -r.value) if r.value is not None else 0))
@@ -95,10 +98,11 @@ class RunList(DataTable):
         self.runs = rows
         shown = sum(r.mark in (SHOWN, PINNED) for r in rows)
         flt = state.run_filter.text
-        title = f"runs {shown}/{len(rows)} shown" + (f" · {flt}" if flt else "") + f" · {state.monitor_name()}"
+        title = (f"{state.noun} {shown}/{len(rows)} shown" + (f" · {flt}" if flt else "")
+                 + f" · {state.monitor_name()}")
         self.border_title = Text(safe_text(title, lines=False))
         self.border_subtitle = LEGEND if self.has_focus else "R: the run list's keys"
-        self._render_rows(state.monitor_name())
+        self._render_rows(state.monitor_name(), tuple(state.value_columns()))
 
     def on_resize(self) -> None:
         if self._state is not None and self.size.width != self._width:
@@ -111,19 +115,32 @@ class RunList(DataTable):
     def on_blur(self) -> None:
         self.border_subtitle = "R: the run list's keys"
 
-    def _render_rows(self, monitor: str) -> None:
+    def _render_rows(self, monitor: str, heads: tuple[str, ...] = ()) -> None:
         width = self.scrollable_content_region.width or 44
         value_w = 9
         if len(monitor) > value_w - 1:  # valid/loss: "loss" (the border's subtitle names it in full when focused)
             monitor = monitor.rpartition("/")[2]
         status_w = max((len(r.status) for r in self.runs), default=9) + 1
         number_w = len(str(max((r.number for r in self.runs), default=1))) + 2  # "━12 "
-        name_w = max(8, width - (2 + number_w) - status_w - value_w)
-        short = name_w < 14  # a narrow column (80x24): the status as one sign, the names get the room
+        room = width - (2 + number_w) - status_w - value_w
+        if heads:  # a sweep: each searched value in a column of its own, in place of the name
+            widths = [max([len(h)] + [len(r.values[i]) for r in self.runs if i < len(r.values)]) + 1
+                      for i, h in enumerate(heads)]
+            # the values give way down to 6 cells each ("5.2e-4"), then the status becomes a sign, then values again
+            squeezed = _squeeze(widths, room, floor=7)
+            short = squeezed is None
+            if short:
+                room += status_w - 2
+                squeezed = _squeeze(widths, room, floor=7) or _squeeze(widths, room, floor=4) or [4] * len(widths)
+            widths, name_w = squeezed, 0
+        else:
+            name_w = max(8, room)
+            short = name_w < 14  # a narrow column (80x24): the status as one sign, the names get the room
+            name_w += status_w - 2 if short else 0
         if short:
-            name_w += status_w - 2
             status_w = 2
-        key = (width, monitor, tuple((r.name, r.number, r.status, r.value, r.best, r.mark) for r in self.runs))
+        key = (width, monitor, heads,
+               tuple((r.name, r.number, r.status, r.value, r.best, r.mark, r.values) for r in self.runs))
         if key == self._shown:
             return
         self._shown, self._width = key, width
@@ -131,7 +148,11 @@ class RunList(DataTable):
         cursor = self._names[self.cursor_row] if 0 <= self.cursor_row < len(self._names) else None
         self.clear(columns=True)
         self.add_column("", width=2 + number_w, key="run")
-        self.add_column("name", width=name_w, key="name")
+        if heads:
+            for i, (head, w) in enumerate(zip(heads, widths)):
+                self.add_column(_cut(safe_name(head, 200), w - 1), width=w, key=f"value-{i}")
+        else:
+            self.add_column("name", width=name_w, key="name")
         self.add_column("" if short else "status", width=status_w, key="status")
         self.add_column(Text(safe_name(monitor, value_w), justify="right"), width=value_w, key="value")
         names = [r.name for r in self.runs]
@@ -141,12 +162,16 @@ class RunList(DataTable):
             color = Style(color="#%02x%02x%02x" % r.color)
             dim = Style(dim=True)
             run = Text.assemble((r.mark + " ", color if on else dim), (f"━{r.number}".ljust(number_w), color if on else dim))
-            name = Text(_fit(safe_name(r.name, 200), name_w - 1, cut), style="" if on else "dim")
+            if heads:
+                middle = [Text(_fit_value(safe_name(r.values[i] if i < len(r.values) else "-", 200), w - 1),
+                               style="" if on else "dim") for i, w in enumerate(widths)]
+            else:
+                middle = [Text(_fit(safe_name(r.name, 200), name_w - 1, cut), style="" if on else "dim")]
             word = _STATUS_SIGN.get(r.status, r.status[:1]) if short else r.status
             status = Text(word, style=_STATUS_STYLE.get(r.status, "") + ("" if on else " dim"))
             value = Text(("★" if r.best else " ") + (format_value(r.value) if r.value is not None else "-"),
                          justify="right", style="" if on else "dim")
-            self.add_row(run, name, status, value, key=r.name)
+            self.add_row(run, *middle, status, value, key=r.name)
         self._names = names
         if cursor in names:
             self.move_cursor(row=names.index(cursor), scroll=False)
@@ -221,9 +246,44 @@ class RunList(DataTable):
 
 
 # the status as one sign where the column is narrow
-_STATUS_SIGN = {"completed": "✓", "failed": "✗", "killed": "✗", "interrupted": "■", "live": "▶", "paused": "‖"}
+_STATUS_SIGN = {"completed": "✓", "failed": "✗", "killed": "✗", "interrupted": "■", "live": "▶",
+                "running": "▶", "paused": "‖", "pruned": "–"}
 _STATUS_STYLE = {"failed": "bold red", "killed": "bold red", "interrupted": "yellow", "live": "bold cyan",
-                 "paused": "yellow"}
+                 "running": "bold cyan", "paused": "yellow", "pruned": "dim"}
+
+
+def _squeeze(widths: list[int], room: int, floor: int) -> list[int] | None:
+    """Column widths that fit `room` cells, the widest giving way first, none below `floor` (None: they
+    cannot); room to spare goes to the last."""
+    widths = list(widths)
+    while sum(widths) > room and max(widths) > floor:
+        widths[widths.index(max(widths))] -= 1
+    if sum(widths) > room:
+        return None
+    if widths:
+        widths[-1] += room - sum(widths)
+    return widths
+
+
+def _cut(text: str, width: int) -> str:
+    """`text` in `width` cells, its end given way to … when longer."""
+    return text if len(text) <= width else text[:max(width - 1, 0)] + "…"
+
+
+def _fit_value(text: str, width: int) -> str:
+    """A value in `width` cells: a number with fewer digits (0.000524: 5.2e-4, 5e-4), anything else cut."""
+    if len(text) <= width:
+        return text
+    try:
+        value = float(text)
+    except ValueError:
+        return _cut(text, width)
+    for digits in (3, 2, 1):
+        mantissa, _, power = f"{value:.{digits - 1}e}".partition("e")
+        for form in (f"{value:.{digits}g}", f"{mantissa}e{int(power)}"):
+            if len(form) <= width:
+                return form
+    return _cut(text, width)
 
 
 def _fit(name: str, width: int, cut: int = 0) -> str:
