@@ -206,12 +206,16 @@ def _watched_runs(paths: list[str]) -> list[Path] | int:
 def cmd_watch(args: argparse.Namespace) -> int:
     if args.frames:  # a notebook's picture of its own run, which may not have written anything yet
         return _frames(Path(args.run_dirs[0]), args)
-    runs = _watched_runs(args.run_dirs)
+    from .run.sweep import is_sweep_dir
+
+    sweep = Path(args.run_dirs[0]) if len(args.run_dirs) == 1 and is_sweep_dir(args.run_dirs[0]) else None
+    runs = [sweep] if sweep is not None else _watched_runs(args.run_dirs)  # a sweep may have no trial yet
     if isinstance(runs, int):
         return runs
     if not sys.stdout.isatty():
-        return _error("watch shows the dashboard and needs a terminal; for plain lines read "
-                      f"{runs[0] / 'experiment.log'} (tail -f) or events.jsonl")
+        plain = f"{sweep}/trial-NNNN.out" if sweep is not None else \
+            f"{runs[0] / 'experiment.log'} (tail -f) or events.jsonl"
+        return _error(f"watch shows the dashboard and needs a terminal; for plain lines read {plain}")
     from .dashboard.themes import ThemeError, resolve_theme
 
     theme = None
@@ -220,6 +224,10 @@ def cmd_watch(args: argparse.Namespace) -> int:
             theme = resolve_theme(args.theme, Path.cwd())
         except ThemeError as e:
             return _error(f"--theme: {e}")
+    if sweep is not None:  # the trials compared, new ones joining as they start
+        from .dashboard.entry import run_sweep_watch
+
+        return run_sweep_watch(sweep, theme)
     if len(runs) > 1:
         from .dashboard.entry import run_compare
 
@@ -256,7 +264,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_sweep(args: argparse.Namespace) -> int:
     from .run.sweep import sweep_command
 
-    return sweep_command(args.config, args.overrides, args.trials, args.parallel, args.storage, _error)
+    headless = args.headless or not sys.stdout.isatty()
+    return sweep_command(args.config, args.overrides, args.trials, args.parallel, args.storage, _error, headless)
 
 
 def cmd_lr_find(args: argparse.Namespace) -> int:

@@ -285,12 +285,16 @@ class Sweep:
             if not asked and self.stopped() and (run_dir / "run.json").exists():
                 FileControl(run_dir).send("stop", source="sweep")
                 asked = True
-            time.sleep(POLL)
+            try:
+                proc.wait(timeout=POLL)  # (wakes at once when the trial ends: the next one starts then)
+            except subprocess.TimeoutExpired:
+                pass
 
     # --- the worker --------------------------------------------------------------------------------
 
     def run(self) -> int:
-        self.open_study()
+        if self.study is None:
+            self.open_study()
         try:
             (self.folder / STOP_FILE).unlink()  # running the command again continues the study
         except FileNotFoundError:
@@ -448,7 +452,7 @@ def _last_line(path: Path) -> str:
 
 
 def sweep_command(config: str, overrides: list[str], trials: int | None, parallel: int | None,
-                  storage: str | None, say: Callable[[str], int]) -> int:
+                  storage: str | None, say: Callable[[str], int], headless: bool = True) -> int:
     """The command: read and check the config and its [sweep] (exit 2 before anything runs), then work
     on the study until it has its trials (or a stop)."""
     from tuitrain.config import ConfigError, load_config
@@ -469,7 +473,42 @@ def sweep_command(config: str, overrides: list[str], trials: int | None, paralle
     sweep = Sweep(spec, config, [o for o in overrides if not o.startswith("sweep.")], _sweep_dir(cfg, spec))
     previous = {s: signal.signal(s, sweep.stop) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        return sweep.run()
+        if headless:
+            return sweep.run()
+        from tuitrain.dashboard.themes import resolve_theme
+
+        theme = resolve_theme(cfg.dashboard.theme, cfg.base_dir)
+        return _under_dashboard(sweep, theme)
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
+
+
+def _under_dashboard(sweep: Sweep, theme) -> int:
+    """The workers on a thread, their lines in SWEEP_DIR/sweep.log, the trials compared live on the
+    screen; leaving the dashboard (q, Ctrl+C) stops the sweep gracefully, and its end (the best trials)
+    is printed on the terminal."""
+    from tuitrain.dashboard.entry import run_sweep_watch
+
+    sweep.open_study()
+    log_path = sweep.folder / "sweep.log"
+    log = open(log_path, "a", encoding="utf-8")
+    sweep.out = log
+    code: list[int] = []
+    worker = threading.Thread(target=lambda: code.append(sweep.run()), name="tuitrain-sweep", daemon=True)
+    worker.start()
+    try:
+        run_sweep_watch(sweep.folder, theme)
+    finally:
+        if worker.is_alive():
+            print("tuitrain: stopping the sweep: each running trial saves a checkpoint and stops; the same "
+                  "command goes on with it later", flush=True)
+            sweep.stop()
+            sweep.out = log  # (stop() said it in the log too)
+        while worker.is_alive():
+            worker.join(0.2)
+        log.close()
+    lines = log_path.read_text(encoding="utf-8").splitlines()
+    start = max((i for i, ln in enumerate(lines) if ln.startswith("study ")), default=len(lines))
+    print("\n".join(lines[start:]))  # the study's counts and its best trials
+    return code[0] if code else EXIT_FAILED
