@@ -289,3 +289,58 @@ def test_a_trial_of_a_worker_killed_with_kill_9_finishes_in_another_equal_to_an_
     assert ref.returncode == 0, ref.stderr
     resumed, whole = losses(run_dir), losses(tmp_path / "ref")
     assert len(whole) == 8 * 80 and resumed == whole
+
+
+def test_on_a_terminal_the_trials_are_compared_live_and_q_stops_the_sweep(tmp_path):
+    """`tuitrain sweep` in a real pseudo-terminal: the sweep's dashboard, trials joining with their values
+    as they start; leaving it stops every running trial gracefully (exit 130) and prints the study."""
+    import pty
+
+    from tests.conftest import read_pty
+
+    project(tmp_path, epochs=40, trials=3, parallel=2, sampler="grid", pruner="none", pause=0.02,
+            params='"model.hidden" = { choices = [8, 24, 40] }')
+    env = dict(cli_env(), TERM="xterm-256color", COLUMNS="120", LINES="40")
+    cmd = [sys.executable, "-m", "tuitrain", "sweep", "sweep.toml"]
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.chdir(tmp_path)
+        os.execvpe(cmd[0], cmd, env)
+    screen = b""
+    try:
+        def shows(*texts: bytes) -> bool:
+            nonlocal screen
+            screen += read_pty(fd, 0.1)
+            return all(t in screen for t in texts)
+
+        # the title counts the trials; two run at once, each listed with its value and status
+        wait_for(lambda: shows(b"sweep spirals", b"2 trials", b"running"), timeout=120, what="two trials on screen")
+        folder = tmp_path / SWEEP
+        wait_for(lambda: all((folder / t / "checkpoint").is_dir() for t in ("trial-0000", "trial-0001")),
+                 what="both trials training")
+        os.write(fd, b"q")
+
+        def exited():
+            nonlocal screen
+            screen += read_pty(fd, 0.2)
+            done, status = os.waitpid(pid, os.WNOHANG)
+            return done and (os.waitstatus_to_exitcode(status),)
+
+        deadline = time.monotonic() + 120
+        while not (got := exited()):
+            assert time.monotonic() < deadline, screen[-2000:]
+        pid = None
+        assert got == (130,)
+    finally:
+        if pid is not None:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        os.close(fd)
+    text = screen.decode(errors="replace")
+    assert "stopping the sweep" in text and "study spirals:" in text
+    for t in ("trial-0000", "trial-0001"):
+        run = run_json(folder / t)
+        assert run["status"] == "interrupted" and run["epoch"] < 40
+    assert not (folder / "trial-0002").exists()  # no new trial after the stop
+    log = (folder / "sweep.log").read_text()
+    assert "trial 0 starts in" in log and "stopped (it continues when the sweep runs again)" in log
