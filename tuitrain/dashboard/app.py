@@ -6,7 +6,7 @@ The app never calls into the training loop: events arrive through an `EventBridg
 timer, and keys act through a `Controller` (the run's `Interrupter`, or `FileControl` for a run
 in another process).
 
-`DashboardApp` holds the run (its source, controller and state), its keys (c p q Ctrl+C r ? R d)
+`DashboardApp` holds the run (its source, controller and state), its keys (c p q Ctrl+C r ? R d P)
 and the decisions: steer, leave, turn read-only, show the result. It hands its collaborators what they
 work with, and they tell it what happened by messages (`TrainingEnded`, `Feed.Settled`, `Feed.Stopped`,
 the widgets' own):
@@ -89,11 +89,12 @@ class DashboardApp(App[int]):
         Binding("ctrl+c", "leave_viewer", "Leave", priority=True),  # ctrl+c when there is nothing to stop
         Binding("d", "differences", "Config diff", show=False),
         Binding("R", "runs", "Runs"),  # comparing runs: the run list (hidden otherwise, see check_action)
+        Binding("P", "parameters", "Params"),  # a sweep: the parameters view (hidden otherwise)
         Binding("r", "show_result", "Summary", show=False),
         Binding("question_mark", "help", "Keys"),
     ]
     #: the keys the footer shows after the chart keys (the run's keys come before them)
-    FOOTER_AFTER = frozenset({"d", "R", "r", "question_mark"})
+    FOOTER_AFTER = frozenset({"d", "R", "P", "r", "question_mark"})
 
     def __init__(self, source: Source, controller: Controller | None = None, theme: Path | None = None, *,
                  watch: bool = False, owned: bool = False, notice: str = "", clock: Callable[[], float] = time.time,
@@ -174,6 +175,11 @@ class DashboardApp(App[int]):
     def comparing(self) -> bool:
         """Several runs watched (`tuitrain watch A B`, an experiment folder, a sweep: maybe none yet)."""
         return getattr(self.state, "runs", None) is not None
+
+    @property
+    def sweeping(self) -> bool:
+        """A sweep's trials watched (`SweepState`): the parameters view is there to open."""
+        return getattr(self.state, "sweep", None) is not None
 
     def set_notice(self, text: str) -> None:
         """The bottom bar's one line of notice (shown as typed, never as markup)."""
@@ -300,6 +306,8 @@ class DashboardApp(App[int]):
             return not self._stops_the_run()
         if action == "runs":
             return self.comparing
+        if action == "parameters":
+            return self.sweeping
         return True
 
     def steering_changed(self) -> None:
@@ -423,6 +431,15 @@ class DashboardApp(App[int]):
         else:
             run_list.focus()
 
+    def action_parameters(self) -> None:
+        """P: a sweep's parameters view (the metric against each searched parameter, the trials as
+        parallel coordinates); P or Esc back."""
+        if not self.sweeping or not self._on_dashboard():
+            return
+        from tuitrain.dashboard.widgets.params_screen import ParamsScreen
+
+        self.push_screen(ParamsScreen(self.state))
+
     def _back_to_charts(self) -> None:
         chart = self.dashboard.grid.current()
         if chart is not None:
@@ -448,6 +465,8 @@ class DashboardApp(App[int]):
             note = ("Comparing runs: R moves to the run list (space show/hide, p pin, o only this, a all, / filter by "
                     "name or config value such as optimizer.lr=1e-3, v sort, Esc back); d shows the config keys "
                     "that differ; c, p and the buttons are off.")
+            if self.sweeping:
+                note += " P: the sweep's parameters view."
         elif self.controller is None:
             note = "This run cannot be steered from here: c, p and the buttons are off."
         elif self.owned:

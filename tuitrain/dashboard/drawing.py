@@ -37,7 +37,8 @@ def hex_of(color: tuple[int, int, int]) -> str:
 
 
 class Line:
-    """One drawn series: its points, colour, marker ("braille": a line; "dot": a mark per point) and
+    """One drawn series: its points, colour, marker ("braille": a line; "dot": a • per point; any other
+    one character: that mark per point) and
     how the inspect readout names it (`glyph` in its colour, then `label`, or `short` where room is
     short); `steps`: the global step of each point, when the x axis is another."""
 
@@ -103,7 +104,7 @@ def _strip(cells: list) -> Strip:
 
 def draw_chart(lines: list[Line], width: int, height: int, palette: Palette, *, x_kind: str = "step",
                log: bool = False, boundaries: list[float] = (), cursor: float | None = None,
-               alerts: list[float] = (),
+               alerts: list[float] = (), x_choices: list[str] | None = None, x_range: tuple[float, ...] = (),
                header: list[Text] = (), message: str = "waiting for values") -> Drawn:
     """The chart as `height` lines of `width` cells: y labels on the rows their values fall on, the y
     axis, the canvas (grid lines at the labelled ticks, epoch boundaries, the cursor, the series), the
@@ -111,7 +112,9 @@ def draw_chart(lines: list[Line], width: int, height: int, palette: Palette, *, 
 
     plotext draws the braille lines alone, on a canvas with no frame or ticks, with its limits set so
     that the value of a cell's tick falls in the middle of that cell's four dot rows (two dot columns);
-    the axes, labels, grid, epoch lines, cursor and the valid points' marks are drawn here, cell by cell."""
+    the axes, labels, grid, epoch lines, cursor and the valid points' marks are drawn here, cell by cell.
+    `x_choices`: the x axis is categorical, x = 0, 1, 2 ... evenly spaced and labelled with these words;
+    `x_range`: values the x axis spans too, whether or not a point lies there."""
     bg, fg = palette.background, palette.foreground
     base = Style(color=hex_of(fg), bgcolor=hex_of(bg))
     blank = lambda: [[" ", base] for _ in range(width)]  # noqa: E731
@@ -137,9 +140,12 @@ def draw_chart(lines: list[Line], width: int, height: int, palette: Palette, *, 
                   prefer=max(2.0, (rows_h - 1) / 6))
     label_w = max([len(label) for label in y.labels] + [1])
     cols_w = width - label_w - 1
-    xs_all = [x for ln in drawn for x in ln.xs]
-    x = snap_axis(min(xs_all), max(xs_all), cols_w, x_kind, min_gap=3, prefer=max(6.0, (cols_w - 1) / 5),
-                  centre=False, label_room=True)
+    xs_all = [x for ln in drawn for x in ln.xs] + list(x_range)
+    if x_choices:
+        x = choice_axis(x_choices, cols_w)
+    else:
+        x = snap_axis(min(xs_all), max(xs_all), cols_w, x_kind, min_gap=3, prefer=max(6.0, (cols_w - 1) / 5),
+                      centre=False, label_room=True)
     # the x labels, centred under their columns; one that would touch its neighbour is left out, with its tick
     label_row = blank()
     x_ticks: list[int] = []
@@ -186,13 +192,14 @@ def draw_chart(lines: list[Line], width: int, height: int, palette: Palette, *, 
         if 0 <= c < cols_w:
             canvas[0][c] = ["▼", alert_style]
     for ln in drawn:  # the valid points: a mark each, over the lines
-        if ln.marker != "dot":
+        if ln.marker == "braille":
             continue
         style = Style(color=hex_of(ln.color), bgcolor=hex_of(bg))
+        mark = "•" if ln.marker == "dot" else ln.marker
         for px, py in zip(ln.xs, ln.ys):
             c, r = x.cell(px), y.cell(py)
             if 0 <= c < cols_w and 0 <= r < rows_h:
-                canvas[rows_h - 1 - r][c] = ["•", style]
+                canvas[rows_h - 1 - r][c] = [mark, style]
     for i, row in enumerate(canvas):
         r = rows_h - 1 - i
         label = y_ticks.get(r, "")
@@ -203,6 +210,15 @@ def draw_chart(lines: list[Line], width: int, height: int, palette: Palette, *, 
     out.append(axis)
     out.append(label_row)
     return Drawn([_strip(c) for c in out], x, y, label_w + 1, top)
+
+
+def choice_axis(choices: list[str], cells: int) -> Axis:
+    """A categorical axis over `cells` cells: choice i at x = i, the choices evenly spaced with half a
+    space before the first and after the last."""
+    k = max(len(choices), 1)
+    unit = k / max(cells - 1, 1)
+    return Axis(-0.5 + unit / 2, unit, max(cells, 2), tuple(float(i) for i in range(len(choices))),
+                tuple(choices), 1.0)
 
 
 def _canvas(lines: list[Line], width: int, height: int, x: Axis, y: Axis, base: Style,
@@ -233,4 +249,4 @@ def _canvas(lines: list[Line], width: int, height: int, x: Axis, y: Axis, base: 
     return rows + [[[" ", base] for _ in range(width)] for _ in range(height - len(rows))]
 
 
-__all__ = ["Drawn", "Line", "Palette", "blend", "draw_chart", "hex_of", "rgb_of"]
+__all__ = ["Drawn", "Line", "Palette", "blend", "choice_axis", "draw_chart", "hex_of", "rgb_of"]

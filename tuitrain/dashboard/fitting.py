@@ -22,7 +22,7 @@ MIN_TAIL = 16
 SHORT_WORDS = {"Stop now": "Stop", "Checkpoint": "Ckpt", "X axis": "Axis", "Window": "Win"}
 #: the keys the footer leaves out first when even the short words do not fit (the help screen `?` lists
 #: them all): Ctrl+C (q asks the same), then the chart keys used least
-DROP_FIRST = ("ctrl+c", "w", "x", "e", "s", "l", "i", "slash", "R")
+DROP_FIRST = ("ctrl+c", "w", "x", "e", "s", "l", "i", "slash", "R", "P")
 
 
 def words_within(text: str, room: int) -> str:

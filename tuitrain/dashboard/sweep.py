@@ -41,6 +41,7 @@ class SweepInfo:
     metric: str = ""  # "valid/loss"
     mode: str = "min"
     params: tuple[str, ...] = ()  # the dotted config keys searched
+    config: str = ""  # the sweep's config file (its [sweep.params] say how each key is searched)
 
 
 def is_sweep_dir(path: str | Path) -> bool:
@@ -60,7 +61,7 @@ def read_sweep(folder: str | Path) -> SweepInfo:
     params = tuple(p for p in params if isinstance(p, str)) if isinstance(params, list) else ()
     mode = text("mode", "min")
     return SweepInfo(name=text("name", folder.name.removeprefix("sweep-")), metric=text("metric", ""),
-                     mode=mode if mode in ("min", "max") else "min", params=params)
+                     mode=mode if mode in ("min", "max") else "min", params=params, config=text("config", ""))
 
 
 def trial_dirs(folder: str | Path) -> list[tuple[int, Path]]:

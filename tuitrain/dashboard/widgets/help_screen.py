@@ -36,6 +36,9 @@ KEYS = [
     ("R", "comparing runs: the run list takes the keys: space show/hide, p pin, o only this, a all, / filter by"
           " name or config value (optimizer.lr=1e-3), v sort, Esc or R back",
      "comparing runs: the run list takes the keys"),
+    ("P", "a sweep: the parameters view: each trial's best value against each searched parameter, and the"
+          " trials as parallel coordinates, the best marked ★; P or Esc back",
+     "a sweep: the metric against each parameter"),
     ("c", "write a checkpoint now", "write a checkpoint now"),
     ("p", "pause training; p again resumes", "pause training; p again resumes"),
     ("q", "stop training and leave (asks y / any other key cancels); once training has ended, leave",
@@ -46,7 +49,7 @@ KEYS = [
     ("?", "this list", "this list"),
 ]
 #: the keys of comparing runs, listed on a small terminal only when comparing
-COMPARING_KEYS = ("d", "R")
+COMPARING_KEYS = ("d", "R", "P")
 
 
 class HelpScreen(ModalScreen[None]):
