@@ -194,6 +194,10 @@ def test_a_sweep_prunes_the_bad_trials_and_prints_the_best(tmp_path):
     assert best.value == min(v for s, v in losses_valid(folder / best.user_attrs["run_dir"]))
     out = done.stdout
     assert f"trial {pruned[0].number} pruned at step 8," in out  # its first validation, the median's
+    from tuitrain.run.directories import list_runs  # `tuitrain ls`: the trials, named with their sweep
+
+    rows = {r["name"]: r["status"] for r in list_runs(tmp_path / "runs")}
+    assert rows[f"spirals/sweep-spirals/trial-{pruned[0].number:04d}"] == "pruned" and len(rows) == 4
     assert "best trials (min valid/loss):" in out
     assert f"best trial's settings: --set optimizer.lr={best.params['optimizer.lr']!r}" in out
 

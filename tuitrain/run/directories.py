@@ -99,9 +99,12 @@ def _row(run_dir: Path, root: Path) -> dict:
             started = 0.0
     experiment = info.get("experiment") or run_dir.parent.name or run_dir.name
     best = info.get("best") if isinstance(info.get("best"), dict) else {}
+    # a sweep's trial (SWEEP_DIR/trial-NNNN, beside sweep.json) is named with its sweep
+    name = f"{run_dir.parent.name}/{run_dir.name}" if (run_dir.parent / "sweep.json").is_file() else run_dir.name
+    status = "pruned" if status == "interrupted" and info.get("reason") == "pruned" else status
     return {
         "path": run_dir,
-        "name": f"{experiment}/{run_dir.name}",
+        "name": f"{experiment}/{name}",
         "started": started,
         "status": status,
         "exit_code": info.get("exit_code"),
