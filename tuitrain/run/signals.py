@@ -78,14 +78,16 @@ def carry_preemption(interrupter: Interrupter, learner) -> None:
 def die_with_parent(signum: int = signal.SIGTERM):
     """A `preexec_fn` for a helper process (a sweep's trial, a notebook's picture): `signum` reaches it
     when the thread that started it ends, the whole process killed included (Linux's PR_SET_PDEATHSIG;
-    elsewhere nothing), so it never outlives what it works for."""
+    elsewhere None: nothing). libc's prctl is looked up here, before the fork: the child runs one call,
+    no import (the import lock may be held by another thread at the fork)."""
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
 
     def arm() -> None:
-        try:
-            import ctypes
-
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signum)  # PR_SET_PDEATHSIG
-        except (OSError, AttributeError):
-            pass
+        prctl(1, signum)  # PR_SET_PDEATHSIG
 
     return arm

@@ -126,7 +126,6 @@ class Sweep:
 
     def take(self):
         """The next trial for this worker (a lost one first), or None when the study has enough."""
-        import optuna
         from optuna.trial import TrialState
 
         with self.lock:
@@ -200,6 +199,9 @@ class Sweep:
         start = time.monotonic()
         with self.lock:
             self.running[trial.number] = run_dir
+        if resumed and live_status(run_dir) == "completed":
+            # its worker died after the run's end and before telling the study: the run is not redone
+            cmd = [self.python, "-c", "pass"]
         out = open(self.folder / f"{rel}.out", "ab")
         try:
             env = {**os.environ, "PYTHONUNBUFFERED": "1"}
