@@ -7,7 +7,7 @@ keys) and relays that process's screen over a websocket. This module adds two th
   a request whose path does not start with it, whatever it asks for, gets 403. In the path rather than
   in a query or a cookie, because the page's own links (the websocket, the scripts) then carry it with
   no help from the browser, and no other page on the same host can borrow it;
-- the viewer each connection runs (`python -m tuitrain.dashboard.serve RUN_DIR...`): `watch` without
+- the viewer each connection runs (`python -m tuitrain.dashboard.serve RUN_DIR...`, or one SWEEP_DIR): `watch` without
   its terminal check, as textual-serve's driver talks to the app over pipes; it ends with its tab, with
   the server's end (Ctrl+C ends the open tabs first), or on its own when the server is gone.
 
@@ -162,11 +162,20 @@ def view(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if args.server_pid:
         threading.Thread(target=_end_without, args=(args.server_pid,), daemon=True).start()
-    from tuitrain.dashboard.entry import run_compare, run_watch
+    return open_viewer(args.runs, args.theme)
 
-    if len(args.runs) > 1:
-        return run_compare(args.runs, args.theme)
-    return run_watch(args.runs[0], args.theme)
+
+def open_viewer(runs: list[Path], theme: Path | None) -> int:
+    """The dashboard `tuitrain watch` shows for `runs`: several runs compared, a sweep's folder (its
+    trials, live, with the parameters view), or one run."""
+    from tuitrain.dashboard import entry
+    from tuitrain.dashboard.sweep import is_sweep_dir
+
+    if len(runs) > 1:
+        return entry.run_compare(runs, theme)
+    if is_sweep_dir(runs[0]):
+        return entry.run_sweep_watch(runs[0], theme)
+    return entry.run_watch(runs[0], theme)
 
 
 def _end_without(server_pid: int) -> None:

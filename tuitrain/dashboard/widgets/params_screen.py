@@ -2,7 +2,8 @@
 value of the sweep's metric against the parameter's value (`ParamPlot`: a log x axis where the parameter
 is searched on one, a choice's values evenly spaced and named), and the trials as parallel coordinates
 (`ParallelPlot`: an axis per parameter and one for the metric); the best trial marked ★ in both and
-named in the title, pruned or failed trials dim, running ones hollow. It follows the sweep live: the
+named in the title, pruned or failed trials dim, running ones hollow, a completed trial's line the
+brighter the better its value. It follows the sweep live: the
 points are read from the app's `SweepState` every second. P, Esc or q: back.
 
 How each key is searched (log, choices, range) is tuitrain/dashboard/params.py's to say.
@@ -114,22 +115,33 @@ class ParamPlot(_Drawn):
 
 
 class ParallelPlot(_Drawn):
-    """The trials as parallel coordinates: an axis per parameter, then the metric's."""
+    """The trials as parallel coordinates: an axis per parameter, then the metric's; a completed trial's
+    line the brighter the better its value."""
 
     DEFAULT_CSS = "ParallelPlot { width: 1fr; height: 1fr; border: round $panel-lighten-2; }"
 
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, lower_is_better: bool = False, **kwargs) -> None:
         super().__init__(**kwargs)
+        self.lower_is_better = lower_is_better
         self.text = ""
 
     def build(self, width: int, height: int) -> list[Strip]:
         columns, lines, points = self.data
         lines = dict(lines)
         palette = palette_of(self)
+        lower = self.lower_is_better
         order = {"cut": 0, "going": 1, "done": 2, "best": 3}  # the best drawn last, on top
-        drawn = [Line(p.name, list(range(len(lines[p.name]))), lines[p.name], color_of(kind_of(p), palette),
-                      "★" if p.best else "braille")
-                 for p in sorted(points, key=lambda p: order[kind_of(p)]) if p.name in lines]
+
+        def color(p: TrialPoint) -> tuple[int, int, int]:
+            """A completed trial the brighter the better its value (its place on the metric's axis)."""
+            kind, place = kind_of(p), lines[p.name][-1]
+            share = 0.3 + 0.7 * ((1 - place) if lower else place)
+            return blend(DONE_COLOR, palette.background, share) if kind == "done" else color_of(kind, palette)
+
+        shown = sorted((p for p in points if p.name in lines),  # the better drawn later, over the worse
+                       key=lambda p: (order[kind_of(p)], -lines[p.name][-1] if lower else lines[p.name][-1]))
+        drawn = [Line(p.name, list(range(len(lines[p.name]))), lines[p.name], color(p), "★" if p.best else "braille")
+                 for p in shown]
         strips = draw_parallel([Column(name, tuple(ticks)) for name, ticks in columns], drawn, width, height, palette)
         self.text = "\n".join(line.text for line in strips)
         return strips
@@ -167,7 +179,7 @@ class ParamsScreen(ModalScreen[None]):
             yield Static(id="params-title")
             legend = "   ".join(f"{mark} {what}" for mark, what in MARKS)
             metric = self.state.sweep.metric or "the metric"
-            yield Static(Text(f"{legend}   · y: each trial's best {metric} ({self.state.sweep.mode})", no_wrap=True,
+            yield Static(Text(f"{legend}    y: each trial's best {metric} ({self.state.sweep.mode})", no_wrap=True,
                               overflow="ellipsis"), id="params-legend")
             with Container(id="params-scatter"):
                 for i, (axis, head) in enumerate(zip(self.axes, _heads([a.key for a in self.axes]))):
@@ -175,7 +187,7 @@ class ParamsScreen(ModalScreen[None]):
                     plot.head = safe_name(head, 60) + (" (log)" if axis.kind == "log" else "")
                     plot.border_title = plot.head
                     yield plot
-            yield ParallelPlot(id="params-parallel")
+            yield ParallelPlot(self.state.sweep.mode == "min", id="params-parallel")
             yield Static(Text("P, Esc or q: back to the dashboard", no_wrap=True), id="params-back")
 
     def on_mount(self) -> None:
