@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Callable, TextIO
 
 from tuitrain.core.control import PRUNED, FileControl
-from tuitrain.run.signals import die_with_parent
+from tuitrain.run.signals import PREEMPTION_SIGNALS, die_with_parent
 from tuitrain.run.sweep_spec import SweepSpec, set_item
 from tuitrain.sinks.run_status import live_status, read_run
 
@@ -192,6 +192,7 @@ class Sweep:
         trial.set_user_attr("run_dir", rel)
         cmd = [self.python, "-m", "tuitrain", "run", self.config_path, *(f"--set={o}" for o in self.overrides),
                *(f"--set={set_item(k, v)}" for k, v in values.items()),
+               "--set=train.requeue=false",  # a preempted trial is the study's to queue again, not Slurm's
                "--run-dir", str(run_dir), "--resume", "auto", "--headless"]
         resumed = "resume_of" in trial.user_attrs
         self.say(f"trial {trial.number} {'continues trial ' + str(trial.user_attrs['resume_of']) + ' in ' if resumed else 'starts in '}"
@@ -226,7 +227,7 @@ class Sweep:
                 self.study.tell(trial, state=TrialState.PRUNED)
                 outcome = Outcome(trial.number, "pruned", best, values, run_dir, seconds, reports=reports,
                                   why=f"at step {self.pruned_at.get(trial.number, reports[-1][0] if reports else 0)}")
-            elif status == "interrupted" and self.stopped():
+            elif status == "interrupted" and (self.stopped() or reason == "preempted"):
                 # the sweep was stopped: the trial is queued again, to go on when the command runs again
                 self.requeue(trial.number, trial.params, rel)
                 outcome = Outcome(trial.number, "stopped", best, values, run_dir, seconds, reports=reports,
@@ -473,7 +474,9 @@ def sweep_command(config: str, overrides: list[str], trials: int | None, paralle
     except ImportError:
         return say("sweep needs optuna: pip install 'tuitrain[sweep]'")
     sweep = Sweep(spec, config, [o for o in overrides if not o.startswith("sweep.")], _sweep_dir(cfg, spec))
-    previous = {s: signal.signal(s, sweep.stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    # Ctrl+C, SIGTERM and a cluster's "time is up" (SIGUSR1/SIGUSR2, as `tuitrain run` takes them): every
+    # running trial stops with a checkpoint and is queued again in the study
+    previous = {s: signal.signal(s, sweep.stop) for s in (signal.SIGINT, signal.SIGTERM, *PREEMPTION_SIGNALS)}
     try:
         if headless:
             return sweep.run()
