@@ -238,7 +238,10 @@ def cmd_watch(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    runs = _watched_runs(args.run_dirs)
+    from .run.sweep import is_sweep_dir
+
+    sweep = Path(args.run_dirs[0]) if len(args.run_dirs) == 1 and is_sweep_dir(args.run_dirs[0]) else None
+    runs = [sweep] if sweep is not None else _watched_runs(args.run_dirs)  # a sweep may have no trial yet
     if isinstance(runs, int):
         return runs
     from .dashboard.themes import ThemeError, resolve_theme
