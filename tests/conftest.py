@@ -355,6 +355,7 @@ SLOW = {
     "tests/run/test_heap.py::test_without_it_each_block_comes_back_from_the_kernel",
     "tests/run/test_notebook.py::test_lightning_and_the_hf_trainer_show_the_picture_and_no_bars_of_their_own",
     "tests/run/test_notebook.py::test_a_second_interrupt_ends_the_run_at_once[fit]",
+    "tests/sweep/test_sweep.py::test_stop_then_the_same_command_continues_the_study[SIGUSR1]",
     "tests/sweep/test_sweep.py::test_a_trial_of_a_worker_killed_with_kill_9_finishes_in_another_equal_to_an_uninterrupted_run",
 }
 

@@ -103,9 +103,10 @@ def sweep(tmp_path: Path, *args: str, timeout: float = 240) -> subprocess.Comple
                           env=cli_env(), capture_output=True, text=True, timeout=timeout)
 
 
-def start(tmp_path: Path, *args: str) -> subprocess.Popen:
+def start(tmp_path: Path, *args: str, session: bool = False) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "tuitrain", "sweep", "sweep.toml", *args], cwd=tmp_path,
-                            env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=session)
 
 
 def run_json(run_dir: Path) -> dict:
@@ -236,23 +237,28 @@ def test_two_workers_share_one_study_on_postgresql(tmp_path, postgres_url):  # n
         assert run_json(tmp_path / SWEEP / t.user_attrs["run_dir"])["status"] == "completed"
 
 
-def test_stop_then_the_same_command_continues_the_study(tmp_path):
+@pytest.mark.parametrize("how", ["tuitrain stop", "SIGUSR1"])
+def test_stop_then_the_same_command_continues_the_study(tmp_path, how):
+    """`tuitrain stop SWEEP_DIR`, or a cluster's "time is up" (SIGUSR1 to the job's every process, as
+    Slurm's --signal sends it): each trial stops with a checkpoint; the same command continues them."""
     project(tmp_path, epochs=20, trials=2, parallel=2, sampler="random", pruner="none", n=6400,
             params='"optimizer.lr" = { low = 1e-3, high = 1e-1, log = true }')
-    worker = start(tmp_path, "--headless")
+    worker = start(tmp_path, "--headless", session=True)
     folder = tmp_path / SWEEP
     wait_for(lambda: len([t for t in folder.glob("trial-0*") if t.is_dir() and (t / "checkpoint").exists()
                           and list((t / "checkpoint").glob("*.pt"))]) == 2, what="two trials with a checkpoint")
-    stop = subprocess.run([sys.executable, "-m", "tuitrain", "stop", str(folder)], cwd=tmp_path, env=cli_env(),
-                          capture_output=True, text=True, timeout=60)
-    assert stop.returncode == 0 and "2 running trial(s) asked to stop" in stop.stdout, stop.stdout + stop.stderr
+    if how == "SIGUSR1":
+        os.killpg(worker.pid, signal.SIGUSR1)  # the worker and its trials: one process group, as a job step
+    else:
+        stop = subprocess.run([sys.executable, "-m", "tuitrain", "stop", str(folder)], cwd=tmp_path,
+                              env=cli_env(), capture_output=True, text=True, timeout=60)
+        assert stop.returncode == 0 and "2 running trial(s) asked to stop" in stop.stdout, stop.stdout + stop.stderr
     out = worker.communicate(timeout=120)[0]
     assert worker.returncode == 130, out
-    steps = {}
     for run_dir in sorted(p for p in folder.glob("trial-0*") if p.is_dir()):
         run = run_json(run_dir)
         assert run["status"] == "interrupted" and run["epoch"] < 20
-        steps[run_dir.name] = run["step"]
+        assert run["reason"] == ("preempted" if how == "SIGUSR1" else "stopped")
     # the same command again: the same trials go on in their own folders, from their checkpoints
     done = sweep(tmp_path, "--headless", timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
