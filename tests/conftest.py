@@ -356,6 +356,10 @@ SLOW = {
     "tests/run/test_notebook.py::test_lightning_and_the_hf_trainer_show_the_picture_and_no_bars_of_their_own",
     "tests/run/test_notebook.py::test_a_second_interrupt_ends_the_run_at_once[fit]",
     "tests/sweep/test_sweep.py::test_stop_then_the_same_command_continues_the_study[SIGUSR1]",
+    "tests/sweep/test_sweep.py::test_two_workers_share_one_study_on_postgresql",
+    "tests/integrations/test_lightning.py::test_ddp_two_ranks_one_run_checkpoint_and_stop_at_the_same_step",
+    "tests/integrations/test_monitor_ranks.py::test_checkpoint_pause_and_stop_from_outside_reach_both_ranks",
+    "tests/run/test_flops_from_a_config.py::test_run_logs_tflops_mfu_max_memory",
     "tests/sweep/test_sweep.py::test_a_trial_of_a_worker_killed_with_kill_9_finishes_in_another_equal_to_an_uninterrupted_run",
 }
 

@@ -71,7 +71,7 @@ def slow_loss(out, y):  # `pause` seconds a step
     return nn.functional.cross_entropy(out, y)
 pause = {pause}
 result = {wait}Learner(model, torch.optim.SGD(model.parameters(), lr=0.1), loss_fn=slow_loss, epochs=10**5,
-                 batch_size=8, run_dir="runs/long").{fit}(TensorDataset(x, y))
+                 batch_size=8, log_every_n_steps={every}, run_dir="runs/long").{fit}(TensorDataset(x, y))
 print("status", result.status, result.reason)"""
 
 
@@ -142,7 +142,7 @@ class Kernel:
 def test_interrupting_the_kernel_stops_the_run_gracefully_with_a_checkpoint(tmp_path):
     kernel = Kernel(tmp_path)
     try:
-        kernel.execute(LONG.format(pause=0, wait="", fit="fit"))
+        kernel.execute(LONG.format(pause=0, wait="", fit="fit", every=10))
         run = tmp_path / "runs" / "long"
         training(run)
         kernel.km.interrupt_kernel()
@@ -165,7 +165,7 @@ def test_a_second_interrupt_ends_the_run_at_once(tmp_path, fit):
     (0.5 s), ends the run there: the cell ends quietly, the run says interrupted (reason killed)."""
     kernel = Kernel(tmp_path)
     try:
-        kernel.execute(LONG.format(pause=0.5, wait="await " if fit == "fit_async" else "", fit=fit))
+        kernel.execute(LONG.format(pause=0.5, wait="await " if fit == "fit_async" else "", fit=fit, every=1))
         run = tmp_path / "runs" / "long"
         training(run, steps=2)
         kernel.km.interrupt_kernel()
@@ -184,7 +184,7 @@ def test_the_buttons_under_an_awaited_fit_stop_pause_and_checkpoint_the_run(tmp_
     kernel = Kernel(tmp_path)
     run = tmp_path / "runs" / "long"
     try:
-        kernel.execute(LONG.format(pause=0.002, wait="await ", fit="fit_async"))
+        kernel.execute(LONG.format(pause=0.002, wait="await ", fit="fit_async", every=10))
         training(run)
         kernel.read(until=lambda: len(kernel.buttons) == 3)
         assert set(kernel.buttons) == {"Stop", "Pause", "Checkpoint"}
