@@ -360,6 +360,11 @@ SLOW = {
     "tests/integrations/test_lightning.py::test_ddp_two_ranks_one_run_checkpoint_and_stop_at_the_same_step",
     "tests/integrations/test_monitor_ranks.py::test_checkpoint_pause_and_stop_from_outside_reach_both_ranks",
     "tests/run/test_flops_from_a_config.py::test_run_logs_tflops_mfu_max_memory",
+    "tests/checkpoint/test_resume_longer.py::test_an_explicit_total_steps_too_short_for_the_resumed_run_exits_2_before_training",
+    "tests/cli/test_live_runs.py::test_sigterm_stops_gracefully_with_a_checkpoint",
+    "tests/run/test_housekeeping_in_a_run.py::test_slow_steps_move_the_chores_to_threads_which_keep_their_pace",
+    "tests/distributed/test_ddp.py::test_ranks_end_when_the_launcher_is_killed_while_they_start",
+    "tests/dashboard/test_many_runs.py::test_hiding_a_run_takes_its_series_and_its_legend_entry_away",
     "tests/sweep/test_sweep.py::test_a_trial_of_a_worker_killed_with_kill_9_finishes_in_another_equal_to_an_uninterrupted_run",
 }
 

@@ -173,15 +173,16 @@ def test_a_config_with_a_sweep_table_still_runs_as_one_run(tmp_path):
     assert cfg.sweep["trials"] == 4 and "sweep" not in cfg.to_dict()  # a run's config.toml leaves it out
 
 
-def test_a_sweep_prunes_the_bad_trials_and_prints_the_best(tmp_path):
+def test_a_sweep_prunes_the_bad_trials_and_prints_the_best(tmp_path, postgres_url):  # noqa: F811
+    """On a real PostgreSQL study."""
     # 50 ms a step: a trial lives on for seconds after its first validation, for the pruner's stop
     # the grid has 3 values, the bad one last with this seed: the median of the first two judges it
-    project(tmp_path, epochs=5, trials=6, parallel=1, pause=0.05, seed=1,
+    project(tmp_path, epochs=5, trials=6, parallel=1, pause=0.05, seed=1, storage=postgres_url,
             params='"optimizer.lr" = { choices = [0.03, 0.00001, 0.02] }')  # 6 trials asked, the grid has 3
     done = sweep(tmp_path, "--headless")
     assert done.returncode == 0, done.stdout + done.stderr
     folder = tmp_path / SWEEP
-    trials = study(folder).get_trials()
+    trials = study(folder, postgres_url).get_trials()
     assert len(trials) == 3 and len({t.params["optimizer.lr"] for t in trials}) == 3  # the grid, once each
     states = {t.params["optimizer.lr"]: t.state.name for t in trials}
     assert states[0.03] == states[0.02] == "COMPLETE"
@@ -240,11 +241,10 @@ def test_two_workers_share_one_study_on_postgresql(tmp_path, postgres_url):  # n
 
 
 @pytest.mark.parametrize("how", ["tuitrain stop", "SIGUSR1"])
-def test_stop_then_the_same_command_continues_the_study(tmp_path, how, request):
+def test_stop_then_the_same_command_continues_the_study(tmp_path, how):
     """`tuitrain stop SWEEP_DIR`, or a cluster's "time is up" (SIGUSR1 to the job's every process, as
-    Slurm's --signal sends it): each trial stops with a checkpoint; the same command continues them. The
-    first on a real PostgreSQL study (the second command finds it there), the second on a journal file."""
-    storage = request.getfixturevalue("postgres_url") if how == "tuitrain stop" else ""
+    Slurm's --signal sends it): each trial stops with a checkpoint; the same command continues them."""
+    storage = ""
     project(tmp_path, epochs=20, trials=2, parallel=2, sampler="random", pruner="none", n=6400, storage=storage,
             params='"optimizer.lr" = { low = 1e-3, high = 1e-1, log = true }')
     worker = start(tmp_path, "--headless", session=True)
