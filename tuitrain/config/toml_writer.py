@@ -62,6 +62,11 @@ def _float(x: float) -> str:
     return repr(x)  # shortest text that reads back to the same float; "1e-05" and "3.0" are TOML
 
 
+def value_text(value: Any) -> str:
+    """One value as TOML writes it (what `--set KEY=VALUE` takes); TypeError for what TOML cannot hold."""
+    return _value(value, [])
+
+
 def _value(value: Any, path: list[str]) -> str:
     if isinstance(value, bool):  # before int: bool is an int subclass
         return "true" if value else "false"

@@ -26,14 +26,14 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, TextIO
 
 from tuitrain.core.control import PRUNED, FileControl
 from tuitrain.run.signals import PREEMPTION_SIGNALS, die_with_parent
 from tuitrain.run.sweep_spec import SweepSpec, set_item
-from tuitrain.sinks.run_status import live_status, read_run
+from tuitrain.sinks.run_status import live_status, pid_alive, read_run
 
 EXIT_OK, EXIT_FAILED, EXIT_STOPPED = 0, 1, 130
 #: seconds between looks at a trial's events
@@ -63,26 +63,14 @@ def stop_sweep(path: str | os.PathLike) -> list[Path]:
     return live
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 @dataclass
 class Outcome:
     number: int
     state: str  # "completed", "pruned", "failed", "stopped"
     value: float | None
     values: dict
-    run_dir: Path
     seconds: float
     why: str = ""
-    reports: list = field(default_factory=list)
 
 
 class Sweep:
@@ -99,7 +87,6 @@ class Sweep:
         self.worker = f"{socket.gethostname()}:{os.getpid()}"
         self.stopping = threading.Event()
         self.lock = threading.Lock()  # asking for trials and telling results, one at a time
-        self.running: dict[int, Path] = {}  # trial number -> run directory
         self.outcomes: list[Outcome] = []
         self.pruned_at: dict[int, int] = {}  # trial number -> the step whose value the pruner judged
         self.study = None
@@ -158,7 +145,7 @@ class Sweep:
                 continue
             w_host, _, w_pid = worker.rpartition(":")
             if w_host == host:
-                lost = w_pid.isdigit() and not _pid_alive(int(w_pid))
+                lost = w_pid.isdigit() and pid_alive(int(w_pid)) is False
             else:
                 run_dir = t.user_attrs.get("run_dir")
                 run = read_run(self.folder / run_dir) if run_dir else None
@@ -198,8 +185,6 @@ class Sweep:
         self.say(f"trial {trial.number} {'continues trial ' + str(trial.user_attrs['resume_of']) + ' in ' if resumed else 'starts in '}"
                  f"{run_dir}: {_values_text(values)}")
         start = time.monotonic()
-        with self.lock:
-            self.running[trial.number] = run_dir
         if resumed and live_status(run_dir) == "completed":
             # its worker died after the run's end and before telling the study: the run is not redone
             cmd = [self.python, "-c", "pass"]
@@ -214,23 +199,21 @@ class Sweep:
             out.close()
         reports = self.follow(trial, proc, run_dir)
         seconds = time.monotonic() - start
-        with self.lock:
-            self.running.pop(trial.number, None)
         run = read_run(run_dir) or {}
         status, reason = run.get("status", ""), run.get("reason", "")
         best = _best([v for _, v in reports], self.spec.mode)
         with self.lock:
             if status == "completed" and best is not None:
                 self.study.tell(trial, best)
-                outcome = Outcome(trial.number, "completed", best, values, run_dir, seconds, reports=reports)
+                outcome = Outcome(trial.number, "completed", best, values, seconds)
             elif reason == PRUNED:
                 self.study.tell(trial, state=TrialState.PRUNED)
-                outcome = Outcome(trial.number, "pruned", best, values, run_dir, seconds, reports=reports,
+                outcome = Outcome(trial.number, "pruned", best, values, seconds,
                                   why=f"at step {self.pruned_at.get(trial.number, reports[-1][0] if reports else 0)}")
             elif status == "interrupted" and (self.stopped() or reason == "preempted"):
                 # the sweep was stopped: the trial is queued again, to go on when the command runs again
                 self.requeue(trial.number, trial.params, rel)
-                outcome = Outcome(trial.number, "stopped", best, values, run_dir, seconds, reports=reports,
+                outcome = Outcome(trial.number, "stopped", best, values, seconds,
                                   why="it continues when the sweep runs again")
             else:
                 why = run.get("error") or (f"{self.spec.metric} was never logged" if status == "completed"
@@ -239,7 +222,7 @@ class Sweep:
                 if proc.returncode == 2 and not run:
                     why = _last_line(self.folder / f"{rel}.out") or why
                 self.study.tell(trial, state=TrialState.FAIL)
-                outcome = Outcome(trial.number, "failed", best, values, run_dir, seconds, why=why, reports=reports)
+                outcome = Outcome(trial.number, "failed", best, values, seconds, why=why)
             self.outcomes.append(outcome)
         self.say_outcome(outcome)
         return outcome

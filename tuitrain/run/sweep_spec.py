@@ -9,13 +9,13 @@ Each parameter is a config key that `--set` could set, with a range (`low`, `hig
 from __future__ import annotations
 
 import importlib.util
-import json
 import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from tuitrain.config import ConfigError
 from tuitrain.config.schema import suggest
+from tuitrain.config.toml_writer import value_text
 
 SAMPLERS = ("tpe", "random", "grid", "cmaes", "gp")
 PRUNERS = ("median", "hyperband", "none")
@@ -81,14 +81,7 @@ class SweepSpec:
 
 def toml_value(value: Any) -> str:
     """`value` as `--set KEY=VALUE` takes it (a TOML value)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        return repr(value) if math.isfinite(value) else ("nan" if math.isnan(value) else
-                                                          ("inf" if value > 0 else "-inf"))
-    if isinstance(value, str):
-        return json.dumps(value)  # a TOML basic string
-    return str(value)
+    return value_text(value)
 
 
 def set_item(key: str, value: Any) -> str:

@@ -42,7 +42,7 @@ def read_run(run_dir: str | os.PathLike) -> dict | None:
     return data if isinstance(data, dict) else None
 
 
-def _pid_alive(pid: Any) -> bool | None:
+def pid_alive(pid: Any) -> bool | None:
     """True/False for a pid on this host; None when it cannot be told."""
     if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
         return None  # os.kill(0, ...) would signal our own process group
@@ -67,7 +67,7 @@ def live_status(run_dir: str | os.PathLike) -> str:
     if not isinstance(status, str) or not status:
         return "unknown"
     if status == "running" and run.get("host", socket.gethostname()) == socket.gethostname():
-        if _pid_alive(run.get("pid")) is False:
+        if pid_alive(run.get("pid")) is False:
             return KILLED
     return status
 
@@ -78,7 +78,7 @@ def process_gone(run_dir: str | os.PathLike) -> bool:
     run = read_run(run_dir)
     if run is None or run.get("host", socket.gethostname()) != socket.gethostname():
         return False
-    return _pid_alive(run.get("pid")) is False
+    return pid_alive(run.get("pid")) is False
 
 
 def is_live(run_dir: str | os.PathLike) -> bool:
