@@ -22,7 +22,7 @@ from tuitrain.core.events import (
 )
 from tuitrain.dashboard.entry import sweep_app
 from tuitrain.dashboard.compare import RunAdded
-from tuitrain.dashboard.sweep import SweepState, TrialChecked, _heads, read_sweep
+from tuitrain.dashboard.sweep import SweepState, TrialChecked, column_heads, read_sweep
 from tuitrain.dashboard.widgets.chart_grid import ChartGrid
 from tuitrain.dashboard.widgets.run_list import RunList
 from tuitrain.sinks.jsonl import JsonlWriter
@@ -182,7 +182,7 @@ def test_sweep_json_damaged_or_partial_takes_defaults(tmp_path):
     info = read_sweep(tmp_path / "sweep-x")
     assert (info.metric, info.mode, info.params) == ("", "min", ("a.lr",))
     # column names: each key's last part, longer where two share one
-    assert _heads(["optimizer.lr", "model.dropout", "data.dropout"]) == ["lr", "model.dropout", "data.dropout"]
+    assert column_heads(["optimizer.lr", "model.dropout", "data.dropout"]) == ["lr", "model.dropout", "data.dropout"]
     assert SweepState(info, []).headline() == "sweep x · 0 trials yet"
 
 

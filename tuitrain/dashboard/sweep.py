@@ -131,7 +131,7 @@ class SweepState(CompareState):
         self.sweep = sweep
         self.number = {p.name: n for n, p in trials}
         self.checked: dict[str, str] = {}  # each trial's run.json status
-        self._heads = _heads(sweep.params)
+        self._heads = column_heads(sweep.params)
         self._best: str | None | bool = False  # the best trial, once found since the last events (False: not yet)
 
     def apply(self, events: Iterable[Any]) -> set[str]:
@@ -232,7 +232,7 @@ def _short(value: Any) -> str:
     return str(value)
 
 
-def _heads(keys: Iterable[str]) -> list[str]:
+def column_heads(keys: Iterable[str]) -> list[str]:
     """The columns' names: each key's last part (`optimizer.lr`: lr), more of it where two would share one."""
     keys = [k.split(".") for k in keys]
     heads = []

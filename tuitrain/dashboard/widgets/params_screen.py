@@ -28,7 +28,7 @@ from tuitrain.dashboard.fmt import format_value
 from tuitrain.dashboard.parallel import Column, draw_parallel
 from tuitrain.dashboard.params import (DONE, GOING, ParamAxis, TrialPoint, label_of, param_axes, parallel, searched,
                                        trial_points)
-from tuitrain.dashboard.sweep import _heads
+from tuitrain.dashboard.sweep import column_heads
 
 BEST = (240, 160, 48)  # the best trial, over everything
 DONE_COLOR = (60, 155, 232)  # the completed trials
@@ -182,7 +182,7 @@ class ParamsScreen(ModalScreen[None]):
             yield Static(Text(f"{legend}    y: each trial's best {metric} ({self.state.sweep.mode})", no_wrap=True,
                               overflow="ellipsis"), id="params-legend")
             with Container(id="params-scatter"):
-                for i, (axis, head) in enumerate(zip(self.axes, _heads([a.key for a in self.axes]))):
+                for i, (axis, head) in enumerate(zip(self.axes, column_heads([a.key for a in self.axes]))):
                     plot = ParamPlot(axis, id=f"param-{i}")
                     plot.head = safe_name(head, 60) + (" (log)" if axis.kind == "log" else "")
                     plot.border_title = plot.head
@@ -233,7 +233,7 @@ class ParamsScreen(ModalScreen[None]):
         text += f", {valued} with a value" if valued != len(points) else ""
         if best is None:
             return text + " · no completed trial yet"
-        heads = _heads(list(sweep.params))
+        heads = column_heads(list(sweep.params))
         settings = " ".join(f"{h}={label_of(best.values[k])}" for h, k in zip(heads, sweep.params) if k in best.values)
         value = format_value(best.value) if best.value is not None and math.isfinite(best.value) else "-"
         return f"{text} · best ━{best.number} {value}: {settings}"
