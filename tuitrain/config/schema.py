@@ -425,6 +425,31 @@ def _names(v: list) -> str | None:
     return f"expected parameter-name substrings such as \"bias\", got {describe(bad[0])}" if bad else None
 
 
+def _samples(v: dict) -> str | None:
+    """[log] samples: {} or { target = "module:function", every_n_steps = N }."""
+    if not v:
+        return None
+    unknown = sorted(set(v) - {"target", "every_n_steps"})
+    if unknown:
+        return (f"unknown key {unknown[0]!r} (samples takes target and every_n_steps)"
+                + suggest(unknown[0], ("target", "every_n_steps")))
+    target = v.get("target")
+    if not isinstance(target, str) or not target:
+        return 'expected { target = "module:function", every_n_steps = N }: target is missing'
+    if bad := _target_format(target):
+        return f"target: {bad}"
+    n = v.get("every_n_steps", 500)
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        return f"every_n_steps must be a whole number of 1 or more, got {n!r}"
+    return None
+
+
+def _histogram_kinds(v: list) -> str | None:
+    bad = [x for x in v if x not in ("weights", "grads")]
+    return (f'expected a list of "weights" and "grads", got {describe(bad[0])}' + suggest(str(bad[0]), ("weights", "grads"))
+            if bad else None)
+
+
 def _monitor_format(v: str) -> str | None:
     split, _, metric = v.partition("/")
     if split in ("train", "valid") and metric:
@@ -466,6 +491,10 @@ RULES: dict[str, Callable[[Any], str | None]] = {
     "train.phase": _target_format,
     "train.valid_phase": _target_format,
     "log.every_n_steps": _at_least(1),
+    "log.samples": _samples,
+    "log.histograms": _histogram_kinds,
+    "log.histograms_every_n_steps": _at_least(0),
+    "log.media_keep": _at_least(0),
     "checkpoint.every_n_epochs": _at_least(0),
     "checkpoint.every_n_steps": _at_least(0),
     "checkpoint.keep_last": _at_least(0),

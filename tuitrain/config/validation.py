@@ -42,6 +42,10 @@ def validate(cfg: Config) -> None:
                     fn = resolve_target(item["target"], cfg.base_dir, f"{key}.target")
                     kwargs = {k: v for k, v in item.items() if k not in ("target", "name")}
                     check_kwargs(fn, kwargs, key, target=item["target"])
+        if target := cfg.log.samples.get("target"):
+            fn = resolve_target(target, cfg.base_dir, "log.samples.target")
+            if not callable(fn):
+                raise ConfigError(f"{target!r} is not a function (model, step)", key="log.samples.target")
         _validate_theme(cfg)
         _validate_init_from(cfg)
 

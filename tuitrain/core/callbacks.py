@@ -23,13 +23,13 @@ import time
 import traceback
 from typing import Any, Callable, Iterable
 
-from .events import DevicesSampled, Event, MetricsLogged, OutputPrinted, StepCompleted
+from .events import DevicesSampled, Event, HistogramLogged, MediaLogged, MetricsLogged, OutputPrinted, StepCompleted
 from .housekeeping import Housekeeping
 
 Callback = Callable[[Event, Any], None]
 
 #: events that may wait for a batch; any other event delivers the queue at once, itself included
-BATCHABLE = (MetricsLogged, DevicesSampled, OutputPrinted)
+BATCHABLE = (MetricsLogged, DevicesSampled, OutputPrinted, MediaLogged, HistogramLogged)
 #: seconds a batchable event may wait in the queue (checked whenever an event is emitted)
 BATCH_INTERVAL = 0.25
 #: seconds between the StepCompleted events that `steps="sampled"` callbacks get

@@ -335,13 +335,51 @@ class RolledBack(Event):
     time: float = field(default_factory=_now)
 
 
+@dataclass(frozen=True, slots=True)
+class MediaLogged(Event):
+    """An image or a text logged (`log_image`, `log_text`, `[log] samples`), written to
+    RUN_DIR/`path` (`media/<name>/<step>.png` or `.txt`) before this is said. A text's words are in
+    `text` too, its first `media.EVENT_TEXT_CHARS` characters, so a reader needs no file for them.
+    Older files of a name are thinned (`log.media_keep`): a reader finds some of them gone."""
+
+    key: str  # the name it was logged under ("samples", "weights/fc1")
+    step: int
+    kind: str  # "image" or "text"
+    path: str  # relative to the run directory; "" when the run has no directory
+    epoch: int = 0
+    width: int = 0  # an image's pixels (after a batch became a grid and a large one was shrunk)
+    height: int = 0
+    text: str = ""
+    time: float = field(default_factory=_now)
+
+
+@dataclass(frozen=True, slots=True)
+class HistogramLogged(Event):
+    """The distribution of a tensor's values at a step (`log_histogram`, `[log] histograms`): `counts`
+    over equal bins from `low` to `high` (bin i spans low + i*(high-low)/len(counts) onward). A name
+    keeps the range of its first histogram, so its steps compare; values outside it are counted in
+    the end bins, and `min`/`max` say how far they went."""
+
+    key: str  # the name it was logged under ("samples", "weights/fc1")
+    step: int
+    low: float
+    high: float
+    counts: list  # ints, one per bin
+    min: float = 0.0
+    max: float = 0.0
+    mean: float = 0.0
+    epoch: int = 0
+    time: float = field(default_factory=_now)
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.__name__: cls
     for cls in (
         RunStarted, EpochStarted, PhaseStarted, StepStarted, StepCompleted, StepPoint, MetricsLogged,
         PhaseCompleted, EpochCompleted, CheckpointStarted, CheckpointSaved, CheckpointDeleted,
         CheckpointFailed, ControlReceived, RunPaused, RunResumed, OutputPrinted, DevicesSampled,
-        RunFinished, RunFailed, JobRequeued, AlertRaised, StepSkipped, RolledBack,
+        RunFinished, RunFailed, JobRequeued, AlertRaised, StepSkipped, RolledBack, MediaLogged,
+        HistogramLogged,
     )
 }
 
@@ -402,6 +440,7 @@ _INNER: dict[tuple[str, str], Any] = {
     ("DevicesSampled", "cpu_per_core"): lambda v: all(_float(c) for c in v),
     ("RunFinished", "summary"): lambda v: all(type(s) is dict for s in v.values()),
     ("RunFailed", "summary"): lambda v: all(type(s) is dict for s in v.values()),
+    ("HistogramLogged", "counts"): lambda v: all(_int(c) and c >= 0 for c in v),
 }
 _SHAPES: dict[type, tuple[tuple[str, Any, Any, bool], ...]] = {}
 

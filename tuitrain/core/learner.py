@@ -45,6 +45,7 @@ from .learner_checkpoint import CheckpointIO
 from .learner_health import HealthGuard
 from .lifecycle import Lifecycle, Summary, out_of_memory  # noqa: F401 (out_of_memory: its home before)
 from .loop import Loop
+from .media import LearnerMedia, MediaLog, QuietMedia
 from .metrics import MetricSet
 from .optimization import Optimization, Precision
 from .output import capture_output
@@ -182,6 +183,11 @@ class CoreLearner:
             raise ValueError(f"several models ({', '.join(self.models)}) need a training phase with its own "
                              "step: subclass CustomTrainPhase ([train] phase = \"module:Class\")")
         self.capture_output = lg.capture_output
+        self.log_settings = lg
+        #: the run's images, texts and histograms (core/media.py), during a fit; `media_chores`: what
+        #: `[log] samples` and `histograms` ask of the loop (None: nothing)
+        self.media: MediaLog | QuietMedia | None = None
+        self.media_chores: LearnerMedia | None = None
         self.experiment = exp.name
         self.env_extra = dict(exp.env)  # added to RunStarted.env (the runner's git commit, ...)
         self.notes = list(exp.notes)  # said in the log right after RunStarted
@@ -432,6 +438,7 @@ class CoreLearner:
                 env={**env_info(self.device), **self.env_extra}, config=self.config))
             for note in self.notes:
                 self.bus.emit(OutputPrinted(text=note, stream="tuitrain"))
+            self._start_media()
             if stretched:
                 self.bus.emit(OutputPrinted(text=say_stretched(stretched, self.scheduler_intervals, why),
                                             stream="tuitrain"))
@@ -444,18 +451,62 @@ class CoreLearner:
             self.ckpt_io.final(final, lambda: self.save_checkpoint(final, asked))
             if not self.strategy.save_model(self):  # model.pt (a sharded model gathers it first, on every rank)
                 self.ckpt_io.save_model()
+            self._end_media()
             self.bus.deliver()  # the files have the whole run before it is called complete
             if self.interrupter.failure:
                 self.write_failed()
         except KeyboardInterrupt:  # a second Ctrl+C: leave now, earlier checkpoints stay valid
             reason = "killed"
             self.ckpt_io.finish()
+            self._end_media()
         except BaseException as e:  # user code failed: report, keep earlier checkpoints, exit 1
             return self._failed(e)
         best = self.ckpt_io.best()
         end = life.finished(reason, epoch=s.epoch, step=s.step, summary=Summary.of(s.history).table(), best=best)
         self.bus.close()
         return FitResult(self.raw_model, end.status, end.exit_code, reason, end.summary, best)
+
+    def _start_media(self) -> None:
+        lg = self.log_settings
+        if self.strategy.rank != 0:
+            self.media = QuietMedia()
+            return
+        self.media = MediaLog(self.run_dir, self.bus.emit, keep=lg.media_keep, epoch=lambda: self.state.epoch)
+        if lg.samples_every or (lg.histograms and lg.histograms_every_n_steps):
+            if self.strategy.name == "fsdp":  # rank 0 alone holds a shard: no whole model to sample
+                self.bus.emit(OutputPrinted(text="[log] samples and histograms are not taken under FSDP",
+                                            stream="tuitrain"))
+                return
+            self.media_chores = LearnerMedia(self.media, self.raw_model, self.optimizers, lg, self.state, self.ema)
+
+    def _end_media(self) -> None:
+        """Everything logged is written and said before the run ends."""
+        if self.media_chores is not None:
+            self.media_chores.close()
+            self.media_chores = None
+        if self.media is not None:
+            self.media.close()
+
+    def _media_now(self, what: str):
+        if self.media is None:
+            raise RuntimeError(f"learner.{what} logs during fit (from a callback or a phase)")
+        return self.media
+
+    def log_text(self, name: str, text: str, step: int | None = None) -> None:
+        """A text (a generated sample) under `name` at `step` (default: the step now):
+        RUN_DIR/media/<name>/<step>.txt and a MediaLogged event, written off the loop's thread."""
+        self._media_now("log_text").text(self.state.step if step is None else step, name, text)
+
+    def log_image(self, name: str, images, step: int | None = None) -> None:
+        """An image, or a batch as a grid: a tensor (C,H,W) or (N,C,H,W), floats in [0,1] or uint8; numpy
+        (H,W) or (H,W,C); a PIL image; a list of them. Copied now, encoded and written off the loop's
+        thread (RUN_DIR/media/<name>/<step>.png)."""
+        self._media_now("log_image").image(self.state.step if step is None else step, name, images)
+
+    def log_histogram(self, name: str, values, step: int | None = None) -> None:
+        """The distribution of `values` (a tensor, or a list of tensors counted together) at `step`: a
+        HistogramLogged event; a name keeps the bins of its first call."""
+        self._media_now("log_histogram").histogram(self.state.step if step is None else step, name, values)
 
     def _train(self, train, valid) -> str:
         """The loop (loop.py), with the garbage collector, the heap, the watchdog and the max_time clock
@@ -512,6 +563,10 @@ class CoreLearner:
         s = self.state
         try:
             self.ckpt_io.finish()
+        except Exception:
+            pass
+        try:
+            self._end_media()  # what was logged before the failure is kept
         except Exception:
             pass
         error, tb, cause = e, "", ""

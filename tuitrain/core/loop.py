@@ -534,6 +534,9 @@ class Loop:
             if last is not None:
                 state.last = StepOutput(*last)
             self.at_boundary(state)
+        media = L.media_chores  # [log] samples and histograms
+        if media is not None and step >= media.next_step:
+            media.at_step(step)
         if L.max_steps and step >= L.max_steps:
             state.stop_reason = "max_steps"
             return True

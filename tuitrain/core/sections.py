@@ -136,14 +136,43 @@ class Metrics:
 
 @dataclass
 class Log:
-    """How often step metrics are logged, and whether what the code prints joins the run's log."""
+    """How often step metrics are logged, whether what the code prints joins the run's log, and the
+    samples and distributions logged as the run goes (core/media.py)."""
 
     every_n_steps: int = 10
     #: what the user's code prints or logs during fit becomes OutputPrinted events (a config's runs always)
     capture_output: bool = field(default=False, metadata=_not_in_table())
+    #: {"target": fn or "module:function" (a config's, resolved by run/build.py), "every_n_steps": N}:
+    #: `fn(model, step)` is called every N steps in eval mode under no_grad; what it returns (a string, an
+    #: image, or a dict of them by name) is logged. A bare callable: every 500 steps
+    samples: Any = field(default_factory=dict)
+    #: "weights" and/or "grads": each top-level module's, every `histograms_every_n_steps` steps
+    histograms: list = field(default_factory=list)
+    histograms_every_n_steps: int = 0
+    media_keep: int = 100  # files kept per logged name, thinned evenly over the run; 0: all
 
     def __post_init__(self) -> None:
         _whole("log", "every_n_steps", self.every_n_steps, 1)
+        _whole("log", "histograms_every_n_steps", self.histograms_every_n_steps, 0)
+        _whole("log", "media_keep", self.media_keep, 0)
+        for kind in self.histograms:
+            _one_of("log", "histograms", kind, HISTOGRAM_KINDS)
+        if callable(self.samples):
+            self.samples = {"target": self.samples, "every_n_steps": SAMPLES_EVERY}
+        elif not isinstance(self.samples, dict):
+            raise ValueError(f"log.samples takes a function (model, step) or {{target, every_n_steps}}, "
+                             f"not {self.samples!r}")
+        elif self.samples:
+            _whole("log", "samples.every_n_steps", self.samples.get("every_n_steps", SAMPLES_EVERY), 1)
+
+    @property
+    def samples_every(self) -> int:
+        """Steps between samples (0: none)."""
+        return int(self.samples.get("every_n_steps", SAMPLES_EVERY)) if self.samples.get("target") else 0
+
+
+HISTOGRAM_KINDS = ("weights", "grads")
+SAMPLES_EVERY = 500  # a samples function's steps between calls when the config does not say
 
 
 @dataclass

@@ -131,11 +131,14 @@ def build_learner(cfg, run_dir: Path, bus: EventBus, interrupter, *, dist=None, 
     train = dataclasses.replace(
         cfg.train, ema_decay=cfg.ema.decay if cfg.ema is not None else 0.0,
         scheduler_interval=intervals if cfg.model.named else intervals.get("model", "step"))
+    log = dataclasses.replace(cfg.log, capture_output=True)
+    if spec := cfg.log.samples.get("target"):  # "module:function" as the function itself
+        log.samples = {**cfg.log.samples, "target": target(spec, "log.samples.target")}
     learner = CoreLearner(
         model, optimizer, loss_fn=loss_fn, scheduler=scheduler,
         experiment=Experiment(name=cfg.experiment.name, seed=cfg.experiment.seed, config=cfg.to_dict(),
                               env=git_info(cfg.base_dir), notes=notes),
-        train=train, data=cfg.data, log=dataclasses.replace(cfg.log, capture_output=True),
+        train=train, data=cfg.data, log=log,
         metrics=dataclasses.replace(cfg.metrics, train=metrics(cfg.metrics.train, "train"),
                                     valid=metrics(cfg.metrics.valid, "valid")),
         checkpoint=cfg.checkpoint, watch=dataclasses.asdict(cfg.watch), early_stopping=early,

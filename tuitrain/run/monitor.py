@@ -51,9 +51,7 @@ FLUSH_INTERVAL = 0.2  # seconds between the Monitor thread's passes over what `l
 
 class _Quiet:
     """The events of a rank other than 0: said nowhere (rank 0 owns the run's events)."""
-
-    def emit(self, event) -> None:
-        pass
+    emit = staticmethod(lambda event: None)
 
 
 #: the levels `Monitor.alert` takes, as W&B's and trackio's alerts have them ("warn" is a warning)
@@ -62,10 +60,8 @@ ALERT_LEVELS = {"info": "info", "warning": "warning", "warn": "warning", "error"
 
 def _text(value: Any) -> str:
     """`value` as a string for an alert, whatever it is (an object whose str() fails: its type)."""
-    if isinstance(value, str):
-        return value
-    if value is None:
-        return ""
+    if isinstance(value, str) or value is None:
+        return value or ""
     try:
         return str(value)
     except Exception:
@@ -107,13 +103,14 @@ class Monitor:
     def __init__(self, experiment: str = "", config: dict | None = None, run_dir: str | os.PathLike | None = None,
                  dashboard: Any = "auto", *, dir: str | os.PathLike = "runs", theme: str | None = None,
                  keep_last: int = 3, max_steps: int = 0, batch_size: int = 0, epochs: int = 0,
-                 watch: dict | None = None, alerts: dict | None = None, keep_requested: int = 0) -> None:
+                 watch: dict | None = None, alerts: dict | None = None, keep_requested: int = 0,
+                 media_keep: int = 100) -> None:
         from tuitrain.core.health import Alerts, Health, Watch
 
         self.health = Health(Watch.of(watch))  # a bad key or action is a ValueError here, on every rank
         self.alerts = Alerts.of(alerts)
         for name, value in (("max_steps", max_steps), ("batch_size", batch_size), ("epochs", epochs),
-                            ("keep_requested", keep_requested)):
+                            ("keep_requested", keep_requested), ("media_keep", media_keep)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"Monitor({name}=...) takes a whole number of 0 or more, not {value!r}")
         screen_for(dashboard)  # a bad value is an error here, on every rank
@@ -132,6 +129,8 @@ class Monitor:
         self.config = dict(config or {})
         self.theme = theme
         self.keep_last, self.keep_requested = keep_last, keep_requested
+        self.media_keep = media_keep
+        self._media = None  # the run's MediaLog (tuitrain/core/media.py) once started, on rank 0
         self.interrupter = Interrupter()  # this rank's requests (the agreement combines them)
         self.rank, self.world_size, self.owner = 0, 1, True
         self.screen = "none"
@@ -228,6 +227,27 @@ class Monitor:
         if self._synced is None and self.interrupter.pending and self.interrupter.paused \
                 and not self.interrupter.stop_requested:
             self._wait_while_paused()
+
+    # images, texts and histograms (tuitrain/core/media.py): a copy is taken here, the encoding and the
+    # files happen off the loop's thread; ranks other than 0: nothing
+    def _media_log(self, what: str, step: int, name: str, value: Any) -> None:
+        if self.owner and self._media is None:
+            raise RuntimeError(f"Monitor.{what} before start() (use `with Monitor(...) as mon:`)")
+        if self.owner:
+            getattr(self._media, what[4:])(step, name, value)
+
+    def log_text(self, step: int, name: str, text: str) -> None:
+        """A text (a generated sample) at `step`: RUN_DIR/media/<name>/<step>.txt, in the samples panel."""
+        self._media_log("log_text", step, name, text)
+
+    def log_image(self, step: int, name: str, images: Any) -> None:
+        """An image, or a batch as one grid (a tensor (C,H,W) or (N,C,H,W) of floats in [0,1] or uint8,
+        numpy (H,W) or (H,W,C), a PIL image, a list of them): RUN_DIR/media/<name>/<step>.png."""
+        self._media_log("log_image", step, name, images)
+
+    def log_histogram(self, step: int, name: str, values: Any) -> None:
+        """The distribution of `values` (a tensor, or a list of them counted together) at `step`."""
+        self._media_log("log_histogram", step, name, values)
 
     def alert(self, title: str, text: str = "", level: str = "warning", step: int | None = None,
               value: float | None = None) -> None:
@@ -429,6 +449,9 @@ class Monitor:
                                                keep_requested=self.keep_requested)
         self._checkpointer.prepare()
         self._life = Lifecycle(self.bus, self._flags, chores=self._flush)
+        from tuitrain.core.media import MediaLog
+
+        self._media = MediaLog(self.run_dir, self.bus.emit, keep=self.media_keep, epoch=lambda: self.epoch)
         from tuitrain.core.learner import env_info  # torch: the user's loop has imported it already
 
         import torch
@@ -476,6 +499,8 @@ class Monitor:
         self._wake.set()
         if self._thread is not None:
             self._thread.join()
+        if self._media is not None:
+            self._media.close()  # what was logged is written and said before the end
         self._flush()
         life = self._life
         try:

@@ -1,0 +1,278 @@
+"""Images for the media log (media.py): what `log_image` is given, copied on the caller's thread
+(`take_image`, `take_copy`: a CPU clone, or from a GPU a non-blocking copy into pinned memory), then on
+the media worker laid out as one RGB image (`image_of`: a batch as a grid, at most `MAX_SIDE` pixels on a
+side) and encoded as PNG. PNG files are written and read with zlib alone (`png_bytes`, `read_png`), so
+the core needs no imaging library. Must not import textual.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+import zlib
+from typing import Any
+
+import torch
+
+MAX_SIDE = 512  #: an image's longest side in pixels, once written
+GRID_PAD = 2  #: pixels between the images of a grid
+
+
+def is_numpy(x: Any) -> bool:
+    return type(x).__module__ == "numpy" and hasattr(x, "shape")
+
+
+def _is_pil(x: Any) -> bool:
+    return hasattr(x, "convert") and hasattr(x, "size") and hasattr(x, "tobytes")
+
+
+class _Copy:
+    """A tensor taken off the loop's thread: the CPU copy and, from a GPU, the event to wait for."""
+
+    __slots__ = ("channels_last", "ready", "tensor")
+
+    def __init__(self, tensor: torch.Tensor, ready: Any = None, channels_last: bool = False) -> None:
+        self.tensor, self.ready, self.channels_last = tensor, ready, channels_last
+
+    def get(self) -> torch.Tensor:
+        if self.ready is not None:
+            self.ready.synchronize()
+        return self.tensor
+
+
+def take_copy(t: torch.Tensor) -> _Copy:
+    """A copy of `t` the caller may change at once: on the CPU a clone; from a GPU a non-blocking
+    copy into pinned memory, waited for by whoever reads it."""
+    t = t.detach()
+    if t.device.type == "cpu":
+        return _Copy(t.clone())
+    if t.device.type == "cuda":
+        out = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+        out.copy_(t, non_blocking=True)
+        ready = torch.cuda.Event()
+        ready.record()
+        return _Copy(out, ready)
+    return _Copy(t.to("cpu"))
+
+
+def take_image(images: Any) -> _Copy:
+    """What `log_image` was given, copied on the caller's thread: a tensor (C,H,W) or (N,C,H,W), a
+    numpy array (H,W) or (H,W,C) or (N,H,W,C), a PIL image, or a list of any of them."""
+    if isinstance(images, torch.Tensor):
+        return take_copy(images)
+    if is_numpy(images):
+        return _Copy(torch.from_numpy(images.copy()), channels_last=images.ndim >= 3 or images.ndim == 2)
+    if _is_pil(images):
+        img = images.convert("RGB")
+        w, h = img.size
+        data = torch.frombuffer(bytearray(img.tobytes()), dtype=torch.uint8).reshape(h, w, 3)
+        return _Copy(data, channels_last=True)
+    if isinstance(images, (list, tuple)) and images:
+        parts = [take_image(x) for x in images]
+        return _Copy(parts, channels_last=False)  # type: ignore[arg-type]  # a list: each laid out alone
+    raise TypeError("log_image takes a tensor (C,H,W) or (N,C,H,W), a numpy array (H,W), (H,W,C) or "
+                    f"(N,H,W,C), a PIL image, or a list of them; not {type(images).__name__}")
+
+
+def _as_chw(t: torch.Tensor, channels_last: bool) -> torch.Tensor:
+    """One image as (C,H,W) with C in 1, 3 or 4, or a batch as (N,C,H,W)."""
+    if t.ndim == 2:
+        return t.unsqueeze(0)
+    if t.ndim == 3:
+        if channels_last or (t.shape[0] not in (1, 3, 4) and t.shape[-1] in (1, 3, 4)):
+            t = t.permute(2, 0, 1)
+        if t.shape[0] not in (1, 3, 4):
+            raise ValueError(f"log_image: an image of shape {tuple(t.shape)} has {t.shape[0]} channels "
+                             "(1, 3 or 4 expected)")
+        return t
+    if t.ndim == 4:
+        if channels_last or (t.shape[1] not in (1, 3, 4) and t.shape[-1] in (1, 3, 4)):
+            t = t.permute(0, 3, 1, 2)
+        if t.shape[1] not in (1, 3, 4):
+            raise ValueError(f"log_image: images of shape {tuple(t.shape)} have {t.shape[1]} channels "
+                             "(1, 3 or 4 expected)")
+        return t
+    raise ValueError(f"log_image: a tensor of shape {tuple(t.shape)} is no image ((C,H,W) or (N,C,H,W))")
+
+
+def to_uint8(t: torch.Tensor) -> torch.Tensor:
+    """Floats in [0, 1] (clamped; NaN as 0) or integers in [0, 255], as uint8."""
+    if t.dtype == torch.uint8:
+        return t
+    if t.is_floating_point():
+        return (torch.nan_to_num(t.float(), 0.0, 1.0, 0.0).clamp(0, 1) * 255).round().to(torch.uint8)
+    if t.dtype == torch.bool:
+        return t.to(torch.uint8) * 255
+    return t.clamp(0, 255).to(torch.uint8)
+
+
+def _rgb(chw: torch.Tensor) -> torch.Tensor:
+    """(C,H,W) uint8 as (3,H,W): grey repeated, alpha dropped (over black)."""
+    c = chw.shape[0]
+    if c == 1:
+        return chw.expand(3, -1, -1)
+    if c == 4:
+        alpha = chw[3:4].float() / 255
+        return (chw[:3].float() * alpha).round().to(torch.uint8)
+    return chw
+
+
+def grid(images: list[torch.Tensor], pad: int = GRID_PAD) -> torch.Tensor:
+    """(3,H,W) uint8 images laid out in rows, about as many columns as rows; smaller ones top-left."""
+    n = len(images)
+    cols = math.ceil(math.sqrt(n))
+    rows = math.ceil(n / cols)
+    h = max(i.shape[1] for i in images)
+    w = max(i.shape[2] for i in images)
+    out = torch.zeros(3, rows * h + (rows - 1) * pad, cols * w + (cols - 1) * pad, dtype=torch.uint8)
+    for k, img in enumerate(images):
+        r, c = divmod(k, cols)
+        y, x = r * (h + pad), c * (w + pad)
+        out[:, y:y + img.shape[1], x:x + img.shape[2]] = img
+    return out
+
+
+def shrink(img: torch.Tensor, max_side: int = MAX_SIDE) -> torch.Tensor:
+    """(3,H,W) uint8 no larger than `max_side` on a side (area averaging keeps its look)."""
+    h, w = img.shape[1], img.shape[2]
+    if max(h, w) <= max_side:
+        return img
+    scale = max_side / max(h, w)
+    size = (max(1, round(h * scale)), max(1, round(w * scale)))
+    small = torch.nn.functional.interpolate(img.unsqueeze(0).float(), size=size, mode="area")
+    return small[0].round().clamp(0, 255).to(torch.uint8)
+
+
+def image_of(copy: _Copy) -> torch.Tensor:
+    """What `take_image` copied, as one (3,H,W) uint8 image (a batch as a grid), at most MAX_SIDE."""
+    t = copy.get() if not isinstance(copy.tensor, list) else None
+    if t is None:  # a list: each item an image or a batch
+        parts = []
+        for part in copy.tensor:  # type: ignore[union-attr]
+            chw = _as_chw(part.get(), part.channels_last)
+            parts.extend(chw if chw.ndim == 4 else [chw])
+        images = [_rgb(to_uint8(p)) for p in parts]
+    else:
+        chw = _as_chw(t, copy.channels_last)
+        if chw.ndim == 4:
+            if chw.shape[0] == 0:
+                raise ValueError("log_image: an empty batch (0 images)")
+            images = [_rgb(to_uint8(x)) for x in chw]
+        else:
+            images = [_rgb(to_uint8(chw))]
+    if any(i.shape[1] == 0 or i.shape[2] == 0 for i in images):
+        raise ValueError("log_image: an image with no pixels")
+    img = images[0] if len(images) == 1 else grid(images)
+    return shrink(img.contiguous())
+
+
+def _chunk(kind: bytes, data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+
+def png_bytes(img: torch.Tensor) -> bytes:
+    """(3,H,W) uint8 as a PNG file's bytes (8-bit RGB, no filter)."""
+    h, w = img.shape[1], img.shape[2]
+    rows = img.permute(1, 2, 0).contiguous().reshape(h, w * 3)
+    filtered = torch.cat([torch.zeros(h, 1, dtype=torch.uint8), rows], dim=1)  # filter 0 on each row
+    raw = filtered.numpy().tobytes() if _numpy_ok() else _rows_bytes(rows)
+    return (b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
+            + _chunk(b"IDAT", zlib.compress(raw, 6)) + _chunk(b"IEND", b""))
+
+
+def _numpy_ok() -> bool:
+    """numpy is there (torch works without it; then the bytes are gathered in Python, slower)."""
+    try:
+        import numpy  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _rows_bytes(rows: torch.Tensor) -> bytes:
+    out = bytearray()
+    for row in rows.tolist():
+        out.append(0)
+        out.extend(row)
+    return bytes(out)
+
+
+class PngError(ValueError):
+    pass
+
+
+def read_png(data: bytes) -> tuple[int, int, bytes]:
+    """A PNG file (8-bit grey, RGB or RGBA, not interlaced: what tuitrain and most tools write) as
+    (width, height, RGB bytes row by row). PngError for anything else or a damaged file."""
+    if data[:8] != b"\x89PNG\r\n\x1a\n":
+        raise PngError("not a PNG file")
+    pos, idat, header = 8, [], None
+    while pos + 8 <= len(data):
+        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
+        body = data[pos + 8:pos + 8 + length]
+        pos += 12 + length
+        if kind == b"IHDR":
+            header = struct.unpack(">IIBBBBB", body[:13])
+        elif kind == b"IDAT":
+            idat.append(body)
+        elif kind == b"IEND":
+            break
+    if header is None:
+        raise PngError("a PNG file without its header")
+    w, h, depth, color, _, _, interlace = header
+    channels = {0: 1, 2: 3, 6: 4, 4: 2}.get(color)
+    if depth != 8 or channels is None or interlace:
+        raise PngError(f"a PNG kind not read here (bit depth {depth}, colour type {color}, interlace {interlace})")
+    try:
+        raw = zlib.decompress(b"".join(idat))
+    except zlib.error as e:
+        raise PngError(f"a damaged PNG file: {e}") from None
+    stride = w * channels
+    if len(raw) < h * (stride + 1):
+        raise PngError("a PNG file cut short")
+    out = bytearray(h * stride)
+    prev = bytearray(stride)
+    for y in range(h):
+        f = raw[y * (stride + 1)]
+        line = bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
+        _unfilter(f, line, prev, channels)
+        out[y * stride:(y + 1) * stride] = line
+        prev = line
+    if channels == 3:
+        return w, h, bytes(out)
+    rgb = bytearray(w * h * 3)
+    for i in range(w * h):
+        v = out[i * channels:(i + 1) * channels]
+        if channels in (1, 2):
+            rgb[i * 3:i * 3 + 3] = bytes((v[0],)) * 3
+        else:
+            a = v[3] / 255
+            rgb[i * 3:i * 3 + 3] = bytes(round(c * a) for c in v[:3])
+    return w, h, bytes(rgb)
+
+
+def _unfilter(f: int, line: bytearray, prev: bytearray, bpp: int) -> None:
+    if f == 0:
+        return
+    n = len(line)
+    if f == 1:
+        for i in range(bpp, n):
+            line[i] = (line[i] + line[i - bpp]) & 0xFF
+    elif f == 2:
+        for i in range(n):
+            line[i] = (line[i] + prev[i]) & 0xFF
+    elif f == 3:
+        for i in range(n):
+            left = line[i - bpp] if i >= bpp else 0
+            line[i] = (line[i] + ((left + prev[i]) >> 1)) & 0xFF
+    elif f == 4:
+        for i in range(n):
+            a = line[i - bpp] if i >= bpp else 0
+            b = prev[i]
+            c = prev[i - bpp] if i >= bpp else 0
+            p = a + b - c
+            pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+            pred = a if pa <= pb and pa <= pc else (b if pb <= pc else c)
+            line[i] = (line[i] + pred) & 0xFF
+    else:
+        raise PngError(f"a PNG filter type {f} unknown")
