@@ -100,11 +100,24 @@ def test_the_callback_is_a_lightning_callback_that_pickles():
     assert isinstance(back, L.Callback) and (back.experiment, back.dir) == ("x", "elsewhere")
 
 
+class Samples(L.Callback):
+    """What a LightningModule does in its validation_epoch_end: an image batch and a text, through the
+    trainer's TuitrainCallback, at the global step (the default)."""
+
+    def on_validation_epoch_end(self, trainer, pl_module) -> None:
+        if not trainer.sanity_checking:
+            import torch
+
+            tc = TuitrainCallback.of(pl_module.trainer)
+            tc.log_image("samples", torch.rand(4, 3, 8, 8))
+            tc.log_text("note", f"epoch {trainer.current_epoch}")
+
+
 def test_fit_writes_the_run_and_takes_a_checkpoint_request(tmp_path):
     cb = TuitrainCallback(dashboard=False, dir=tmp_path / "runs")
     ask = AtStep(3, lambda: FileControl(cb.monitor.run_dir).request_checkpoint(),
                  lambda: cb.monitor.checkpoint_requested)
-    t = trainer([ask, cb], log_every_n_steps=2)
+    t = trainer([ask, cb, Samples()], log_every_n_steps=2)
     t.fit(fit_script.module_class(L, on_epoch_too=True)(), *fit_script.loaders())
 
     runs = list((tmp_path / "runs" / "tinynet").iterdir())  # the module's class name, in lower case
@@ -120,6 +133,11 @@ def test_fit_writes_the_run_and_takes_a_checkpoint_request(tmp_path):
     assert (started["max_steps"], started["batch_size"]) == (2 * STEPS_PER_EPOCH, 8)
     assert started["loop"] == "lightning"  # what the dashboard's q dialog words a stop by
 
+    media = [(e["key"], e["step"], e["path"]) for e in read_events(run_dir) if e["event"] == "MediaLogged"]
+    assert sorted(media) == [("note", 8, "media/note/8.txt"), ("note", 16, "media/note/16.txt"),
+                             ("samples", 8, "media/samples/8.png"), ("samples", 16, "media/samples/16.png")]
+    assert (run_dir / "media/note/16.txt").read_text() == "epoch 1"
+    assert (run_dir / "media/samples/8.png").read_bytes()[:4] == b"\x89PNG"
     logged = metrics_by_split(run_dir)
     step_rows = [(s, m) for s, m in logged["train"] if "loss" in m]
     assert [s for s, _ in step_rows] == list(range(2, 17, 2))  # log_every_n_steps=2

@@ -62,9 +62,20 @@ def test_the_trainers_log_keys_split_into_train_and_valid():
         {"loss": 3.0, "acc": 0.75}, {"acc": 0.5, "loss": 2.0, "f1": 0.25, "wiki_loss": 4.0})
 
 
+class Histograms(TrainerCallback):
+    """A callback of the user's logging the weights' distribution through tuitrain's, every 5 steps."""
+
+    def __init__(self, tc) -> None:
+        self.tc = tc
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        if state.global_step % 5 == 0:
+            self.tc.log_histogram("weights/lm_head", model.lm_head.weight)
+
+
 def test_a_trainer_run_leaves_a_run_directory(tmp_path):
     callback = TuitrainCallback(dashboard=False, dir=tmp_path / "runs")
-    trainer = trainer_for(tmp_path, [callback], max_steps=10, save_steps=5, eval_steps=5)
+    trainer = trainer_for(tmp_path, [callback, Histograms(callback)], max_steps=10, save_steps=5, eval_steps=5)
     trainer.train()
     run_dir = callback.monitor.run_dir
     assert run_dir.parent == tmp_path / "runs" / "GPT2LMHeadModel"  # named after the model's class
@@ -80,6 +91,9 @@ def test_a_trainer_run_leaves_a_run_directory(tmp_path):
     assert train[0]["metrics"]["lr"] == pytest.approx(5e-5)
     valid = [(e["step"], set(e["metrics"])) for e in events if e["event"] == "MetricsLogged" and e["split"] == "valid"]
     assert valid == [(5, {"loss"}), (10, {"loss"})]
+    hists = [e for e in events if e["event"] == "HistogramLogged"]
+    assert [(e["key"], e["step"]) for e in hists] == [("weights/lm_head", 5), ("weights/lm_head", 10)]
+    assert sum(hists[0]["counts"]) == trainer.model.lm_head.weight.numel()
     config = (run_dir / "config.toml").read_text()
     assert "[trainer]" in config and "max_steps = 10" in config and 'class = "GPT2LMHeadModel"' in config
     # the Trainer's own scheduled saves, listed where they are, with their sha256

@@ -6,7 +6,9 @@
 A thin adapter over `tuitrain.Monitor`: the run opens when fit starts (on every rank, after the process
 group exists), what the LightningModule logs with `self.log` goes to the run as train or valid metrics
 (split by name), `tuitrain stop` sets `trainer.should_stop` at the same step on every rank, and
-`tuitrain checkpoint` has the Trainer write its own `.ckpt` into the run's checkpoint/ folder.
+`tuitrain checkpoint` has the Trainer write its own `.ckpt` into the run's checkpoint/ folder. A
+LightningModule logs samples with `TuitrainCallback.of(self.trainer).log_image("samples", x)` (also
+`log_text`, `log_histogram`; the step defaults to the global step).
 
 Works with `lightning.pytorch` and with `pytorch_lightning`: Lightning wants a subclass of its own
 package's `Callback`, so the class an instance gets is built when it is made, on the `Callback` of each
@@ -25,6 +27,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tuitrain.integrations.media import MediaCalls
 from tuitrain.run.monitor import Monitor
 
 __all__ = ["TuitrainCallback"]
@@ -116,7 +119,7 @@ def _rebuild(cls: type, state: dict) -> "TuitrainCallback":
     return obj
 
 
-class TuitrainCallback:
+class TuitrainCallback(MediaCalls):
     """Give a Lightning Trainer's fit tuitrain's run directory, dashboard and controls.
 
     experiment: the run's name (default: the LightningModule's class name in lower case); run_dir: where
@@ -129,6 +132,17 @@ class TuitrainCallback:
     lr; epoch-level ones (`on_epoch=True`) once each epoch's are in; valid metrics at the end of each
     validation. `x_step` is `x`; the epoch mean of a value also logged on steps is `x_epoch`.
     """
+
+    @staticmethod
+    def of(trainer) -> "TuitrainCallback":
+        """The trainer's TuitrainCallback (from a LightningModule: `TuitrainCallback.of(self.trainer)`)."""
+        for cb in getattr(trainer, "callbacks", None) or ():
+            if isinstance(cb, TuitrainCallback):
+                return cb
+        raise LookupError("this Trainer has no TuitrainCallback: Trainer(callbacks=[TuitrainCallback()])")
+
+    def _global_step(self) -> int:
+        return int(self._trainer.global_step) if self._trainer is not None else 0
 
     def __new__(cls, *args: Any, **kwargs: Any) -> "TuitrainCallback":
         return object.__new__(_concrete(cls))
@@ -146,6 +160,7 @@ class TuitrainCallback:
         self.theme = theme
         self.dir = dir
         self.monitor: Monitor | None = None
+        self._trainer = None  # the Trainer of the fit under way: its global step is the media's default
         self._reset()
 
     def _reset(self) -> None:
@@ -155,7 +170,8 @@ class TuitrainCallback:
         self._stopped = False
 
     def __reduce__(self):  # the class is made at runtime: pickle the user's class and rebuild (ddp_spawn)
-        return _rebuild, (getattr(type(self), "_user_class", type(self)), dict(self.__dict__, monitor=None))
+        return _rebuild, (getattr(type(self), "_user_class", type(self)),
+                          dict(self.__dict__, monitor=None, _trainer=None))
 
     # --- the run ------------------------------------------------------------------------------
 
@@ -169,6 +185,7 @@ class TuitrainCallback:
                       watch=self.watch, alerts=self.alerts)
         mon.checkpoint_on_stop = False  # `_obey` saves at a stop itself (save_on_stop)
         mon.loop = "lightning"
+        self._trainer = trainer
         self.monitor = mon.start()
         if mon.owner and mon.screen in ("dashboard", "notebook"):
             bar = getattr(trainer, "progress_bar_callback", None)

@@ -22,6 +22,7 @@ from transformers.trainer_callback import CallbackHandler, ProgressCallback
 from transformers.utils import logging as hf_logging
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
+from tuitrain.integrations.media import MediaCalls
 from tuitrain.run.monitor import Monitor
 
 __all__ = ["TuitrainCallback", "split_metrics"]
@@ -97,13 +98,14 @@ def _plain(values: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-class TuitrainCallback(TrainerCallback):
+class TuitrainCallback(MediaCalls, TrainerCallback):
     """The run directory, the dashboard and stop/pause/checkpoint for `transformers.Trainer`.
 
     experiment: the run's name (default: `args.run_name`, else the model's class name); run_dir: where
     the run goes (default `dir/experiment/<timestamp>`); dashboard: "auto", True or False, as for
     `Monitor`; theme: the dashboard's theme. Each `trainer.train()` is one run; `monitor` is the
-    latest run's `Monitor` (its `run_dir` names the folder).
+    latest run's `Monitor` (its `run_dir` names the folder). `log_text`, `log_image`, `log_histogram`
+    (name, value, step=None: the Trainer's global step) log samples from a callback of one's own.
     """
 
     def __init__(self, experiment: str = "", run_dir: str | os.PathLike | None = None, dashboard: Any = "auto",
@@ -117,11 +119,16 @@ class TuitrainCallback(TrainerCallback):
         self.experiment, self.run_dir, self.dashboard, self.theme, self.dir = experiment, run_dir, dashboard, theme, dir
         self.monitor: Monitor | None = None
         self._active = False
+        self._state = None  # the TrainerState of the run under way: its global step is the media's default
+
+    def _global_step(self) -> int:
+        return int(getattr(self._state, "global_step", 0) or 0)
 
     # --- the run -----------------------------------------------------------------------------------
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         self._end_unfinished()  # the last train() raised and the script went on: that run failed
+        self._state = state
         world = max(1, int(getattr(args, "world_size", 1) or 1))
         per_device = int(getattr(state, "train_batch_size", 0) or args.per_device_train_batch_size)
         self.monitor = Monitor(
