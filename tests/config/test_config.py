@@ -261,6 +261,12 @@ BAD = [
     ("[metrics]\ntrain = 'loss'", "metrics.train", "expected an array"),
     ("[experiment]\nname = 'a/b'", "experiment.name", "folder name"),
     ("[experiment]\nseed = -1", "experiment.seed", "must be >= 0"),
+    ("[log]\nsamples = { target = 'm.f' }", "log.samples", "did you mean 'm:f'?"),
+    ("[log]\nsamples = { target = 'm:f', every = 5 }", "log.samples", "unknown key 'every'"),
+    ("[log]\nsamples = { every_n_steps = 5 }", "log.samples", "target is missing"),
+    ("[log]\nsamples = { target = 'm:f', every_n_steps = 0 }", "log.samples", "1 or more"),
+    ("[log]\nhistograms = ['weight']", "log.histograms", "did you mean 'weights'?"),
+    ("[log]\nmedia_keep = -1", "log.media_keep", "must be >= 0"),
 ]
 
 

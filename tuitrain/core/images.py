@@ -74,6 +74,19 @@ def take_image(images: Any) -> _Copy:
                     f"(N,H,W,C), a PIL image, or a list of them; not {type(images).__name__}")
 
 
+def check_image(copy: _Copy) -> _Copy:
+    """`copy` if its shape is an image's or a batch's (looked at on the caller's thread, so a wrong one
+    is a ValueError where it was logged); reading its pixels waits for the worker."""
+    for part in copy.tensor if isinstance(copy.tensor, list) else (copy,):
+        if isinstance(part.tensor, list):
+            check_image(part)
+            continue
+        chw = _as_chw(part.tensor, part.channels_last)
+        if 0 in chw.shape:
+            raise ValueError(f"log_image: an image of shape {tuple(part.tensor.shape)} has no pixels")
+    return copy
+
+
 def _as_chw(t: torch.Tensor, channels_last: bool) -> torch.Tensor:
     """One image as (C,H,W) with C in 1, 3 or 4, or a batch as (N,C,H,W)."""
     if t.ndim == 2:

@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from .events import HistogramLogged, MediaLogged, OutputPrinted
-from .images import image_of, is_numpy, png_bytes, take_copy, take_image
+from .images import check_image, image_of, is_numpy, png_bytes, take_copy, take_image
 
 BINS = 48  #: a histogram's bins
 EVENT_TEXT_CHARS = 4000  #: a text's characters carried in its MediaLogged event
@@ -160,7 +160,7 @@ class MediaLog:
 
     def image(self, step: int, name: str, images: Any) -> None:
         name = check_name(name, "log_image")
-        self._put(("image", int(step), name, take_image(images)))
+        self._put(("image", int(step), name, check_image(take_image(images))))
 
     def histogram(self, step: int, name: str, values: Any) -> None:
         """`values`: a tensor, a numpy array or a list of numbers, or a list of tensors counted together."""

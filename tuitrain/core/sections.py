@@ -145,7 +145,7 @@ class Log:
     #: {"target": fn or "module:function" (a config's, resolved by run/build.py), "every_n_steps": N}:
     #: `fn(model, step)` is called every N steps in eval mode under no_grad; what it returns (a string, an
     #: image, or a dict of them by name) is logged. A bare callable: every 500 steps
-    samples: Any = field(default_factory=dict)
+    samples: dict = field(default_factory=dict)  # (a bare function is taken too)
     #: "weights" and/or "grads": each top-level module's, every `histograms_every_n_steps` steps
     histograms: list = field(default_factory=list)
     histograms_every_n_steps: int = 0
