@@ -158,41 +158,36 @@ def test_a_writer_that_falls_behind_drops_and_says_so_once(tmp_path):
 
 
 def test_learner_logs_samples_and_histograms_at_their_steps(tmp_path):
-    from tuitrain import Learner
+    from tuitrain.core.learner import CoreLearner
     from tuitrain.core.sections import Log
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
     x = torch.randn(128, 4)
     data = torch.utils.data.TensorDataset(x, (x[:, 0] > 0).long())
-    seen = []
+    seen, events = [], []
 
     def samples(m, step):
         seen.append((step, m.training, torch.is_grad_enabled()))
         return {"text": f"at {step}", "picture": torch.rand(2, 3, 4, 4)}
 
-    learner = Learner(model, torch.optim.SGD(model.parameters(), lr=0.1), loss_fn=torch.nn.CrossEntropyLoss(),
-                      epochs=2, batch_size=16, run_dir=tmp_path / "run",
-                      log=Log(samples={"target": samples, "every_n_steps": 5}, histograms=["weights", "grads"],
-                              histograms_every_n_steps=4))
-    result = learner.fit(data, dashboard=False)
+    learner = CoreLearner(
+        model, torch.optim.SGD(model.parameters(), lr=0.1), loss_fn=torch.nn.CrossEntropyLoss(), epochs=2,
+        batch_size=16, run_dir=tmp_path / "run", callbacks=[lambda e, s: events.append(e)],
+        log=Log(samples={"target": samples, "every_n_steps": 5}, histograms=["weights", "grads"],
+                histograms_every_n_steps=4))
+    result = learner.fit(data)
     assert result.status == "completed"
     assert seen == [(5, False, False), (10, False, False), (15, False, False)]
     assert model.training  # back in training mode
-    from tests.conftest import read_events
-
-    events = read_events(tmp_path / "run")
-    media = sorted((e["key"], e["step"]) for e in events if e["event"] == "MediaLogged")
+    media = sorted((e.key, e.step) for e in written(events))
     assert media == sorted([(k, s) for k in ("text", "picture") for s in (5, 10, 15)])
     hists = {}
-    for e in events:
-        if e["event"] == "HistogramLogged":
-            hists.setdefault(e["key"], []).append(e["step"])
+    for e in written(events, HistogramLogged):
+        hists.setdefault(e.key, []).append(e.step)
     assert hists == {k: [4, 8, 12, 16] for k in ("weights/0", "weights/2", "grads/0", "grads/2")}
-    last_w = next(e for e in reversed(events) if e["event"] == "HistogramLogged" and e["key"] == "weights/2")
-    assert sum(last_w["counts"]) == 8 * 2 + 2
-    assert last_w["max"] == pytest.approx(float(torch.cat([p.detach().flatten() for p in model[2].parameters()]).max()))
-    assert [e["event"] for e in events][-1] == "RunFinished"  # everything logged is said before the end
+    w2 = [e for e in written(events, HistogramLogged) if e.key == "weights/2"][-1]
+    assert sum(w2.counts) == 8 * 2 + 2
+    assert w2.max == pytest.approx(float(torch.cat([p.detach().flatten() for p in model[2].parameters()]).max()))
+    assert events[-1].name == "RunFinished"  # everything logged is said before the end
     assert (tmp_path / "run/media/picture/15.png").exists()
-    learner.log_text("late", "x")  # outside a fit ... (the run is over: its log is closed, nothing is kept)
-    assert not (tmp_path / "run/media/late").exists()
