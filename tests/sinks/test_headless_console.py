@@ -113,3 +113,38 @@ def test_plain_text():
     assert plain("a\r\nb") == "a\nb"
     assert plain("\x1b]0;title\x07x\x1b[31;1my") == "xy"
     assert plain("done\r") == "done"
+
+
+def test_samples_are_a_short_line_or_a_texts_first_lines_and_histograms_a_line_for_new_names():
+    from tuitrain.core.events import HistogramLogged, MediaLogged
+
+    c, _, out, err = console()
+    start(c)
+    c(MediaLogged(key="samples", step=500, kind="image", path="media/samples/500.png", width=270, height=270))
+    text = "def f(x):\n\x1b[2J    return x\n" + "y" * 200 + "\n" + "\n".join(f"line {i}" for i in range(10)) + "\n\n"
+    c(MediaLogged(key="sample", step=500, kind="text", path="media/sample/500.txt", text=text))
+    c(MediaLogged(key="note\x1b]0;title\x07", step=3, kind="text", path="", text=" \n"))
+    for step_ in (100, 200):
+        for key in ("grads/fc1", "grads/fc2", "weights/fc1"):
+            c(HistogramLogged(key=key, step=step_, low=-1.0, high=1.0, counts=[1, 2]))
+        step(c, step_, t=0.5)
+    c(HistogramLogged(key="weights/head", step=300, low=-1.0, high=1.0, counts=[1, 2]))
+    c.close()  # says the names still waiting
+    lines = [line for line in out.getvalue().splitlines() if not line.startswith(("run ", "epoch "))]
+    assert lines == [
+        "samples: image 270x270 at step 500 → media/samples/500.png",
+        "sample: text at step 500 → media/sample/500.txt",
+        "  | def f(x):",
+        "  |     return x",
+        "  | " + "y" * 119 + "…",
+        "  | line 0",
+        "  | line 1",
+        "  | line 2",
+        "  | line 3",
+        "  | line 4",
+        "  | … 5 more lines",
+        "note: text at step 3 (empty)",
+        "histograms from step 100: grads/fc1, grads/fc2, weights/fc1",
+        "histograms from step 300: weights/head",
+    ]
+    assert "\x1b" not in out.getvalue() and err.getvalue() == ""

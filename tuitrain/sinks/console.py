@@ -3,7 +3,9 @@
 Plain lines only: no ANSI escapes, no carriage returns, at most one progress line per `interval`
 seconds, one summary line per epoch, a line per checkpoint, control command and pause, what the
 user's code printed (verbatim, but with terminal escapes removed and `\\r` overwrites collapsed to
-the text a terminal would end up showing), and the summary table at the end.
+the text a terminal would end up showing), and the summary table at the end. A logged text sample
+is a line and its first lines (`SAMPLE_LINES`, each cut to `SAMPLE_WIDTH`), an image one line with
+its size and file; histograms, many at each step, only a line naming those seen for the first time.
 Must not import torch or textual.
 """
 
@@ -14,14 +16,17 @@ import time
 from typing import Callable, TextIO
 
 from tuitrain.core.events import (
-    CheckpointFailed, CheckpointSaved, ControlReceived, EpochCompleted, EpochStarted, Event, JobRequeued,
-    AlertRaised, MetricsLogged, OutputPrinted, PhaseStarted, RolledBack, RunFailed, RunFinished, RunPaused, RunResumed,
-    RunStarted, StepCompleted, StepStarted,
+    CheckpointFailed, CheckpointSaved, ControlReceived, EpochCompleted, EpochStarted, Event, HistogramLogged,
+    JobRequeued, AlertRaised, MediaLogged, MetricsLogged, OutputPrinted, PhaseStarted, RolledBack, RunFailed,
+    RunFinished, RunPaused, RunResumed, RunStarted, StepCompleted, StepStarted,
 )
 from tuitrain.core.text import safe_text
 from tuitrain.sinks.summary import format_duration, format_metric, format_summary_table, format_value
 
 SEP = " · "
+SAMPLE_LINES = 8  #: a text sample's lines shown
+SAMPLE_WIDTH = 120  #: characters of each, the rest cut
+HISTOGRAM_NAMES = 8  #: names listed in a histograms line, the rest counted
 
 
 def plain(text: str) -> str:
@@ -76,6 +81,9 @@ class HeadlessConsole:
         self._rate_origin: tuple[float, int] | None = None  # (time, step or batch) at phase start
         self.rate: float | None = None  # train steps/s, or batches/s in another phase
         self._train_rate: float | None = None  # kept across epochs for the ETA
+        self._histograms: set[str] = set()  # the names seen
+        self._new_histograms: list[str] = []  # seen for the first time, said at the next other event
+        self._new_histograms_step = 0
 
     # --- output ---------------------------------------------------------------------------
 
@@ -90,6 +98,8 @@ class HeadlessConsole:
     # --- events ---------------------------------------------------------------------------
 
     def __call__(self, event: Event, state: object = None) -> None:
+        if self._new_histograms and not isinstance(event, HistogramLogged):
+            self._say_histograms()
         match event:
             case RunStarted():
                 self.run_dir = event.run_dir
@@ -154,6 +164,14 @@ class HeadlessConsole:
                 self._emit(f"rolled back from step {event.from_step} to step {event.to_step} ({event.checkpoint}); "
                            f"{len(event.skipped_batches)} batch(es) passed over, lr x{event.lr_factor:g} "
                            f"(rollback {event.rollbacks})")
+            case MediaLogged():
+                self._media(event)
+            case HistogramLogged(key=key):
+                if key not in self._histograms:
+                    self._histograms.add(key)
+                    if not self._new_histograms:
+                        self._new_histograms_step = event.step
+                    self._new_histograms.append(key)
             case RunFinished():
                 self._finished(event)
             case JobRequeued(job_id=job, requeued=True):
@@ -172,6 +190,31 @@ class HeadlessConsole:
                     return
                 where = f"; traceback in {self.run_dir}/experiment.log" if self.run_dir else ""
                 self._emit(f"error: {event.error} (epoch {event.epoch}, step {event.step}){where}", self.err)
+
+    def _media(self, event: MediaLogged) -> None:
+        name = safe_text(event.key, lines=False)
+        where = f" → {safe_text(event.path, lines=False)}" if event.path else ""
+        if event.kind == "image":
+            self._emit(f"{name}: image {event.width}x{event.height} at step {event.step}{where}")
+            return
+        lines = safe_text(event.text).rstrip().split("\n")
+        if lines == [""]:
+            self._emit(f"{name}: text at step {event.step}{where} (empty)")
+            return
+        self._emit(f"{name}: text at step {event.step}{where}")
+        for line in lines[:SAMPLE_LINES]:
+            line = line.rstrip()
+            self._emit(f"  | {line[:SAMPLE_WIDTH - 1] + '…' if len(line) > SAMPLE_WIDTH else line}")
+        if len(lines) > SAMPLE_LINES:
+            more = len(lines) - SAMPLE_LINES
+            self._emit(f"  | … {more} more line{'s' if more > 1 else ''}")
+
+    def _say_histograms(self) -> None:
+        names, self._new_histograms = self._new_histograms, []
+        shown = ", ".join(safe_text(n, lines=False) for n in names[:HISTOGRAM_NAMES])
+        if len(names) > HISTOGRAM_NAMES:
+            shown += f" and {len(names) - HISTOGRAM_NAMES} more"
+        self._emit(f"histograms from step {self._new_histograms_step}: {shown}")
 
     def _advance(self, step: int, batch: int, t: float) -> None:
         self.step, self.batch, self._progressed = step, max(batch, 0), True
@@ -242,6 +285,8 @@ class HeadlessConsole:
             self._emit(best)
 
     def close(self) -> None:
+        if self._new_histograms:
+            self._say_histograms()
         for stream in (self.stream, self.err):
             try:
                 stream.flush()
