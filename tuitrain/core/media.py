@@ -24,6 +24,7 @@ import os
 import queue
 import re
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -147,6 +148,7 @@ class MediaLog:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self.dropped = 0
+        self.cpu_seconds = 0.0  # the worker's CPU time so far (benchmarks/bench_media.py reads it)
         self.failed = ""  # the first write that failed: said once as output
         self._closed = False
         self._scanned = False
@@ -205,6 +207,7 @@ class MediaLog:
             if got is None:
                 return
             (kind, step, name, payload), epoch = got
+            start = time.thread_time()
             try:
                 self._write(kind, step, name, payload, epoch)
             except (ValueError, TypeError) as e:
@@ -218,6 +221,7 @@ class MediaLog:
                 self.emit(OutputPrinted(text=f"media: {name!r} at step {step} not kept: "
                                         f"{type(e).__name__}: {e}", stream="tuitrain"))
             finally:
+                self.cpu_seconds += time.thread_time() - start
                 self._queue.task_done()
 
     def _write(self, kind: str, step: int, name: str, payload: Any, epoch: int) -> None:
