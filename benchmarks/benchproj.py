@@ -93,3 +93,13 @@ class LockstepNet(Net):
     def forward(self, x):
         self.baton.before_forward()
         return self.body(x)
+
+
+def samples64(model, step):
+    """bench_media's `[log] samples`: the first layer's first 64 filters as a grid of 28x28 images (the
+    medium model's 784 inputs), and a line of text."""
+    w = model.body[0].weight[:64]
+    side = int(w.shape[1] ** 0.5)
+    w = w[:, :side * side].reshape(-1, 1, side, side)
+    lo, hi = w.amin(dim=(1, 2, 3), keepdim=True), w.amax(dim=(1, 2, 3), keepdim=True)
+    return {"filters": (w - lo) / (hi - lo + 1e-12), "note": f"step {step}: mean |w| {w.abs().mean():.5f}"}
