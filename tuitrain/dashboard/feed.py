@@ -126,6 +126,8 @@ class Feed:
             screen.devices.show(st.devices, st.env)
         if "checkpoints" in dirty:
             screen.checkpoints.show(st.checkpoints, st.best_file, st.monitor)
+        if "media" in dirty:
+            screen.show_media(st)
         if "log" in dirty:
             log = screen.output
             for stream, text, partial in st.take_lines():

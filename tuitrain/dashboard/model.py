@@ -24,10 +24,12 @@ import numpy as np
 
 from tuitrain.core.events import (
     CheckpointDeleted, CheckpointFailed, CheckpointSaved, CheckpointStarted, ControlReceived,
-    AlertRaised, DevicesSampled, EpochCompleted, RolledBack, EpochStarted, Event, MetricsLogged, OutputPrinted, PhaseCompleted,
-    PhaseStarted, RunFailed, RunFinished, RunPaused, RunResumed, RunStarted, StepCompleted, StepStarted,
+    AlertRaised, DevicesSampled, EpochCompleted, RolledBack, EpochStarted, Event, HistogramLogged, MediaLogged,
+    MetricsLogged, OutputPrinted, PhaseCompleted, PhaseStarted, RunFailed, RunFinished, RunPaused, RunResumed,
+    RunStarted, StepCompleted, StepStarted,
 )
 from tuitrain.dashboard.lookup import StepLookup
+from tuitrain.dashboard.media import MediaState, keep_of
 from tuitrain.dashboard.series import Anchors, Series
 from tuitrain.dashboard.sources import MetricsBlock, PastSessionsRead
 
@@ -127,6 +129,8 @@ class DashboardState:
         #: a script's alerts of level "info" (`mon.alert(..., level="info")`): shown, never alarming
         self.infos: list = []
         self.bell = True  # [alerts] bell: ring the terminal's bell for a live alert
+        #: logged images and texts (the samples panel) and histograms (heatmaps in the chart grid): media.py
+        self.media = MediaState()
 
     # --- reading ---------------------------------------------------------------------------
 
@@ -309,6 +313,7 @@ class DashboardState:
                 self.monitor = str(checkpoint.get("monitor", "") or "")
                 self.mode = str(checkpoint.get("mode", "") or "")
                 self.bell = _table(cfg, "alerts").get("bell", True) is not False
+                self.media.keep = keep_of(cfg)
                 self._samples = max(self._samples, event.start_step * (event.batch_size or 0))
                 every = _table(cfg, "train").get("validate_every", 1)
                 self.validate_every = every if isinstance(every, int) and every > 0 else 1
@@ -381,6 +386,8 @@ class DashboardState:
             case OutputPrinted():
                 self._log(event.stream, event.text, event.partial)
                 return {"log"}
+            case MediaLogged() | HistogramLogged():
+                return self.media.add(event)
             case AlertRaised(level="info"):  # said in the output panel and the header; no mark, no bell
                 self.infos.append(event)
                 self._log("tuitrain", f"[info] step {event.step}: {event.title}: {event.text}")

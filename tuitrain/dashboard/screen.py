@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
+from pathlib import Path
 from typing import Callable
 
 from rich.text import Text
 from textual import events
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Static
@@ -41,6 +43,7 @@ from tuitrain.dashboard.widgets.devices_panel import DevicesPanel
 from tuitrain.dashboard.widgets.output_log import OutputLog
 from tuitrain.dashboard.widgets.progress_panel import ProgressPanel
 from tuitrain.dashboard.widgets.run_list import RunList
+from tuitrain.dashboard.widgets.samples_panel import SamplesPanel
 
 
 def run_state(state) -> str:
@@ -65,9 +68,13 @@ class DashboardScreen(Screen):
     #: the chart keys, each the grid's own action (`action_chart_key`): with the focus outside the grid
     #: they are found here; inside it, the grid's own come first (Tab and Shift+Tab, the grid's priority
     #: keys, replace the screen's focus keys, as they did)
-    BINDINGS = [replace(b, action=f"chart_key({b.key!r})") for b in ChartGrid.CHART_KEYS]
-    #: the keys bound here for the grid (the footer counts them among the chart keys)
-    CHART_KEYS = frozenset(b.key for b in ChartGrid.CHART_KEYS)
+    BINDINGS = [replace(b, action=f"chart_key({b.key!r})") for b in ChartGrid.CHART_KEYS] + [
+        # the samples panel's step slider, wherever the focus is (shown once the run has logged a sample)
+        Binding("left_square_bracket", "media_step(-1)", "Older"),
+        Binding("right_square_bracket", "media_step(1)", "Newer"),
+    ]
+    #: the keys bound here for the grid and the samples (the footer shows them after the run's keys)
+    CHART_KEYS = frozenset(b.key for b in ChartGrid.CHART_KEYS) | {"left_square_bracket", "right_square_bracket"}
 
     def __init__(self, *, comparing: bool = False, clock: Callable[[], float], notice: str = "", skipped: int = 0,
                  footer_after: frozenset[str] = frozenset()) -> None:
@@ -89,7 +96,9 @@ class DashboardScreen(Screen):
             with Vertical(id="plot-column"):
                 yield ChartGrid(id="charts")
                 yield ChartNote(id="chart-note")
-                yield OutputLog(id="log", classes="panel")
+                with Horizontal(id="lower"):  # no rows until the run logs a sample or prints a line
+                    yield SamplesPanel(id="samples", classes="panel")
+                    yield OutputLog(id="log", classes="panel")
             with VerticalScroll(id="side", can_focus=False):  # the keys are the charts'; the wheel scrolls it
                 if self.comparing:  # the run list takes the side column (the panels below are one run's)
                     yield RunList(id="runs", classes="panel")
@@ -105,6 +114,7 @@ class DashboardScreen(Screen):
 
     def on_mount(self) -> None:
         self._grid = self.query_one(ChartGrid)
+        self._grid.also = [self.samples]  # Tab and the arrows reach the samples panel after the charts
         self.query_one("#log").border_title = "output"
         self.query_one("#progress").border_title = "progress"
         self.query_one("#devices").border_title = "devices"
@@ -152,6 +162,33 @@ class DashboardScreen(Screen):
     @property
     def controls(self) -> ControlBar:
         return self.query_one(ControlBar)
+
+    @property
+    def samples(self) -> SamplesPanel:
+        return self.query_one(SamplesPanel)
+
+    def show_media(self, state) -> None:
+        """The samples panel: the run's logged images and texts (it takes its rows from the first one
+        on), their paths the run directory's as this dashboard reads it (a watched run's folder)."""
+        media = getattr(state, "media", None)
+        if media is None or getattr(state, "runs", None) is not None or not media:
+            return
+        root = state.files_dir or (Path(state.run_dir) if state.run_dir else None)
+        first = not self.samples.has_class("-has-media")
+        if first:
+            self.samples.add_class("-has-media")
+            self.query_one("#lower").add_class("-has-media")
+            self.refresh_bindings()  # [ and ] join the footer
+        self.samples.show(media, root)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """[ and ] only once the run has logged a sample (before, the footer is as it was)."""
+        if action == "media_step":
+            return self.samples.has_class("-has-media")
+        return True
+
+    def action_media_step(self, delta: int) -> None:
+        self.samples.step(delta)
 
     # --- the title bar and the notice ------------------------------------------------------
 

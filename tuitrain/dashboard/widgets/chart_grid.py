@@ -19,12 +19,16 @@ from textual import events
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.message import Message
+from textual.widget import Widget
 
 from tuitrain.core.text import safe_text
 from tuitrain.dashboard.charts import compile_filter, grid_shape, group_metrics
 from tuitrain.dashboard.model import DashboardState
 from tuitrain.dashboard.widgets.filter_screen import FilterScreen
+from tuitrain.dashboard.widgets.histogram_plot import HistogramPlot
 from tuitrain.dashboard.widgets.metric_plot import MetricPlot
+
+HISTOGRAM = "\x00histogram:"  # a histogram's chart among the metrics' (a metric may have its name)
 
 
 class ChartGrid(VerticalScroll):
@@ -82,6 +86,8 @@ class ChartGrid(VerticalScroll):
         self._shape: tuple | None = None
         #: (charts shown, out of view above, below) as last laid out and reported (`ViewChanged`)
         self.view: tuple[int, int, int] = (0, 0, 0)
+        #: panels outside the grid that Tab and the arrows reach after the charts (the screen's samples)
+        self.also: list[Widget] = []
 
     def on_mount(self) -> None:
         self.watch(self, "scroll_y", lambda: self.call_after_refresh(self.report_view), init=False)
@@ -91,20 +97,36 @@ class ChartGrid(VerticalScroll):
     def show(self, state: DashboardState) -> None:
         self._state = state
         groups = group_metrics(state.metric_names)
-        wanted = {name for name, _ in groups}
+        # a run's histograms, after its metrics (one run's: runs compared have none here)
+        media = getattr(state, "media", None) if getattr(state, "runs", None) is None else None
+        histograms = [HISTOGRAM + key for key in media.histograms] if media is not None else []
+        wanted = {name for name, _ in groups} | set(histograms)
         for name in [n for n in self.charts if n not in wanted]:  # a chart that became part of a group
             self.charts.pop(name).remove()
-        new = []
+        new, new_histograms = [], []
         for name, metrics in groups:
             chart = self.charts.get(name)
             if chart is None:
                 chart = self.charts[name] = MetricPlot(name, metrics, classes="panel chart")
                 new.append(chart)
             chart.display = self.matches(chart)
-        for chart in new:
+        for name in histograms:
+            chart = self.charts.get(name)
+            if chart is None:
+                chart = self.charts[name] = HistogramPlot(name[len(HISTOGRAM):], classes="panel chart")
+                new_histograms.append(chart)
+            chart.display = self.matches(chart)
+        for chart in new + new_histograms:
             chart.pending = state  # shown once mounted (its colours come from CSS)
-        if new:
-            self.mount_all(new)
+        if new:  # a metric's chart before the histograms
+            first = next((c for c in self.charts.values() if isinstance(c, HistogramPlot) and c.is_attached), None)
+            if first is not None:
+                self.mount_all(new, before=first)
+            else:
+                self.mount_all(new)
+        if new_histograms:
+            self.mount_all(new_histograms)
+        new += new_histograms
         for chart in self.charts.values():
             if chart.is_mounted and chart not in new and chart.display:
                 chart.show(state)
@@ -201,8 +223,10 @@ class ChartGrid(VerticalScroll):
             return focused
         return shown[0] if shown else None
 
-    def move(self, delta: int, wrap: bool = True) -> MetricPlot | None:
-        shown = self.visible()
+    def move(self, delta: int, wrap: bool = True) -> Widget | None:
+        """The focus `delta` charts on (Tab, arrows), then to the panels of `also` shown (the samples)."""
+        charts = self.visible()
+        shown = charts + [w for w in self.also if w.display]
         if not shown:
             return None
         focused = self.app.focused
@@ -211,7 +235,9 @@ class ChartGrid(VerticalScroll):
         if wrap:
             j %= len(shown)
         elif not 0 <= j < len(shown):
-            j = i if i >= 0 else 0
+            # below the last row of charts: the panel under them; else stay
+            j = len(charts) if j >= len(shown) and len(shown) > len(charts) and 0 <= i < len(charts) else \
+                (i if i >= 0 else 0)
         shown[j].focus()
         return shown[j]
 
