@@ -10,10 +10,11 @@
    loop's own share (the samples function, the copies and histc on the loop's thread) and the media
    worker's CPU seconds (`MediaLog.cpu_seconds`, thread CPU time), both over the run's wall time. Their
    sum over the run's time is the cost the loop could see at most, were the worker never to overlap.
-3. Memory over a long run: a `Monitor` loop of `--long` steps logging a text and a 64-image grid every 50
-   steps and a 1M-value histogram every 100; RSS and the files kept, every tenth of the run.
+3. Memory over a long run: a `Monitor` loop of `--long` steps (each a `--step-ms` sleep, the time a
+   step's device work would take) logging a text and a 64-image grid every 50 steps and a 1M-value
+   histogram every 100; RSS, the files kept and the items dropped, every tenth of the run.
 
-    python benchmarks/bench_media.py [--repeats 4] [--steps 1800] [--long 100000] [--part 1,2,3]
+    python benchmarks/bench_media.py [--repeats 4] [--steps 1800] [--long 100000] [--step-ms 1] [--part 1,2,3]
 """
 
 from __future__ import annotations
@@ -111,7 +112,7 @@ def part_accounting(steps: int) -> None:
           f"worker's CPU {worker_s / wo * 100:.2f} %; at most {(loop_s + worker_s) / wo * 100:.2f} % together")
 
 
-def part_memory(steps: int) -> None:
+def part_memory(steps: int, step_ms: float) -> None:
     import psutil
     import torch
 
@@ -125,6 +126,7 @@ def part_memory(steps: int) -> None:
             start = time.perf_counter()
             for step in range(1, steps + 1):
                 mon.log(step, loss=1.0 / step)
+                time.sleep(step_ms / 1000)
                 if step % 50 == 0:
                     mon.log_text(step, "sample", f"step {step}: " + "lorem ipsum " * 40)
                     mon.log_image(step, "grid", imgs)
@@ -144,6 +146,7 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=4)
     ap.add_argument("--steps", type=int, default=1800, help="steps of part 2's runs")
     ap.add_argument("--long", type=int, default=100_000, help="steps of part 3's run")
+    ap.add_argument("--step-ms", type=float, default=1.0, help="part 3: milliseconds each step sleeps")
     ap.add_argument("--part", default="1,2,3")
     args = ap.parse_args(argv)
     parts = set(args.part.split(","))
@@ -152,7 +155,7 @@ def main(argv=None) -> int:
     if "2" in parts:
         part_accounting(args.steps)
     if "3" in parts:
-        part_memory(args.long)
+        part_memory(args.long, args.step_ms)
     return 0
 
 
