@@ -46,7 +46,7 @@ from tuitrain.dashboard.messages import TrainingEnded
 from tuitrain.dashboard.model import DashboardState
 from tuitrain.dashboard.pacing import UI_SHARE, Pacer
 from tuitrain.dashboard.sources import Source, skipped_lines
-from tuitrain.dashboard.export import export_folder, write_compared, write_series
+from tuitrain.dashboard.export import export_folder, write_compared, write_media, write_series
 from tuitrain.dashboard.screen import DashboardScreen
 from tuitrain.dashboard.widgets.chart_grid import ChartGrid
 from tuitrain.dashboard.widgets.confirm_screen import ConfirmScreen, stop_says
@@ -395,13 +395,17 @@ class DashboardApp(App[int]):
                 files = write_compared(runs, self.state.differences(), folder)
             else:
                 files = write_series(self.state, folder)
+                media = write_media(self.state, folder)  # histograms as CSV, and the samples' list
             self.save_screenshot(filename="screen.svg", path=str(folder))
         except OSError as e:
             self.notify(safe_text(f"export failed: {e}"), severity="error", timeout=6, markup=False)
             return
         self.last_export = folder
         of = f" of {len(runs)} runs" if runs else ""
-        self.notify(safe_text(f"exported the screen and {len(files)} series{of} to {folder}"), timeout=6, markup=False)
+        histograms = sum(p.name.startswith("histogram-") for p in ([] if runs else media))
+        also = f", {histograms} histogram{'s' if histograms != 1 else ''}" if histograms else ""
+        self.notify(safe_text(f"exported the screen{also} and {len(files)} series{of} to {folder}"), timeout=6,
+                    markup=False)
         self.set_notice(f"exported to {folder}")
 
     def action_differences(self) -> None:
@@ -473,7 +477,8 @@ class DashboardApp(App[int]):
             note = "Your loop runs in another process: c, p, q-y and Ctrl+C act on it."
         elif self.watching:
             note = "Watching a run in another process: c, p and q-y act on it; Ctrl+C leaves the viewer."
-        self.push_screen(HelpScreen(note, comparing=self.comparing))
+        media = getattr(self.state, "media", None)
+        self.push_screen(HelpScreen(note, comparing=self.comparing, media=bool(media) and not self.comparing))
 
     def action_show_result(self) -> None:
         if self.state.ended and not isinstance(self.screen, ResultScreen):

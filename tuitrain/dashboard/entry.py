@@ -32,8 +32,10 @@ def run_live(run: Any, theme: Path | None) -> int:
     detached, writing its run directory as a headless run does (`tuitrain watch RUN_DIR` shows it
     again); a screen that fails leaves training to go on with console lines. Either way the
     process ends with the run, with its exit code."""
+    from tuitrain.dashboard import graphics
     from tuitrain.dashboard.live import LiveApp, LiveRun
 
+    graphics.probe()  # the terminal asked what images it draws while no app reads its answers
     live = LiveRun(run)
     app = LiveApp(live, theme)
     crash = None
@@ -48,10 +50,12 @@ def run_live(run: Any, theme: Path | None) -> int:
 def run_watch(run_dir: Path, theme: Path | None, owned: bool = False) -> int:
     """The dashboard of a run from its files; steers it through FileControl while it is live.
     `owned`: the run is this viewer's parent's (`Monitor`): Ctrl+C stops it (see DashboardApp)."""
+    from tuitrain.dashboard import graphics
     from tuitrain.dashboard.app import DashboardApp
     from tuitrain.sinks.run_status import live_status as run_status
 
     run_dir = Path(run_dir)
+    graphics.probe()  # before the app reads the keys (never in a browser: serve's web driver)
     status = run_status(run_dir)
     live = status == "running"
     controller = FileControl(run_dir) if live else None

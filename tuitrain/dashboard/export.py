@@ -4,8 +4,11 @@ compared (`tuitrain watch A B`): the folder goes in the first run's directory, w
 CSVs for each run and the config keys that differ as config-differences.csv.
 
 A series holds every logged value up to its capacity (1024 points); past that, each bucket's
-minimum and maximum, each at its own step (the run's metric files hold everything). Must not import
-textual.
+minimum and maximum, each at its own step (the run's metric files hold everything). A run's logged
+media (`write_media`): each histogram as histogram-NAME.csv (a row a step kept: its min, max, mean,
+range and counts), and media.csv, the images and texts the dashboard holds (name, step, kind, the file
+in the run directory, a text's words); the images themselves are in RUN_DIR/media already. Must not
+import textual.
 """
 
 from __future__ import annotations
@@ -46,6 +49,39 @@ def write_series(state: DashboardState, folder: Path) -> list[Path]:
             for x, y in zip(xs, ys):
                 out.writerow([int(x) if float(x).is_integer() else x]
                              + [round(state.axes[a](x), 6) for a in axes] + [repr(y)])
+        written.append(path)
+    return written
+
+
+def write_media(state: DashboardState, folder: Path) -> list[Path]:
+    """The run's histograms, one CSV each (histogram-NAME.csv: step, epoch, min, max, mean, low, high,
+    then the count of each bin, bin i from low + i * (high - low) / bins), and media.csv listing its
+    images and texts (key, step, epoch, kind, path in the run directory, width, height, text); nothing
+    for a run without media."""
+    media = getattr(state, "media", None)
+    if media is None:
+        return []
+    written = []
+    for key, series in sorted(media.histograms.items()):
+        if not series.columns:
+            continue
+        path = folder / f"histogram-{safe_stem(key)}.csv"
+        bins = max(len(c.counts) for c in series.columns)
+        with open(path, "w", newline="", encoding="utf-8") as f:
+            out = csv.writer(f)
+            out.writerow(["step", "epoch", "min", "max", "mean", "low", "high"] + [f"bin{i}" for i in range(bins)])
+            for c in series.columns:
+                out.writerow([c.step, c.epoch, repr(c.min), repr(c.max), repr(c.mean), repr(c.low), repr(c.high),
+                              *c.counts])
+        written.append(path)
+    if media.items:
+        path = folder / "media.csv"
+        with open(path, "w", newline="", encoding="utf-8") as f:
+            out = csv.writer(f)
+            out.writerow(["key", "step", "epoch", "kind", "path", "width", "height", "text"])
+            for key, items in media.items.items():
+                for x in items:
+                    out.writerow([key, x.step, x.epoch, x.kind, x.path, x.width or "", x.height or "", x.text])
         written.append(path)
     return written
 

@@ -178,11 +178,18 @@ class ChartGrid(VerticalScroll):
         top = self.scroll_offset.y
         bottom = top + self.scrollable_content_region.height
         above = below = 0
-        for chart in self.visible():
-            region = chart.virtual_region
-            if region.bottom <= top:
+        heights = self._shape[1] if self._shape else ()
+        y = 0
+        for i, chart in enumerate(self.visible()):
+            if heights:  # where the grid puts it (a chart shown again by the filter is not laid out yet)
+                row = i // self.columns
+                y = sum(heights[r % len(heights)] for r in range(row))
+                y_end = y + heights[row % len(heights)]
+            else:
+                y, y_end = chart.virtual_region.y, chart.virtual_region.bottom
+            if y_end <= top:
                 above += 1
-            elif region.y >= bottom:
+            elif y >= bottom:
                 below += 1
         return above, below
 

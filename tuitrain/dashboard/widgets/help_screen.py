@@ -27,6 +27,9 @@ KEYS = [
     ("w", "window: full history, then the most recent steps only", "window: full history, recent steps"),
     ("/", "show only the charts whose metric names match a regular expression (empty: all)",
      "only the charts matching a regex (empty: all)"),
+    ("[ / ]", "samples: each name's image or text a logged step older / newer; with the panel focused (Tab)"
+              " ←/→ too, Enter: it alone",
+     "samples: a logged step older / newer"),
     ("i", "inspect: a cursor on the focused chart (←/→ or a click move it) with the step and every"
           " series' value there; i or Esc: off", "a cursor (←/→) and the values under it"),
     ("e", "export: the screen as SVG and every series as CSV, in RUN_DIR/exports/",
@@ -50,6 +53,8 @@ KEYS = [
 ]
 #: the keys of comparing runs, listed on a small terminal only when comparing
 COMPARING_KEYS = ("d", "R", "P")
+#: the samples' keys, listed only for a run that logged images or texts
+MEDIA_KEYS = ("[ / ]",)
 
 
 class HelpScreen(ModalScreen[None]):
@@ -59,10 +64,11 @@ class HelpScreen(ModalScreen[None]):
     #help-box > Static { width: 100%; }
     """
 
-    def __init__(self, note: str = "", comparing: bool = False) -> None:
+    def __init__(self, note: str = "", comparing: bool = False, media: bool = False) -> None:
         super().__init__()
         self.note = note
         self.comparing = comparing
+        self.media = media
 
     def compose(self) -> ComposeResult:
         width, height = self.app.size
@@ -72,7 +78,7 @@ class HelpScreen(ModalScreen[None]):
         table.add_column(style="bold", no_wrap=True)
         table.add_column()
         for key, does, brief in KEYS:
-            if small and key in COMPARING_KEYS and not self.comparing:
+            if (small and key in COMPARING_KEYS and not self.comparing) or (key in MEDIA_KEYS and not self.media):
                 continue
             table.add_row(key, brief if small else does)
         with Vertical(id="help-box"):

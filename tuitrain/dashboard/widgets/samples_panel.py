@@ -138,7 +138,7 @@ class SampleCard(Vertical):
         """The image with the terminal's graphics, where `graphics.probe` found them; False: half-blocks."""
         make = graphics.image_widget()
         path = root / item.path if make is not None and item is not None and item.kind == "image" \
-            and item.path and root is not None else None
+            and item.path and root is not None and self.body.is_attached else None
         if path is None or not path.is_file():
             if self.graphics is not None:
                 self.graphics.remove()
@@ -155,7 +155,7 @@ class SampleCard(Vertical):
                 return False
             if self.graphics is None:
                 self.graphics = make(picture, classes="sample-graphics")
-                self.mount(self.graphics)
+                self.mount(self.graphics, before=self.body)
             else:
                 self.graphics.image = picture
             self._graphics_of = str(path)
@@ -185,6 +185,7 @@ class SamplesPanel(Widget, can_focus=True):
         self.at_step: int | None = None  # the slider: None follows the newest
         self.cards: dict[str, SampleCard] = {}
         self.hidden_keys: list[str] = []  # names without room (Enter shows them)
+        self.title_text = ""
         self._shown: tuple | None = None
 
     # --- what it shows ----------------------------------------------------------------------
@@ -240,6 +241,7 @@ class SamplesPanel(Widget, can_focus=True):
             title.append(f" · step {self.at_step} of {newest}", style="bold")
             title.append(" · ] newer")
         self.border_title = title
+        self.title_text = title.plain  # tests read it
         notes = []
         if self.hidden_keys:
             notes.append(f"+{len(self.hidden_keys)} more: Enter")
@@ -249,11 +251,6 @@ class SamplesPanel(Widget, can_focus=True):
             notes.append("[ older")
         self.border_subtitle = " · ".join(notes)
 
-    @property
-    def title_text(self) -> str:
-        """The title as plain text (tests read it)."""
-        title = self.border_title
-        return title.plain if isinstance(title, Text) else str(title or "")
 
     # --- the slider and the keys ------------------------------------------------------------
 
