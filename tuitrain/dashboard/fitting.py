@@ -21,8 +21,10 @@ MIN_TAIL = 16
 #: the footer's words, shorter, for a narrow terminal
 SHORT_WORDS = {"Stop now": "Stop", "Checkpoint": "Ckpt", "X axis": "Axis", "Window": "Win"}
 #: the keys the footer leaves out first when even the short words do not fit (the help screen `?` lists
-#: them all): Ctrl+C (q asks the same), then the chart keys used least
-DROP_FIRST = ("ctrl+c", "w", "x", "e", "s", "l", "i", "slash", "R", "P")
+#: them all): Ctrl+C (q asks the same), the samples' [ and ] (the samples panel's border names them), then
+#: the chart keys used least
+DROP_FIRST = ("ctrl+c", "right_square_bracket", "left_square_bracket", "w", "x", "e", "s", "l", "i", "slash", "R",
+              "P")
 
 
 def words_within(text: str, room: int) -> str:

@@ -62,16 +62,18 @@ class HistogramPlot(MetricPlot):
         room = max(self.outer_size.width - 6, 10) if self.size.width else 80
         last = self.columns[-1] if self.columns else None
         title = Text()
-        for form in ("long", "short", "tight"):
+        for form in ("long", "mid", "short", "tight"):  # the first that fits
             title = Text(safe_name(self.chart, max(8, min(40, room // 2))), style="bold")
             if last is not None:
+                lo, hi, mean = last.min, last.max, last.mean
                 if form == "long":
-                    title.append(f"  step {last.step} · min {short(last.min)} · max {short(last.max)}"
-                                 f" · mean {short(last.mean)}")
+                    title.append(f"  step {last.step} · min {short(lo)} · max {short(hi)} · mean {short(mean)}")
+                elif form == "mid":
+                    title.append(f"  {last.step}: {short(lo, 3)}…{short(hi, 3)} μ {short(mean, 3)}")
                 elif form == "short":
-                    title.append(f"  {last.step}: {short(last.min, 3)}…{short(last.max, 3)} μ {short(last.mean, 3)}")
+                    title.append(f" {short(lo, 2)}…{short(hi, 2)} μ{short(mean, 2)}")
                 else:
-                    title.append(f" {short(last.min, 3)}…{short(last.max, 3)}")
+                    title.append(f" {short(lo, 2)}…{short(hi, 2)}")
             if title.cell_len <= room:
                 break
         self.title_text = title.plain
@@ -133,23 +135,30 @@ class HistogramPlot(MetricPlot):
         edges = np.array([y.lo - y.unit / 2 + k * y.unit / 2 for k in range(2 * rows + 1)])
         shades = heat_columns(columns, steps, [x.value(c) for c in range(cols)], edges, self.log_scale)
         ramp = self._ramp(palette)
+        styles: dict[tuple[int, int], Style] = {}  # (upper shade, lower shade) -> its style, made once
+        levels = [None if s is None else np.clip(np.rint(s * SHADES), 0, SHADES).astype(int)
+                  + ((s > 0) & (np.rint(s * SHADES) == 0)) for s in shades]  # any values at all: at least 1
         cursor = x.cell(self.cursor) if self.cursor is not None else None
         cursor_color = hex_of(palette.cursor)
         lines = list(drawn.lines)
         for r in range(rows):
             strip = lines[top + r]
+            grid = [(seg.text[i], seg.style) for seg in strip.crop(left, left + cols) for i in range(len(seg.text))]
             upper_px, lower_px = 2 * (rows - 1 - r) + 1, 2 * (rows - 1 - r)
             cells: list[Segment] = []
             for c in range(cols):
-                column = shades[c]
-                if column is None:
-                    cells.extend(strip.crop(left + c, left + c + 1))  # no data: the grid shows
+                column = levels[c]
+                if column is None:  # no data: the grid shows
+                    cells.append(Segment(*grid[c]) if c < len(grid) else Segment(" "))
                     continue
-                up, down = ramp[_level(column[upper_px])], ramp[_level(column[lower_px])]
+                key = (int(column[upper_px]), int(column[lower_px]))
                 if c == cursor:
-                    cells.append(Segment("┃", Style(color=cursor_color, bgcolor=down, bold=True)))
-                else:
-                    cells.append(Segment("▀", Style(color=up, bgcolor=down)))
+                    cells.append(Segment("┃", Style(color=cursor_color, bgcolor=ramp[key[1]], bold=True)))
+                    continue
+                style = styles.get(key)
+                if style is None:
+                    style = styles[key] = Style(color=ramp[key[0]], bgcolor=ramp[key[1]])
+                cells.append(Segment("▀", style))
             lines[top + r] = Strip.join([strip.crop(0, left), Strip(cells, cols)])
         return Drawn(lines, x, y, left, top)
 
@@ -162,13 +171,6 @@ class HistogramPlot(MetricPlot):
             rgb = blend(color, bg, 0.2 + 0.8 * t / 0.75) if t <= 0.75 else blend(fg, color, (t - 0.75) / 0.25 * 0.6)
             out.append(Color.from_rgb(*rgb))
         return out
-
-
-def _level(share: float) -> int:
-    """A row's shade: 0 for no values at all, else 1..SHADES by its share of the fullest row."""
-    if share <= 0:
-        return 0
-    return max(1, min(SHADES, int(round(share * SHADES))))
 
 
 __all__ = ["HistogramPlot"]

@@ -271,6 +271,12 @@ class SamplesPanel(Widget, can_focus=True):
         else:
             screen.maximize(self, container=False)
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Esc is the panel's only while it is enlarged (else the charts' own: the inspect cursor off)."""
+        if action == "unzoom":
+            return self.screen.maximized is self
+        return True
+
     def action_unzoom(self) -> None:
         if self.screen.maximized is not None:
             self.screen.minimize()
