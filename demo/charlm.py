@@ -3,6 +3,7 @@
 Plain PyTorch, no tuitrain imports: this is the kind of module a user writes.
 ``datasets`` is the ``[data] target`` and ``CharTransformer`` the ``[model] target`` of charlm.toml.
 The model defines ``train_step``/``valid_step``, so it computes its own loss over every position.
+``sample`` is the ``[log] samples`` target: a few hundred characters written by the model as it trains.
 """
 
 import glob
@@ -187,3 +188,13 @@ def configure(model, lr=3e-3, weight_decay=0.1):
     """[optimizer] target = "charlm:configure": a factory whose first parameter is `model` gets the
     model, so that it can build its own parameter groups."""
     return model.configure_optimizers(weight_decay, lr)
+
+
+SAMPLE_PROMPT = "def "
+
+
+def sample(model, step, n=300, temperature=0.8):
+    """[log] samples target = "charlm:sample": the model's continuation of a fixed prompt, drawn with a
+    fixed seed, so the samples of one run differ only by what the model has learnt between them.
+    tuitrain calls it in eval mode under no_grad (with the EMA weights) and logs the string as text."""
+    return model.generate(SAMPLE_PROMPT, n, temperature=temperature, seed=0)

@@ -2,7 +2,8 @@
 
 ``datasets`` is the ``[data] target`` of gan.toml, ``Generator``/``Discriminator`` the targets of
 ``[model.generator]``/``[model.discriminator]``, and ``GANPhase``/``GANValidPhase`` the
-``[train] phase``/``valid_phase``. The phases are the only tuitrain-specific code.
+``[train] phase``/``valid_phase``. The phases are the only tuitrain-specific code. ``samples`` is the
+``[log] samples`` target: a picture of generated points against the ring, drawn here with torch alone.
 """
 
 import math
@@ -104,3 +105,40 @@ class GANValidPhase(ValidPhase):
         d_loss = bce(D(real), True) + bce(D(fake), False)
         return {"loss": d_loss, "mode_distance": nearest.mean(), "modes_covered": (covered > 0).sum().float(),
                 "items": real.shape[0]}
+
+
+RING = (45, 55, 85)  # the ring and its modes, faint
+POINTS = (255, 190, 60)  # generated points, brighter where more fall on a pixel
+
+
+def draw(img, points, colour, extent):
+    """Adds ``colour`` into the (3, H, W) uint8 ``img`` at each point of ``points`` (N, 2), the square
+    -extent..extent mapped onto the image (y up); more points on a pixel make it brighter (saturating)."""
+    size = img.shape[-1]
+    cols = ((points[:, 0] + extent) / (2 * extent) * size).floor().long()
+    rows = ((extent - points[:, 1]) / (2 * extent) * size).floor().long()
+    inside = (cols >= 0) & (cols < size) & (rows >= 0) & (rows < size)
+    hits = torch.bincount(rows[inside] * size + cols[inside], minlength=size * size).view(size, size)
+    weight = (hits.float() / 2).clamp(max=1.0)  # two points on a pixel: full colour
+    shade = torch.tensor(colour, dtype=torch.float32).view(3, 1, 1) * weight
+    img.copy_((img.float() + shade).clamp(max=255).to(torch.uint8))
+
+
+def picture(points, modes=8, radius=2.0, size=128, extent=3.0):
+    """Generated ``points`` (N, 2) against the ring of ``modes`` Gaussians: a (3, size, size) uint8 image."""
+    img = torch.zeros(3, size, size, dtype=torch.uint8)
+    angle = torch.linspace(0, 2 * math.pi, 8 * size)
+    draw(img, radius * torch.stack([torch.cos(angle), torch.sin(angle)], dim=1), RING, extent)
+    centres = ring_modes(modes, radius)
+    around = torch.tensor([[dx, dy] for dx in (-1, 0, 1) for dy in (-1, 0, 1)], dtype=torch.float32)
+    draw(img, (centres[:, None, :] + around * (extent / size)).reshape(-1, 2), RING, extent)  # 3x3 dots
+    draw(img, points.float().cpu(), POINTS, extent)
+    return img
+
+
+def samples(model, step, n=2048, modes=8, radius=2.0):
+    """[log] samples target = "gan:samples": ``n`` points from the generator (the same noise each
+    time, so the pictures of a run show the generator change) drawn against the ring."""
+    G = model["generator"]  # several models reach the function as one ModuleDict
+    z = torch.randn(n, G.latent, generator=torch.Generator().manual_seed(0)).to(next(G.parameters()).device)
+    return picture(G(z), modes, radius)
