@@ -258,7 +258,8 @@ class SamplesPanel(Widget, can_focus=True):
         """`[` (delta -1) one logged step older, `]` (1) one newer; past the newest it follows new items."""
         if self.media is None or not self.media:
             return
-        self.at_step = self.media.step_before(self.at_step) if delta < 0 else self.media.step_after(self.at_step)
+        at = self.media.step_before(self.at_step) if delta < 0 else self.media.step_after(self.at_step)
+        self.at_step = None if at == self.media.newest_step() else at  # the newest: follow new items
         self.redraw()
 
     def action_step(self, delta: int) -> None:
