@@ -33,6 +33,7 @@ import torch
 
 from .events import HistogramLogged, MediaLogged, OutputPrinted
 from .images import check_image, image_of, is_numpy, png_bytes, take_copy, take_image
+from .retention import thin
 
 BINS = 48  #: a histogram's bins
 EVENT_TEXT_CHARS = 4000  #: a text's characters carried in its MediaLogged event
@@ -62,21 +63,6 @@ def check_name(name: Any, what: str) -> str:
     if not isinstance(name, str) or not name.strip():
         raise ValueError(f"{what} takes a name (a non-empty string), not {name!r}")
     return name.strip()
-
-
-def thin(steps: list[int], keep: int) -> list[int]:
-    """The steps to drop from the sorted `steps` so that `keep` remain, spread as evenly as they can
-    be: the first and the newest always stay; each drop is the step whose neighbours are closest."""
-    steps = list(steps)
-    dropped = []
-    while len(steps) > max(keep, 2):
-        best, gap = 1, None
-        for i in range(1, len(steps) - 1):
-            g = steps[i + 1] - steps[i - 1]
-            if gap is None or g < gap:
-                best, gap = i, g
-        dropped.append(steps.pop(best))
-    return dropped
 
 
 # -- histograms -----------------------------------------------------------------------------------------

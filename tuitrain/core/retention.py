@@ -135,3 +135,18 @@ def decide(policy: Policy, entries: Sequence[Entry]) -> tuple[list[Entry], list[
 def best_entry(entries: Sequence[Entry], monitor: str, mode: str) -> Entry | None:
     ranked = KeepBest(1, monitor, mode).ranked(entries)
     return ranked[0] if ranked else None
+
+
+def thin(steps: list[int], keep: int) -> list[int]:
+    """The steps to drop from the sorted `steps` so that `keep` remain, spread as evenly as they can
+    be: the first and the newest always stay; each drop is the step whose neighbours are closest."""
+    steps = list(steps)
+    dropped = []
+    while len(steps) > max(keep, 2):
+        best, gap = 1, None
+        for i in range(1, len(steps) - 1):
+            g = steps[i + 1] - steps[i - 1]
+            if gap is None or g < gap:
+                best, gap = i, g
+        dropped.append(steps.pop(best))
+    return dropped

@@ -2,9 +2,8 @@
 `MediaLogged` and `HistogramLogged` events (tuitrain/core/media.py writes the files and says them).
 
 Per name, the images and texts logged (step, kind, path relative to the run directory, a text's
-words), thinned as the run's writer thins its files (`core.media.thin` with the same `keep`), so an
-item kept here mostly still has its file; a reader still tolerates one that is gone. (`thin` is
-`core.media.thin`'s rule, twinned: core/media.py imports torch, which `tuitrain watch` never loads.) Per histogram
+words), thinned as the run's writer thins its files (`core.retention.thin` with the same `keep`), so
+an item kept here mostly still has its file; a reader still tolerates one that is gone. Per histogram
 name, its columns (one a logged step), at most `2 * columns` of them: past that every other one goes
 (the first and the newest stay), so a long run's heatmap spans the whole run at an even density.
 
@@ -17,6 +16,7 @@ import bisect
 from dataclasses import dataclass
 
 from tuitrain.core.events import HistogramLogged, MediaLogged
+from tuitrain.core.retention import thin
 
 MEDIA_KEEP = 100  # items kept per name (the run's `log.media_keep` when it says; see `keep_of`)
 MAX_KEEP = 1000  # however many files a run keeps (media_keep 0: all), this many in memory
@@ -80,17 +80,6 @@ class HistogramSeries:
 
     def steps(self) -> list[int]:
         return [c.step for c in self.columns]
-
-
-def thin(steps: list[int], keep: int) -> list[int]:
-    """The steps to drop from the sorted `steps` so that `keep` remain as evenly spread as they can be
-    (the first and the newest stay): the writer's rule (`tuitrain.core.media.thin`)."""
-    steps = list(steps)
-    dropped = []
-    while len(steps) > max(keep, 2):
-        gaps = [steps[i + 1] - steps[i - 1] for i in range(1, len(steps) - 1)]
-        dropped.append(steps.pop(1 + gaps.index(min(gaps))))
-    return dropped
 
 
 def keep_of(config: object) -> int:

@@ -4,7 +4,7 @@ colour and the lower one as its background, so a cell holds two square-ish pixel
 shades (`heat_columns`: a histogram's counts over the rows of an axis, one canvas column a step).
 
 Images are read with Pillow when it is installed, else with the core's own PNG reader
-(`core.images.read_png`, fast for the files tuitrain writes; it comes with torch, loaded then). Knows nothing of widgets or of the run.
+(`core.png.read_png`, fast for the files tuitrain writes). Knows nothing of widgets or of the run.
 Must not import the run layer.
 """
 
@@ -21,6 +21,7 @@ from rich.segment import Segment
 from rich.style import Style
 from textual.strip import Strip
 
+from tuitrain.core.png import read_png
 
 CACHE = 16  # images kept decoded (a key's newest and the steps the slider passed)
 _images: OrderedDict = OrderedDict()
@@ -54,8 +55,6 @@ def _decode(path: Path) -> np.ndarray | None:
         if Image is not None:
             with Image.open(path) as img:
                 return np.asarray(img.convert("RGB"), dtype=np.uint8).copy()
-        from tuitrain.core.images import read_png
-
         w, h, rgb = read_png(path.read_bytes())
         return np.frombuffer(rgb, dtype=np.uint8).reshape(h, w, 3)
     except (OSError, ValueError, SyntaxError):  # PngError is a ValueError; SyntaxError: Pillow's damaged file

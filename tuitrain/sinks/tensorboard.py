@@ -18,8 +18,15 @@ from pathlib import Path
 from typing import Any
 
 from tuitrain.core.events import (
-    EpochCompleted, Event, HistogramLogged, MediaLogged, MetricsLogged, RunFailed, RunFinished,
+    EpochCompleted,
+    Event,
+    HistogramLogged,
+    MediaLogged,
+    MetricsLogged,
+    RunFailed,
+    RunFinished,
 )
+from tuitrain.core.png import PngError, read_png
 
 MISSING = "tensorboard is not installed: pip install 'tuitrain[tensorboard]'"
 
@@ -118,8 +125,6 @@ class TensorBoardSink:
         rel = Path(event.path)
         if not event.path or rel.is_absolute() or ".." in rel.parts:  # only files of this run's media/
             return
-        from tuitrain.core.images import PngError, read_png  # (torch: only once a writer is made)
-
         try:
             data = (self.root / event.path).read_bytes()
             w, h, rgb = read_png(data)
