@@ -17,10 +17,13 @@ What leaves it
   callbacks.py         the event bus: subscribers, per-step sampling, a writer's failure
   output.py            what the user's code prints, as OutputPrinted events
   text.py              text from the user's code made safe to show
+  media.py             images, texts and histograms logged: copied, written and said off the loop's thread
+  images.py            what log_image is given, made one RGB image (grids, shrinking) and a PNG
+  png.py               PNG files written and read with zlib alone
 Steering and files
   control.py           the Interrupter: stop, pause, checkpoint requests; the control folder
   checkpoint.py        the checkpoint folder: atomic background writes, the index, loading
-  retention.py         which checkpoints are kept
+  retention.py         which checkpoints are kept; media thinned evenly
   fsutil.py            atomic, durable file writes
   schedules.py         a schedule's length across a longer resume
 Data, measures, machines
