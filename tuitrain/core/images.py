@@ -169,13 +169,33 @@ def image_of(copy: _Copy) -> torch.Tensor:
         if chw.ndim == 4:
             if chw.shape[0] == 0:
                 raise ValueError("log_image: an empty batch (0 images)")
-            images = [_rgb(to_uint8(x)) for x in chw]
-        else:
-            images = [_rgb(to_uint8(chw))]
+            if 0 in chw.shape:
+                raise ValueError("log_image: an image with no pixels")
+            return shrink(batch_grid(to_uint8(chw)))
+        images = [_rgb(to_uint8(chw))]
     if any(i.shape[1] == 0 or i.shape[2] == 0 for i in images):
         raise ValueError("log_image: an image with no pixels")
     img = images[0] if len(images) == 1 else grid(images)
     return shrink(img.contiguous())
+
+
+def batch_grid(batch: torch.Tensor, pad: int = GRID_PAD) -> torch.Tensor:
+    """(N,C,H,W) uint8 images of one size as one (3,H',W') grid, as `grid` lays them out, in a few
+    whole-tensor operations (a batch of 64 in a fraction of the image-by-image time)."""
+    n, c, h, w = batch.shape
+    if c == 1:
+        batch = batch.expand(n, 3, h, w)
+    elif c == 4:
+        batch = (batch[:, :3].float() * (batch[:, 3:4].float() / 255)).round().to(torch.uint8)
+    if n == 1:
+        return batch[0].contiguous()
+    cols = math.ceil(math.sqrt(n))
+    rows = math.ceil(n / cols)
+    full = torch.zeros(rows * cols, 3, h + pad, w + pad, dtype=torch.uint8)
+    full[:n, :, :h, :w] = batch
+    out = full.reshape(rows, cols, 3, h + pad, w + pad).permute(2, 0, 3, 1, 4).reshape(3, rows * (h + pad),
+                                                                                       cols * (w + pad))
+    return out[:, :rows * (h + pad) - pad, :cols * (w + pad) - pad].contiguous()
 
 
 def png_bytes(img: torch.Tensor) -> bytes:

@@ -92,23 +92,26 @@ def _flat(values: torch.Tensor) -> torch.Tensor:
 
 def histogram_counts(parts: list[torch.Tensor], low: float, high: float, bins: int = BINS) -> torch.Tensor:
     """(bins counts, then min, max, mean) of the values of all `parts` together, as floats on their
-    device (one histc each, no concatenation); values past the range are counted in the end bins,
-    non-finite ones not at all."""
+    device (one histc each, no concatenation); values past the range, infinities too, are counted in
+    the end bins; NaN is not counted (on the CPU it is left out of min, max and mean too)."""
     counts = None
     lo = hi = total = None
     n = 0
     for v in parts:
         v = _flat(v)
-        if v.device.type == "cpu" and not bool(torch.isfinite(v).all()):  # (on a GPU: no sync to ask)
-            v = v[torch.isfinite(v)]
         if v.numel() == 0:
             continue
+        vmin, vmax = torch.aminmax(v)
+        if v.device.type == "cpu" and math.isnan(float(vmin)):  # (on a GPU: no sync to ask)
+            v = v[~torch.isnan(v)]
+            if v.numel() == 0:
+                continue
+            vmin, vmax = torch.aminmax(v)
         c = torch.histc(v.clamp(low, high), bins=bins, min=low, max=high)
         counts = c if counts is None else counts + c
-        vmin, vmax, vsum = v.min(), v.max(), v.sum(dtype=torch.float64 if v.device.type == "cpu" else None)
         lo = vmin if lo is None else torch.minimum(lo, vmin)
         hi = vmax if hi is None else torch.maximum(hi, vmax)
-        total = vsum if total is None else total + vsum
+        total = v.sum() if total is None else total + v.sum()
         n += v.numel()
     if counts is None:
         return torch.zeros(bins + 3)
@@ -151,7 +154,9 @@ class MediaLog:
         self._put(("image", int(step), name, check_image(take_image(images))))
 
     def histogram(self, step: int, name: str, values: Any) -> None:
-        """`values`: a tensor, a numpy array or a list of numbers, or a list of tensors counted together."""
+        """`values`: a tensor, a numpy array or a list of numbers, or a list of tensors counted together.
+        CPU tensors are copied (a memcpy) and counted on the worker; a GPU's are counted where they are
+        (a few kernels, no sync but at a name's first call) and only the counts are copied."""
         name = check_name(name, "log_histogram")
         if isinstance(values, (list, tuple)) and values and all(isinstance(v, torch.Tensor) for v in values):
             parts = list(values)
@@ -159,13 +164,20 @@ class MediaLog:
             parts = [values]
         else:
             parts = [torch.as_tensor(values.copy() if is_numpy(values) else values)]
-        parts = [p for p in parts if p.numel()]
+        parts = [p.detach() for p in parts if p.numel()]
         if not parts:
             return
+        if all(p.device.type == "cpu" for p in parts):
+            self._put(("histogram", int(step), name, [p.clone() for p in parts]))
+            return
+        r = self._range(name, parts)
+        self._put(("histogram", int(step), name, (take_copy(histogram_counts(parts, *r)), r)))
+
+    def _range(self, name: str, parts: list[torch.Tensor]) -> tuple[float, float]:
         r = self._ranges.get(name)
         if r is None:
             r = self._ranges[name] = _range_of([_flat(p) for p in parts])
-        self._put(("histogram", int(step), name, (take_copy(histogram_counts(parts, *r)), r)))
+        return r
 
     def _put(self, item: tuple) -> None:
         if self._closed:
@@ -212,7 +224,11 @@ class MediaLog:
 
     def _write(self, kind: str, step: int, name: str, payload: Any, epoch: int) -> None:
         if kind == "histogram":
-            copy, (low, high) = payload
+            if isinstance(payload, list):  # CPU values: counted here
+                low, high = self._range(name, payload)
+                copy = take_copy(histogram_counts(payload, low, high))
+            else:
+                copy, (low, high) = payload
             values = copy.get().tolist()
             counts = [int(round(c)) for c in values[:-3]]
             lo, hi, mean = (v if math.isfinite(v) else 0.0 for v in values[-3:])
