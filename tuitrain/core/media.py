@@ -200,6 +200,10 @@ class MediaLog:
 
     # the worker's side
     def _work(self) -> None:
+        # one thread for this thread's torch operations (OpenMP's count is per thread: the loop keeps its
+        # own): two teams of OpenMP threads on the same cores wait on each other, and a histogram counted
+        # here with two cost the training ~0.14 s each on the 2-core benchmark machine
+        torch.set_num_threads(1)
         while True:
             got = self._queue.get()
             if got is None:
