@@ -110,3 +110,34 @@ def test_no_hidden_syncs_on_steps_that_log_nothing(project):
     every = learner.log_every_n_steps
     late = sorted({s for s in syncs[5:] if s % every not in (0, every - 1)})  # the first steps set up
     assert not late, late
+
+
+def test_media_from_cuda_tensors_are_the_cpu_ones_and_sync_only_at_a_names_first_histogram(tmp_path):
+    """log_image copies into pinned memory with non_blocking (the worker waits for the copy's event);
+    log_histogram counts on the GPU: the same pixels and counts as from the CPU, and after a name's
+    first call (its range) no sync on the caller's thread."""
+    from tuitrain.core.events import HistogramLogged, MediaLogged
+    from tuitrain.core.media import MediaLog
+
+    torch.manual_seed(0)
+    images, values = torch.rand(16, 3, 8, 8), torch.randn(100_000)
+    out = {}
+    for device in ("cpu", "cuda"):
+        events = []
+        log = MediaLog(tmp_path / device, events.append)
+        log.histogram(1, "w", values.to(device))  # the first: its range read back (one sync)
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error" if device == "cuda" else 0)
+        try:
+            log.image(2, "x", images.to(device, non_blocking=True) if device == "cuda" else images)
+            log.histogram(3, "w", (values * 2).to(device))
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+        log.close()
+        out[device] = ((tmp_path / device / "media/x/2.png").read_bytes(),
+                       [e.counts for e in events if isinstance(e, HistogramLogged)],
+                       [e.path for e in events if isinstance(e, MediaLogged)])
+    assert out["cuda"][0] == out["cpu"][0]
+    assert out["cuda"][2] == out["cpu"][2] == ["media/x/2.png"]
+    for cpu, gpu in zip(out["cpu"][1], out["cuda"][1]):  # histc on a GPU may put a value at an edge apart
+        assert sum(cpu) == sum(gpu) and sum(abs(a - b) for a, b in zip(cpu, gpu)) <= 4
