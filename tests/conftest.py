@@ -320,6 +320,12 @@ def end_pty(pid: int, fd: int) -> None:
 # The default run (the README's test command, CI) leaves these out to stay under 10 minutes on 2
 # cores; each repeats, with more processes or a longer run, what a faster test beside it checks.
 SLOW = {
+    "tests/checkpoint/test_resume_longer.py::test_the_cli_resume_of_the_bug_report_completes",
+    "tests/integrations/test_lightning.py::test_dashboard_in_a_terminal_with_pytorch_lightning_and_no_progress_bar",
+    "tests/health/test_health_dashboard.py::test_a_stall_abort_under_the_dashboard_gives_the_terminal_back_and_says_why",
+    "tests/cli/test_live_runs.py::test_checkpoint_and_stop_commands_steer_a_live_run",
+    "tests/dashboard/test_axes.py::test_linear_axes_put_each_label_on_its_value",
+    "tests/cli/test_watch.py::test_watch_follows_a_live_run_and_q_then_l_leaves_it_running",
     "tests/distributed/test_ddp.py::test_a_crashing_rank_ends_the_run_within_seconds",
     "tests/phases/test_config_phases.py::test_gan_toml_runs_headless_and_resumes",
     "tests/run/test_api_learner.py::test_a_script_in_a_terminal_shows_the_dashboard_and_stops_from_outside",
