@@ -52,6 +52,8 @@ def test_images_of_every_kind_become_one_rgb_image():
     assert pil.shape == (3, 4, 9) and pil[0].min() == 255 and pil[1].max() == 0
     listed = image_of(take_image([torch.zeros(3, 4, 4), torch.ones(1, 4, 4)]))
     assert listed.shape == (3, 4, 4 * 2 + 2)
+    mixed = image_of(take_image([torch.ones(3, 2, 2), torch.ones(3, 4, 4)]))  # cells of the largest, top-left
+    assert mixed.shape == (3, 4, 4 * 2 + 2) and mixed[:, :2, :2].min() == 255 and mixed[:, 2:, :4].max() == 0
     big = image_of(take_image(torch.rand(3, 1000, 700)))
     assert max(big.shape[1:]) == MAX_SIDE and big.shape[2] == round(700 * MAX_SIDE / 1000)
     clipped = image_of(take_image(torch.tensor([[[-1.0, 2.0, float("nan")]]])))

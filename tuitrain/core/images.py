@@ -118,30 +118,15 @@ def to_uint8(t: torch.Tensor) -> torch.Tensor:
     return t.clamp(0, 255).to(torch.uint8)
 
 
-def _rgb(chw: torch.Tensor) -> torch.Tensor:
-    """(C,H,W) uint8 as (3,H,W): grey repeated, alpha dropped (over black)."""
-    c = chw.shape[0]
+def _rgb(images: torch.Tensor) -> torch.Tensor:
+    """(C,H,W) or (N,C,H,W) uint8 with C in 1, 3, 4 as RGB: grey repeated, alpha dropped (over black)."""
+    c = images.shape[-3]
     if c == 1:
-        return chw.expand(3, -1, -1)
+        return images.expand(*images.shape[:-3], 3, *images.shape[-2:])
     if c == 4:
-        alpha = chw[3:4].float() / 255
-        return (chw[:3].float() * alpha).round().to(torch.uint8)
-    return chw
-
-
-def grid(images: list[torch.Tensor], pad: int = GRID_PAD) -> torch.Tensor:
-    """(3,H,W) uint8 images laid out in rows, about as many columns as rows; smaller ones top-left."""
-    n = len(images)
-    cols = math.ceil(math.sqrt(n))
-    rows = math.ceil(n / cols)
-    h = max(i.shape[1] for i in images)
-    w = max(i.shape[2] for i in images)
-    out = torch.zeros(3, rows * h + (rows - 1) * pad, cols * w + (cols - 1) * pad, dtype=torch.uint8)
-    for k, img in enumerate(images):
-        r, c = divmod(k, cols)
-        y, x = r * (h + pad), c * (w + pad)
-        out[:, y:y + img.shape[1], x:x + img.shape[2]] = img
-    return out
+        alpha = images[..., 3:4, :, :].float() / 255
+        return (images[..., :3, :, :].float() * alpha).round().to(torch.uint8)
+    return images
 
 
 def shrink(img: torch.Tensor, max_side: int = MAX_SIDE) -> torch.Tensor:
@@ -157,44 +142,32 @@ def shrink(img: torch.Tensor, max_side: int = MAX_SIDE) -> torch.Tensor:
 
 def image_of(copy: _Copy) -> torch.Tensor:
     """What `take_image` copied, as one (3,H,W) uint8 image (a batch as a grid), at most MAX_SIDE."""
-    t = copy.get() if not isinstance(copy.tensor, list) else None
-    if t is None:  # a list: each item an image or a batch
-        parts = []
-        for part in copy.tensor:  # type: ignore[union-attr]
-            chw = _as_chw(part.get(), part.channels_last)
-            parts.extend(chw if chw.ndim == 4 else [chw])
-        images = [_rgb(to_uint8(p)) for p in parts]
-    else:
-        chw = _as_chw(t, copy.channels_last)
-        if chw.ndim == 4:
-            if chw.shape[0] == 0:
-                raise ValueError("log_image: an empty batch (0 images)")
-            if 0 in chw.shape:
-                raise ValueError("log_image: an image with no pixels")
-            return shrink(batch_grid(to_uint8(chw)))
-        images = [_rgb(to_uint8(chw))]
-    if any(i.shape[1] == 0 or i.shape[2] == 0 for i in images):
-        raise ValueError("log_image: an image with no pixels")
-    img = images[0] if len(images) == 1 else grid(images)
-    return shrink(img.contiguous())
+    parts = copy.tensor if isinstance(copy.tensor, list) else [copy]
+    images = []  # (3,H,W) uint8 each
+    for part in parts:
+        chw = _as_chw(part.get(), part.channels_last)
+        if 0 in chw.shape:
+            raise ValueError(f"log_image: an image of shape {tuple(chw.shape)} has no pixels")
+        images.extend(_rgb(to_uint8(chw)) if chw.ndim == 4 else [_rgb(to_uint8(chw))])
+    return shrink(images[0].contiguous() if len(images) == 1 else grid(images))
 
 
-def batch_grid(batch: torch.Tensor, pad: int = GRID_PAD) -> torch.Tensor:
-    """(N,C,H,W) uint8 images of one size as one (3,H',W') grid, as `grid` lays them out, in a few
-    whole-tensor operations (a batch of 64 in a fraction of the image-by-image time)."""
-    n, c, h, w = batch.shape
-    if c == 1:
-        batch = batch.expand(n, 3, h, w)
-    elif c == 4:
-        batch = (batch[:, :3].float() * (batch[:, 3:4].float() / 255)).round().to(torch.uint8)
-    if n == 1:
-        return batch[0].contiguous()
+def grid(images: list[torch.Tensor], pad: int = GRID_PAD) -> torch.Tensor:
+    """(3,H,W) uint8 images as one grid, about as many columns as rows, `pad` pixels apart, each
+    top-left in a cell of the largest one's size; a few whole-tensor operations, not one per image."""
+    n = len(images)
+    h = max(i.shape[1] for i in images)
+    w = max(i.shape[2] for i in images)
     cols = math.ceil(math.sqrt(n))
     rows = math.ceil(n / cols)
     full = torch.zeros(rows * cols, 3, h + pad, w + pad, dtype=torch.uint8)
-    full[:n, :, :h, :w] = batch
-    out = full.reshape(rows, cols, 3, h + pad, w + pad).permute(2, 0, 3, 1, 4).reshape(3, rows * (h + pad),
-                                                                                       cols * (w + pad))
+    if all(i.shape[1:] == (h, w) for i in images):
+        full[:n, :, :h, :w] = torch.stack(images)
+    else:
+        for k, img in enumerate(images):
+            full[k, :, :img.shape[1], :img.shape[2]] = img
+    out = full.reshape(rows, cols, 3, h + pad, w + pad).permute(2, 0, 3, 1, 4).reshape(
+        3, rows * (h + pad), cols * (w + pad))
     return out[:, :rows * (h + pad) - pad, :cols * (w + pad) - pad].contiguous()
 
 
@@ -203,22 +176,5 @@ def png_bytes(img: torch.Tensor) -> bytes:
     h, w = img.shape[1], img.shape[2]
     rows = img.permute(1, 2, 0).contiguous().reshape(h, w * 3)
     filtered = torch.cat([torch.zeros(h, 1, dtype=torch.uint8), rows], dim=1)  # filter 0 on each row
-    raw = filtered.numpy().tobytes() if _numpy_ok() else _rows_bytes(rows)
+    raw = filtered.numpy().tobytes()  # numpy: a dependency of tuitrain's
     return encode_png(w, h, raw)
-
-
-def _numpy_ok() -> bool:
-    """numpy is there (torch works without it; then the bytes are gathered in Python, slower)."""
-    try:
-        import numpy  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-def _rows_bytes(rows: torch.Tensor) -> bytes:
-    out = bytearray()
-    for row in rows.tolist():
-        out.append(0)
-        out.extend(row)
-    return bytes(out)

@@ -278,7 +278,7 @@ class MediaLog:
                     pass
         return target.relative_to(self.run_dir).as_posix()
 
-    def flush(self, timeout: float | None = None) -> None:
+    def flush(self) -> None:
         """Waits until everything handed over is written and said."""
         if self._thread is not None:
             self._queue.join()
