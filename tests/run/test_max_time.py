@@ -51,7 +51,13 @@ def test_a_spent_budget_stops_the_run_as_completed_with_a_final_checkpoint(tmp_p
     last = read_index(run_dir / "checkpoint")[-1]
     # the budget can run out right at an epoch's end, whose checkpoint is then the final one
     assert last.step == info["step"] > 0 and last.reason in ("end", "epoch")
-    assert load_checkpoint(run_dir / "checkpoint" / last.file)["time_used"] >= 1.0
+    used = load_checkpoint(run_dir / "checkpoint" / last.file)["time_used"]
+    if last.reason == "end":  # written once the budget was spent
+        assert used >= 1.0
+    else:  # the epoch's checkpoint of the step the run stopped at, written just before the timer fired
+        # (the same state is not written twice): it records the time used when it was taken, a step
+        # and a checkpoint's write before the stop at most
+        assert used > 0.5
     assert "max_time (1s) spent" in (run_dir / "experiment.log").read_text()
 
 
