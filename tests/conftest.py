@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -375,7 +376,85 @@ SLOW = {
 }
 
 
+# --- the device tests: `TUITRAIN_TEST_DEVICE=cuda python -m pytest -m device` -----------------------
+# A chosen set of the fast tests that exercise devices and precision take the device they train on from
+# the `test_device` fixture: the CPU unless TUITRAIN_TEST_DEVICE names another ("cuda", "cuda:1"). Every
+# test that uses it (directly or through `exact_device`) is marked `device`; benchmarks/gpu/run.sh runs
+# them on cuda. A device asked for that is not here is a usage error, never a quiet run on the CPU.
+DEVICE_ENV = "TUITRAIN_TEST_DEVICE"
+
+
+def requested_device() -> str:
+    """TUITRAIN_TEST_DEVICE ("cpu", "cuda" or "cuda:N"; unset or empty: "cpu"); UsageError otherwise."""
+    spec = os.environ.get(DEVICE_ENV, "").strip() or "cpu"
+    if not re.fullmatch(r"cpu|cuda(:\d+)?", spec):
+        raise pytest.UsageError(f"{DEVICE_ENV}={spec!r}: expected cpu, cuda or cuda:N")
+    return spec
+
+
+def device_missing(spec: str) -> str | None:
+    """Why the device `spec` cannot be used in this process (None: it can)."""
+    if spec == "cpu":
+        return None
+    import torch
+
+    if not torch.cuda.is_available():
+        return f"{DEVICE_ENV}={spec}, but CUDA is not available here (torch {torch.__version__}, " \
+               f"built with CUDA {torch.version.cuda})"
+    index = torch.device(spec).index
+    if index is not None and index >= torch.cuda.device_count():
+        return f"{DEVICE_ENV}={spec}, but there are only {torch.cuda.device_count()} CUDA device(s)"
+    return None
+
+
+def pytest_configure(config):
+    if requested_device() != "cpu":
+        # cuBLAS's deterministic workspace, which `exact_device` needs; read when CUDA starts, so set now
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+
+
+@pytest.fixture(scope="session")
+def test_device() -> str:
+    """The device a `device` test trains on: TUITRAIN_TEST_DEVICE, the CPU by default."""
+    spec = requested_device()
+    why = device_missing(spec)
+    if why:
+        pytest.fail(why, pytrace=False)
+    return spec
+
+
+@pytest.fixture
+def exact_device(test_device):
+    """`test_device`, for a test that asserts bit-for-bit equal runs: on CUDA with torch's deterministic
+    algorithms on for the test (as a user who wants exact resumes sets them; tuitrain has no key of its
+    own); the CPU is left as it is."""
+    if test_device == "cpu":
+        yield test_device
+        return
+    import torch
+
+    before = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        yield test_device
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.nodeid in SLOW:
             item.add_marker(pytest.mark.slow)
+        if "test_device" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.device)
+
+
+def pytest_collection_finish(session):
+    """One clear error, before any test runs, when the selected tests need a device that is not here."""
+    if session.config.option.collectonly:
+        return
+    spec = requested_device()
+    if spec != "cpu" and any("test_device" in getattr(item, "fixturenames", ()) for item in session.items):
+        why = device_missing(spec)
+        if why:
+            raise pytest.UsageError(why)

@@ -1,7 +1,10 @@
 """Exact resume, in process: a run stopped at any step and resumed from its latest checkpoint by a fresh
 Learner gives bitwise the same per-step losses, epoch metrics and final weights as a run that was never
 stopped (shuffle, dropout, gradient accumulation with a partial last group, per-step schedulers,
-a stop during validation, repeated stops, data-loader workers)."""
+a stop during validation, repeated stops, data-loader workers).
+
+The tests that take `exact_device` run on TUITRAIN_TEST_DEVICE (the CPU by default; on CUDA with
+deterministic algorithms on: tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -73,7 +76,7 @@ class Recorder:
                 self.phases[(split, epoch)] = dict(metrics)
 
 
-def make_learner(case: Case, folder, stop=None) -> tuple[CoreLearner, Recorder]:
+def make_learner(case: Case, folder, stop=None, device="cpu") -> tuple[CoreLearner, Recorder]:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 32), nn.ReLU(), nn.Dropout(0.3), nn.Linear(32, 3))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
@@ -90,14 +93,14 @@ def make_learner(case: Case, folder, stop=None) -> tuple[CoreLearner, Recorder]:
     learner = CoreLearner(model, opt, loss_fn=nn.CrossEntropyLoss(), scheduler=sched, train=Train(scheduler_interval=case.interval),
                       early_stopping=early,
                       train_metrics=("loss", "accuracy"), valid_metrics=("loss", "accuracy"), callbacks=[rec],
-                      epochs=case.epochs, grad_accumulation=case.accum, device="cpu", log_every_n_steps=1,
+                      epochs=case.epochs, grad_accumulation=case.accum, device=device, log_every_n_steps=1,
                       seed=SEED, batch_size=BATCH, shuffle=case.shuffle, num_workers=case.workers,
                       interrupter=it, checkpoint=Checkpointer(folder, keep_last=2, keep_best=1))
     return learner, rec
 
 
-def reference(case: Case, tmp_path, total_steps: int | None = None):
-    learner, rec = make_learner(case, tmp_path / "ref-checkpoint")
+def reference(case: Case, tmp_path, total_steps: int | None = None, device="cpu"):
+    learner, rec = make_learner(case, tmp_path / "ref-checkpoint", device=device)
     result = learner.fit(*datasets())
     assert result.status == "completed" and result.exit_code == 0, result.error
     rec.reason = result.reason
@@ -107,13 +110,13 @@ def reference(case: Case, tmp_path, total_steps: int | None = None):
     return rec, {k: v.clone() for k, v in learner.raw_model.state_dict().items()}
 
 
-def interrupted(case: Case, tmp_path, stops: list, reason: str = "epochs"):
+def interrupted(case: Case, tmp_path, stops: list, reason: str = "epochs", device="cpu"):
     """Run with a stop at each of `stops` in turn, resuming each time from the latest checkpoint."""
     folder = tmp_path / "checkpoint"
     losses, phases = [], {}
     resume = None
     for stop in list(stops) + [None]:
-        learner, rec = make_learner(case, folder, stop)
+        learner, rec = make_learner(case, folder, stop, device)
         result = learner.fit(*datasets(), resume=resume)
         losses += rec.losses
         phases.update(rec.phases)
@@ -127,9 +130,9 @@ def interrupted(case: Case, tmp_path, stops: list, reason: str = "epochs"):
     return losses, phases, learner.raw_model.state_dict()
 
 
-def assert_same_run(case: Case, tmp_path, stops: list, total_steps: int | None = None) -> None:
-    ref, ref_weights = reference(case, tmp_path, total_steps)
-    losses, phases, weights = interrupted(case, tmp_path, stops, ref.reason)
+def assert_same_run(case: Case, tmp_path, stops: list, total_steps: int | None = None, device="cpu") -> None:
+    ref, ref_weights = reference(case, tmp_path, total_steps, device)
+    losses, phases, weights = interrupted(case, tmp_path, stops, ref.reason, device)
     where = f"stops={stops}"
     assert [s for s, _ in losses] == [s for s, _ in ref.losses], f"{where}: a step was skipped or repeated"
     for (step, got), (_, want) in zip(losses, ref.losses):
@@ -147,11 +150,11 @@ def random_steps(case: Case, count: int, salt: str) -> list:
 # --- the cases --------------------------------------------------------------------------------
 
 
-def test_uninterrupted_runs_are_reproducible(tmp_path):
+def test_uninterrupted_runs_are_reproducible(tmp_path, exact_device):
     """Two fresh runs with the same seed agree; without this nothing below means anything."""
     case = Case(epochs=2)
-    a, wa = reference(case, tmp_path / "a")
-    b, wb = reference(case, tmp_path / "b")
+    a, wa = reference(case, tmp_path / "a", device=exact_device)
+    b, wb = reference(case, tmp_path / "b", device=exact_device)
     assert a.losses == b.losses
     assert len(set(v for _, v in a.losses)) > 1
 
@@ -166,26 +169,26 @@ def test_the_stop_really_happens_at_the_requested_step(tmp_path):
     assert (data["epoch"], data["step"], data["batch"]) == (1, 5, 5)
 
 
-def test_resume_random_step_shuffle_dropout_onecycle(tmp_path):
+def test_resume_random_step_shuffle_dropout_onecycle(tmp_path, exact_device):
     case = Case(scheduler="onecycle")
-    assert_same_run(case, tmp_path, random_steps(case, 1, "plain"))
+    assert_same_run(case, tmp_path, random_steps(case, 1, "plain"), device=exact_device)
 
 
 @pytest.mark.parametrize("k", [1, BATCHES, BATCHES + 1])
-def test_resume_at_epoch_edges(tmp_path, k):
+def test_resume_at_epoch_edges(tmp_path, k, exact_device):
     """The first step, the last step of epoch 1 (before validation) and the first of epoch 2."""
-    assert_same_run(Case(epochs=2), tmp_path, [("step", k)])
+    assert_same_run(Case(epochs=2), tmp_path, [("step", k)], device=exact_device)
 
 
-def test_resume_grad_accumulation_3_partial_group_steplr(tmp_path):
+def test_resume_grad_accumulation_3_partial_group_steplr(tmp_path, exact_device):
     case = Case(accum=3, scheduler="steplr")  # 7 batches: groups of 3, 3 and 1
     assert case.steps_per_epoch == 3
     for k in (2, 3, 4):  # mid-epoch, right after the partial group, first step of epoch 2
-        assert_same_run(case, tmp_path / f"k{k}", [("step", k)])
+        assert_same_run(case, tmp_path / f"k{k}", [("step", k)], device=exact_device)
 
 
-def test_resume_after_stop_during_validation(tmp_path):
-    assert_same_run(Case(), tmp_path, [("valid", 2)])
+def test_resume_after_stop_during_validation(tmp_path, exact_device):
+    assert_same_run(Case(), tmp_path, [("valid", 2)], device=exact_device)
 
 
 def test_resume_after_stop_during_first_validation(tmp_path):
@@ -198,8 +201,8 @@ def test_repeated_stop_and_resume(tmp_path):
     assert_same_run(case, tmp_path, stops)
 
 
-def test_repeated_stops_mixing_steps_and_validation(tmp_path):
-    assert_same_run(Case(epochs=3, accum=3), tmp_path, [("step", 2), ("valid", 1), ("step", 5)])
+def test_repeated_stops_mixing_steps_and_validation(tmp_path, exact_device):
+    assert_same_run(Case(epochs=3, accum=3), tmp_path, [("step", 2), ("valid", 1), ("step", 5)], device=exact_device)
 
 
 def test_resume_with_two_dataloader_workers(tmp_path):
@@ -226,9 +229,9 @@ def test_resume_without_shuffle_or_scheduler(tmp_path):
 # --- what a checkpoint holds -----------------------------------------------------------------
 
 
-def test_checkpoint_is_weights_only_and_complete(tmp_path):
+def test_checkpoint_is_weights_only_and_complete(tmp_path, test_device):
     case = Case(epochs=2, scheduler="onecycle")
-    learner, _ = make_learner(case, tmp_path / "checkpoint", ("step", 4))
+    learner, _ = make_learner(case, tmp_path / "checkpoint", ("step", 4), test_device)
     learner.fit(*datasets())
     path = latest_checkpoint(tmp_path / "checkpoint")
     data = torch.load(path, weights_only=True)
@@ -237,11 +240,13 @@ def test_checkpoint_is_weights_only_and_complete(tmp_path):
     assert (data["epoch"], data["step"], data["batch"]) == (1, 4, 4)
     assert set(data["model"]) == set(learner.raw_model.state_dict())
     for k, v in learner.raw_model.state_dict().items():
-        assert torch.equal(data["model"][k], v)
+        assert torch.equal(data["model"][k], v.cpu())  # a checkpoint holds CPU tensors, whatever the device
     assert len(data["optimizers"]) == 1 and data["optimizers"][0]["state"]
     assert len(data["schedulers"]) == 1 and data["schedulers"][0]["last_epoch"] == 4
     assert isinstance(data["rng"]["torch"], torch.Tensor)
     assert data["rng"]["torch"].dtype == torch.uint8
+    if test_device != "cpu":  # dropout on CUDA draws from the CUDA generators: their states too
+        assert len(data["rng"]["cuda"]) == torch.cuda.device_count()
 
 
 def test_epoch_checkpoints_load_weights_only(tmp_path):
@@ -257,14 +262,14 @@ def test_epoch_checkpoints_load_weights_only(tmp_path):
     assert last["step"] == case.total_steps and last["epoch"] == case.epochs
 
 
-def test_the_comparison_catches_a_resume_that_forgets_the_rng(tmp_path, monkeypatch):
+def test_the_comparison_catches_a_resume_that_forgets_the_rng(tmp_path, monkeypatch, exact_device):
     """Negative control: without the RNG restored, dropout draws differ and the losses do too."""
     import tuitrain.core.learner_checkpoint as learner_module  # where the Learner restores its RNG
 
     case = Case(epochs=2)
-    ref, _ = reference(case, tmp_path)
+    ref, _ = reference(case, tmp_path, device=exact_device)
     monkeypatch.setattr(learner_module, "set_rng_state", lambda state: None)
-    losses, _, _ = interrupted(case, tmp_path, [("step", 3)])
+    losses, _, _ = interrupted(case, tmp_path, [("step", 3)], device=exact_device)
     assert [s for s, _ in losses] == [s for s, _ in ref.losses]
     assert losses[:3] == ref.losses[:3]
     assert losses[3:] != ref.losses[3:]

@@ -1,6 +1,7 @@
 """tflops, mfu and max_memory: FlopCounterMode's count against a hand count, the count of a real run's
 first batch, the peak table, and training left unchanged (from a config file, the metrics in a run and
-the config errors: tests/run/test_flops_from_a_config.py)."""
+the config errors: tests/run/test_flops_from_a_config.py). The tests that take `test_device` run on
+TUITRAIN_TEST_DEVICE (the CPU by default; tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -70,8 +71,8 @@ def no_counting_left():
 
 
 @pytest.mark.parametrize("accum", [1, 3])
-def test_first_batch_counted_times_accumulation(accum):
-    learner, logged = fit(["loss", "tflops", "step_time"], accum=accum)
+def test_first_batch_counted_times_accumulation(accum, test_device):
+    learner, logged = fit(["loss", "tflops", "step_time"], accum=accum, device=test_device)
     assert learner._step_flops.flops == hand_count(SIZES, 16) * accum
     for e in logged:  # tflops = FLOPs per step / seconds per step, over the same window
         m = e.metrics
@@ -81,10 +82,11 @@ def test_first_batch_counted_times_accumulation(accum):
 
 
 @pytest.mark.parametrize("accum", [1, 2])
-def test_counting_does_not_change_training(accum):
+def test_counting_does_not_change_training(accum, exact_device):
     """Dropout draws random numbers: the counted batch must draw exactly what it would have."""
-    a, with_metrics = fit(["loss", "tflops", "mfu", "max_memory"], accum=accum, train=Train(peak_tflops=1.0))
-    b, without = fit(["loss"], accum=accum)
+    a, with_metrics = fit(["loss", "tflops", "mfu", "max_memory"], accum=accum, train=Train(peak_tflops=1.0),
+                          device=exact_device)
+    b, without = fit(["loss"], accum=accum, device=exact_device)
     assert [e.step for e in with_metrics] == [e.step for e in without]
     assert [e.metrics["loss"] for e in with_metrics] == [e.metrics["loss"] for e in without]
     for p, q in zip(a.raw_model.parameters(), b.raw_model.parameters()):
@@ -101,7 +103,7 @@ def test_flops_per_step_given_is_used_as_is():
         assert m["mfu"] == pytest.approx(m["tflops"] / 0.5 * 100, rel=1e-12)
 
 
-def test_manual_phase_counts_the_whole_step():
+def test_manual_phase_counts_the_whole_step(test_device):
     """A CustomTrainPhase with two models: one step is both models' forward and backward."""
 
     class TwoModels(CustomTrainPhase):
@@ -118,7 +120,7 @@ def test_manual_phase_counts_the_whole_step():
 
     a, b = mlp(seed=1), mlp(sizes=(4, 64, 3), seed=2)
     opts = {"a": torch.optim.SGD(a.parameters(), lr=0.1), "b": torch.optim.SGD(b.parameters(), lr=0.1)}
-    learner = CoreLearner({"a": a, "b": b}, opts, device="cpu", train_metrics=["loss", "tflops"], epochs=1,
+    learner = CoreLearner({"a": a, "b": b}, opts, device=test_device, train_metrics=["loss", "tflops"], epochs=1,
                       batch_size=16, train_phase=TwoModels(), log_every_n_steps=2)
     assert learner.fit(data()).exit_code == 0
     assert learner._step_flops.flops == hand_count(SIZES, 16) + hand_count((4, 64, 3), 16)
@@ -126,13 +128,13 @@ def test_manual_phase_counts_the_whole_step():
 
 
 @pytest.mark.skipif(not torch._dynamo.is_dynamo_supported(), reason="torch.compile is not supported here")
-def test_a_compiled_model_is_counted_forward_and_backward():
+def test_a_compiled_model_is_counted_forward_and_backward(test_device):
     """A hook inside the compiled call would see the forward only: the call itself is watched."""
-    model = mlp(dropout=0.3)
+    model = mlp(dropout=0.3).to(test_device)
     model.compile(backend="aot_eager")
     counter = StepFlops([model], [], position=lambda: (1, 0))
     counter.watch()
-    model(torch.randn(16, SIZES[0])).sum().backward()
+    model(torch.randn(16, SIZES[0]).to(test_device)).sum().backward()
     assert counter.per_step() == hand_count(SIZES, 16)
     assert no_counting_left()
 
@@ -150,16 +152,17 @@ def test_a_torch_compile_wrapper_is_counted_without_a_global_hook():
 
 
 @pytest.mark.skipif(not torch._dynamo.is_dynamo_supported(), reason="torch.compile is not supported here")
-def test_a_run_with_a_compiled_model():
+def test_a_run_with_a_compiled_model(test_device):
     model = mlp(dropout=0.3)
     model.compile(backend="aot_eager")
     compiled = model._compiled_call_impl
-    learner, logged = fit(["loss", "tflops"], model=model, epochs=1)
+    learner, logged = fit(["loss", "tflops"], model=model, epochs=1, device=test_device)
     assert learner._step_flops.flops == hand_count(SIZES, 16)
     assert model._compiled_call_impl is compiled and no_counting_left()
     assert all(e.metrics["tflops"] > 0 for e in logged)
 
 
+@pytest.mark.device  # in the device run (benchmarks/gpu/run.sh) too
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_on_cuda_the_count_the_table_and_peak_memory():
     known = peak_tflops_of(torch.cuda.get_device_name())
@@ -173,9 +176,14 @@ def test_on_cuda_the_count_the_table_and_peak_memory():
     assert no_counting_left()
 
 
-def test_max_memory_and_phase_values():
-    learner, logged = fit(["loss", "max_memory", "tflops"], epochs=1)
-    assert all(e.metrics["max_memory"] > 1e6 for e in logged)  # the RSS on a CPU: megabytes at least
+def test_max_memory_and_phase_values(test_device):
+    learner, logged = fit(["loss", "max_memory", "tflops"], epochs=1, device=test_device)
+    if test_device == "cpu":
+        floor = 1e6  # the RSS on a CPU: megabytes at least
+    else:  # CUDA: the bytes allocated at the peak of each step, with at least the float32 weights, their
+        # gradients and AdamW's two moments (1.1 MB here)
+        floor = 4 * 4 * sum(p.numel() for p in learner.raw_model.parameters())
+    assert all(e.metrics["max_memory"] > floor for e in logged)
     epoch = learner.state.history
     assert epoch["train/max_memory"][0][1] >= max(e.metrics["max_memory"] for e in logged)
     assert epoch["train/tflops"][0][1] > 0

@@ -1,4 +1,6 @@
-"""The training loop against hand computation: accumulation, clipping, schedulers, metrics."""
+"""The training loop against hand computation: accumulation, clipping, schedulers, metrics.
+
+The tests that take `test_device` run on TUITRAIN_TEST_DEVICE (the CPU by default; tests/conftest.py)."""
 
 import pytest
 import torch
@@ -26,17 +28,18 @@ def fit(model, ds, events=None, **kw):
     opt = kw.pop("optimizer", None) or torch.optim.SGD(model.parameters(), lr=0.1)
     cb = [lambda e, s: events.append(e)] if events is not None else []
     kw.setdefault("shuffle", False)
-    learner = CoreLearner(model, opt, loss_fn=nn.MSELoss(), callbacks=cb, device="cpu", **kw)
+    kw.setdefault("device", "cpu")
+    learner = CoreLearner(model, opt, loss_fn=nn.MSELoss(), callbacks=cb, **kw)
     result = learner.fit(ds)
     assert result.exit_code == 0, result.error
     return learner, result
 
 
-def test_accumulation_equals_large_batch_including_partial_last_group():
+def test_accumulation_equals_large_batch_including_partial_last_group(test_device):
     ds = data(n=10)
     # 10 samples, batches of 2, groups of 4 batches: 8 samples then a partial group of 2
-    small, _ = fit(linear(), ds, batch_size=2, grad_accumulation=4, epochs=1)
-    big, _ = fit(linear(), ds, batch_size=8, grad_accumulation=1, epochs=1)
+    small, _ = fit(linear(), ds, batch_size=2, grad_accumulation=4, epochs=1, device=test_device)
+    big, _ = fit(linear(), ds, batch_size=8, grad_accumulation=1, epochs=1, device=test_device)
     for a, b in zip(small.model.parameters(), big.model.parameters()):
         torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
 
@@ -50,12 +53,12 @@ def test_accumulation_step_count():
     assert steps == [1, 2, 3, 4]
 
 
-def test_clip_grad_norm_bounds_the_update():
+def test_clip_grad_norm_bounds_the_update(test_device):
     model = linear()
     before = [p.detach().clone() for p in model.parameters()]
     opt = torch.optim.SGD(model.parameters(), lr=1.0)
-    fit(model, data(n=8), batch_size=8, epochs=1, clip_grad_norm=0.01, optimizer=opt)
-    delta = torch.sqrt(sum(((p.detach() - b) ** 2).sum() for p, b in zip(model.parameters(), before)))
+    fit(model, data(n=8), batch_size=8, epochs=1, clip_grad_norm=0.01, optimizer=opt, device=test_device)
+    delta = torch.sqrt(sum(((p.detach().cpu() - b) ** 2).sum() for p, b in zip(model.parameters(), before)))
     assert delta.item() == pytest.approx(0.01, rel=1e-4)
 
 
@@ -68,16 +71,17 @@ def test_scheduler_interval(interval, expected_steps):
     assert opt.param_groups[0]["lr"] == pytest.approx(0.5 ** expected_steps)
 
 
-def test_epoch_metrics_weighted_by_batch_size():
+def test_epoch_metrics_weighted_by_batch_size(test_device):
     torch.manual_seed(0)
     x = torch.randn(7, 4)
     y = torch.tensor([0, 1, 2, 1, 0, 2, 2])
     model = nn.Linear(4, 3)
     opt = torch.optim.SGD(model.parameters(), lr=0.0)  # frozen: metrics are computable by hand
     events = []
-    learner = CoreLearner(model, opt, loss_fn=nn.CrossEntropyLoss(), device="cpu", shuffle=False, batch_size=3,
+    learner = CoreLearner(model, opt, loss_fn=nn.CrossEntropyLoss(), device=test_device, shuffle=False, batch_size=3,
                       train_metrics=["loss", "accuracy", "top2_accuracy"], callbacks=[lambda e, s: events.append(e)])
     assert learner.fit(TensorDataset(x, y)).exit_code == 0
+    x, y = x.to(test_device), y.to(test_device)  # by hand on the device the model trained on
     with torch.no_grad():
         logits = model(x)
     want_loss = nn.functional.cross_entropy(logits, y, reduction="sum").item() / 7
@@ -89,15 +93,16 @@ def test_epoch_metrics_weighted_by_batch_size():
     assert got["top2_accuracy"] == pytest.approx(want_top2)
 
 
-def test_step_metric_is_the_window_mean():
+def test_step_metric_is_the_window_mean(test_device):
     ds = data(n=8)
     events = []
     fit(linear(), ds, events, batch_size=2, epochs=1, log_every_n_steps=2, train_metrics=["loss", "lr"],
-        optimizer=None)
-    # by hand: plain SGD on the same model and batches, each batch's loss taken before its update
-    model = linear()
+        optimizer=None, device=test_device)
+    # by hand: plain SGD on the same model and batches (on the same device), each batch's loss taken
+    # before its update
+    model = linear().to(test_device)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    x, y = ds.tensors
+    x, y = (t.to(test_device) for t in ds.tensors)
     by_hand = []
     for i in range(0, 8, 2):
         loss = nn.functional.mse_loss(model(x[i:i + 2]), y[i:i + 2])
@@ -130,7 +135,7 @@ def test_validation_runs_without_gradients():
     assert seen == [(True, True), (False, False)]
 
 
-def test_model_train_step_dict_and_user_dataloader():
+def test_model_train_step_dict_and_user_dataloader(test_device):
     class Own(nn.Module):
         def __init__(self):
             super().__init__()
@@ -151,7 +156,7 @@ def test_model_train_step_dict_and_user_dataloader():
     loader = DataLoader(TensorDataset(x, y), batch_size=4, shuffle=True)
     model = Own()
     events = []
-    learner = CoreLearner(model, torch.optim.AdamW(model.parameters()), device="cpu", seed=3,
+    learner = CoreLearner(model, torch.optim.AdamW(model.parameters()), device=test_device, seed=3,
                       train_metrics=["loss", "accuracy"], valid_metrics=["accuracy"],
                       callbacks=[lambda e, s: events.append(e)])
     result = learner.fit(loader, loader)
@@ -212,9 +217,9 @@ def test_print_in_user_code_becomes_output_events():
     assert texts == ["hello from forward"] * 2
 
 
-def test_bf16_mixed_on_cpu_trains():
+def test_bf16_mixed_trains(test_device):
     model = linear()
-    learner, result = fit(model, data(n=8), batch_size=4, epochs=1, precision="bf16-mixed")
+    learner, result = fit(model, data(n=8), batch_size=4, epochs=1, precision="bf16-mixed", device=test_device)
     assert learner.precision.name == "bf16-mixed" and result.exit_code == 0
 
 
@@ -226,14 +231,14 @@ def test_16_mixed_on_cpu_falls_back_with_warning():
     assert learner.precision.name == "bf16-mixed" and learner.scaler is None
 
 
-def test_a_step_checkpoint_on_an_epoch_end_is_written_once(tmp_path):
+def test_a_step_checkpoint_on_an_epoch_end_is_written_once(tmp_path, test_device):
     from tuitrain.core.checkpoint import Checkpointer
     from tuitrain.core.events import CheckpointSaved
 
     events = []
     ckpt = Checkpointer(tmp_path, every_n_steps=5, every_n_epochs=1, keep_last=10, monitor="train/loss")
     model = linear()
-    learner = CoreLearner(model, torch.optim.SGD(model.parameters(), lr=0.1), loss_fn=nn.MSELoss(), device="cpu",
+    learner = CoreLearner(model, torch.optim.SGD(model.parameters(), lr=0.1), loss_fn=nn.MSELoss(), device=test_device,
                       batch_size=2, shuffle=False, epochs=3, checkpoint=ckpt,
                       callbacks=[lambda e, s: events.append(e)])
     assert learner.fit(data(n=10)).exit_code == 0  # 5 steps per epoch: every step checkpoint is an epoch end
@@ -241,13 +246,13 @@ def test_a_step_checkpoint_on_an_epoch_end_is_written_once(tmp_path):
     assert saved == [(5, "epoch"), (10, "epoch"), (15, "end")]
 
 
-def test_epoch_started_after_a_midepoch_resume_names_the_epochs_first_step(tmp_path):
+def test_epoch_started_after_a_midepoch_resume_names_the_epochs_first_step(tmp_path, test_device):
     from tuitrain.core.checkpoint import Checkpointer, latest_checkpoint
     from tuitrain.core.events import EpochStarted
 
     def make(callbacks=()):
         model = linear()
-        return CoreLearner(model, torch.optim.SGD(model.parameters(), lr=0.1), loss_fn=nn.MSELoss(), device="cpu",
+        return CoreLearner(model, torch.optim.SGD(model.parameters(), lr=0.1), loss_fn=nn.MSELoss(), device=test_device,
                        batch_size=2, shuffle=False, epochs=2, grad_accumulation=2, seed=0,
                        checkpoint=Checkpointer(tmp_path, every_n_steps=4), callbacks=list(callbacks))
 
@@ -262,7 +267,7 @@ def test_epoch_started_after_a_midepoch_resume_names_the_epochs_first_step(tmp_p
     assert [(e.epoch, e.step) for e in started] == [(2, 5)]
 
 
-def test_the_plain_loop_and_the_general_loop_train_and_log_the_same(monkeypatch):
+def test_the_plain_loop_and_the_general_loop_train_and_log_the_same(monkeypatch, exact_device):
     """Without per-step callbacks the common case runs Loop.plain_epoch; with one it runs the
     general loop. Same data, model and seed: bitwise the same parameters, logged values and counts."""
     from tuitrain.core import loop
@@ -290,7 +295,7 @@ def test_the_plain_loop_and_the_general_loop_train_and_log_the_same(monkeypatch)
         model = nn.Sequential(nn.Linear(3, 8), nn.ReLU(), nn.Linear(8, 4))
         learner = CoreLearner(model, torch.optim.AdamW(model.parameters(), lr=0.01), loss_fn=nn.CrossEntropyLoss(),
                           train_metrics=["loss", "lr"], valid_metrics=["loss", "accuracy"], callbacks=[record],
-                          device="cpu", batch_size=4, epochs=2, seed=5, log_every_n_steps=2)
+                          device=exact_device, batch_size=4, epochs=2, seed=5, log_every_n_steps=2)
         result = learner.fit(ds, ds)
         assert result.exit_code == 0, result.error
         logged = [(type(e).__name__, e.split, e.step, e.metrics, getattr(e, "items", None)) for e in seen]

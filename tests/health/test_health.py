@@ -1,6 +1,7 @@
 """The run watches itself (SPEC "Health"): trouble injected into real training (a batch scaled x300, a
 NaN item, an item that hangs), found, acted on (alert, skip, rollback, stop, abort) and reported (the
-console, the events, a webhook on 127.0.0.1 started here). The rules alone: tests/core/test_health_rules.py."""
+console, the events, a webhook on 127.0.0.1 started here). The rules alone: tests/core/test_health_rules.py.
+The tests that take `exact_device` run on TUITRAIN_TEST_DEVICE (the CPU by default; tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -73,6 +74,13 @@ def of(events: list[dict], name: str) -> list[dict]:
     return [e for e in events if e["event"] == name]
 
 
+def device_sets(device: str) -> list[str]:
+    """The sets that train on `device`. Off the CPU the rules judge the loss on the steps that log only
+    (a CPU loss is on the host every step; elsewhere reading it is a sync): a device run logs every
+    step, so that the step a test injects its trouble into is judged there too."""
+    return [f"train.device={device}"] + ([] if device == "cpu" else ["log.every_n_steps=1"])
+
+
 def step_losses(events: list[dict]) -> dict[int, float]:
     """The last logged train loss of each step (a rollback logs some steps again)."""
     return {e["step"]: e["metrics"]["loss"] for e in events
@@ -112,20 +120,20 @@ def test_the_x300_batch_raises_one_alert_at_its_step_on_the_console_in_the_event
         receiver.close()
 
 
-def test_skip_trains_as_if_the_batch_had_not_come(project):
+def test_skip_trains_as_if_the_batch_had_not_come(project, exact_device):
     """Skipping the x300 batch gives bit for bit the weights of a run whose data never held it."""
     code, run_dir, events = train(project, f"data.scale_batch={SPIKE_BATCH}", "watch.loss_spike=skip",
-                                  "train.max_steps=150")
+                                  "train.max_steps=150", *device_sets(exact_device))
     assert code == 0
     assert [(s["step"], s["batch"]) for s in of(events, "StepSkipped")] == [(SPIKE_BATCH + 1, SPIKE_BATCH)]
-    code, clean_dir, _ = train(project, f"data.drop_batch={SPIKE_BATCH}", "train.max_steps=150")
+    code, clean_dir, _ = train(project, f"data.drop_batch={SPIKE_BATCH}", "train.max_steps=150", *device_sets(exact_device))
     assert code == 0
     skipped, clean = torch.load(run_dir / "model.pt"), torch.load(clean_dir / "model.pt")
     assert all(torch.equal(skipped[k], clean[k]) for k in clean)
 
 
-def test_skip_passes_over_a_nan_batch(project):
-    code, run_dir, events = train(project, "data.nan_item=800", "watch.nonfinite=skip")
+def test_skip_passes_over_a_nan_batch(project, test_device):
+    code, run_dir, events = train(project, "data.nan_item=800", "watch.nonfinite=skip", *device_sets(test_device))
     assert code == 0
     skipped = of(events, "StepSkipped")
     assert [(s["step"], s["batch"], s["rule"]) for s in skipped] == [(51, 50, "nonfinite")]
@@ -160,8 +168,9 @@ def test_rollback_recovers_to_within_a_quarter_of_the_clean_run(project):
     assert code == 1 and "nan" in of(ruined, "RunFailed")[0]["error"]
 
 
-def test_a_run_stopped_after_a_rollback_resumes_bitwise(project):
-    sets = [f"data.scale_batch={SPIKE_BATCH}", "watch.loss_spike=rollback", "log.every_n_steps=1", "train.epochs=2"]
+def test_a_run_stopped_after_a_rollback_resumes_bitwise(project, exact_device):
+    sets = [f"data.scale_batch={SPIKE_BATCH}", "watch.loss_spike=rollback", "log.every_n_steps=1", "train.epochs=2",
+            f"train.device={exact_device}"]
     code, _, whole = train(project, *sets)
     assert code == 0
     # the same run, stopped at step 150 (after its first rollback), then resumed
