@@ -162,6 +162,42 @@ def test_a_run_with_a_compiled_model(test_device):
     assert all(e.metrics["tflops"] > 0 for e in logged)
 
 
+class Wrapped(nn.Module):
+    """A model of the user's own (dynamo passes over a bare nn.Sequential compiled in place)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = mlp(dropout=0.3)
+
+    def forward(self, x):
+        return self.body(x)
+
+
+@pytest.mark.skipif(not torch._dynamo.is_dynamo_supported(), reason="torch.compile is not supported here")
+@pytest.mark.parametrize("how", ["in place", "wrapper"])
+def test_a_compiled_model_counted_for_tflops_still_trains_compiled(how, test_device):
+    """The counted batch runs uncompiled: a first compiled call under FlopCounterMode would leave dynamo
+    passing over the model for good (the run would train uncompiled, silently)."""
+    graphs = []
+
+    def backend(gm, example_inputs):  # a backend that counts what dynamo hands it
+        graphs.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    model = Wrapped()
+    if how == "in place":
+        model.compile(backend=backend)
+    else:
+        model = torch.compile(model, backend=backend)
+    calls = {k: vars(model).get(k) for k in ("forward", "_compiled_call_impl")}  # the compiled calls
+    learner, logged = fit(["loss", "tflops"], model=model, epochs=1, device=test_device)
+    assert learner._step_flops.flops == hand_count(SIZES, 16)
+    assert graphs, "the model was never compiled"
+    assert all(vars(model).get(k) is call for k, call in calls.items())  # given back
+    assert no_counting_left() and all(e.metrics["tflops"] > 0 for e in logged)
+
+
 @pytest.mark.device  # in the device run (benchmarks/gpu/run.sh) too
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_on_cuda_the_count_the_table_and_peak_memory():

@@ -100,9 +100,13 @@ class StepFlops:
     PhaseCompleted), until the count is done. Counting starts at the first forward call of a module
     in training mode while `position()` is not None, and stops at the first forward call or optimizer
     step after `position()` has changed (the batch is done), or when the value is read. `position`
-    says where training is ((epoch, batch) while training, else None). A model compiled in place
-    (`nn.Module.compile`) is watched around its compiled call: a hook inside it would run within the
-    compiled code and see the forward only; a `torch.compile(model)` wrapper by a hook of its own."""
+    says where training is ((epoch, batch) while training, else None).
+
+    A compiled model is watched around its compiled call (a hook inside it would run within the
+    compiled code and see the forward only): `nn.Module.compile`'s `_compiled_call_impl`, a
+    `torch.compile(model)` wrapper's `forward`. The counted batch runs uncompiled (the wrapped module
+    itself): a first compiled call under FlopCounterMode, a dispatch mode, would have dynamo pass over
+    the model's code for good, and the whole run would train uncompiled."""
 
     def __init__(self, models: Iterable[torch.nn.Module], optimizers: Iterable[torch.optim.Optimizer],
                  position: Callable[[], Any], batches_per_step: int = 1) -> None:
@@ -113,7 +117,7 @@ class StepFlops:
         self._counter = None
         self._at = None  # the position where counting began
         self._hooks: list = []
-        self._swapped: list[tuple[torch.nn.Module, Any]] = []
+        self._swapped: list[tuple[torch.nn.Module, str, Any]] = []  # (module, attribute, what it held)
 
     def on_event(self, event: Any, state: Any) -> None:
         if isinstance(event, PhaseStarted) and event.split == "train" and self.flops is None and not self.watching:
@@ -133,21 +137,27 @@ class StepFlops:
             # no global hook: compiled code would run it (and torch.compile(m) warns of it)
             for m in self.models:
                 if any(m is c for c in in_place):
-                    self._swapped.append((m, m._compiled_call_impl))
-                    m._compiled_call_impl = self._watching(m, m._compiled_call_impl)
-                else:  # a wrapper's own hooks run before its compiled forward
+                    self._swap(m, "_compiled_call_impl", m._call_impl)
+                elif hasattr(m, "_orig_mod"):  # the wrapper's forward is the compiled call of the module
+                    self._swap(m, "forward", m._orig_mod)
+                else:
                     self._hooks.append(m.register_forward_pre_hook(self._on_forward))
         else:  # any module: a train_step may call the model's parts rather than the model
             self._hooks.append(torch.nn.modules.module.register_module_forward_pre_hook(self._on_forward))
         for opt in self.optimizers:
             self._hooks.append(opt.register_step_pre_hook(self._on_step))
 
-    def _watching(self, module: torch.nn.Module, call: Callable) -> Callable:
+    def _swap(self, module: torch.nn.Module, attribute: str, uncompiled: Callable) -> None:
+        """`module.<attribute>` (its compiled call) watched; while the batch is counted, `uncompiled` runs."""
+        held = module.__dict__.get(attribute)  # an instance attribute (None: the class's)
+        compiled = getattr(module, attribute)
+        self._swapped.append((module, attribute, held))
+
         def watched(*args, **kwargs):
             self._on_forward(module, args)
-            return call(*args, **kwargs)
+            return (uncompiled if self._counter is not None else compiled)(*args, **kwargs)
 
-        return watched
+        setattr(module, attribute, watched)
 
     def _on_forward(self, module: torch.nn.Module, args: Any) -> None:
         if self._counter is None:
@@ -186,8 +196,11 @@ class StepFlops:
         for h in self._hooks:
             h.remove()
         self._hooks = []
-        for m, call in self._swapped:
-            m._compiled_call_impl = call
+        for m, attribute, held in self._swapped:
+            if held is None:
+                delattr(m, attribute)
+            else:
+                setattr(m, attribute, held)
         self._swapped = []
 
     def per_step(self) -> float | None:
