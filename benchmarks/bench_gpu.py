@@ -28,12 +28,12 @@ tuitrain's loop (its one callback here takes the logged metrics only).
 
 `--compile-pairs N`: N more pairs, the hand-written loop on `torch.compile(model)` against tuitrain
 headless with the model compiled in place (`model.compile()`, what `[train] compile = true` does in
-tuitrain/run/build.py); the warm-up (the first steps) includes compiling. Its metrics are loss and
-max_memory only: dynamo leaves eager for good a compiled model first called under a TorchDispatchMode,
-and FlopCounterMode, under which tuitrain's `tflops`/`mfu` count the first batch, is one (torch 2.13
-on a CPU: 0 graphs compiled with them, 1 without); the FLOP goals come from the uncompiled runs.
-`compile_trains` is met when the compiled tuitrain run completes with a finite loss and dynamo
-compiled at least one graph (torch._dynamo's counters). A compile that fails is recorded (its error
+tuitrain/run/build.py); the warm-up (the first steps) includes compiling. It logs `tflops` (and
+`mfu`) as the others do: the batch tuitrain counts runs uncompiled (tuitrain/core/flops.py), which keeps
+dynamo compiling the model afterwards (a first compiled call under FlopCounterMode, a dispatch mode,
+would leave it eager for good: what this benchmark found first); the FLOP goals come from the
+uncompiled runs. `compile_trains` is met when the compiled tuitrain run completes with a finite loss
+and dynamo compiled at least one graph (torch._dynamo's counters). A compile that fails is recorded (its error
 text; the goal not met), not a crash of this script.
 
 FLOPs. tuitrain's `tflops` (FlopCounterMode's count of the first batch, over its own window clock) is
@@ -248,8 +248,7 @@ def child(spec: dict) -> dict:
         out["peak_tflops"] = peak
         if compiled:
             model.compile()  # in place, as `[train] compile = true` does (tuitrain/run/build.py)
-        # compiled: no FLOP count (module docstring); the FLOP goals come from the uncompiled runs
-        metrics = ["loss", "max_memory"] + ([] if compiled else ["tflops"] + (["mfu"] if peak else []))
+        metrics = ["loss", "max_memory", "tflops"] + (["mfu"] if peak else [])
         learner = Learner(model, opt, loss_fn=loss_fn, train_metrics=metrics, valid_metrics=(), epochs=10**6,
                           max_steps=total, batch_size=size["batch"], precision="bf16-mixed", device=device,
                           log_every_n_steps=LOG_EVERY, seed=0, callbacks=[collect])
