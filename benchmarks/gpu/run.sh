@@ -4,7 +4,7 @@
 #   bash benchmarks/gpu/run.sh          # on the GPU machine, with .whl carried (fetch_wheels.sh)
 #   bash benchmarks/gpu/run.sh --cpu    # the same steps here, small, CUDA-only parts "skipped: no CUDA"
 #
-# Writes $OUT/report.json, $OUT/run.log and $OUT/checks.json ($OUT defaults to ./gpu-out); exits
+# Writes $OUT/report.json, run.log, checks.json and bench.json ($OUT defaults to ./gpu-out); exits
 # non-zero if any step failed. Each step is timed and has a timeout; the whole fits ~8 minutes on a GPU.
 set -uo pipefail
 CPU=0
@@ -18,18 +18,20 @@ LOG="$OUT/run.log"
 RESULTS="$(mktemp)"
 export PYTHONUNBUFFERED=1
 PY=python3
-SITE=/tmp/tuitrain-site
+TMPD="$(mktemp -d)"  # the carried wheels' site, the background steps' output
+SITE="$TMPD/site"
 
 if [ $CPU = 1 ]; then
-    # bench_gpu.py --small; a tiny pair count (a check of the script, no figure). bench_gpu.py reads its
-    # clock at the MetricsLogged of steps warmup and warmup+steps: both must be multiples of 10
-    BENCH=(--device cpu --small --repeats 2 --steps 20 --warmup 10); DEV=cpu
-    T_PYTEST=120; T_BENCH=150; T_CHECKS=120
+    # a check of the script, no figure: the tiny GPT, one round of the contenders, no compile
+    BENCH=(--device cpu --small --repeats 1 --compile-pairs 0); DEV=cpu
+    T_TESTS=120; T_BENCH=120
 else
-    # nanoGPT-sized GPT in bf16, 4 alternating pairs (12 processes would not fit the 8 minutes)
-    BENCH=(--device cuda --repeats 4 --steps 150 --warmup 30); DEV=cuda
-    T_PYTEST=150; T_BENCH=210; T_CHECKS=90  # with installs and imports 60: 510 s
+    # the nanoGPT-sized GPT in bf16: 4 rounds of hand-written / headless / dashboard, one compiled pair
+    # (bench_gpu.py starts no triple or pair that its --budget cannot fit; the step's timeout is above it)
+    BENCH=(--device cuda --repeats 4 --steps 300 --warmup 50 --compile-pairs 1 --budget 240); DEV=cuda
+    T_TESTS=150; T_BENCH=270  # with wheels, imports and versions (~40 s): about 460 s at worst
 fi
+BENCH+=(--json "$OUT/bench.json")
 
 log() { echo "$*" | tee -a "$LOG"; }
 
@@ -46,6 +48,33 @@ step() {
     [ "$rc" = 124 ] || [ "$rc" = 137 ] && status="fail: timed out"
     log "=== $name: $status (rc $rc, ${secs}s)"
     printf '%s\t%s\t%s\t%s\n' "$name" "$status" "$rc" "$secs" >> "$RESULTS"
+}
+# step_bg NAME TIMEOUT CMD...: the same, in the background, its output kept apart until wait_steps
+# (the tests and checks run side by side: the device has 16 cores; the benchmark runs alone after)
+BG=()
+step_bg() {
+    local name=$1 limit=$2; shift 2
+    log "=== $name: started in the background (timeout ${limit}s): $*"
+    ( t0=$(date +%s%N); timeout -k 10 "$limit" "$@" > "$TMPD/$name.log" 2>&1; rc=$?
+      echo "$rc $(( ($(date +%s%N) - t0) / 1000000 ))" > "$TMPD/$name.rc" ) &
+    BG+=("$name")
+}
+wait_steps() {  # each background step's output into the log, in the order they were started
+    wait
+    local name rc ms secs status
+    for name in "${BG[@]}"; do
+        read -r rc ms < "$TMPD/$name.rc" || { rc=1; ms=0; }
+        secs=$(printf '%d.%03d' $((ms / 1000)) $((ms % 1000)))
+        status=pass
+        [ "$rc" != 0 ] && status=fail
+        [ "$rc" = 124 ] || [ "$rc" = 137 ] && status="fail: timed out"
+        log ""; log "=== $name (ran in the background)"
+        cat "$TMPD/$name.log" >> "$LOG"
+        tail -n 25 "$TMPD/$name.log"
+        log "=== $name: $status (rc $rc, ${secs}s)"
+        printf '%s\t%s\t%s\t%s\n' "$name" "$status" "$rc" "$secs" >> "$RESULTS"
+    done
+    BG=()
 }
 skip() {  # skip NAME WHY
     log ""; log "=== $1: skipped: $2"
@@ -83,28 +112,40 @@ fi
 # the local msgspec serves; on the device (Python 3.12) all of them.
 WHEELS='.whl/*.whl'
 [ $CPU = 1 ] && [ "$($PY -c 'import sys; print(sys.version_info[:2] == (3, 12))')" != True ] && WHEELS='.whl/*-py3-none-any.whl'
-step install-wheels 30 bash -c "ls .whl/*.whl >/dev/null 2>&1 || { echo 'no .whl/*.whl: run benchmarks/gpu/fetch_wheels.sh and carry .whl'; exit 1; }
+if [ $CPU = 1 ] && ! ls .whl/*.whl >/dev/null 2>&1; then
+    skip install-wheels "no .whl here (fetch_wheels.sh); this machine's packages serve"
+else
+    step install-wheels 30 bash -c "ls .whl/*.whl >/dev/null 2>&1 || { echo 'no .whl/*.whl: run benchmarks/gpu/fetch_wheels.sh and carry .whl'; exit 1; }
     rm -rf '$SITE' && $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target '$SITE' $WHEELS && ls '$SITE'"
+fi
 export PYTHONPATH="$SITE:$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 step imports 30 $PY -c "
 import textual, plotext, msgspec, rich, tuitrain.dashboard.live, tuitrain.core.learner
 from importlib.metadata import version as v
 print('textual', v('textual'), textual.__file__); print('plotext', v('plotext'), plotext.__file__); print('msgspec', v('msgspec'), msgspec.__file__); print('rich', v('rich'), rich.__file__)"
 
-# --- 3. the CUDA tests (on --cpu collected and skipped: a check that they still import)
+# --- 3. side by side: the CUDA tests, the CPU suite's device tests on cuda, the checks of checks.py
+# (on --cpu: the tests collected only, a check that they import and that the selection is not empty)
+PYTEST=($PY -m pytest -p no:cacheprovider -q -rs -o addopts=)
+# the files with tests on TUITRAIN_TEST_DEVICE (tests/conftest.py's test_device and exact_device
+# fixtures): named, not the whole of tests/, whose other files need packages the device lacks (optuna...)
+mapfile -t DEVICE_TESTS < <(grep -rlwE 'test_device|exact_device|mark\.device' tests --include='test_*.py' | sort)
+log "device tests in: ${DEVICE_TESTS[*]}"
 if [ "$HAVE_CUDA" = 1 ]; then
-    step pytest-cuda $T_PYTEST $PY -m pytest -m cuda tests/cuda -p no:cacheprovider -q -rs
+    XDIST=()  # the device has pytest-xdist and 16 cores: 4 workers beside the other two steps
+    $PY -c 'import xdist' 2>/dev/null && XDIST=(-n 4)
+    step_bg pytest-cuda $T_TESTS "${PYTEST[@]}" -m cuda tests/cuda
+    step_bg pytest-device $T_TESTS env TUITRAIN_TEST_DEVICE=cuda "${PYTEST[@]}" "${XDIST[@]}" -m device "${DEVICE_TESTS[@]}"
 else
-    step pytest-cuda-collect $T_PYTEST $PY -m pytest -m cuda tests/cuda -p no:cacheprovider -q -rs
-    skip pytest-cuda "no CUDA"
+    step_bg pytest-cuda-collect $T_TESTS "${PYTEST[@]}" --collect-only -m cuda tests/cuda
+    step_bg pytest-device-collect $T_TESTS "${PYTEST[@]}" --collect-only -m device "${DEVICE_TESTS[@]}"
 fi
+step_bg checks $T_TESTS $PY benchmarks/gpu/checks.py --device $DEV --out "$OUT"
+wait_steps
+[ "$HAVE_CUDA" = 1 ] || skip pytest-cuda "no CUDA"; [ "$HAVE_CUDA" = 1 ] || skip pytest-device "no CUDA"
 
-# --- 4. the benchmark: tuitrain headless against the hand-written loop, tflops/mfu, max_memory
+# --- 4. alone, for its clock: hand-written / headless / dashboard rounds, compile, tflops/mfu, max_memory
 step bench-gpu $T_BENCH $PY benchmarks/bench_gpu.py "${BENCH[@]}"
-
-# --- 5. no syncs on unlogged steps under set_sync_debug_mode("error"); GPU fields in DevicesSampled
-step checks $T_CHECKS $PY benchmarks/gpu/checks.py --device $DEV --out "$OUT"
-[ "$HAVE_CUDA" = 1 ] || { skip sync-debug-mode "no CUDA"; skip devices-gpu-fields "no CUDA"; }
 
 # --- the report
 TOTAL=$(( $(date +%s) - T0 ))
@@ -124,16 +165,23 @@ try:
         report["device"] = torch.cuda.get_device_name(0)
 except Exception as e:
     report["torch"] = f"? {e}"
-checks = out / "checks.json"
-if checks.exists():
-    report["checks"] = json.loads(checks.read_text())
+for name in ("checks", "bench"):  # what checks.py and bench_gpu.py wrote (bench: figures and goals)
+    f = out / f"{name}.json"
+    if f.exists():
+        report[name] = json.loads(f.read_text())
+if "bench" in report:
+    report["goals"] = report["bench"].get("goals", {})
 report["failed"] = [s["step"] for s in steps if s["status"].startswith("fail")]
 report["ok"] = not report["failed"]
 (out / "report.json").write_text(json.dumps(report, indent=1))
 print("\n=== summary")
 for s in steps:
     print(f"{s['step']:22} {s['status']:18} {s['seconds']:7.1f}s")
+for name, g in report.get("goals", {}).items():
+    v = g.get("value")
+    print(f"goal {name:24} {f'{v:.3f}' if isinstance(v, float) else str(v):>10} target {g.get('target')!s:10} "
+          f"met {g.get('met')}")
 print(f"total {total}s; {'all passed' if report['ok'] else 'FAILED: ' + ', '.join(report['failed'])}")
 PYEOF
-rm -f "$RESULTS"
+rm -rf "$RESULTS" "$TMPD"
 [ -f "$OUT/report.json" ] && $PY -c "import json,sys; sys.exit(0 if json.load(open('$OUT/report.json'))['ok'] else 1)"
