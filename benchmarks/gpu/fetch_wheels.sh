@@ -8,11 +8,13 @@ cd "$(git -C "$(dirname "$0")" rev-parse --show-toplevel)"
 grep -qxF '/.whl/' .git/info/exclude 2>/dev/null || echo '/.whl/' >> .git/info/exclude
 rm -rf .whl && mkdir .whl
 
-# textual 8.2.8 needs markdown-it-py[linkify], mdit-py-plugins, platformdirs, pygments, rich,
-# typing-extensions; the machine has markdown-it-py, mdurl, pygments, rich and typing-extensions.
-# linkify-it-py needs uc-micro-py. plotext and msgspec need nothing.
+# textual 8.2.8 needs markdown-it-py[linkify], mdit-py-plugins, platformdirs, pygments>=2.19.2,
+# rich>=14.2, typing-extensions; the machine has markdown-it-py, mdurl and typing-extensions, and rich
+# and pygments of versions not known here: those two are carried too (the versions tested here), so
+# that an old one there cannot fail the one run. linkify-it-py needs uc-micro-py. plotext and msgspec
+# need nothing.
 WANT=(textual==8.2.8 mdit-py-plugins==0.7.0 platformdirs==4.14.8 linkify-it-py==2.2.0 uc-micro-py==2.0.0
-      plotext==5.3.2 msgspec==0.22.0)
+      rich==15.0.0 pygments==2.20.0 plotext==5.3.2 msgspec==0.22.0)
 PLAT=()
 for p in manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_24_x86_64 manylinux_2_17_x86_64 \
          manylinux2014_x86_64 manylinux1_x86_64; do PLAT+=(--platform "$p"); done
@@ -20,7 +22,7 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -
     "${PLAT[@]}" -d .whl "${WANT[@]}"
 
 # every wheel's requirements (extras left out) must be carried or already on the machine
-ON_DEVICE="markdown-it-py mdurl pygments rich typing-extensions"
+ON_DEVICE="markdown-it-py mdurl typing-extensions"
 status=0
 for w in .whl/*.whl; do
     while read -r req; do
