@@ -144,6 +144,20 @@ def test_histograms_keep_the_bins_of_their_first_step(tmp_path):
     assert not list(tmp_path.glob("media/*"))  # histograms are events, not files
 
 
+def test_under_deterministic_algorithms_a_gpu_histogram_counts_by_bincount_the_same_bins():
+    """histc has no deterministic CUDA kernel (it raises under torch.use_deterministic_algorithms): there
+    the bins are counted with bincount; here on the CPU, forced, against histc itself."""
+    from tuitrain.core.media import _histc
+
+    g = torch.Generator().manual_seed(0)
+    for values, (low, high) in ((torch.randn(10000, generator=g), (-2.5, 3.0)),
+                                (torch.rand(5000, generator=g) * 7 - 1, (-1.0, 6.0)),
+                                (torch.tensor([-1.0, 0.0, 0.5, 1.0]), (-1.0, 1.0))):  # both edges
+        v = values.clamp(low, high)
+        want = torch.histc(v, bins=48, min=low, max=high)
+        assert torch.equal(_histc(v, 48, low, high, deterministic=True), want)
+
+
 def test_a_writer_that_falls_behind_drops_and_says_so_once(tmp_path):
     events = []
     log = MediaLog(tmp_path, events.append)

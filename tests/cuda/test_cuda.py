@@ -141,3 +141,28 @@ def test_media_from_cuda_tensors_are_the_cpu_ones_and_sync_only_at_a_names_first
     assert out["cuda"][2] == out["cpu"][2] == ["media/x/2.png"]
     for cpu, gpu in zip(out["cpu"][1], out["cuda"][1]):  # histc on a GPU may put a value at an edge apart
         assert sum(cpu) == sum(gpu) and sum(abs(a - b) for a, b in zip(cpu, gpu)) <= 4
+
+
+def test_histograms_on_cuda_under_deterministic_algorithms(tmp_path):
+    """histc raises on CUDA under torch.use_deterministic_algorithms: the counts come from a sort there,
+    the same bins as histc's without it."""
+    from tuitrain.core.events import HistogramLogged
+    from tuitrain.core.media import MediaLog
+
+    torch.manual_seed(0)
+    values = torch.randn(100_000, device="cuda")
+    got = {}
+    for deterministic in (False, True):
+        events = []
+        log = MediaLog(tmp_path / str(deterministic), events.append)
+        torch.use_deterministic_algorithms(deterministic)
+        try:
+            log.histogram(1, "w", values)
+            log.histogram(2, "w", values * 2)
+        finally:
+            torch.use_deterministic_algorithms(False)
+        log.close()
+        got[deterministic] = [e.counts for e in events if isinstance(e, HistogramLogged)]
+    assert len(got[True]) == 2
+    for a, b in zip(got[False], got[True]):
+        assert sum(a) == sum(b) == 100_000 and sum(abs(x - y) for x, y in zip(a, b)) <= 4

@@ -90,6 +90,19 @@ def _flat(values: torch.Tensor) -> torch.Tensor:
     return v.float() if not v.is_floating_point() or v.dtype in (torch.float16, torch.bfloat16) else v
 
 
+def _histc(v: torch.Tensor, bins: int, low: float, high: float, deterministic: bool | None = None) -> torch.Tensor:
+    """`torch.histc` of values within [low, high] (low < high: a name's range); on a GPU under
+    `torch.use_deterministic_algorithms`, where histc raises (it has no deterministic CUDA kernel), the
+    same bins counted by a sort (bincount would read its size back: a sync)."""
+    if deterministic is None:
+        deterministic = v.device.type == "cuda" and torch.are_deterministic_algorithms_enabled()
+    if not deterministic:
+        return torch.histc(v, bins=bins, min=low, max=high)
+    at = ((v - low) * bins / (high - low)).long().clamp_(0, bins - 1)  # histc's CUDA kernel's arithmetic
+    starts = torch.searchsorted(at.sort().values, torch.arange(bins + 1, device=v.device))
+    return starts.diff().float()
+
+
 def histogram_counts(parts: list[torch.Tensor], low: float, high: float, bins: int = BINS) -> torch.Tensor:
     """(bins counts, then min, max, mean) of the values of all `parts` together, as floats on their
     device (one histc each, no concatenation); values past the range, infinities too, are counted in
@@ -107,7 +120,7 @@ def histogram_counts(parts: list[torch.Tensor], low: float, high: float, bins: i
             if v.numel() == 0:
                 continue
             vmin, vmax = torch.aminmax(v)
-        c = torch.histc(v.clamp(low, high), bins=bins, min=low, max=high)
+        c = _histc(v.clamp(low, high), bins, low, high)
         counts = c if counts is None else counts + c
         lo = vmin if lo is None else torch.minimum(lo, vmin)
         hi = vmax if hi is None else torch.maximum(hi, vmax)
