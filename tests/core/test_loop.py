@@ -223,6 +223,26 @@ def test_bf16_mixed_trains(test_device):
     assert learner.precision.name == "bf16-mixed" and result.exit_code == 0
 
 
+def test_the_gradient_scalers_own_overflow_is_not_a_nonfinite_fault():
+    """float16's scaler overflows now and then (after it grows its scale): it skips that update and lowers
+    the scale itself. With the [watch] rules at their defaults (nonfinite = "fail") and every step judged,
+    the run trains on. A scaler on the CPU with a scale that overflows float32 at first stands in for
+    CUDA's float16 one (16-mixed itself falls back to bf16 on a CPU)."""
+    model = linear()
+    events = []
+    learner = CoreLearner(model, torch.optim.SGD(model.parameters(), lr=0.1), loss_fn=nn.MSELoss(), device="cpu",
+                          shuffle=False, batch_size=2, epochs=4, log_every_n_steps=1,
+                          train_metrics=["loss", "grad_norm"], callbacks=[lambda e, s: events.append(e)])
+    learner.precision.scaler = scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 127)
+    before = model.weight.detach().clone()
+    result = learner.fit(data())
+    assert result.exit_code == 0 and result.status == "completed", result.error
+    norms = [e.metrics["grad_norm"] for e in events if isinstance(e, MetricsLogged) and e.scope == "step"]
+    overflowed = sum(1 for n in norms if not n < float("inf"))
+    assert overflowed >= 1 and len(norms) == 20  # the scaler's overflows, every step logged
+    assert scaler.get_scale() < 2.0 ** 127 and not torch.equal(model.weight, before)  # it backed off and trained
+
+
 def test_16_mixed_on_cpu_falls_back_with_warning():
     model = linear()
     with pytest.warns(UserWarning, match="bf16-mixed"):

@@ -126,11 +126,12 @@ def test_media_from_cuda_tensors_are_the_cpu_ones_and_sync_only_at_a_names_first
         events = []
         log = MediaLog(tmp_path / device, events.append)
         log.histogram(1, "w", values.to(device))  # the first: its range read back (one sync)
+        doubled = (values * 2).to(device)  # (a blocking copy from pageable memory syncs: the test's, not ours)
         torch.cuda.synchronize()
         torch.cuda.set_sync_debug_mode("error" if device == "cuda" else 0)
         try:
             log.image(2, "x", images.to(device, non_blocking=True) if device == "cuda" else images)
-            log.histogram(3, "w", (values * 2).to(device))
+            log.histogram(3, "w", doubled)
         finally:
             torch.cuda.set_sync_debug_mode(0)
         log.close()

@@ -9,6 +9,7 @@ clipping and schedulers, and the helpers a phase of one's own calls through the 
 from __future__ import annotations
 
 import contextlib
+import math
 import warnings
 
 import torch
@@ -110,7 +111,12 @@ class Optimization:
             self.grad_norm.add(norm)
         if judge:
             s = self.state
-            return guard.judge_grad_norm(float(norm), s, list(range(max(s.batch - self.accumulation, 0), s.batch)))
+            value = float(norm)
+            if self.precision.scaler is not None and not math.isfinite(value):
+                # float16's scaler overflowed: it skips this update itself and lowers its scale (after a
+                # growth of the scale, now and then): its own business, not a fault for the [watch] rules
+                return False
+            return guard.judge_grad_norm(value, s, list(range(max(s.batch - self.accumulation, 0), s.batch)))
         return False
 
     def optimizer_step(self) -> bool | None:
