@@ -68,9 +68,11 @@ medians and ranges ({min, max, n}) of each ratio (headless_ratio, dashboard_rati
 tflops_vs_6nt, mfu_vs_palm, max_memory_vs_torch, compile_ratio), peak_tflops, goals ({name: {value,
 target, met}}; met None where not judged: on a CPU every figure, and whatever was not measured),
 failures, seconds. Exit status 0 when
-the script ran (goals not met are recorded, not an error), 1 when a contender crashed or a child
-timed out (a compiled contender failing is the `compile_trains` goal, not a crash). Without CUDA and
-`--device cuda` it says so and exits 0 (the JSON says skipped).
+the script ran (goals not met are recorded, not an error), 1 when an uncompiled contender crashed or
+timed out (a compiled one that fails, times out or finds no budget left is the `compile_trains` goal,
+not a crash). Without CUDA and `--device cuda` it says so and exits 0 (the JSON says skipped). A
+SIGTERM or Ctrl+C (run.sh's timeout) kills the running child's process group too: children run in
+sessions of their own and would otherwise hold the GPU.
 
 Time on the device (run.sh: --repeats 4 --steps 300 --warmup 50 --compile-pairs 1), estimated, not
 measured: an uncompiled process is ~10-15 s (Python and torch imports 3-5 s, CUDA init ~1-2 s,
@@ -78,8 +80,8 @@ measured: an uncompiled process is ~10-15 s (Python and torch imports 3-5 s, CUD
 so 4 triples are ~120-180 s; a compiled process adds 30-90 s of compiling (the second of the pair finds
 the first's inductor cache), so the pair is ~60-120 s: ~180-300 s in all. `--budget` (default 270 s;
 run.sh's timeout must exceed it) keeps it within: a child's timeout is what is left of the budget (at
-most CHILD_TIMEOUT), and a triple or compile pair that would not fit (the longest child of its kind so
-far, or FIRST_GUESS) is skipped and recorded as such. The triples go first, each admitted only if the
+most CHILD_TIMEOUT), and a triple, compile pair or second compiled child that would not fit (the
+longest child of its kind so far, or FIRST_GUESS) is skipped and recorded as such. The triples go first, each admitted only if the
 compile pairs still fit after it (FIRST_GUESS: 2 x 60 s for one pair): a 4th triple gives way to
 the compile pair when the triples run slow (over ~35 s each). `--device cpu --small` (one triple of
 10 + 20 steps, no compile pair) took 12-15 s on a 2-core CPU, mostly three imports of torch.
@@ -289,6 +291,17 @@ def child_env(device: str) -> dict:
     return e
 
 
+LIVE: set[int] = set()  # the children running now (each leads its own session): killed with this script
+
+
+def kill_live(signum, frame) -> None:
+    """SIGTERM (run.sh's `timeout`) or Ctrl+C: the children, in their own sessions, would outlive this
+    script and hold the GPU; their process groups go with it."""
+    for pid in list(LIVE):
+        kill_group(pid)
+    sys.exit(128 + signum)
+
+
 def kill_group(pid: int) -> None:
     try:
         os.killpg(pid, signal.SIGKILL)  # the child and what it started (inductor's compile workers)
@@ -311,6 +324,7 @@ def in_terminal(cmd: list[str], env: dict, trained: Path, timeout: float) -> tup
             os.execvpe(cmd[0], cmd, env)
         finally:
             os._exit(127)
+    LIVE.add(pid)
     deadline = time.monotonic() + timeout
     screen = b""
     drawn = {"bytes": 0, "alternate_screen": False}
@@ -343,6 +357,7 @@ def in_terminal(cmd: list[str], env: dict, trained: Path, timeout: float) -> tup
                 pressed, keys = now, keys + 1
     finally:
         os.close(fd)
+        LIVE.discard(pid)
     text = re.sub(r"\x1b(\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)|[@-_])", "", screen.decode(errors="replace"))
     return status, text[-1500:], drawn
 
@@ -360,12 +375,15 @@ def run_child(spec: dict, env: dict, tmp: Path, timeout: float) -> dict:
     else:
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 start_new_session=True)
+        LIVE.add(proc.pid)
         try:
             tail = proc.communicate(timeout=timeout)[0]
             rc = proc.returncode
         except subprocess.TimeoutExpired:
             kill_group(proc.pid)
             tail, rc = proc.communicate()[0], None
+        finally:
+            LIVE.discard(proc.pid)
     res = json.loads(out.read_text()) if out.exists() else {"which": spec["which"], "compile": spec["compile"]}
     res["seconds"] = round(time.perf_counter() - t0, 1)
     if drawn is not None:
@@ -473,6 +491,9 @@ def main(argv=None) -> int:
     p.add_argument("--json", type=Path, help="write every figure and the goals here")
     p.add_argument("--child", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
+    if not a.child:
+        signal.signal(signal.SIGTERM, kill_live)
+        signal.signal(signal.SIGINT, kill_live)
     if a.child:
         spec = json.loads(a.child)
         try:
@@ -560,6 +581,9 @@ def main(argv=None) -> int:
                 print(f"compile pair {r + 1}: skipped (the budget)", flush=True)
                 continue
             for which in order:
+                if which == order[1] and not fits("compiled", 1):  # the first compile ran long
+                    pair[which] = {"which": which, "compile": True, "error": "not run: the budget"}
+                    continue
                 res = run_child(dict(base, which=which, compile=True), env, Path(tmp), timeout("compiled"))
                 took["compiled"].append(res["seconds"])
                 if which != "hand":
@@ -577,7 +601,7 @@ def main(argv=None) -> int:
     summarize(report, cuda)
     crashed = [f"{'compile ' if c['compile'] else ''}{c['which']}: {brief(c['error'])}"
                for t in report["triples"] + report["compile_pairs"] for c in t.values()
-               if isinstance(c, dict) and "error" in c and (c.get("timed_out") or not c["compile"])]
+               if isinstance(c, dict) and "error" in c and not c["compile"]]
     report["failures"] = crashed
     report["seconds"] = round(time.monotonic() - t_start, 1)
     if a.json:

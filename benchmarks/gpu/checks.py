@@ -297,7 +297,7 @@ def main(argv=None) -> int:
     p.add_argument("--device", default="cuda")
     p.add_argument("--out", default="gpu-out")
     a = p.parse_args(argv)
-    out_dir = Path(a.out)
+    out_dir = Path(a.out).resolve()  # before the chdir below
     out_dir.mkdir(parents=True, exist_ok=True)
     report: dict = {"device": a.device}
     # cuBLAS's deterministic workspace, for the resume check; before CUDA starts (harmless elsewhere)

@@ -28,8 +28,8 @@ if [ $CPU = 1 ]; then
 else
     # the nanoGPT-sized GPT in bf16: 4 rounds of hand-written / headless / dashboard, one compiled pair
     # (bench_gpu.py starts no triple or pair that its --budget cannot fit; the step's timeout is above it)
-    BENCH=(--device cuda --repeats 4 --steps 300 --warmup 50 --compile-pairs 1 --budget 240); DEV=cuda
-    T_TESTS=150; T_BENCH=270  # with wheels, imports and versions (~40 s): about 460 s at worst
+    BENCH=(--device cuda --repeats 4 --steps 300 --warmup 50 --compile-pairs 1 --budget 270); DEV=cuda
+    T_TESTS=120; T_BENCH=300  # with versions, wheels, imports (~40 s) and the kills' grace: ~490 s at worst
 fi
 BENCH+=(--json "$OUT/bench.json")
 
@@ -127,6 +127,8 @@ print('textual', v('textual'), textual.__file__); print('plotext', v('plotext'),
 # --- 3. side by side: the CUDA tests, the CPU suite's device tests on cuda, the checks of checks.py
 # (on --cpu: the tests collected only, a check that they import and that the selection is not empty)
 PYTEST=($PY -m pytest -p no:cacheprovider -q -rs -o addopts=)
+# three steps of torch processes side by side on 16 cores: a few threads each, not 16 (no timing here)
+export OMP_NUM_THREADS=4 MKL_NUM_THREADS=4
 # the files with tests on TUITRAIN_TEST_DEVICE (tests/conftest.py's test_device and exact_device
 # fixtures): named, not the whole of tests/, whose other files need packages the device lacks (optuna...)
 mapfile -t DEVICE_TESTS < <(grep -rlwE 'test_device|exact_device|mark\.device' tests --include='test_*.py' | sort)
@@ -142,6 +144,7 @@ else
 fi
 step_bg checks $T_TESTS $PY benchmarks/gpu/checks.py --device $DEV --out "$OUT"
 wait_steps
+unset OMP_NUM_THREADS MKL_NUM_THREADS
 [ "$HAVE_CUDA" = 1 ] || skip pytest-cuda "no CUDA"; [ "$HAVE_CUDA" = 1 ] || skip pytest-device "no CUDA"
 
 # --- 4. alone, for its clock: hand-written / headless / dashboard rounds, compile, tflops/mfu, max_memory
