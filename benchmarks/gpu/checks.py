@@ -38,33 +38,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-CONFIG = """
-[experiment]
-name = "gpu-checks"
-dir = "{runs}"
-seed = 0
-[model]
-target = "healthproj:Net"
-[data]
-target = "healthproj:datasets"
-batch_size = 16
-shuffle = false
-[loss]
-target = "torch.nn:MSELoss"
-[optimizer]
-target = "torch.optim:SGD"
-lr = 0.02
-[train]
-epochs = 1
-[metrics]
-train = ["loss", "grad_norm"]
-valid = ["loss"]
-[log]
-every_n_steps = 10
-[checkpoint]
-every_n_steps = 0
-"""
-
 EVERY = 10
 CHECK_FROM = 20
 
@@ -128,8 +101,10 @@ RESUME_STOP_AT = 30
 def project(folder: Path) -> Path:
     shutil.copy(ROOT / "tests/health/healthproj.py", folder / "healthproj.py")
     config = folder / "checks.toml"
-    config.write_text(CONFIG.format(runs=folder / "runs"))
     sys.path.insert(0, str(folder))
+    from healthproj import CONFIG  # the project's health.toml (its checkpoints set off by each check)
+
+    config.write_text(CONFIG.format(runs=folder / "runs"))
     return config
 
 
@@ -211,7 +186,8 @@ def check_devices(config: Path, device: str, steps: int) -> dict:
 
     os.environ["TUITRAIN_DEVICES_INTERVAL"] = "0.2"
     t0 = time.perf_counter()
-    run = prepare_run(config, [f"train.device={device}", "data.slow=0.001", f"train.max_steps={steps}"])
+    run = prepare_run(config, [f"train.device={device}", "data.slow=0.001", f"train.max_steps={steps}",
+                               "checkpoint.every_n_steps=0"])
     code = run.execute()
     samples = [e for e in events_of(run.run_dir) if e["event"] == "DevicesSampled"]
     out = {"seconds": round(time.perf_counter() - t0, 2), "code": code, "samples": len(samples)}

@@ -58,3 +58,32 @@ class Net(nn.Module):
 
     def forward(self, x):
         return self.layers(x)
+
+
+# the project's health.toml, `{runs}` where its runs go (tests/health, benchmarks/gpu/checks.py)
+CONFIG = """
+[experiment]
+name = "health"
+dir = "{runs}"
+seed = 0
+[model]
+target = "healthproj:Net"
+[data]
+target = "healthproj:datasets"
+batch_size = 16
+shuffle = false
+[loss]
+target = "torch.nn:MSELoss"
+[optimizer]
+target = "torch.optim:SGD"
+lr = 0.02
+[train]
+epochs = 1
+[metrics]
+train = ["loss", "grad_norm"]
+valid = ["loss"]
+[log]
+every_n_steps = 10
+[checkpoint]
+every_n_steps = 50
+"""

@@ -17,37 +17,11 @@ import pytest
 import torch
 
 from tests.conftest import Receiver, read_events
+from tests.health.healthproj import CONFIG
 from tuitrain.run.runner import prepare_run
 
 HERE = Path(__file__).parent
 SPIKE_BATCH = 100  # the batch of epoch 1 scaled x300: step 101
-
-CONFIG = """
-[experiment]
-name = "health"
-dir = "{runs}"
-seed = 0
-[model]
-target = "healthproj:Net"
-[data]
-target = "healthproj:datasets"
-batch_size = 16
-shuffle = false
-[loss]
-target = "torch.nn:MSELoss"
-[optimizer]
-target = "torch.optim:SGD"
-lr = 0.02
-[train]
-epochs = 1
-[metrics]
-train = ["loss", "grad_norm"]
-valid = ["loss"]
-[log]
-every_n_steps = 10
-[checkpoint]
-every_n_steps = 50
-"""
 
 
 @pytest.fixture

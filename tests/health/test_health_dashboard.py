@@ -42,7 +42,7 @@ def test_a_stall_abort_under_the_dashboard_gives_the_terminal_back_and_says_why(
     from pathlib import Path
 
     from tests.conftest import cli_env, end_pty, wait_exit
-    from tests.health.test_health import CONFIG
+    from tests.health.healthproj import CONFIG
 
     here = Path(__file__).parent
     shutil.copy(here / "healthproj.py", tmp_path / "healthproj.py")
