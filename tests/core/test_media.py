@@ -13,8 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tuitrain.core.events import HistogramLogged, MediaLogged, OutputPrinted
-from tuitrain.core.images import MAX_SIDE, image_of, png_bytes, read_png, take_image
+from tuitrain.core.images import MAX_SIDE, image_of, png_bytes, take_image
 from tuitrain.core.media import BINS, QUEUE_LIMIT, MediaLog, safe_name, thin
+from tuitrain.core.png import read_png
 
 
 @settings(max_examples=40, deadline=None)

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from tuitrain.config import load_config, validate
-from tuitrain.core.images import read_png
+from tuitrain.core.png import read_png
 
 DEMO = Path(__file__).resolve().parents[2] / "demo"
 

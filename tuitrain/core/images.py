@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from .png import PngError, encode_png, read_png  # noqa: F401 (read_png, PngError: their home before)
+from .png import encode_png
 
 MAX_SIDE = 512  #: an image's longest side in pixels, once written
 GRID_PAD = 2  #: pixels between the images of a grid
