@@ -9,8 +9,9 @@ from __future__ import annotations
 from textual import events
 from textual.app import ComposeResult
 from textual.containers import Vertical
-from textual.screen import ModalScreen
 from textual.widgets import Static
+
+from tuitrain.dashboard.widgets.modal import Modal
 
 
 def stop_says(loop: str, run_dir: bool = True) -> tuple[str, str]:
@@ -32,7 +33,7 @@ def stop_says(loop: str, run_dir: bool = True) -> tuple[str, str]:
     return "y: ask the run to stop and leave", "stop asked: leaving when the run ends"
 
 
-class ConfirmScreen(ModalScreen[str]):
+class ConfirmScreen(Modal[str]):
     DEFAULT_CSS = """
     ConfirmScreen { align: center middle; }
     #confirm-box { width: auto; max-width: 90%; height: auto; padding: 1 2; }

@@ -8,13 +8,13 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
-from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from tuitrain.core.text import safe_name, safe_text
+from tuitrain.dashboard.widgets.modal import Modal
 
 
-class DiffScreen(ModalScreen[None]):
+class DiffScreen(Modal[None]):
     """One row per differing config key, one column per run (in the runs' colours)."""
 
     BINDINGS = [Binding("escape", "dismiss", "Back"), Binding("d", "dismiss", "Back", show=False),

@@ -12,11 +12,12 @@ from typing import Callable
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
-from textual.screen import ModalScreen
 from textual.widgets import Input, Static
 
+from tuitrain.dashboard.widgets.modal import Modal
 
-class FilterScreen(ModalScreen[str | None]):
+
+class FilterScreen(Modal[str | None]):
     """Dismissed with the accepted text, or None (Esc)."""
 
     BINDINGS = [Binding("escape", "cancel", "Cancel")]

@@ -7,10 +7,10 @@ from rich.table import Table
 from textual import events
 from textual.app import ComposeResult
 from textual.containers import Vertical
-from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from tuitrain.dashboard.layout import COMPACT
+from tuitrain.dashboard.widgets.modal import Modal
 
 #: (key, what it does, the same in fewer words for a small terminal)
 KEYS = [
@@ -57,7 +57,7 @@ COMPARING_KEYS = ("d", "R", "P")
 MEDIA_KEYS = ("[ / ]",)
 
 
-class HelpScreen(ModalScreen[None]):
+class HelpScreen(Modal[None]):
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }
     #help-box { width: 96; max-width: 95%; height: auto; max-height: 95%; padding: 0 1; }

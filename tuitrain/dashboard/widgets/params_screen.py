@@ -17,7 +17,6 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Container, Vertical
-from textual.screen import ModalScreen
 from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import Static
@@ -29,6 +28,7 @@ from tuitrain.dashboard.parallel import Column, draw_parallel
 from tuitrain.dashboard.params import (DONE, GOING, ParamAxis, TrialPoint, label_of, param_axes, parallel, searched,
                                        trial_points)
 from tuitrain.dashboard.sweep import column_heads
+from tuitrain.dashboard.widgets.modal import Modal
 
 BEST = (240, 160, 48)  # the best trial, over everything
 DONE_COLOR = (60, 155, 232)  # the completed trials
@@ -147,7 +147,7 @@ class ParallelPlot(_Drawn):
         return strips
 
 
-class ParamsScreen(ModalScreen[None]):
+class ParamsScreen(Modal[None]):
     """The parameters view of the sweep `state` (a `SweepState`), followed live."""
 
     BINDINGS = [Binding("escape", "dismiss", "Back"), Binding("P", "dismiss", "Back", show=False),

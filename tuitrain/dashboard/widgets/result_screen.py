@@ -6,12 +6,12 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
-from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from tuitrain.core.text import safe_text
 from tuitrain.dashboard.fmt import format_duration, format_summary_table, format_value
 from tuitrain.dashboard.model import DashboardState
+from tuitrain.dashboard.widgets.modal import Modal
 
 
 REASONS = {"epochs": "all epochs done", "max_steps": "max_steps reached", "early_stopping": "early stopping",
@@ -90,7 +90,7 @@ def _body(state: DashboardState, exit_code: int | None) -> str:
 CHART_KEYS = ("l", "s", "x", "w", "e", "i", "enter")
 
 
-class ResultScreen(ModalScreen[str | None]):
+class ResultScreen(Modal[str | None]):
     """Stays until the user leaves (q) or goes back to the dashboard (Escape, or a chart key: the
     screen is dismissed with the key, for the dashboard to act on: see `Ending.show_result`)."""
 
