@@ -286,6 +286,17 @@ def build_loader(data: Any, *, batch_size: int, shuffle: bool, num_workers: int 
     return ResumableLoader(loader, sampler, seed)
 
 
+def build_loaders(train: Any, valid: Any, data: Any, seed: int = 0
+                  ) -> tuple[ResumableLoader | None, ResumableLoader | None]:
+    """The training and validation loaders from a `Data` section: the one place its fields reach a
+    DataLoader, for `Learner.fit` and a config's run alike. Validation is never shuffled and keeps
+    its last, short batch (every item is judged)."""
+    d = data
+    common = dict(batch_size=d.batch_size, num_workers=d.num_workers, pin_memory=d.pin_memory, seed=seed)
+    return (build_loader(train, shuffle=d.shuffle, drop_last=d.drop_last, **common),
+            build_loader(valid, shuffle=False, drop_last=False, **common))
+
+
 def _adopt(loader: DataLoader, seed: int) -> ResumableLoader:
     plain = (type(loader.batch_sampler) is BatchSampler and loader.batch_size is not None  # not batch_sampler=
              and type(loader.sampler) in (RandomSampler, SequentialSampler)

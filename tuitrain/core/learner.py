@@ -36,7 +36,7 @@ from . import flops
 from . import heap
 from .callbacks import EventBus
 from .control import Interrupter, stop_asked_for
-from .data import ResumableLoader, build_loader, seed_everything
+from .data import build_loaders, seed_everything
 from .early_stopping import EarlyStopping
 from .ema import WeightAverage
 from .events import OutputPrinted, RunStarted, StepPoint
@@ -386,11 +386,6 @@ class CoreLearner:
 
     # --- the run -------------------------------------------------------------------------------
 
-    def _loader(self, data, shuffle: bool) -> ResumableLoader | None:
-        d = self.data
-        return build_loader(data, batch_size=d.batch_size, shuffle=shuffle, num_workers=d.num_workers,
-                            seed=self.seed if self.seed is not None else 0)
-
     def fit(self, train_data, valid_data=None, resume: str | os.PathLike | dict | None = None,
             resumed_from: str | os.PathLike | None = None) -> FitResult:
         """Train; returns a FitResult (never raises for errors in user code: status "failed").
@@ -412,8 +407,8 @@ class CoreLearner:
         try:
             if self.seed is not None:
                 seed_everything(self.seed)
-            train, valid = self.strategy.loaders(self, self._loader(train_data, self.data.shuffle),
-                                                 self._loader(valid_data, False))
+            train, valid = self.strategy.loaders(self, *build_loaders(
+                train_data, valid_data, self.data, self.seed if self.seed is not None else 0))
             if valid is not None and self.limit_valid_batches:
                 valid.limit = self.limit_valid_batches
             stretched, why = [], ""

@@ -27,7 +27,7 @@ def build_learner(cfg, run_dir: Path, bus: EventBus, interrupter, *, dist=None, 
     import torch
 
     from tuitrain.core import checkpoint as ckpt
-    from tuitrain.core.data import build_loader, seed_everything
+    from tuitrain.core.data import build_loaders, seed_everything
     from tuitrain.core.early_stopping import EarlyStopping
     from tuitrain.core.learner import CoreLearner
     from tuitrain.core.sections import Experiment
@@ -78,10 +78,7 @@ def build_learner(cfg, run_dir: Path, bus: EventBus, interrupter, *, dist=None, 
         raise TypeError(f"data.target {cfg.data.target} must return (train, valid); got {type(data).__name__}")
     train, valid = data
     d = cfg.data
-    train_loader = build_loader(train, batch_size=d.batch_size, shuffle=d.shuffle, num_workers=d.num_workers,
-                                seed=cfg.experiment.seed, drop_last=d.drop_last, pin_memory=d.pin_memory)
-    valid_loader = build_loader(valid, batch_size=d.batch_size, shuffle=False, num_workers=d.num_workers,
-                                seed=cfg.experiment.seed, pin_memory=d.pin_memory)
+    train_loader, valid_loader = build_loaders(train, valid, d, cfg.experiment.seed)
     if dist is not None:  # this rank's share of the data, before steps per epoch are counted
         dist.shard(train_loader, "train")
         dist.shard(valid_loader, "valid")
