@@ -142,6 +142,13 @@ SWEEP = Path("runs") / "spirals" / "sweep-spirals"
     ('"optimizer.lr" = { choices = [] }', 'sweep.params."optimizer.lr".choices', "expected a list"),
     ('"optimizer.lr" = { low = 1e-4, high = 1e-1, lg = true }', 'sweep.params."optimizer.lr".lg',
      "did you mean 'log'"),
+    # keys the target refuses, found from its signature as `tuitrain run --set` finds them (issue 51): no
+    # trial starts, where each of them would have failed with the same error
+    ('"optimizer.lrr" = { low = 1e-4, high = 1e-1, log = true }', 'sweep.params."optimizer.lrr"',
+     "unexpected keyword argument for torch.optim:AdamW (did you mean 'lr'?)"),
+    ('"model.hiden" = { choices = [8, 16] }', 'sweep.params."model.hiden"',
+     "unexpected keyword argument for spirals:SpiralNet (did you mean 'hidden'?)"),
+    ('"optimizer.betas" = { choices = [0.9, 0.99] }', 'sweep.params."optimizer.betas"', "0.9 is refused"),
 ])
 def test_a_bad_sweep_table_is_exit_2_naming_the_key_and_nothing_runs(tmp_path, monkeypatch, capsys, table, key,
                                                                       said):

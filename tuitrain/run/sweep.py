@@ -442,6 +442,7 @@ def sweep_command(config: str, overrides: list[str], trials: int | None, paralle
     """The command: read and check the config and its [sweep] (exit 2 before anything runs), then work
     on the study until it has its trials (or a stop)."""
     from tuitrain.config import ConfigError, load_config
+    from tuitrain.run.preflight import preflight
     from tuitrain.run.sweep_spec import read_spec
 
     extra = [f"sweep.trials={trials}"] if trials is not None else []
@@ -449,7 +450,7 @@ def sweep_command(config: str, overrides: list[str], trials: int | None, paralle
     extra += [set_item("sweep.storage", storage)] if storage is not None else []
     try:
         cfg = load_config(config, [*overrides, *extra])
-        spec = read_spec(cfg, config, overrides)
+        spec = read_spec(cfg, config, overrides, check=preflight)  # as `tuitrain run` checks a config
     except ConfigError as e:
         return say(str(e))
     try:

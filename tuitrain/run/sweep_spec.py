@@ -3,7 +3,10 @@
 Each parameter is a config key that `--set` could set, with a range (`low`, `high`, optional `log` or
 `step`) or a list of `choices`. A parameter's every value is checked as `--set KEY=VALUE` would check it
 (the config built with it), so a bad name or a value the config refuses is a config error here, naming
-`sweep.params."KEY"`, and not a failed trial later. Must not import torch, textual or optuna.
+`sweep.params."KEY"`, and not a failed trial later; given `check` (the command passes `tuitrain run`'s
+preflight), each of those configs is also checked as `tuitrain run` checks it, its targets' signatures
+included: a key the optimizer does not take (`"optimizer.lrr"`) is exit 2 before any trial, with "did you
+mean". Must not import torch, textual or optuna (`check` may).
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from __future__ import annotations
 import importlib.util
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from tuitrain.config import ConfigError
 from tuitrain.config.schema import suggest
@@ -20,6 +23,8 @@ from tuitrain.config.toml_writer import value_text
 SAMPLERS = ("tpe", "random", "grid", "cmaes", "gp")
 PRUNERS = ("median", "hyperband", "none")
 KEYS = ("name", "metric", "mode", "trials", "parallel", "sampler", "pruner", "storage", "seed", "params")
+#: how a target's signature check (config/targets.py check_kwargs) refuses an argument's name
+KEY_REFUSED = ("unexpected keyword argument", "is passed by tuitrain", "is a positional-only argument")
 #: what a sampler needs besides optuna (its own dependency), and how to get it
 SAMPLER_NEEDS = {"cmaes": ("cmaes", "pip install cmaes"), "gp": ("scipy", "pip install scipy")}
 
@@ -88,9 +93,11 @@ def set_item(key: str, value: Any) -> str:
     return f"{key}={toml_value(value)}"
 
 
-def read_spec(cfg, source: str, overrides=()) -> SweepSpec:
+def read_spec(cfg, source: str, overrides=(), check: Callable[[Any], None] | None = None) -> SweepSpec:
     """The checked [sweep] table of `cfg` (a Config loaded from `source` with `overrides`);
-    ConfigError naming the key otherwise."""
+    ConfigError naming the key otherwise. `check(config)` raises ConfigError for a config that
+    `tuitrain run` would refuse: `cfg` itself is checked with it (its error is the config's own), then
+    the config with each value to check of each parameter (its error names the parameter)."""
     from tuitrain.config.loading import config_from_dict
 
     table = cfg.sweep
@@ -155,14 +162,20 @@ def read_spec(cfg, source: str, overrides=()) -> SweepSpec:
         for p in params.values():
             if not p.choices and p.step is None:
                 raise fail(f'params."{p.key}"', "the grid sampler needs choices or a step for every parameter")
+    if check is not None:  # the config every trial starts from, as `tuitrain run` checks it
+        check(cfg)
     # every value as --set would apply it: a bad key or a value the config refuses is caught now
     base = _as_dict(cfg)
     for p in params.values():
         for value in p.values_to_check():
             try:
-                config_from_dict(base, source=source, base_dir=cfg.base_dir,
-                                 overrides=[*overrides, set_item(p.key, value)])
+                built = config_from_dict(base, source=source, base_dir=cfg.base_dir,
+                                         overrides=[*overrides, set_item(p.key, value)])
+                if check is not None:
+                    check(built)
             except ConfigError as e:
+                if e.key == p.key and e.message.startswith(KEY_REFUSED):  # whatever its value
+                    raise fail(f'params."{p.key}"', e.message) from None
                 said = f"{e.key}: {e.message}" if e.key else e.message
                 raise fail(f'params."{p.key}"', f"{toml_value(value)} is refused ({said})") from None
     return SweepSpec(name, metric, mode, trials, parallel, sampler, pruner, storage, seed, params)
