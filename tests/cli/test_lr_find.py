@@ -80,3 +80,41 @@ def test_an_error_in_the_users_code_is_exit_1(tiny):
     assert out.returncode == 1
     assert "exploded on purpose" in out.stderr.strip().splitlines()[-1]
     assert not tiny.runs.exists()
+
+
+# --- the advice names the key that sets the lr (issue 51: OneCycleLR's max_lr, not optimizer.lr) -------
+
+
+def scheduled(tiny, table):
+    tiny.config.write_text(tiny.config_text(table))
+    from tuitrain.config import load_config
+
+    return load_config(tiny.config)
+
+
+@pytest.mark.parametrize("table, says", [
+    ('[scheduler]\nname = "OneCycleLR"\nmax_lr = 1e-2\n', "--set scheduler.max_lr=0.002 (OneCycleLR"),
+    ('[scheduler]\ntarget = "torch.optim.lr_scheduler:OneCycleLR"\nmax_lr = 1e-2\n', "--set scheduler.max_lr=0.002"),
+    ('[scheduler]\nname = "CyclicLR"\nbase_lr = 1e-4\nmax_lr = 1e-2\n',
+     "--set scheduler.max_lr=0.002 --set scheduler.base_lr=0.0002 (CyclicLR"),
+    ('[scheduler]\nname = "StepLR"\nstep_size = 5\n', "--set optimizer.lr=0.002"),
+    ('', "--set optimizer.lr=0.002"),
+    ('[scheduler]\nchain = [{name = "LinearLR", end = 3, start_factor = 0.1}, '
+     '{name = "OneCycleLR", max_lr = 1e-2}]\n', "set scheduler.chain[1].max_lr=0.002 in"),
+])
+def test_the_advice_names_the_key_that_sets_the_lr(tiny, table, says):
+    from tuitrain.run.lr_find import advice
+
+    line = advice("tiny.toml", scheduled(tiny, table), 0.002)
+    assert line.startswith("use it: ") and says in line
+    if "optimizer.lr" not in says:
+        assert "optimizer.lr would change nothing" in line
+
+
+def test_one_cycle_advice_on_the_command_line(tiny):
+    tiny.config.write_text(tiny.config_text('[scheduler]\nname = "OneCycleLR"\nmax_lr = 1e-2\n'))
+    out = lr_find(tiny, "--steps", "30", "--csv", "sweep.csv")
+    assert out.returncode == 0, out.stderr
+    line = next(l for l in out.stdout.splitlines() if l.startswith("suggested lr: "))
+    assert f"--set scheduler.max_lr={line.split()[2]}" in out.stdout
+    assert "--set optimizer.lr" not in out.stdout

@@ -132,6 +132,40 @@ def write_csv(result: Sweep, path: Path) -> None:
             w.writerow([repr(float(v)) for v in row])
 
 
+#: schedulers that set the lr themselves, from keys of their own: under them optimizer.lr changes nothing
+SETS_LR = {"OneCycleLR": "OneCycleLR sets the lr from its max_lr",
+           "CyclicLR": "CyclicLR cycles the lr between its base_lr and max_lr"}
+
+
+def _lr_setter(cfg) -> tuple[str, str, bool] | None:
+    """(key, class name, settable by --set) of the config's scheduler that sets the lr itself, if any."""
+    from tuitrain.config import chain_parts
+
+    if cfg.scheduler is None:
+        return None
+    tables = [(f"scheduler.{k}", v) for k, v in cfg.scheduler.named.items()] or [("scheduler", cfg.scheduler)]
+    for key, sched in tables:
+        parts = [(k, part) for k, part, _, _ in chain_parts(sched, key)] if sched.chain else [(key, sched)]
+        for k, part in parts:
+            name = part.name or part.target.rpartition(":")[2].rpartition(".")[2]
+            if name in SETS_LR:
+                return k, name, not sched.chain
+    return None
+
+
+def advice(config: str, cfg, lr: float) -> str:
+    """The line that says how to train with `lr`: the key that sets the lr in this config."""
+    found = _lr_setter(cfg)
+    if found is None:
+        return f"use it: tuitrain run {config} --set optimizer.lr={lr:.3g}"
+    key, name, settable = found
+    why = f"{SETS_LR[name]}; optimizer.lr would change nothing"
+    sets = [f"{key}.max_lr={lr:.3g}"] + ([f"{key}.base_lr={lr / 10:.3g}"] if name == "CyclicLR" else [])
+    if not settable:
+        return f"use it: set {' and '.join(sets)} in {config} ({why})"
+    return f"use it: tuitrain run {config} {' '.join('--set ' + s for s in sets)} ({why})"
+
+
 def _error(message: str, code: int = 2) -> int:
     print(f"tuitrain: error: {message}", file=sys.stderr)
     return code
@@ -174,9 +208,9 @@ def lr_find_command(args) -> int:
     else:
         print(f"suggested lr: {suggested:.3g} (where the smoothed loss falls fastest; a tenth of the lr where "
               "it is lowest is another common choice)")
-        print(f"use it: tuitrain run {args.config} --set optimizer.lr={suggested:.3g}")
+        print(advice(args.config, cfg, suggested))
     if cfg.scheduler is not None:
-        print("[scheduler] was not used during the sweep")
+        print("[scheduler] was not used during the sweep (the sweep sets the lr itself)")
     print(f"sweep: {csv_path}")
     return 0
 
