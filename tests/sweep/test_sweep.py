@@ -365,3 +365,32 @@ def test_on_a_terminal_the_trials_are_compared_live_and_q_stops_the_sweep(tmp_pa
     assert not (folder / "trial-0002").exists()  # no new trial after the stop
     log = (folder / "sweep.log").read_text()
     assert "trial 0 starts in" in log and "stopped (it continues when the sweep runs again)" in log
+
+
+BROKEN_NET = """from spirals import SpiralNet
+
+
+class BrokenNet(SpiralNet):  # a model that cannot train: every trial fails alike
+    def forward(self, x):
+        raise RuntimeError("the model is broken")
+"""
+
+
+def test_a_study_whose_first_trials_fail_alike_stops_and_says_so(tmp_path):
+    """Issue 51: the first 3 trials failed with the same error: the other 7 are not started; the error said
+    once, with what was not started; exit 1."""
+    project(tmp_path, epochs=1, trials=10, parallel=1, sampler="random", pruner="none", n=200,
+            params='"optimizer.lr" = { low = 1e-4, high = 1e-1, log = true }')
+    (tmp_path / "broken.py").write_text(BROKEN_NET)
+    config = tmp_path / "sweep.toml"
+    config.write_text(config.read_text().replace('"spirals:SpiralNet"', '"broken:BrokenNet"'))
+    done = sweep(tmp_path, "--headless")
+    out = done.stdout
+    assert done.returncode == 1, out + done.stderr
+    folder = tmp_path / SWEEP
+    assert sorted(p.name for p in folder.glob("trial-*") if p.is_dir()) == ["trial-0000", "trial-0001", "trial-0002"]
+    assert len(study(folder).get_trials()) == 3
+    assert out.count("the model is broken") == 2, out  # trial 0's line, and the end's
+    assert "trial 1 failed with the same error as trial 0" in out and "trial 2 failed with the same error as trial 0" in out
+    assert "study spirals: 3 fail" in out
+    assert "the first 3 trials failed with the same error, so the sweep stopped: 7 trials not started" in out

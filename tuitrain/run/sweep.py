@@ -12,6 +12,10 @@ the kernel sends them SIGTERM, so they save a checkpoint on the way out) or that
 unfinished is marked failed in the study and queued again with the same values; whichever worker takes
 it continues the trial's own run directory from its newest sound checkpoint (`--resume auto`).
 
+A study whose first trials (`SAME_FAILURES` of them) all failed with the same error starts no more: the
+error is said once, with the trials not started (a broken model, a missing file: the other trials would
+fail alike).
+
 `tuitrain stop SWEEP_DIR` asks every running trial to stop and the workers to start no new one. Running
 the command again continues the study.
 """
@@ -41,6 +45,8 @@ POLL = 0.5
 #: the file in SWEEP_DIR that `tuitrain stop SWEEP_DIR` leaves: no new trials start while it is there
 STOP_FILE = "stop"
 SWEEP_FILE = "sweep.json"
+#: this many first trials failed with the same error: no more are started
+SAME_FAILURES = 3
 
 
 def _sweep_dir(cfg, spec: SweepSpec) -> Path:
@@ -71,6 +77,7 @@ class Outcome:
     values: dict
     seconds: float
     why: str = ""
+    same_as: int | None = None  # failed with the error of this earlier trial (said once, there)
 
 
 class Sweep:
@@ -89,6 +96,7 @@ class Sweep:
         self.lock = threading.Lock()  # asking for trials and telling results, one at a time
         self.outcomes: list[Outcome] = []
         self.pruned_at: dict[int, int] = {}  # trial number -> the step whose value the pruner judged
+        self.given_up = ""  # the error its first trials all failed with: no new trials
         self.study = None
 
     # --- the study ---------------------------------------------------------------------------------
@@ -116,21 +124,29 @@ class Sweep:
         from optuna.trial import TrialState
 
         with self.lock:
-            if self.stopped():
+            if self.stopped() or self.given_up:
                 return None
             self.take_up_lost()
             trials = self.study.get_trials(deepcopy=False)
-            retried = {t.user_attrs.get("resume_of") for t in trials} - {None}
             waiting = [t for t in trials if t.state == TrialState.WAITING]
-            counted = sum(1 for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED,
-                                                           TrialState.RUNNING, TrialState.WAITING)
-                          or (t.state == TrialState.FAIL and t.number not in retried))
-            wanted = min(self.spec.trials, grid_size(self.spec)) if self.spec.sampler == "grid" else self.spec.trials
-            if not waiting and counted >= wanted:
+            if not waiting and self.counted(trials) >= self.wanted():
                 return None
             trial = self.study.ask()
             trial.set_user_attr("worker", self.worker)
             return trial
+
+    def wanted(self) -> int:
+        """Trials the study is to have (a grid: no more than its size)."""
+        return min(self.spec.trials, grid_size(self.spec)) if self.spec.sampler == "grid" else self.spec.trials
+
+    def counted(self, trials: list) -> int:
+        """The study's trials that count towards `wanted` (one failed and queued again counts once)."""
+        from optuna.trial import TrialState
+
+        retried = {t.user_attrs.get("resume_of") for t in trials} - {None}
+        return sum(1 for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING,
+                                                    TrialState.WAITING)
+                   or (t.state == TrialState.FAIL and t.number not in retried))
 
     def take_up_lost(self) -> None:
         """Trials running in the study whose worker is gone (on this host: its process no longer exists;
@@ -223,7 +239,12 @@ class Sweep:
                     why = _last_line(self.folder / f"{rel}.out") or why
                 self.study.tell(trial, state=TrialState.FAIL)
                 outcome = Outcome(trial.number, "failed", best, values, seconds, why=why)
+            if outcome.state == "failed":
+                outcome.same_as = next((o.number for o in self.outcomes if o.state == "failed" and o.why == why), None)
             self.outcomes.append(outcome)
+            ran = [o for o in self.outcomes if o.state != "stopped"]
+            if len(ran) == SAME_FAILURES and all(o.state == "failed" and o.why == ran[0].why for o in ran):
+                self.given_up = ran[0].why  # the trials running now end as they will; no new ones
         self.say_outcome(outcome)
         return outcome
 
@@ -296,6 +317,12 @@ class Sweep:
             while t.is_alive():
                 t.join(0.2)
         self.say_best()
+        if self.given_up:
+            left = max(self.wanted() - self.counted(self.study.get_trials(deepcopy=False)), 0)
+            self.say(f"the first {SAME_FAILURES} trials failed with the same error, so the sweep stopped: "
+                     f"{left} trial{'s' if left != 1 else ''} not started. The error:")
+            self.say(f"  {self.given_up}")
+            self.say("fix it and run the same command: the study goes on with the trials left")
         if self.stopped():
             return EXIT_STOPPED
         ran = [o for o in self.outcomes if o.state != "stopped"]
@@ -332,8 +359,9 @@ class Sweep:
         value = f"{self.spec.metric} {o.value:.6g}" if o.value is not None else f"no {self.spec.metric}"
         best = self.best()
         best_text = f" · best: trial {best.number}, {best.value:.6g}" if best is not None else ""
+        failed = f"failed: {o.why}" if o.same_as is None else f"failed with the same error as trial {o.same_as}"
         what = {"completed": f"completed, {value}", "pruned": f"pruned {o.why}, {value}",
-                "failed": f"failed: {o.why}", "stopped": f"stopped ({o.why})"}[o.state]
+                "failed": failed, "stopped": f"stopped ({o.why})"}[o.state]
         self.say(f"trial {o.number} {what} in {o.seconds:.0f}s · {_values_text(o.values)}{best_text}")
 
     def best(self) -> Outcome | None:
