@@ -394,3 +394,51 @@ def test_a_study_whose_first_trials_fail_alike_stops_and_says_so(tmp_path):
     assert "trial 1 failed with the same error as trial 0" in out and "trial 2 failed with the same error as trial 0" in out
     assert "study spirals: 3 fail" in out
     assert "the first 3 trials failed with the same error, so the sweep stopped: 7 trials not started" in out
+
+
+def test_leaving_the_dashboard_of_an_ended_sweep_prints_the_study_alone(tmp_path):
+    """Issue 51: after its trials completed, leaving the sweep's dashboard prints the study's counts and best
+    trials, and not the first trial's own "Training completed" table above them."""
+    import pty
+
+    from tests.conftest import read_pty
+
+    project(tmp_path, epochs=1, trials=2, parallel=1, sampler="grid", pruner="none", n=200,
+            params='"model.hidden" = { choices = [8, 16] }')
+    env = dict(cli_env(), TERM="xterm-256color", COLUMNS="120", LINES="40")
+    cmd = [sys.executable, "-m", "tuitrain", "sweep", "sweep.toml"]
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.chdir(tmp_path)
+        os.execvpe(cmd[0], cmd, env)
+    screen = b""
+    log = tmp_path / SWEEP / "sweep.log"
+    try:
+        def shows(*texts: bytes) -> bool:
+            nonlocal screen
+            screen += read_pty(fd, 0.1)
+            return all(t in screen for t in texts)
+
+        wait_for(lambda: log.exists() and "study spirals:" in log.read_text(), timeout=180, what="the study's end")
+        wait_for(lambda: shows(b"2 completed"), timeout=30, what="both trials completed on screen")
+        os.write(fd, b"q")
+
+        def exited():
+            nonlocal screen
+            screen += read_pty(fd, 0.2)
+            done, status = os.waitpid(pid, os.WNOHANG)
+            return done and (os.waitstatus_to_exitcode(status),)
+
+        deadline = time.monotonic() + 60
+        while not (got := exited()):
+            assert time.monotonic() < deadline, screen[-2000:]
+        pid = None
+        assert got == (0,)
+    finally:
+        if pid is not None:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        os.close(fd)
+    after = screen.decode(errors="replace").split("\x1b[?1049l")[-1]  # what stays on the terminal
+    assert "study spirals: 2 complete" in after and "best trials (min valid/loss):" in after, after
+    assert "Training" not in after and "trial-0000/checkpoint" not in after, after

@@ -504,8 +504,9 @@ def sweep_command(config: str, overrides: list[str], trials: int | None, paralle
 def _under_dashboard(sweep: Sweep, theme) -> int:
     """The workers on a thread, their lines in SWEEP_DIR/sweep.log, the trials compared live on the
     screen; leaving the dashboard (q, Ctrl+C) stops the sweep gracefully, and its end (the best trials)
-    is printed on the terminal."""
-    from tuitrain.dashboard.entry import run_sweep_watch
+    is printed on the terminal, alone: not the result of the trial the dashboard's panels follow (the first),
+    which the dashboard prints on leaving a run it shows."""
+    from tuitrain.dashboard.entry import sweep_app
 
     sweep.open_study()
     log_path = sweep.folder / "sweep.log"
@@ -515,7 +516,10 @@ def _under_dashboard(sweep: Sweep, theme) -> int:
     worker = threading.Thread(target=lambda: code.append(sweep.run()), name="tuitrain-sweep", daemon=True)
     worker.start()
     try:
-        run_sweep_watch(sweep.folder, theme)
+        app = sweep_app(sweep.folder, theme)
+        leave = app.exit
+        app.exit = lambda result=None, return_code=0, message=None: leave(result, return_code)  # no trial's result
+        app.run()
     finally:
         if worker.is_alive():
             print("tuitrain: stopping the sweep: each running trial saves a checkpoint and stops; the same "
