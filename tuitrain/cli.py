@@ -110,7 +110,34 @@ def cmd_run(args: argparse.Namespace) -> int:
         code = run_live(run, theme)
     if run.config_error is not None:  # found only while building the user's parts
         return _error(str(run.config_error))
+    if code == EXIT_STOPPED and not quiet_rank():
+        print(way_on(args, Path(run.run_dir)), flush=True)
     return code
+
+
+EXIT_STOPPED = 130  # Ctrl+C, q y, SIGTERM, `tuitrain stop`: the run saved a checkpoint and ended
+
+
+def way_on(args: argparse.Namespace, run_dir: Path) -> str:
+    """After a stop: the command line that continues the run (the config as typed, its --set, the
+    absolute run directory), or why there is none (no checkpoint was written)."""
+    import shlex
+
+    from .core.checkpoint import read_index
+
+    run_dir = run_dir.absolute()
+    folder = run_dir / "checkpoint"  # listed and present (its hash is checked by the resume, not here)
+    if not any((folder / e.file).exists() for e in read_index(folder)):
+        return (f"no checkpoint was written in {run_dir}: nothing to continue from; "
+                f"start again with: tuitrain run {shlex.quote(args.config)}")
+    line = ["tuitrain", "run", args.config]
+    for override in args.overrides:
+        line += ["--set", override]
+    if args.headless:
+        line.append("--headless")
+    if args.theme:
+        line += ["--theme", args.theme]
+    return f"continue it: {shlex.join([*line, '--resume', str(run_dir)])}"
 
 
 EXIT_NOT_DONE = 1  # stop/checkpoint: the run is not live, or did not take the request

@@ -39,7 +39,7 @@ def test_a_run_prints_throttled_progress_epoch_lines_and_the_summary(tmp_path):
     assert "| valid | loss     |    0.3000 |     2 | 0.7000 |     1 |" in table
     assert lines[end + 1 + len(table):] == [
         "status completed · exit code 0 · epoch 2 · step 8 · duration 0:00:45",
-        "best checkpoint: checkpoint/epoch-2.pt (valid/loss 0.3000)",
+        f"best checkpoint: {tmp_path}/checkpoint/epoch-2.pt (valid/loss 0.3000)",  # absolute (issue 51)
     ]
     assert "\r" not in out.getvalue() and "\x1b" not in out.getvalue()
     assert err.getvalue() == ""

@@ -11,6 +11,7 @@ Must not import torch or textual.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from typing import Callable, TextIO
@@ -43,6 +44,14 @@ def format_rate(rate: float) -> str:
     return f"{rate:.2f} it/s"
 
 
+def format_throughput(value, unit: str = "samples") -> str:
+    """Items per second with their unit: 485.2 samples/s (one decimal at any size), not 485.1687."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value in (
+            float("inf"), float("-inf")):
+        return format_value(value)
+    return f"{value:.1f} {unit}/s" if abs(value) >= 1 or value == 0 else f"{value:.3g} {unit}/s"
+
+
 def reason_text(reason: str, epochs: int = 0, max_steps: int = 0) -> str:
     return {
         "epochs": f"all {epochs} epochs done" if epochs else "all epochs done",
@@ -70,7 +79,8 @@ class HeadlessConsole:
         self.clock = clock
         self._last_progress: float | None = None
         self._progressed = False  # a step finished since the last progress line
-        self.run_dir = ""
+        self.run_dir = self.abs_run_dir = ""
+        self.last_checkpoint = ""  # the newest checkpoint saved, as its event named it (run dir relative)
         self.epochs = self.max_steps = self.steps_per_epoch = 0
         self.epoch = 0
         self.epoch_start_step = 0
@@ -84,6 +94,12 @@ class HeadlessConsole:
         self._histograms: set[str] = set()  # the names seen
         self._new_histograms: list[str] = []  # seen for the first time, said at the next other event
         self._new_histograms_step = 0
+        self.throughput_unit = "samples"  # or "tokens" (metrics.throughput_unit)
+
+    def metric_text(self, name: str, value) -> str:
+        if name.rpartition("/")[2] == "throughput":
+            return format_throughput(value, self.throughput_unit)
+        return format_metric(name, value)
 
     # --- output ---------------------------------------------------------------------------
 
@@ -103,9 +119,13 @@ class HeadlessConsole:
         match event:
             case RunStarted():
                 self.run_dir = event.run_dir
+                self.abs_run_dir = os.path.abspath(event.run_dir) if event.run_dir else ""  # cwd of now
                 self.epochs, self.max_steps = event.epochs, event.max_steps
                 self.steps_per_epoch = event.steps_per_epoch
                 self.step = event.start_step
+                metrics = (event.config or {}).get("metrics")
+                if isinstance(metrics, dict) and metrics.get("throughput_unit") in ("samples", "tokens"):
+                    self.throughput_unit = metrics["throughput_unit"]
                 text = f"run {event.run_dir}{SEP}experiment {event.experiment}{SEP}{event.epochs} epochs"
                 if event.steps_per_epoch:
                     text += f" × {event.steps_per_epoch} steps"
@@ -137,9 +157,10 @@ class HeadlessConsole:
                 self._maybe_progress()
             case EpochCompleted():
                 parts = [f"epoch {event.epoch}/{event.epochs} done in {format_duration(event.duration)}"]
-                parts += [f"{k} {format_metric(k, v)}" for k, v in event.metrics.items()]
+                parts += [f"{k} {self.metric_text(k, v)}" for k, v in event.metrics.items()]
                 self._emit(SEP.join(parts))
             case CheckpointSaved():
+                self.last_checkpoint = event.file
                 best = f"{SEP}best" if event.best else ""
                 self._emit(f"checkpoint saved: {event.file} (epoch {event.epoch}, step {event.step}){best}")
             case CheckpointFailed():
@@ -262,7 +283,7 @@ class HeadlessConsole:
                 parts.append(f"step {self.step - self.epoch_start_step}")
         else:
             parts.append(f"{self.phase} {self.batch}/{self.batches}" if self.batches else f"{self.phase} {self.batch}")
-        parts += [f"{k} {format_metric(k, v)}" for k, v in self.metrics.items()]
+        parts += [f"{k} {self.metric_text(k, v)}" for k, v in self.metrics.items()]
         if self.rate:
             parts.append(format_rate(self.rate))
         if self.phase == "train" or not self.phase:
@@ -279,10 +300,19 @@ class HeadlessConsole:
         self._emit(f"status {event.status}{SEP}exit code {event.exit_code}{SEP}epoch {event.epoch}{SEP}"
                    f"step {event.step}{SEP}duration {format_duration(event.duration)}")
         if event.best:
-            best = f"best checkpoint: {event.best.get('file', '?')}"
+            best = f"best checkpoint: {self.where(event.best.get('file', '?'))}"
             if event.best.get("monitor"):
                 best += f" ({event.best['monitor']} {format_value(event.best.get('value'))})"
             self._emit(best)
+        if self.last_checkpoint and self.last_checkpoint != event.best.get("file"):
+            self._emit(f"last checkpoint: {self.where(self.last_checkpoint)}")
+
+    def where(self, file: str) -> str:
+        """A checkpoint's path as a user can use it from any folder: absolute (events name it relative to
+        the run directory)."""
+        if not file or file == "?" or os.path.isabs(file) or not self.abs_run_dir:
+            return file
+        return os.path.join(self.abs_run_dir, file)
 
     def close(self) -> None:
         if self._new_histograms:
