@@ -257,8 +257,9 @@ async def test_summary_screen_after_training_completes_and_q_leaves():
         await until(pilot, lambda: isinstance(app.screen, ResultScreen))
         screen = app.screen
         assert screen.title_text == "Training completed"
-        assert "| train | loss" in screen.body_text and "| valid | loss" in screen.body_text
-        assert "best checkpoint: checkpoint/epoch-2.pt" in screen.body_text
+        assert "train  loss" in screen.body_text and "valid  loss" in screen.body_text
+        assert "|" not in screen.body_text  # a table, not Markdown (issue 51)
+        assert "best checkpoint: runs/spirals/20240101-000000/checkpoint/epoch-2.pt" in screen.body_text
         assert "exit code 0" in screen.body_text
         await pilot.press("c")  # steering keys are off now: nothing reaches the controller
         await pilot.press("escape")

@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterable
 from tuitrain.core.events import Event, RunStarted
 from tuitrain.dashboard.model import DashboardState
 from tuitrain.dashboard.sources import Emit, FileSource
+from tuitrain.sinks.run_status import KILLED, live_status
 
 # one colour per run, in order (the eleventh run and on take them again; the run's number tells them apart)
 RUN_COLORS = [(60, 155, 232), (240, 160, 48), (80, 200, 120), (220, 110, 200), (230, 220, 90), (120, 220, 230),
@@ -67,10 +68,23 @@ class RunAdded:
         self.run, self.run_dir, self.config, self.number = run, run_dir, config, number
 
 
+class RunKilled:
+    """One of the compared runs: run.json says it runs, but its process is gone (`live_status`'s
+    "killed"), and every line it wrote has been read: no final event will come."""
+
+    __slots__ = ("run",)
+    persistent = True
+
+    def __init__(self, run: str) -> None:
+        self.run = run
+
+
 class CompareSource:
     """One `FileSource` per run, each on its own thread; events reach the app tagged by run. `add`
     takes one more run while it works (`readers` is replaced, never changed in place: the screen's
     thread reads it)."""
+
+    CHECK = 1.0  # seconds between looks at the runs' run.json (a run killed without its end)
 
     def __init__(self, runs: list[Path], names: list[str], live: Iterable[bool] | None = None) -> None:
         lives = list(live) if live is not None else [False] * len(runs)
@@ -130,8 +144,24 @@ class CompareSource:
         return None
 
     def follow(self) -> None:
-        """Until closed (a source that finds runs while it works looks for them here)."""
-        self._closed.wait()
+        """Until closed (a source that finds runs while it works looks for them here); every `CHECK`
+        seconds, whether a run that has not ended was killed (`RunKilled`)."""
+        pending: dict[str, int] = {}  # killed runs -> the reader's ends reached when that was seen
+        done: set[str] = set()  # runs ended (or said killed): no need to look again
+        while not self._closed.wait(self.CHECK):
+            for name, reader in self.readers.items():
+                if name in done:
+                    continue
+                if name in pending:
+                    if reader.ends_reached > pending[name]:  # read to the end since it died: all of it
+                        done.add(name)
+                        self._emit(RunKilled(name), None)
+                    continue
+                status = live_status(reader.run_dir)
+                if status == KILLED:
+                    pending[name] = reader.ends_reached
+                elif status not in ("running", "unknown"):
+                    done.add(name)  # ended: its final event says how
 
     def close(self) -> None:
         self._closed.set()
@@ -165,6 +195,9 @@ class CompareState(DashboardState):
             if isinstance(item, RunAdded):
                 dirty |= self.add_run(item.run, item.config, item.run_dir, item.number)
                 continue
+            if isinstance(item, RunKilled):
+                dirty |= self.killed(item.run)
+                continue
             if not isinstance(item, Tagged):
                 dirty |= super().apply([item])
                 continue
@@ -197,6 +230,18 @@ class CompareState(DashboardState):
         if self.primary is None:
             self.primary = name
         return {"progress", "plot"}
+
+    def killed(self, name: str) -> set[str]:
+        """The run's process is gone without its final event: it ended there, "killed" (its time
+        stops at its last event); the primary run's panels say so too."""
+        rs = self.runs.get(name)
+        if rs is None or rs.final:
+            return set()
+        rs.final = KILLED
+        if name == self.primary and not self.final:
+            self.final = KILLED
+            return {"progress", "result"}
+        return {"progress"}
 
     # --- which runs are shown ----------------------------------------------------------------
 

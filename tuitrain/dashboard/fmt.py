@@ -4,7 +4,29 @@ values alike, plus what only the panels need (ages, rates). Must not import text
 
 from __future__ import annotations
 
-from tuitrain.sinks.summary import format_bytes, format_duration, format_summary_table, format_value
+from tuitrain.sinks.summary import HEADERS, format_bytes, format_duration, format_summary_table, format_value, summary_rows
+
+
+def format_summary_text(summary: dict) -> str:
+    """The end-of-run table as aligned plain text (a screen shows no Markdown): the columns of
+    `format_summary_table` without its pipes and rule; '' when there is no metric.
+
+    Split  Metric    Min.  Epoch    Max.  Epoch
+    train  loss    0.1234     10  2.3026      1
+    """
+    rows = summary_rows(summary or {})
+    if not rows:
+        return ""
+    headers = HEADERS
+    if all(r[3] == r[5] == "-" for r in rows):  # a loop without epochs (Monitor): no Epoch columns
+        headers, rows = headers[:3] + headers[4:5], [r[:3] + r[4:5] for r in rows]
+    widths = [max(len(headers[c]), *(len(r[c]) for r in rows)) for c in range(len(headers))]
+
+    def line(cells: tuple[str, ...]) -> str:  # text left-aligned, numbers right-aligned (decimals line up)
+        return "  ".join(cell.ljust(w) if c < 2 else cell.rjust(w)
+                         for c, (cell, w) in enumerate(zip(cells, widths))).rstrip()
+
+    return "\n".join([line(headers)] + [line(r) for r in rows])
 
 
 def format_age(seconds: float) -> str:
@@ -38,5 +60,6 @@ def format_rate(value: float | None) -> str:
     return f"{value:.1f}" if value < 100 else f"{value:.0f}"
 
 
-__all__ = ["format_value", "format_duration", "format_bytes", "format_size", "format_summary_table", "format_age",
+__all__ = ["format_value", "format_duration", "format_bytes", "format_size", "format_summary_table",
+           "format_summary_text", "format_age",
            "format_rate"]

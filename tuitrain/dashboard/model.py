@@ -85,7 +85,7 @@ class DashboardState:
         self.paused = False
         self.checkpointing = False
         self.stopping = False
-        self.final = ""  # "completed", "interrupted" or "failed" once ended
+        self.final = ""  # "completed", "interrupted" or "failed" once ended; "killed": its process went without its end
         self.phase = ""
         self.split = ""
         self.epoch = 0
@@ -201,8 +201,10 @@ class DashboardState:
         """Seconds of training: since the run started, less the gaps between its sessions."""
         if self.origin is None:
             return None
+        # an end without a final event (killed, or work returned without one): its last event's time
+        stopped = self.between_sessions or (self.final and self.finished is None and self.failed is None)
         end = (self.finished.time if self.finished else self.failed.time if self.failed else
-               self._active_at if self.between_sessions and self._active_at is not None else self.clock())
+               self._active_at if stopped and self._active_at is not None else self.clock())
         return max(end - self.origin, 0.0)
 
     def value_at(self, split: str, name: str, step: float, run: str | None = None) -> tuple[float, float] | None:

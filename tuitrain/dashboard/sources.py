@@ -291,6 +291,7 @@ class FileSource:
         self.lines_read = 0
         self.bad_lines = 0
         self.caught_up = False  # read to the end of the file at least once
+        self.ends_reached = 0  # times it read to the file's end: all written before a moment is read once this moves on
         # events read but not yet shown; the reader waits while there are many (set by the app)
         self.backlog: Callable[[], int] = lambda: 0
         self.blocks = blocks  # MetricsLogged lines in a row as one MetricsBlock (False: one event each)
@@ -334,6 +335,7 @@ class FileSource:
                         handle, partial, pos, skipping = None, b"", 0, False
                         continue
                     self.caught_up = True
+                    self.ends_reached += 1
                     self._stop.wait(self.poll)
                     continue
                 if not data:  # a record's lines never came whole (the file was cut): they go as JSON

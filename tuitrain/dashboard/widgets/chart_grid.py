@@ -167,10 +167,31 @@ class ChartGrid(VerticalScroll):
         self.rows_on_screen = rows
         if shape == self._shape:
             return  # each change of style is a layout pass
+        top = self.top_row()  # the row on top stays on top: the old offset would cut a chart of new height
         self._shape = shape
         self.columns = cols
         self.styles.grid_size_columns = cols
         self.styles.grid_rows = " ".join(map(str, heights))
+        if top:
+            self.call_after_refresh(self.scroll_to_row, top)
+
+    def row_top(self, row: int) -> int:
+        """Where the grid puts row `row`'s top (its rows' heights repeat)."""
+        heights = self._shape[1] if self._shape else (1,)
+        return sum(heights[r % len(heights)] for r in range(row))
+
+    def top_row(self) -> int:
+        """The row of charts at the top of the view (the one mostly in view, when the wheel left one in part)."""
+        if not self._shape or not self.scroll_offset.y:
+            return 0
+        heights, y, row = self._shape[1], self.scroll_offset.y, 0
+        while self.row_top(row + 1) <= y + heights[row % len(heights)] // 2:
+            row += 1
+        return row
+
+    def scroll_to_row(self, row: int) -> None:
+        self.scroll_to(y=self.row_top(row), animate=False, force=True)
+        self.call_after_refresh(self.report_view)
 
     def out_of_view(self) -> tuple[int, int]:
         """(charts shown wholly above the view, wholly below it): those Tab and PgUp/PgDn reach. The rows

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -9,9 +11,10 @@ from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Static
 
 from tuitrain.core.text import safe_text
-from tuitrain.dashboard.fmt import format_duration, format_summary_table, format_value
+from tuitrain.dashboard.fmt import format_duration, format_summary_text, format_value
 from tuitrain.dashboard.model import DashboardState
 from tuitrain.dashboard.widgets.modal import Modal
+from tuitrain.sinks.run_status import KILLED
 
 
 REASONS = {"epochs": "all epochs done", "max_steps": "max_steps reached", "early_stopping": "early stopping",
@@ -30,6 +33,10 @@ def _title(state: DashboardState) -> str:
         return f"Training failed: {state.failed.error}"
     if state.final == "interrupted":
         return "Training stopped"
+    if state.final == KILLED:
+        return "Training killed: the run's process is gone"
+    if state.finished is None:  # work returned without a final event: how it ended is not known
+        return "Training ended"
     return "Training completed"
 
 
@@ -57,8 +64,8 @@ def _body(state: DashboardState, exit_code: int | None) -> str:
         cause = getattr(f, "cause", "")
         checkpoint = getattr(f, "checkpoint", "")
         if cause in PLAIN_CAUSES or checkpoint:
-            lines.append(f"last complete checkpoint: {checkpoint or 'none'}")
-        table = format_summary_table(f.summary) if f.summary else ""
+            lines.append(f"last complete checkpoint: {checkpoint or 'none'}")  # a path with its run directory
+        table = format_summary_text(f.summary) if f.summary else ""
         if table:
             lines += ["", table]
         if cause in PLAIN_CAUSES:
@@ -76,13 +83,30 @@ def _body(state: DashboardState, exit_code: int | None) -> str:
         if best.get("file"):
             value = best.get("value")
             shown = f" ({best.get('monitor') or 'monitor'} = {format_value(value)})" if value is not None else ""
-            lines.append(f"best checkpoint: {best['file']}{shown}")
-        table = format_summary_table(fin.summary)
+            lines.append(f"best checkpoint: {checkpoint_path(state, best['file'])}{shown}")
+        table = format_summary_text(fin.summary)
         if table:
             lines += ["", table]
     else:
-        lines.append(f"the run ended without a final event{code}")
+        epoch = f"epoch {state.epoch} · " if state.epoch or state.epochs else ""
+        how = "killed · " if state.final == KILLED else ""
+        lines.append(f"{how}{epoch}step {state.step} · {_duration(state, state.elapsed())}{code}")
+        lines.append("the run ended without a final event" + (" (its process was killed)" if how else ""))
+        newest = state.checkpoints[0]["file"] if state.checkpoints else ""
+        if state.best_file:
+            lines.append(f"best checkpoint: {checkpoint_path(state, state.best_file)}")
+        if newest and newest != state.best_file:
+            lines.append(f"last checkpoint: {checkpoint_path(state, newest)}")
     return "\n".join(lines)
+
+
+def checkpoint_path(state: DashboardState, file: str) -> str:
+    """A checkpoint as the user can open it from here: its file (relative to the run directory) under
+    the run directory as this process names it (the watched folder, or the run's own `run_dir`)."""
+    where = state.files_dir or (Path(state.run_dir) if state.run_dir else None)
+    if where is None or Path(file).is_absolute():
+        return file
+    return str(Path(where) / file)
 
 
 #: the chart keys (SPEC "Dashboard": they act on the first chart when none has the focus, as right

@@ -1,0 +1,115 @@
+"""What every screen says is true (issue 51): a killed run is called killed and its time stops at its
+last event; the paths printed on leaving can be used from the terminal they are printed in."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from tuitrain.dashboard.app import DashboardApp
+from tuitrain.dashboard.compare import CompareSource, CompareState, run_names
+from tuitrain.dashboard.sources import FileSource, ReplaySource
+from tuitrain.dashboard.widgets.progress_panel import ProgressPanel
+from tuitrain.dashboard.widgets.result_screen import ResultScreen, result_body, result_title
+
+from .fixtures import T0, last_time, recorded_run, write_jsonl
+from .test_app import SIZE, shown, sync, until
+
+
+def killed_run(folder, epochs: int = 1):
+    """A run folder as kill -9 leaves it: events up to the kill, run.json "running" with a dead pid."""
+    events = recorded_run(epochs=epochs, total_epochs=3, end="running")
+    write_jsonl(folder / "events.jsonl", events)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    (folder / "run.json").write_text(json.dumps({"status": "running", "pid": gone.pid}))
+    return events
+
+
+@sync
+async def test_a_killed_run_watched_later_shows_its_training_time_not_the_time_since_it_died(tmp_path):
+    events = killed_run(tmp_path)
+    died = last_time(events)
+    app = DashboardApp(FileSource(tmp_path, poll=0.02), None, watch=True, clock=lambda: died + 600)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.state.final == "killed")
+        await pilot.pause(0.2)
+        assert app.state.elapsed() == died - T0  # 0:00:12, not 0:10:12
+        panel = shown(app.query_one(ProgressPanel))
+        assert "0:00:12" in panel and "0:10" not in panel and "killed" in panel
+        title, body = result_title(app.state), result_body(app.state, None)
+    # what leaving prints: killed, not "Training completed"
+    assert "killed" in title and "completed" not in title.lower()
+    assert body.startswith("killed · epoch 1 · step 20 · 0:00:12")
+    assert "best checkpoint: " + str(tmp_path / "checkpoint/epoch-1.pt") in body
+
+
+@sync
+async def test_a_killed_run_among_compared_runs_is_listed_killed_not_live(tmp_path):
+    done, killed = tmp_path / "A", tmp_path / "KILLED"
+    write_jsonl(done / "events.jsonl", recorded_run(epochs=2))
+    killed_run(killed)
+    runs = [done, killed]
+    names = run_names(runs)
+    app = DashboardApp(CompareSource(runs, names, [False, True]), None, watch=True)
+    app.state = CompareState(names, {}, clock=app.clock)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.state.status_of("KILLED") == "killed", timeout=10)
+        await pilot.pause(0.2)
+        title = str(app.query_one("#title-bar").render())
+        assert "KILLED [killed]" in title and "[live]" not in title
+        assert app.state.status_of("A") == "completed"
+
+
+@sync
+async def test_the_best_checkpoint_on_leaving_is_named_under_its_run_directory():
+    events = recorded_run(epochs=3, end="completed")
+    app = DashboardApp(ReplaySource(events, exit_code=0, wait=False), None, clock=lambda: last_time(events))
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: isinstance(app.screen, ResultScreen))
+        body = app.screen.body_text
+    # the run's folder as this process names it (runs/...), not a path relative to a folder never named
+    assert "best checkpoint: runs/spirals/20240101-000000/checkpoint/epoch-2.pt" in body
+
+
+@sync
+async def test_the_summary_modal_shows_a_table_not_markdown():
+    events = recorded_run(epochs=3, end="completed")
+    app = DashboardApp(ReplaySource(events, exit_code=0, wait=False), None, clock=lambda: last_time(events))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(pilot, lambda: isinstance(app.screen, ResultScreen))
+        await pilot.pause(0.2)
+        body = shown(app.screen.query_one("#result-body"))
+    assert "| Split" not in body and "|---" not in body and "|-------|" not in body
+    lines = [line.strip() for line in body.splitlines()]
+    assert lines[lines.index(next(x for x in lines if x.startswith("Split")))].split() == \
+        ["Split", "Metric", "Min.", "Epoch", "Max.", "Epoch"]
+    assert any(line.split()[:2] == ["valid", "loss"] for line in lines if line)
+
+
+@sync
+async def test_a_page_of_charts_starts_at_a_chart_s_top_after_the_grid_changes_height():
+    """80x24, PgDn, then the grid's height changes (the terminal resized, a panel beside it grown, the
+    buttons gone at the run's end): the top chart is still whole, its title border at the top."""
+    from tuitrain.dashboard.widgets.chart_grid import ChartGrid
+
+    events = recorded_run(epochs=3, end="completed")
+    app = DashboardApp(ReplaySource(events, exit_code=0, wait=False), None, clock=lambda: last_time(events))
+    async with app.run_test(size=(80, 24)) as pilot:
+        grid = app.query_one(ChartGrid)
+        await until(pilot, lambda: isinstance(app.screen, ResultScreen))
+        await pilot.press("escape")
+        await until(pilot, lambda: len(grid.visible()) >= 3 and grid.out_of_view()[1] > 0)
+        await pilot.press("pagedown")
+        await pilot.pause(0.2)
+        second = grid.visible()[1]
+        assert grid.scroll_offset.y == second.virtual_region.y > 0
+        for size in ((80, 27), (80, 22), (100, 30)):
+            await pilot.resize_terminal(*size)
+            await pilot.pause(0.3)
+            tops = [c.virtual_region.y for c in grid.visible()]
+            assert grid.scroll_offset.y in tops, (size, grid.scroll_offset.y, tops)
+            assert grid.scroll_offset.y == second.virtual_region.y  # the same chart on top
+            top_line = shown(grid).splitlines()[0]
+            assert top_line.lstrip()[:1] in "╭┏", top_line
