@@ -7,6 +7,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from tuitrain.dashboard.app import DashboardApp
 from tuitrain.dashboard.compare import CompareSource, CompareState, run_names
 from tuitrain.dashboard.sources import FileSource, ReplaySource
@@ -113,3 +115,24 @@ async def test_a_page_of_charts_starts_at_a_chart_s_top_after_the_grid_changes_h
             assert grid.scroll_offset.y == second.virtual_region.y  # the same chart on top
             top_line = shown(grid).splitlines()[0]
             assert top_line.lstrip()[:1] in "╭┏", top_line
+
+
+@pytest.mark.parametrize("runs, size", [(2, (80, 24)), (6, (80, 24)), (6, (120, 40))])
+@sync
+async def test_the_config_differences_keep_each_run_s_name_on_one_line(runs, size):
+    from textual.app import App
+
+    from tuitrain.dashboard.compare import run_color
+    from tuitrain.dashboard.widgets.diff_screen import DiffScreen
+
+    names = [f"20261128-0643{i:02d}" for i in range(runs)]
+    rows = [("optimizer.lr", [f"0.00{i + 1}" for i in range(runs)]),
+            ("scheduler.max_lr", [f"0.0{i + 3}" for i in range(runs)])]
+    app = App()
+    async with app.run_test(size=size) as pilot:
+        app.push_screen(DiffScreen(names, rows, [run_color(i) for i in range(runs)]))
+        await pilot.pause(0.3)
+        screen = "\n".join(shown(w) for w in app.screen.query("Static"))
+    for name in names:  # whole, on one line (not 202611 / 28-064 / 353)
+        assert name in screen, screen
+    assert "0.001" in screen and f"0.0{runs + 2}" in screen

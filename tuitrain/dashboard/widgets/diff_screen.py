@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rich.cells import cell_len
 from rich.style import Style
 from rich.table import Table
 from rich.text import Text
@@ -35,16 +36,30 @@ class DiffScreen(Modal[None]):
         self.text = "\n".join(f"{key}: " + " | ".join(values) for key, values in rows)  # for tests
 
     def compose(self) -> ComposeResult:
+        heads = [f"━{n} {safe_name(name, 32)}" for n, name in zip(self.numbers, self.names)]
+        styles = [Style(color="#%02x%02x%02x" % c) for c in self.run_colors]
+        keys = [Text(safe_name(key, 60)) for key, _ in self.rows]
+        cells = [[Text(safe_text(v)) for v in values] for _, values in self.rows]
+        # the runs' names in the columns' heads where they fit on one line; else the heads are the runs'
+        # numbers, and a legend above names each run on a line of its own (a name is never cut in rows)
+        widths = [max([cell_len(h)] + [c[i].cell_len for c in cells]) for i, h in enumerate(heads)]
+        room = self.app.size.width * 95 // 100 - 4  # the box's width less its border and padding
+        need = max([len("config key")] + [k.cell_len for k in keys]) + sum(w + 2 for w in widths)
+        named = need <= room
         table = Table(box=None, padding=(0, 2), show_edge=False)
         table.add_column("config key", style="bold", no_wrap=True)
-        for i, name in enumerate(self.names):
-            table.add_column(Text(f"━{self.numbers[i]} {safe_name(name, 32)}", style=Style(color="#%02x%02x%02x" % self.run_colors[i])),
-                             overflow="fold")
-        for key, values in self.rows:  # cells as Text: a config's strings are shown, never read as markup
-            table.add_row(Text(safe_name(key, 60)), *(Text(safe_text(v)) for v in values))
+        for i, head in enumerate(heads):
+            table.add_column(Text(head if named else f"━{self.numbers[i]}", style=styles[i]), overflow="fold")
+        for key, row in zip(keys, cells):  # cells as Text: a config's strings are shown, never read as markup
+            table.add_row(key, *row)
         with Vertical(id="diff-box", classes="panel"):
             which = f"the {len(self.names)} runs shown (of {self.of})" if self.of > len(self.names) else f"{len(self.names)} runs"
             yield Static(Text(f"Config differences between {which}", style="bold"))
             with VerticalScroll(id="diff-scroll"):
-                yield Static(table if self.rows else "the runs' configs are the same")
+                if self.rows and not named:
+                    legend = Text("\n", no_wrap=True, overflow="ellipsis").join(
+                        Text(h, style=styles[i]) for i, h in enumerate(heads))
+                    legend.append("\n")
+                    yield Static(legend, id="diff-legend")
+                yield Static(table if self.rows else "the runs' configs are the same", id="diff-table")
             yield Static(Text("Esc, d or q: back", style="dim"))
