@@ -13,6 +13,7 @@ import importlib.util
 import json
 import os
 import pickle
+import re
 import subprocess
 import sys
 import threading
@@ -295,3 +296,24 @@ def test_dashboard_in_a_terminal_with_pytorch_lightning_and_no_progress_bar(tmp_
     assert b"Epoch " not in screen
     assert "training step" in (run_dir / "experiment.log").read_text()
     assert all("Epoch " not in (run_dir / name).read_text() for name in ("experiment.log", "output.log"))
+
+
+def test_headless_lines_count_epochs_as_run_json_does_and_no_progress_bar_follows(tmp_path):
+    """stdout not a terminal: the console's lines (issue 51: they read `epoch 0/10` to the end while
+    run.json said 10, and Lightning's bar was printed once more after the run's last line)."""
+    out = tmp_path / "out"
+    out.mkdir()
+    cmd = [sys.executable, str(FIT), "--out", str(out), "--root", str(tmp_path / "runs"), "--max-epochs", "3",
+           "--sleep", "0.1", "--dashboard", "auto"]
+    r = subprocess.run(cmd, cwd=tmp_path, env=cli_env(), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    (run_dir,) = (tmp_path / "runs" / "tinynet").iterdir()
+    assert run_json(run_dir)["epoch"] == 3
+    progress = [line for line in r.stdout.splitlines() if re.match(r"(epoch \S+ · )?step \d+/", line)]
+    assert progress, r.stdout
+    epochs = [int(line.split()[1].split("/")[0]) for line in progress]
+    assert all(line.startswith("epoch ") and line.split()[1].endswith("/3") for line in progress), progress
+    assert 1 <= epochs[0] and epochs == sorted(epochs) and epochs[-1] >= 2, progress
+    assert "training completed" in r.stdout.splitlines() and "completed: completed" not in r.stdout
+    assert r.stdout.rstrip().splitlines()[-1].startswith("status completed · exit code 0 · epoch 3 · step 24")
+    assert "Epoch " not in r.stdout + r.stderr  # Lightning's bar (rich or tqdm): off under the console

@@ -65,3 +65,18 @@ def test_the_end_names_checkpoints_by_absolute_paths_and_the_last_one_saved():
         f"best checkpoint: {os.path.join(run_dir, 'checkpoint/epoch-0001.pt')} (valid/loss 0.3000)",
         f"last checkpoint: {os.path.join(run_dir, 'checkpoint/epoch-0002-step-00000013.pt')}",
     ]
+
+
+def test_a_loop_of_ones_own_says_its_epoch_by_its_metrics_and_ends_completed():
+    """Monitor and Lightning send no EpochStarted: the epoch of the logged metrics is the line's, and
+    their `completed` end reads "training completed" (not "epoch 0/10", not "completed: completed")."""
+    c, out = console()
+    c(RunStarted(run_dir="runs/x/1", experiment="x", epochs=10, max_steps=80, steps_per_epoch=0, batch_size=8,
+                 time=0.0))
+    c(MetricsLogged(split="train", epoch=0, step=1, metrics={"loss": 1.0}, time=1.0))
+    c(MetricsLogged(split="train", epoch=10, step=78, metrics={"loss": 0.5}, time=9.0))
+    c(RunFinished(status="completed", exit_code=0, epoch=10, step=80, reason="completed", duration=9.0,
+                  summary={}, best={}))
+    lines = out.getvalue().splitlines()
+    assert lines[1:3] == ["step 1/80 · loss 1.0000", "epoch 10/10 · step 78/80 · loss 0.5000"]
+    assert "training completed" in lines and not any("epoch 0" in line for line in lines)

@@ -187,10 +187,12 @@ class TuitrainCallback(MediaCalls):
         mon.loop = "lightning"
         self._trainer = trainer
         self.monitor = mon.start()
-        if mon.owner and mon.screen in ("dashboard", "notebook"):
+        if mon.owner and mon.screen in ("dashboard", "notebook", "console"):
             bar = getattr(trainer, "progress_bar_callback", None)
             if bar is not None:  # the dashboard shows the progress; the bar would only fill output.log
-                bar.disable()  # (in a notebook: a widget of its own under the picture, taking in the prints)
+                bar.disable()  # (in a notebook: a widget of its own under the picture, taking in the prints;
+                # headless: the console's lines are the progress, and the bar, drawn for no terminal,
+                # printed itself once more after the run's end lines)
 
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
         self._finish(exception)

@@ -150,6 +150,8 @@ class HeadlessConsole:
             case StepCompleted():
                 self._advance(event.step, event.batch + 1, event.time)
             case MetricsLogged(scope="step"):
+                # a loop of one's own (Monitor, Lightning) says its epoch here alone, without EpochStarted
+                self.epoch = event.epoch or self.epoch
                 if event.split == self.split or not self.split:
                     self.metrics = dict(event.metrics)
                 self.batches = event.batches or self.batches
@@ -272,7 +274,9 @@ class HeadlessConsole:
         return max(total - self.step, 0) / rate
 
     def progress_line(self) -> str:
-        parts = [f"epoch {self.epoch}/{self.epochs}" if self.epochs else f"epoch {self.epoch}"]
+        parts = []  # no epoch part before one is known (epoch 0), or in a loop without epochs
+        if self.epoch >= 1:
+            parts.append(f"epoch {self.epoch}/{self.epochs}" if self.epochs else f"epoch {self.epoch}")
         if self.phase == "train" or not self.phase:
             total = self.total_steps()
             if self.max_steps and total == self.max_steps:
@@ -293,7 +297,9 @@ class HeadlessConsole:
         return SEP.join(parts)
 
     def _finished(self, event: RunFinished) -> None:
-        self._emit(f"training {event.status}: {reason_text(event.reason, self.epochs, self.max_steps)}")
+        why = reason_text(event.reason, self.epochs, self.max_steps)
+        # a loop of one's own ends "completed" (Monitor): "training completed", not "completed: completed"
+        self._emit(f"training {event.status}" + (f": {why}" if why != event.status else ""))
         table = format_summary_table(event.summary)
         if table:
             self._emit(table)
