@@ -136,3 +136,36 @@ async def test_the_config_differences_keep_each_run_s_name_on_one_line(runs, siz
     for name in names:  # whole, on one line (not 202611 / 28-064 / 353)
         assert name in screen, screen
     assert "0.001" in screen and f"0.0{runs + 2}" in screen
+
+
+@sync
+async def test_a_run_shorter_than_one_device_sample_still_shows_its_devices():
+    """A 2 s Learner run ended before the sampler's first tick: the panel showed "no device samples yet"."""
+    from tuitrain.core.devices import DeviceMonitor
+    from tuitrain.core.events import DevicesSampled
+    from tuitrain.dashboard.widgets.devices_panel import DevicesPanel
+
+    events = recorded_run(epochs=1, end="completed")
+    emitted = []
+    monitor = DeviceMonitor(emitted.append, interval=600.0)  # the run ends long before its first tick
+    monitor.start_on_run_started(events[0])
+    monitor.start_on_run_started(events[-1])  # RunFinished: the learner closes its bus right after it
+    samples = [e for e in emitted if isinstance(e, DevicesSampled)]
+    assert len(samples) == 1  # one reading at the run's end, while the bus still takes it
+    monitor.close()
+    assert len(emitted) == 1  # no second one
+    alone = []
+    monitor = DeviceMonitor(alone.append, interval=600.0).start()
+    monitor.close()  # ended without a RunFinished: one reading as it closes
+    monitor.close()
+    assert len(alone) == 1 and isinstance(alone[0], DevicesSampled)
+
+    events = [e for e in events if not isinstance(e, DevicesSampled)]
+    events.insert(-1, samples[0])  # the sample comes as the run ends, with its last events
+    app = DashboardApp(ReplaySource(events, exit_code=0, wait=False), None, clock=lambda: last_time(events))
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: isinstance(app.screen, ResultScreen))
+        await pilot.press("escape")
+        await pilot.pause(0.2)
+        panel = shown(app.query_one(DevicesPanel))
+    assert "no device samples yet" not in panel and "CPU" in panel and "Mem" in panel

@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 import psutil
 
-from tuitrain.core.events import DevicesSampled, Event, RunStarted
+from tuitrain.core.events import DevicesSampled, Event, RunFailed, RunFinished, RunStarted
 from tuitrain.core.housekeeping import Housekeeping
 
 
@@ -136,6 +136,7 @@ class DeviceMonitor:
         self._cpu_times: list | None = None
         self._children: list[psutil.Process] = []
         self._samples = 0
+        self._emitted = 0  # samples handed to `emit`
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._nvml: _Nvml | None = None
@@ -159,9 +160,19 @@ class DeviceMonitor:
         self._thread.start()
 
     def start_on_run_started(self, event: Event, state: object = None) -> None:
-        """A callback: starts sampling at RunStarted, so that the event stream opens with it."""
+        """A callback: starts sampling at RunStarted, so that the event stream opens with it; at the
+        run's end, one sample if none was taken yet (a run shorter than `interval`: the learner closes
+        its bus at its end, before this monitor is closed)."""
         if isinstance(event, RunStarted):  # start() is idempotent
             self.start()
+        elif isinstance(event, (RunFinished, RunFailed)):
+            self._sample_if_none()
+
+    def _sample_if_none(self) -> None:
+        """A run that ended before its first sample still shows its devices: one reading at its end
+        (its CPU share over the whole run, measured since `start` primed it)."""
+        if self._started and not self._emitted and not self._stop.is_set():
+            self._sample_once()
 
     def sample(self) -> DevicesSampled:
         """One reading now (also usable without the thread)."""
@@ -235,6 +246,7 @@ class DeviceMonitor:
             return
         try:
             self.emit(self.sample())
+            self._emitted += 1
         except Exception:  # a failed sample or a failing sink must never end training
             pass
 
@@ -247,6 +259,12 @@ class DeviceMonitor:
         if self._thread is not None:
             self._thread.join(timeout=max(2.0, 2 * self.interval))
             self._thread = None
+        if self._started and not self._emitted:  # (see _sample_if_none) ended without a RunFinished
+            try:
+                self.emit(self.sample())
+                self._emitted += 1
+            except Exception:  # a closed bus, a failed reading: nothing to show, nothing to raise
+                pass
         if self._nvml is not None:
             self._nvml.close()
             self._nvml = None
