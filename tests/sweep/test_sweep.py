@@ -391,7 +391,8 @@ def test_a_study_whose_first_trials_fail_alike_stops_and_says_so(tmp_path):
     assert sorted(p.name for p in folder.glob("trial-*") if p.is_dir()) == ["trial-0000", "trial-0001", "trial-0002"]
     assert len(study(folder).get_trials()) == 3
     assert out.count("the model is broken") == 2, out  # trial 0's line, and the end's
-    assert "trial 1 failed with the same error as trial 0" in out and "trial 2 failed with the same error as trial 0" in out
+    for n in (1, 2):
+        assert f"trial {n} failed with the same error as trial 0" in out
     assert "study spirals: 3 fail" in out
     assert "the first 3 trials failed with the same error, so the sweep stopped: 7 trials not started" in out
 
@@ -442,3 +443,34 @@ def test_leaving_the_dashboard_of_an_ended_sweep_prints_the_study_alone(tmp_path
     after = screen.decode(errors="replace").split("\x1b[?1049l")[-1]  # what stays on the terminal
     assert "study spirals: 2 complete" in after and "best trials (min valid/loss):" in after, after
     assert "Training" not in after and "trial-0000/checkpoint" not in after, after
+
+
+def test_the_pruner_waits_prune_after_epochs(tmp_path):
+    """Issue 51: `prune_after = 3`: a bad trial is judged from its validation after 3 epochs (step 24 here),
+    not at its first (step 8), where a curve on a plateau would be stopped."""
+    config = project(tmp_path, epochs=8, trials=3, parallel=1, pause=0.1, seed=1,
+                     params='"optimizer.lr" = { choices = [0.03, 0.00001, 0.02] }')
+    config.write_text(config.read_text().replace('pruner = "median"', 'pruner = "median"\nprune_after = 3'))
+    done = sweep(tmp_path, "--headless")
+    out = done.stdout
+    assert done.returncode == 0, out + done.stderr
+    assert "median pruner (after 3 epochs)" in out
+    folder = tmp_path / SWEEP
+    trials = study(folder).get_trials()
+    pruned = [t for t in trials if t.state.name == "PRUNED"]
+    assert [t.params["optimizer.lr"] for t in pruned] == [0.00001], out
+    assert f"trial {pruned[0].number} pruned at step 24," in out, out
+    run = run_json(folder / pruned[0].user_attrs["run_dir"])
+    assert (run["status"], run["reason"]) == ("interrupted", "pruned") and 3 <= run["epoch"] < 8
+
+
+@pytest.mark.parametrize("value", ["-1", "nan", "true", '"3"'])
+def test_a_bad_prune_after_is_exit_2(tmp_path, monkeypatch, capsys, value):
+    from tuitrain.cli import main
+
+    config = project(tmp_path, sampler="random")
+    config.write_text(config.read_text().replace('pruner = "median"', f'pruner = "median"\nprune_after = {value}'))
+    monkeypatch.chdir(tmp_path)
+    assert main(["sweep", "sweep.toml"]) == 2
+    assert capsys.readouterr().err.startswith("tuitrain: error: sweep.toml: sweep.prune_after: ")
+    assert not (tmp_path / "runs").exists()

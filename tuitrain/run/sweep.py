@@ -4,8 +4,9 @@ Optuna samples the values, prunes and keeps the study (a journal file in the swe
 URL that several machines share). tuitrain runs each trial as `tuitrain run CONFIG --set KEY=VALUE ...
 --run-dir SWEEP/trial-NNNN --resume auto --headless` in a process of its own, `parallel` at once, and
 follows the trial's events.jsonl: each validation's metric is reported to Optuna, and when the pruner
-says so the trial is asked to stop through its control folder (source "pruned": it saves a checkpoint
-and ends `interrupted`, reason `pruned`).
+says so (not before the trial has run `prune_after` epochs: a curve that sits on a plateau for its first
+epochs is not judged there) the trial is asked to stop through its control folder (source "pruned": it
+saves a checkpoint and ends `interrupted`, reason `pruned`).
 
 Lost trials are taken up again: a trial whose worker is gone (kill -9, a lost node: its runs end with it,
 the kernel sends them SIGTERM, so they save a checkpoint on the way out) or that a stopped sweep left
@@ -256,6 +257,7 @@ class Sweep:
         offset, partial = 0, b""
         reports: list[tuple[int, float]] = []
         seen_steps: set[int] = set()
+        steps_per_epoch = 0  # from the run's start: how far `prune_after` epochs is, in steps
         asked = False
         while True:
             ended = proc.poll() is not None
@@ -273,6 +275,8 @@ class Sweep:
                     e = json.loads(line)
                 except ValueError:
                     continue
+                if e.get("event") == "RunStarted" and isinstance(e.get("steps_per_epoch"), int):
+                    steps_per_epoch = e["steps_per_epoch"]
                 if e.get("event") != "MetricsLogged" or e.get("split") != split or e.get("scope") == "step":
                     continue
                 value = (e.get("metrics") or {}).get(name)
@@ -282,7 +286,8 @@ class Sweep:
                 seen_steps.add(step)
                 reports.append((step, float(value)))
                 trial.report(float(value), step)  # (one the run logged just before it ended too)
-                if not asked and not ended:
+                epochs = step / steps_per_epoch if steps_per_epoch > 0 else int(e.get("epoch", 0))
+                if not asked and not ended and epochs >= self.spec.prune_after:
                     if trial.should_prune():
                         FileControl(run_dir).send("stop", source=PRUNED)
                         asked = True
@@ -306,8 +311,10 @@ class Sweep:
             (self.folder / STOP_FILE).unlink()  # running the command again continues the study
         except FileNotFoundError:
             pass
+        spec = self.spec
+        warmup = f" (after {spec.prune_after:g} epochs)" if spec.prune_after and spec.pruner != "none" else ""
         self.say(f"sweep {self.spec.name}: {self.spec.trials} trials of {self.config_path}, {self.spec.parallel} "
-                 f"at once, {self.spec.sampler} sampler, {self.spec.pruner} pruner, {self.spec.mode} "
+                 f"at once, {self.spec.sampler} sampler, {self.spec.pruner} pruner{warmup}, {self.spec.mode} "
                  f"{self.spec.metric}; study in {self.spec.storage or self.folder / 'study.journal'}")
         slots = [threading.Thread(target=self._slot, name=f"tuitrain-sweep-{i}", daemon=True)
                  for i in range(self.spec.parallel)]

@@ -22,7 +22,8 @@ from tuitrain.config.toml_writer import value_text
 
 SAMPLERS = ("tpe", "random", "grid", "cmaes", "gp")
 PRUNERS = ("median", "hyperband", "none")
-KEYS = ("name", "metric", "mode", "trials", "parallel", "sampler", "pruner", "storage", "seed", "params")
+KEYS = ("name", "metric", "mode", "trials", "parallel", "sampler", "pruner", "prune_after", "storage", "seed",
+        "params")
 #: how a target's signature check (config/targets.py check_kwargs) refuses an argument's name
 KEY_REFUSED = ("unexpected keyword argument", "is passed by tuitrain", "is a positional-only argument")
 #: what a sampler needs besides optuna (its own dependency), and how to get it
@@ -78,6 +79,7 @@ class SweepSpec:
     storage: str
     seed: int | None
     params: dict[str, Param]
+    prune_after: float = 0  # epochs a trial runs before the pruner may stop it
 
     @property
     def direction(self) -> str:
@@ -149,6 +151,10 @@ def read_spec(cfg, source: str, overrides=(), check: Callable[[Any], None] | Non
     if pruner not in PRUNERS:
         raise fail("pruner", f"unknown pruner {pruner!r}" + suggest(pruner, PRUNERS)
                    + f" (one of {', '.join(PRUNERS)})")
+    prune_after = get("prune_after", (int, float), 0)
+    if not math.isfinite(prune_after) or prune_after < 0:
+        raise fail("prune_after", f"expected the epochs a trial runs before the pruner may stop it (0 or more), "
+                                  f"got {prune_after!r}")
     storage = get("storage", str, "")
     seed = table.get("seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
@@ -178,7 +184,7 @@ def read_spec(cfg, source: str, overrides=(), check: Callable[[Any], None] | Non
                     raise fail(f'params."{p.key}"', e.message) from None
                 said = f"{e.key}: {e.message}" if e.key else e.message
                 raise fail(f'params."{p.key}"', f"{toml_value(value)} is refused ({said})") from None
-    return SweepSpec(name, metric, mode, trials, parallel, sampler, pruner, storage, seed, params)
+    return SweepSpec(name, metric, mode, trials, parallel, sampler, pruner, storage, seed, params, prune_after)
 
 
 def _as_dict(cfg) -> dict:
