@@ -16,6 +16,7 @@ from pathlib import Path
 from tuitrain.core.fsutil import atomic_write_text
 from tuitrain.dashboard.app import DashboardApp
 from tuitrain.dashboard.feed import Feed
+from tuitrain.dashboard.small_svg import smaller
 from tuitrain.dashboard.sources import FileSource
 from tuitrain.sinks.run_status import process_gone
 
@@ -51,7 +52,8 @@ class FramesApp(DashboardApp):
         self.set_interval(self.every, self.picture)
 
     def picture(self) -> None:
-        atomic_write_text(self.out, self.export_screenshot(title=self.state.experiment or "tuitrain"))
+        # a third of the size, drawn the same: a notebook keeps one in each cell that trained
+        atomic_write_text(self.out, smaller(self.export_screenshot(title=self.state.experiment or "tuitrain")))
         self.pictures += 1
         if process_gone(self.run_dir) and not self._leaving:  # the run's process died without its end
             self._leaving = True

@@ -6,8 +6,12 @@ SVG picture about once a second (tuitrain/dashboard/frames.py); a daemon thread 
 new picture in one display (`display_id`, updated in place: not a growing list of outputs). The picture
 is drawn in another process, so the training in the kernel shares no interpreter lock with the drawing.
 When the run ends, the last picture (the charts, the progress panel's final state, the checkpoints)
-stays in the cell as an `image/svg+xml` output, which a saved notebook shows without a kernel (Jupyter,
-VS Code, GitHub's viewer).
+stays in the cell, which a saved notebook shows without a kernel. It is kept as an `<img>` whose source is
+the SVG as a data URL, in a `text/html` output (`picture_bundle`): JupyterLab and Notebook 7 do not draw an
+`image/svg+xml` output of a notebook opened untrusted (a colleague's, a download), but they do draw that.
+
+The drawing process runs in a session of its own: JupyterLab's interrupt is a SIGINT to the kernel's whole
+process group, which would end the drawing before its last picture (issue 51).
 
 The kernel's interrupt (the stop button, SIGINT) is the run's graceful stop: `Learner.fit` and `Monitor`
 hold `StopOnSignals` while they train. With `controls` (the run's Interrupter) and ipywidgets installed,
@@ -20,7 +24,9 @@ Must not import textual (the drawing process does).
 
 from __future__ import annotations
 
+import base64
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -68,6 +74,7 @@ class NotebookView:
         log = open(self._folder / "frames.log", "wb")
         self._proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                       env={**os.environ, "TERM": "xterm-256color"},
+                                      start_new_session=True,  # the kernel's interrupt is not for it
                                       preexec_fn=die_with_parent())  # a kernel restarted takes it along
         log.close()
         self._thread = threading.Thread(target=self._follow, name="tuitrain-notebook", daemon=True)
@@ -90,10 +97,8 @@ class NotebookView:
             svg = self.picture.read_text(encoding="utf-8")
         except OSError:
             return False
-        from IPython.display import SVG
-
         self._seen = seen
-        self.handle.update(SVG(data=svg))
+        self.handle.update(picture_bundle(svg, f"tuitrain: the dashboard of {self.run_dir}"), raw=True)
         self.shown += 1
         return True
 
@@ -132,6 +137,19 @@ class NotebookView:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def picture_bundle(svg: str, alt: str) -> dict[str, str]:
+    """The picture as a display's data: an `<img>` of the SVG as a base64 data URL in `text/html` (drawn in
+    an untrusted notebook too: JupyterLab's sanitizer keeps an image's data URL; an `image/svg+xml` output
+    it leaves out), at the SVG's own width and never wider than the cell; `alt` for text-only front ends."""
+    found = re.search(r'viewBox="0 0 ([\d.]+) ', svg[:1000])
+    width = f' width="{round(float(found.group(1)))}"' if found else ""
+    data = base64.b64encode(svg.encode("utf-8")).decode("ascii")
+    said = _escape(alt).replace('"', "&quot;")
+    return {"text/plain": alt,
+            "text/html": f'<img src="data:image/svg+xml;base64,{data}" alt="{said}"{width} '
+                         f'style="max-width: 100%; height: auto">'}
 
 
 def show_buttons(controls):
