@@ -1,49 +1,108 @@
-"""Make docs/dashboard.svg, the README's picture: the spirals demo trained for real (headless, into a
-temporary folder), then its dashboard drawn at 120x40 from the run's files, as `tuitrain watch` shows
-it once the summary is put away. Run it from the repository's root:
+"""Make docs/dashboard.svg, the README's picture: today's dashboard at 120x40, drawn from a recorded run of
+the spirals demo (docs/dashboard-run.jsonl.gz, its events.jsonl) as it looked while training, two thirds
+of the way, with the clock stopped a second after its last event. Drawn from the same recording, the
+picture is the same byte for byte; tests/test_readme_picture.py draws it again and fails when it
+differs: the dashboard changed since the picture was made. Run it from the repository's root:
 
-    python docs/make_picture.py [--out docs/dashboard.svg]
+    python docs/make_picture.py             # draw docs/dashboard.svg from the recording
+    python docs/make_picture.py --record    # first train the demo again (headless, a few minutes on a
+                                            # CPU) and keep its events as the new recording
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import gzip
+import json
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+RECORDING = ROOT / "docs" / "dashboard-run.jsonl.gz"
+PICTURE = ROOT / "docs" / "dashboard.svg"
+SIZE = (120, 40)
+#: the picture shows the run at this step (of the demo's 3,000): training, its charts well on
+UNTIL_STEP = 2000
+#: the folder the header names: where `tuitrain run demo/spirals.toml` puts a run
+RUN_DIR = "runs/spirals"
 
 
-async def draw(run_dir: Path, out: Path) -> None:
+class _Keys:
+    """The run's keys (p, c, q) in the footer, as a live run shows them; nothing is steered."""
+
+    def request_stop(self, source: str = "api", detail: str = "") -> None: ...
+    def toggle_pause(self, source: str = "api") -> None: ...
+    def request_checkpoint(self, source: str = "api") -> None: ...
+
+
+def recorded_events(recording: Path = RECORDING, until_step: int = UNTIL_STEP) -> list:
+    """The recording's events up to `until_step` (the run's end left out: it is training)."""
+    from tuitrain.core.events import parse_line
+
+    events = []
+    for line in gzip.decompress(recording.read_bytes()).splitlines():
+        event = parse_line(line)
+        if event is None:
+            continue
+        if getattr(event, "step", 0) > until_step or event.name in ("RunFinished", "RunFailed"):
+            break
+        events.append(event)
+    return events
+
+
+async def _draw(events: list, size: tuple[int, int]) -> str:
     from tuitrain.dashboard.app import DashboardApp
-    from tuitrain.dashboard.sources import FileSource
+    from tuitrain.dashboard.small_svg import smaller
+    from tuitrain.dashboard.sources import ReplaySource
 
-    app = DashboardApp(FileSource(run_dir), None, None, watch=True, notice="")
-    async with app.run_test(size=(120, 40)) as pilot:
-        for _ in range(200):  # until the whole run is read
-            await pilot.pause(0.05)
-            if app.state.final:
+    now = max(e.time for e in events) + 1.0
+    app = DashboardApp(ReplaySource(events, wait=True), _Keys(), None, clock=lambda: now)
+    async with app.run_test(size=size) as pilot:
+        last = max(getattr(e, "step", 0) for e in events)
+        for _ in range(100):  # until every event is on the screen
+            await pilot.pause(0.1)
+            if app.state.step >= last:
                 break
+        # every panel drawn from the whole state now, whatever the redraws' pace (it follows the CPU's load)
+        app.feed.replot()
+        app.feed.refresh_progress()
+        app.dashboard.checkpoints.render_rows()
         await pilot.pause(0.5)
-        await pilot.press("escape")  # the summary: put away, the charts show
-        await pilot.pause(0.5)
-        out.write_text(app.export_screenshot(title="tuitrain: the spirals demo"))
+        return smaller(app.export_screenshot(title="tuitrain: the spirals demo"))
+
+
+def draw(recording: Path = RECORDING, size: tuple[int, int] = SIZE) -> str:
+    """The picture's SVG, drawn by today's dashboard from `recording`."""
+    return asyncio.run(_draw(recorded_events(recording), size))
+
+
+def record(recording: Path = RECORDING) -> None:
+    """Train the demo (headless) and keep its events, the run folder named as a user's would be."""
+    with tempfile.TemporaryDirectory() as tmp:
+        run_dir = Path(tmp) / "spirals"
+        subprocess.run([sys.executable, "-m", "tuitrain", "run", str(ROOT / "demo" / "spirals.toml"), "--headless",
+                        "--run-dir", str(run_dir)], check=True, cwd=tmp, stdout=subprocess.DEVNULL)
+        lines = []
+        for line in (run_dir / "events.jsonl").read_text().splitlines():
+            event = json.loads(line)
+            if event.get("event") == "RunStarted":
+                event["run_dir"] = RUN_DIR
+            lines.append(json.dumps(event, separators=(",", ":")).replace(str(run_dir), RUN_DIR))
+    recording.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode(), mtime=0))
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=str(ROOT / "docs" / "dashboard.svg"))
+    ap.add_argument("--record", action="store_true", help="train the demo again for a new recording first")
+    ap.add_argument("--out", default=str(PICTURE))
     args = ap.parse_args(argv)
-    with tempfile.TemporaryDirectory() as tmp:
-        run_dir = Path(tmp) / "spirals"
-        subprocess.run([sys.executable, "-m", "tuitrain", "run", str(ROOT / "demo" / "spirals.toml"), "--headless",
-                        "--run-dir", str(run_dir), "--set", "metrics.train=[\"loss\", \"accuracy\", \"lr\", "
-                        "\"throughput\", \"grad_norm\", \"data_wait\"]"], check=True, cwd=tmp,
-                       stdout=subprocess.DEVNULL)
-        asyncio.run(draw(run_dir, Path(args.out)))
+    if args.record:
+        record()
+        print(f"recorded {RECORDING.relative_to(ROOT)}")
+    Path(args.out).write_text(draw(), encoding="utf-8")
     print(f"wrote {args.out}")
     return 0
 
