@@ -169,3 +169,39 @@ async def test_a_run_shorter_than_one_device_sample_still_shows_its_devices():
         await pilot.pause(0.2)
         panel = shown(app.query_one(DevicesPanel))
     assert "no device samples yet" not in panel and "CPU" in panel and "Mem" in panel
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)])
+@pytest.mark.parametrize("how", ["run", "watch", "compare"])
+@sync
+async def test_the_help_screen_explains_every_mark_and_fits_the_screen(size, how):
+    """`?`: the epoch lines ┊ (and why only some), the alerts ▼, the best ★, the devices' bars and blocks
+    are explained, all of it on the screen, at 80x24 too."""
+    from tests.dashboard.test_app import RecordingController
+
+    from tuitrain.dashboard.widgets.help_screen import HelpScreen
+
+    events = recorded_run(epochs=3, total_epochs=5, end="running")
+    if how == "compare":
+        from tuitrain.dashboard.compare import CompareState
+
+        app = DashboardApp(ReplaySource(events), None, watch=True, clock=lambda: last_time(events))
+        app.state = CompareState(["a", "b"], {}, clock=app.clock)
+    else:
+        app = DashboardApp(ReplaySource(events), RecordingController() if how == "run" else None,
+                           watch=how == "watch", clock=lambda: last_time(events))
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause(0.3)
+        await pilot.press("question_mark")
+        await until(pilot, lambda: isinstance(app.screen, HelpScreen))
+        await pilot.pause(0.3)
+        box = app.screen.query_one("#help-box")
+        assert box.virtual_size.height <= box.content_size.height  # nothing cut off
+        assert box.region.bottom <= size[1]
+        marks = shown(app.screen.query_one("#help-marks"))
+        close = shown(app.screen.query_one("#help-close"))
+    assert "any key closes this" in close
+    for mark, words in (("┊", "epoch"), ("▼", "alert"), ("★", "best"), ("██", "CPU"), ("█", "core"),
+                        ("•", "valid")):
+        assert mark in marks and words in marks, (mark, marks)
+    assert "dozen" in marks and "every k-th" in marks  # why only some epochs have their line

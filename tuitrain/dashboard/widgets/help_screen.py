@@ -3,6 +3,10 @@ the whole list is on the screen."""
 
 from __future__ import annotations
 
+from io import StringIO
+from typing import Any
+
+from rich.console import Console
 from rich.table import Table
 from textual import events
 from textual.app import ComposeResult
@@ -51,17 +55,62 @@ KEYS = [
     ("r", "the summary or error again, once training has ended", "the summary again, once ended"),
     ("?", "this list", "this list"),
 ]
-#: the keys of comparing runs, listed on a small terminal only when comparing
-COMPARING_KEYS = ("d", "R", "P")
+#: the keys of comparing runs, listed only when comparing
+COMPARING_KEYS = ("d", "R", "P", "d / P")
 #: the samples' keys, listed only for a run that logged images or texts
 MEDIA_KEYS = ("[ / ]",)
+#: the keys in fewer rows, for a small terminal (80x24): with the marks below, all of it on the screen
+BRIEF = [
+    ("Tab, arrows", "focus another chart (a click too)"),
+    ("PgDn / PgUp", "the charts below / above the screen"),
+    ("Enter", "the focused chart alone; Enter or Esc: back"),
+    ("l / s", "log scale / smoothing (EMA 0.6, 0.9, 0.99, off)"),
+    ("x / w", "x axis: step, epoch, time, samples / window"),
+    ("/", "only the charts matching a regex (empty: all)"),
+    ("[ / ]", "samples: a logged step older / newer"),
+    ("i", "a cursor (←/→) and the values under it"),
+    ("e", "export the screen and series: RUN_DIR/exports/"),
+    ("d / P", "comparing: the config keys that differ / a sweep's parameters"),
+    ("R", "comparing: the run list takes the keys (space, p, o, a, /, v)"),
+    ("c / p", "a checkpoint now / pause training (p again: resume)"),
+    ("q", "stop training and leave (asks); ended: leave"),
+    ("Ctrl+C", "stop now, gracefully; twice: end the process"),
+]
+
+#: what the charts and panels draw, each mark with what it means (the legend under the keys)
+MARKS = [
+    ("━  •", "train: a line (smoothed: the raw one faint) · valid: a point per validation"),
+    ("━1 ━2", "compared runs: each by its number and colour"),
+    ("★", "the best value: in a chart's title, the best checkpoint, the run list's best run"),
+    ("┊", "an epoch's end: a dozen drawn at most, so with more epochs only every k-th"),
+    ("▼", "a health alert began at that step (its text is in the output panel)"),
+    ("│ ┼ ─  ┃", "grid lines at the labelled ticks · ┃ the inspect cursor (i)"),
+    ("██░░", "devices: CPU, Mem, GPU use as a bar (red from 90%)"),
+    ("▂▅█", "after CPU's %: one block per core (or group of cores), as tall as it is busy"),
+    ("⚑ ● ◆ ○", "checkpoints: ⚑ one asked for (c) · run list: ● shown, ◆ pinned, ○ hidden"),
+]
+#: the same in three lines, for a small terminal
+MARKS_BRIEF = [
+    ("━ • ★ ▼ ┃", "train line · valid point · best · alert began · cursor"),
+    ("┊", "an epoch's end: a dozen at most, else every k-th epoch"),
+    ("██░░ ▂█", "CPU: all cores (red from 90%), then a block per core"),
+]  # ⚑ and ● ◆ ○ say what they are in their panels' own borders (checkpoints, run list)
+
+
+def _rows(parts: list[tuple[str, Any]], width: int) -> int:
+    """The lines `parts` take at `width` cells (the marks' title has a blank line above it)."""
+    console = Console(width=max(width, 10), file=StringIO(), legacy_windows=False)
+    lines = sum(len(console.render_lines(part, console.options.update_width(max(width, 10)), pad=False))
+                for _, part in parts)
+    return lines + sum(part_id == "help-marks-title" for part_id, _ in parts)
 
 
 class HelpScreen(Modal[None]):
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }
-    #help-box { width: 96; max-width: 95%; height: auto; max-height: 95%; padding: 0 1; }
+    #help-box { width: 112; max-width: 95%; height: auto; max-height: 95%; padding: 0 1; }
     #help-box > Static { width: 100%; }
+    #help-marks-title { text-style: bold; margin-top: 1; }
     """
 
     def __init__(self, note: str = "", comparing: bool = False, media: bool = False) -> None:
@@ -72,21 +121,40 @@ class HelpScreen(Modal[None]):
 
     def compose(self) -> ComposeResult:
         width, height = self.app.size
-        # a small terminal (80x24, as the side panels shrink): each key on one line, the whole list on screen
-        small = width < COMPACT[0] or height < COMPACT[1]
+        # the whole of it on the screen: the full words where they fit, else (80x24, as the side panels
+        # shrink) the keys in fewer rows, each on one line, and the marks in three
+        parts = self._parts(small=False)
+        inner = min(112, width * 95 // 100) - 4  # the box's width less its border and padding
+        if width < COMPACT[0] or height < COMPACT[1] or _rows(parts, inner) > height * 95 // 100 - 2:
+            parts = self._parts(small=True)
+        with Vertical(id="help-box"):
+            for part_id, part in parts:
+                yield Static(part, id=part_id)
+
+    def _parts(self, small: bool) -> list[tuple[str, Any]]:
+        """(id, renderable) of each line or table, top to bottom."""
         table = Table.grid(padding=(0, 2))
         table.add_column(style="bold", no_wrap=True)
         table.add_column()
-        for key, does, brief in KEYS:
-            if (small and key in COMPARING_KEYS and not self.comparing) or (key in MEDIA_KEYS and not self.media):
+        rows = BRIEF if small else [(key, does) for key, does, _ in KEYS]
+        for key, does in rows:
+            if (key in COMPARING_KEYS and not self.comparing) or (key in MEDIA_KEYS and not self.media):
                 continue
-            table.add_row(key, brief if small else does)
-        with Vertical(id="help-box"):
-            yield Static("Keys", id="help-title")
-            yield Static(table, id="help-keys")
-            if self.note:
-                yield Static(self.note, id="help-note")
-            yield Static("any key closes this", id="help-close")
+            table.add_row(key, does)
+        marks = Table.grid(padding=(0, 2))
+        marks.add_column(style="bold", no_wrap=True, min_width=max(len(k) for k, _ in rows))
+        marks.add_column(no_wrap=small, overflow="ellipsis")
+        for mark, means in MARKS_BRIEF if small else MARKS:
+            marks.add_row(mark, means)
+        parts: list[tuple[str, Any]] = [("help-title", "Keys"), ("help-keys", table)]
+        if not small:
+            parts.append(("help-marks-title", "Marks: what the charts and panels draw"))
+        parts.append(("help-marks", marks))
+        # comparing on a small terminal: the note repeats the d / P / R rows, and there is no room for it
+        if self.note and not (small and self.comparing):
+            parts.append(("help-note", self.note))
+        parts.append(("help-close", "any key closes this"))
+        return parts
 
     def on_key(self, event: events.Key) -> None:
         event.stop()
