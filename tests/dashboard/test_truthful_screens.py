@@ -40,6 +40,7 @@ async def test_a_killed_run_watched_later_shows_its_training_time_not_the_time_s
         assert app.state.elapsed() == died - T0  # 0:00:12, not 0:10:12
         panel = shown(app.query_one(ProgressPanel))
         assert "0:00:12" in panel and "0:10" not in panel and "killed" in panel
+        assert "ETA -" in panel  # not "ETA 0:00:00": it will not end on its own
         title, body = result_title(app.state), result_body(app.state, None)
     # what leaving prints: killed, not "Training completed"
     assert "killed" in title and "completed" not in title.lower()

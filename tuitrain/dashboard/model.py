@@ -183,8 +183,8 @@ class DashboardState:
 
     def eta(self) -> float | None:
         """Seconds left: remaining training steps at the recent rate plus the remaining validations."""
-        if self.final:
-            return 0.0
+        if self.final:  # ended; killed (no end of its own): nothing to wait for, and no time it would have taken
+            return 0.0 if self.finished is not None or self.failed is not None or self.final != "killed" else None
         _, steps_per_s = self.rates()
         total = self.total_steps
         if not steps_per_s or not total:
