@@ -95,3 +95,19 @@ def test_the_kept_output_is_an_img_of_a_data_url_in_html_which_an_untrusted_note
 def test_a_picture_not_in_richs_shape_is_kept_as_it_is():
     odd = '<svg xmlns="http://www.w3.org/2000/svg"><text x="1" y="2">hi</text></svg>'
     assert smaller(odd) == odd
+
+
+def test_cells_without_a_background_keep_none_and_odd_styles_stay_theirs():
+    """Rich's own export, not the dashboard's: rows that leave cells without a background (the commonest
+    colour must not be painted under those), bold, underline, wide characters."""
+    import io
+
+    from rich.console import Console
+
+    console = Console(record=True, width=40, file=io.StringIO(), force_terminal=True)
+    console.print("[on red]ab[/] cd [on blue]ef[/] [bold]gh[/]")
+    console.print("[on red]ab[/]  [underline]ü 漢字 x[/] [on red]yz[/]")
+    console.print("[on red]" + "r" * 40 + "[/]")
+    svg = console.export_svg(title="odd")
+    small = smaller(svg)
+    assert small != svg and drawn(small) == drawn(svg)

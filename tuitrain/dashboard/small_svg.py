@@ -78,22 +78,33 @@ def _backgrounds(rects: list) -> str:
     for row in rows.values():
         for fill, _x, _y, width, _h in row:
             area[fill] += width
-    spans = [sum(r[3] for r in row) for row in rows.values()]
-    lefts = [row[0][1] for row in rows.values()]
-    covered = bool(rows) and all(abs(left) < _NEAR for left in lefts) and max(spans) - min(spans) < _NEAR
+    ends = {_row_end(row) for row in rows.values()}
+    covered = bool(rows) and None not in ends and max(ends) - min(ends) < _NEAR
     under = max(area, key=area.get) if covered else None
     parts = ['<g shape-rendering="crispEdges">']
     if under is not None:
         ys = sorted(rows)
         last = rows[ys[-1]][0]
         height = ys[-1] + float(last[4]) - ys[0]
-        parts.append(f'<rect fill="{under}" x="0" y="{_num(ys[0])}" width="{_num(spans[0])}" height="{_num(height)}"/>')
+        parts.append(f'<rect fill="{under}" x="0" y="{_num(ys[0])}" width="{_num(max(ends))}" '
+                     f'height="{_num(height)}"/>')
     for row in rows.values():
         for fill, x, y, width, height in row:
             if fill != under:
-                parts.append(f'<rect fill="{fill}" x="{_num(x)}" y="{_num(y)}" width="{_num(width)}" height="{height}"/>')
+                parts.append(f'<rect fill="{fill}" x="{_num(x)}" y="{_num(y)}" width="{_num(width)}" '
+                             f'height="{height}"/>')
     parts.append("</g>\n")
     return "".join(parts)
+
+
+def _row_end(row: list) -> float | None:
+    """Where a row's backgrounds end when they cover it from the left edge without a gap; else None."""
+    end = 0.0
+    for _fill, x, _y, width, _h in row:
+        if abs(x - end) >= _NEAR:
+            return None
+        end = x + width
+    return end
 
 
 def _merged_texts(pieces: list, uid: str, short: str) -> list[str]:
