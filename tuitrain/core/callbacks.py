@@ -72,6 +72,7 @@ class EventBus:
         self.batch_interval = batch_interval
         self.state: Any = None
         self.errors: list[str] = []
+        self._said: set[tuple[str, str]] = set()  # (callback, its error's last line) already said
         #: the first failed write of a callback that stores the run (`stores_run = True`: the run
         #: directory's files) as (one line, traceback); the loop stops on it (see `on_write_failure`)
         self.write_failure: tuple[str, str] | None = None
@@ -230,12 +231,18 @@ class EventBus:
                 pass
 
     def _failed(self, cb: Callback, event: Event) -> None:
+        """Said once per callback and error: a sink that fails on every event (a full disk of its own)
+        is one message, not one per kind of event."""
         name = getattr(cb, "__qualname__", type(cb).__name__)
-        msg = f"callback {name} failed on {event.name}:\n{traceback.format_exc()}"
-        if msg not in self.errors:
-            self.errors.append(msg)
-            if not isinstance(event, OutputPrinted):
-                self.emit(OutputPrinted(text=msg.rstrip(), stream="tuitrain"))
+        trace = traceback.format_exc()
+        said = (name, trace.rstrip().splitlines()[-1])
+        if said in self._said:
+            return
+        self._said.add(said)
+        msg = f"callback {name} failed on {event.name}:\n{trace}"
+        self.errors.append(msg)
+        if not isinstance(event, OutputPrinted):
+            self.emit(OutputPrinted(text=msg.rstrip(), stream="tuitrain"))
 
     def close(self) -> None:
         with self._lock:

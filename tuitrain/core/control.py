@@ -43,6 +43,16 @@ def stop_asked_for(source: str) -> bool:
     return source not in ("", PREEMPTED, PRUNED, "max_time", "watch", "failure")
 
 
+def raise_in(thread: threading.Thread, error: type[BaseException]) -> None:
+    """Raise `error` in `thread` at its next Python instruction (CPython's PyThreadState_SetAsyncExc): a
+    second interrupt ends a run training on another thread at once, as it does one on the main thread
+    (the loop takes a KeyboardInterrupt as "leave now": its earlier checkpoints stay, run.json says so)."""
+    import ctypes
+
+    if thread.ident is not None and thread.is_alive():
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(error))
+
+
 def parse_duration(text: str) -> float:
     """Seconds in "2h30m", "45m", "90s", "1d", "1.5h" ("" or "0": none); ValueError otherwise."""
     t = text.strip().lower().replace(" ", "")

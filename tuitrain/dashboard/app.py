@@ -26,6 +26,7 @@ This module must not import the run layer (`tuitrain.config`, `tuitrain.run*`, `
 from __future__ import annotations
 
 import os
+import signal
 import time
 import traceback
 from pathlib import Path
@@ -84,6 +85,7 @@ class DashboardApp(App[int]):
     BINDINGS = [
         Binding("c", "checkpoint", "Checkpoint"),
         Binding("p", "pause", "Pause"),
+        Binding("p", "resume", "Resume"),  # the footer says what p does now (see check_action)
         Binding("q", "quit_request", "Quit"),
         Binding("ctrl+c", "interrupt", "Stop now", priority=True),
         Binding("ctrl+c", "leave_viewer", "Leave", priority=True),  # ctrl+c when there is nothing to stop
@@ -92,9 +94,12 @@ class DashboardApp(App[int]):
         Binding("P", "parameters", "Params"),  # a sweep: the parameters view (hidden otherwise)
         Binding("r", "show_result", "Summary", show=False),
         Binding("question_mark", "help", "Keys"),
+        Binding("ctrl+z", "suspend", "Suspend", show=False),
     ]
     #: the keys the footer shows after the chart keys (the run's keys come before them)
     FOOTER_AFTER = frozenset({"d", "R", "P", "r", "question_mark"})
+    #: seconds within which another `c` is the same request (the key held down: one checkpoint, one notice)
+    CHECKPOINT_REPEAT = 1.0
 
     def __init__(self, source: Source, controller: Controller | None = None, theme: Path | None = None, *,
                  watch: bool = False, owned: bool = False, notice: str = "", clock: Callable[[], float] = time.time,
@@ -137,6 +142,10 @@ class DashboardApp(App[int]):
         self._base_theme = base_theme_of(self.theme_path)
         self.last_export: Path | None = None
         self.dashboard: DashboardScreen | None = None  # the screen, once the app runs
+        #: what broke the screen (an exception in a widget or handler), once it did: the app has ended
+        self.failure: BaseException | None = None
+        self._last_c = -1e9  # pace_clock time of the last `c`
+        self._paused_shown = False  # the pause the footer's `p` speaks of
 
     def get_default_screen(self) -> DashboardScreen:
         """The dashboard's screen: it composes and lays out the widgets (tuitrain/dashboard/screen.py)."""
@@ -219,6 +228,18 @@ class DashboardApp(App[int]):
         """Fold what the bridge holds into the state and refresh the panels that changed (`Feed`;
         the drain timer calls this method)."""
         self.feed.drain()
+        if bool(self.state.paused) != self._paused_shown:  # the footer: p Pause, or p Resume
+            self._paused_shown = bool(self.state.paused)
+            self.refresh_bindings()
+
+    # Textual's one funnel for an unhandled exception, private: it has no public hook (textual 0.80 to
+    # 8.2). The screen ends at once (`panic`, with nothing to print: no traceback over the terminal), exit
+    # code 1; `failure` keeps the error for whoever started the app to report in one line.
+    def _handle_exception(self, error: Exception) -> None:
+        if self.failure is None:
+            self.failure = error
+        self.exit(return_code=1)
+        self.panic()
 
     # --- the run's end ---------------------------------------------------------------------
 
@@ -298,8 +319,10 @@ class DashboardApp(App[int]):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Keys that steer leave the footer (and do nothing) once there is nothing to steer."""
-        if action in ("checkpoint", "pause"):
+        if action == "checkpoint":
             return self.steerable
+        if action in ("pause", "resume"):  # one of the two in the footer, as the run is
+            return self.steerable and bool(self.state.paused) == (action == "resume")
         if action == "interrupt":
             return self._stops_the_run()
         if action == "leave_viewer":
@@ -326,9 +349,27 @@ class DashboardApp(App[int]):
         return True
 
     def action_checkpoint(self) -> None:
+        now, last = self.pace_clock(), self._last_c
+        self._last_c = now
+        if now - last < self.CHECKPOINT_REPEAT:  # held down, or typed twice: the request already made
+            return
         if self._steer("checkpoint"):
             self.controller.request_checkpoint("dashboard")
             self.notify("checkpoint requested", timeout=2)
+
+    def action_resume(self) -> None:
+        self.action_pause()
+
+    def action_suspend(self) -> None:
+        """Ctrl+Z: the process suspended as a terminal job is (training stops with it); `fg` brings the
+        screen back. Where there is no job control (a browser, Windows) the notice says so."""
+        if self.is_headless:  # a test's screen: there is no terminal job to suspend
+            self.notify("Ctrl+Z: no terminal to suspend in", severity="warning", timeout=4)
+        elif self.is_web or not hasattr(signal, "SIGTSTP"):
+            self.notify("Ctrl+Z: a browser's screen cannot be suspended; q leaves (a live run asks first)",
+                        severity="warning", timeout=4)
+        else:
+            self.action_suspend_process()
 
     def action_pause(self) -> None:
         if self._steer("pause"):

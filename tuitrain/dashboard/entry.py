@@ -12,6 +12,9 @@ comes (anything with subscribe/execute/interrupter/run_dir).
 
 from __future__ import annotations
 
+import sys
+import tempfile
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -62,8 +65,33 @@ def run_watch(run_dir: Path, theme: Path | None, owned: bool = False) -> int:
     notice = {"running": "", "killed": "the run's process is gone: keys that steer are off"}.get(
         status, "finished run: keys that steer are off")
     app = DashboardApp(FileSource(run_dir, live=live), controller, theme, watch=True, owned=owned, notice=notice)
+    return viewed(app)
+
+
+def viewed(app) -> int:
+    """Run a viewer's app (watch, compare, a sweep); 0, or 1 when the screen failed: one line on stderr
+    naming the error and the file that holds its traceback, never a traceback over the terminal. The run
+    watched is not the viewer's: it goes on."""
     app.run()
-    return 0
+    error = app.failure
+    if error is None:
+        return 0
+    head = f"{type(error).__name__}: {error}".splitlines()[0][:200]
+    sys.stderr.write(f"tuitrain: the dashboard failed ({head}){traceback_file(error)}\n")
+    sys.stderr.flush()
+    return 1
+
+
+def traceback_file(error: BaseException) -> str:
+    """The traceback of a screen's failure written to a file of its own: "; the traceback is in PATH"
+    (nothing when it cannot be written)."""
+    try:
+        fd, path = tempfile.mkstemp(prefix="tuitrain-dashboard-", suffix=".log")
+        with open(fd, "w", encoding="utf-8") as f:
+            f.write("".join(traceback.format_exception(error)))
+    except OSError:
+        return ""
+    return f"; the traceback is in {path}"
 
 
 def compare_app(runs: list[Path], theme: Path | None):
@@ -85,8 +113,7 @@ def compare_app(runs: list[Path], theme: Path | None):
 
 def run_compare(runs: list[Path], theme: Path | None) -> int:
     """Several runs' dashboards in one (see `compare_app`); each run keeps its own `tuitrain stop`."""
-    compare_app(runs, theme).run()
-    return 0
+    return viewed(compare_app(runs, theme))
 
 
 def sweep_app(sweep_dir: Path, theme: Path | None):
@@ -108,8 +135,7 @@ def sweep_app(sweep_dir: Path, theme: Path | None):
 
 def run_sweep_watch(sweep_dir: Path, theme: Path | None) -> int:
     """`tuitrain watch SWEEP_DIR`: the sweep's trials, those to come included (see `sweep_app`)."""
-    sweep_app(sweep_dir, theme).run()
-    return 0
+    return viewed(sweep_app(sweep_dir, theme))
 
 
-__all__ = ["compare_app", "run_compare", "run_live", "run_sweep_watch", "run_watch", "sweep_app"]
+__all__ = ["compare_app", "run_compare", "run_live", "run_sweep_watch", "run_watch", "sweep_app", "viewed"]

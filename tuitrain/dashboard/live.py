@@ -22,11 +22,13 @@ import os
 import signal
 import sys
 import threading
+import time
 import traceback
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
+from tuitrain.core.control import raise_in
 from tuitrain.core.events import OutputPrinted
 from tuitrain.dashboard.app import DashboardApp
 from tuitrain.dashboard.sources import FileSource, PastSessionsRead
@@ -86,6 +88,9 @@ class LiveRun:
         self.hung_up = False  # ... because the terminal closed (SIGHUP)
         self.screen_error: BaseException | None = None  # ... because the screen failed
         self.aborting = False  # a stalled run ends the process ([watch] stall_action = "abort")
+        self.interrupts = 0  # Ctrl+C as SIGINT (the screen gone, or `kill -INT`); the app counts its key
+        self.ending_now = False  # a second Ctrl+C: training is ended at once (`end_now`)
+        self.app: DashboardApp | None = None
         self.out, self.err = _Switch(sys.__stdout__), _Switch(sys.__stderr__)
         self.history: FileSource | None = None  # a resumed run's past sessions, read before this one's events
         #: the screen has every past event (none, or `history` read and folded): this session's events
@@ -218,6 +223,9 @@ class LiveRun:
             self.hang_up()
             app.exit()
 
+        def on_int(signum, frame):  # a SIGINT not read as a key (`kill -INT`): Ctrl+C's graceful stop
+            self.interrupt(app)
+
         def before_abort() -> None:  # called from the watchdog's thread: the terminal is given back
             self.aborting = True  # first, with the reason on it
             try:
@@ -232,7 +240,8 @@ class LiveRun:
         saved = {}
         if threading.current_thread() is threading.main_thread():
             saved = {signal.SIGTERM: signal.signal(signal.SIGTERM, on_term),
-                     signal.SIGHUP: signal.signal(signal.SIGHUP, on_hangup)}
+                     signal.SIGHUP: signal.signal(signal.SIGHUP, on_hangup),
+                     signal.SIGINT: signal.signal(signal.SIGINT, on_int)}
         try:
             yield
         finally:
@@ -251,6 +260,48 @@ class LiveRun:
             if hooks is not None and before_abort in hooks:
                 hooks.remove(before_abort)
 
+    # --- Ctrl+C, whether the screen reads it as a key or not --------------------------------------
+
+    def interrupt(self, app: DashboardApp | None = None) -> None:
+        """Ctrl+C (SIGINT): the first stops gracefully (a checkpoint is saved), the next ends training now."""
+        self.interrupts += 1
+        if self.interrupts + (app.interrupts if app is not None else 0) > 1:
+            self.end_now(app)
+            return
+        if app is not None and not self.screen_gone:
+            app.leave_when_done = True  # nobody asked for a summary: leave once stopped
+        self.interrupter.request_stop("signal", "SIGINT")
+        if self.screen_gone and not self.hung_up:
+            sys.__stderr__.write("tuitrain: stopping gracefully (a checkpoint is saved); Ctrl+C again ends it now\n")
+            sys.__stderr__.flush()
+
+    def end_now(self, app: DashboardApp | None = None) -> None:
+        """A second Ctrl+C: training ends at its next Python instruction (the loop takes it as "leave now":
+        its checkpoints stay, run.json and events.jsonl say it was interrupted), then the process, with
+        exit code 130. The screen, while it is up, leaves first and gives the terminal back."""
+        self.ending_now = True
+        raise_in(self.thread, KeyboardInterrupt)
+        if app is not None and not self.screen_gone:
+            app.leave_when_done = True
+            app.exit(130)
+
+    #: seconds training has to end after a second Ctrl+C before the process ends without it
+    END_NOW_GRACE = 10.0
+
+    def _wait_for_training(self) -> None:
+        """Join the training thread; after a second Ctrl+C, for `END_NOW_GRACE` seconds at most (a thread
+        stuck in native code never sees the KeyboardInterrupt): then the process ends, exit 130."""
+        deadline = None
+        while self.thread.is_alive():
+            self.thread.join(0.1)
+            if self.ending_now:
+                deadline = deadline or time.monotonic() + self.END_NOW_GRACE
+                if time.monotonic() > deadline and self.thread.is_alive():
+                    sys.__stderr__.write("tuitrain: training did not end within "
+                                         f"{self.END_NOW_GRACE:.0f} s of the second Ctrl+C; ending the process\n")
+                    sys.__stderr__.flush()
+                    os._exit(130)
+
     # --- after the screen ----------------------------------------------------------------------
 
     def finish(self, app: DashboardApp, crash: BaseException | None) -> int:
@@ -264,12 +315,29 @@ class LiveRun:
             if self.screen_gone or failed:
                 self.go_on_without_the_screen(app, crash)
             else:  # the screen was closed on purpose: the stop it asked for is under way
-                self.thread.join()
+                self._wait_for_training()
+        elif (crash or self.screen_error) is not None and not self.hung_up:
+            self._failed_after_the_run(app, crash or self.screen_error)
         if self.code is not None:
             return self.code
+        if self.ending_now:
+            return 130
         if app.exit_code is not None:
             return app.exit_code
         return 130 if self.interrupter.stop_requested else 1
+
+    def _failed_after_the_run(self, app: DashboardApp, error: BaseException) -> None:
+        """The screen failed once training had ended (on its summary, say): the run's files are whole; one
+        line says what failed and where its traceback is, then the summary the screen could not show."""
+        from tuitrain.dashboard.entry import traceback_file
+        from tuitrain.dashboard.widgets.result_screen import result_body, result_title
+
+        where = traceback_file(error)
+        lines = [f"tuitrain: the dashboard failed ({_head(error)}) after the run ended{where}"]
+        if app.state.ended:
+            lines += [result_title(app.state), result_body(app.state, self.code)]
+        sys.__stderr__.write("\n".join(lines) + "\n")
+        sys.__stderr__.flush()
 
     def go_on_without_the_screen(self, app: DashboardApp, crash: BaseException | None) -> None:
         """The screen ended before training did: say why (experiment.log), then wait for the run."""
@@ -296,11 +364,39 @@ class LiveRun:
             self.out.enabled = self.err.enabled = True  # the terminal is still there: console lines from now on
             sys.__stderr__.write(f"tuitrain: the dashboard failed ({head}); training goes on without it; "
                                  f"the traceback is in {run.run_dir}/experiment.log\n")
-        if bus is not None:
-            with capture_output(bus.emit):  # what the user's code prints still reaches experiment.log
-                self.thread.join()
-        else:
-            self.thread.join()
+        with self._signals_without_the_screen(), (capture_output(bus.emit) if bus is not None else _nothing()):
+            self._wait_for_training()  # (what the user's code prints still reaches experiment.log)
+
+    @contextmanager
+    def _signals_without_the_screen(self) -> Iterator[None]:
+        """Ctrl+C and a closed terminal as they were under the screen: the first Ctrl+C stops gracefully,
+        a second ends training now (no KeyboardInterrupt in this thread, which would leave training running
+        while the interpreter ends: C++'s `terminate`, exit 134, run.json `running`); SIGHUP goes on
+        detached. SIGTERM keeps the graceful stop it had before the screen."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def on_hangup(signum, frame):
+            self.hang_up()
+
+        saved = {signal.SIGINT: signal.signal(signal.SIGINT, lambda signum, frame: self.interrupt(self.app)),
+                 signal.SIGHUP: signal.signal(signal.SIGHUP, on_hangup)}
+        try:
+            yield
+        finally:
+            for signum, handler in saved.items():
+                if signum != signal.SIGHUP or not self.hung_up:
+                    signal.signal(signum, handler)
+
+
+def _head(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}".splitlines()[0][:200]
+
+
+@contextmanager
+def _nothing() -> Iterator[None]:
+    yield
 
 
 class LiveApp(DashboardApp):
@@ -308,16 +404,17 @@ class LiveApp(DashboardApp):
     `options`: `DashboardApp`'s keywords (a test's clock)."""
 
     def __init__(self, live: LiveRun, theme: Path | None, **options: Any) -> None:
+        options.setdefault("hard_exit", live.end_now)  # a second Ctrl+C ends training, then the process
         super().__init__(live, live, theme, **options)
         self.live = live
+        live.app = self
 
     # Textual's one funnel for an unhandled exception, private: it has no public hook for one (textual
     # 0.80 to 8.2). The error is kept for experiment.log; the app ends at once (`panic`) with nothing to
     # print, so no traceback lands over the console lines that follow; the exit code is 1.
     def _handle_exception(self, error: Exception) -> None:
         self.live.screen_failed(error)
-        self.exit(return_code=1)
-        self.panic()
+        super()._handle_exception(error)
 
 
 __all__ = ["LiveApp", "LiveRun"]

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from tuitrain.core.callbacks import EventBus
+from tuitrain.core.control import raise_in
 from tuitrain.core.learner import EXIT_FAILED, CoreLearner, FitResult
 from tuitrain.core.sections import Experiment
 from tuitrain.run.directories import claim_run_dir
@@ -258,12 +259,3 @@ def _settle(future, result, error) -> None:
         future.set_exception(error)
     else:
         future.set_result(result)
-
-
-def raise_in(thread: threading.Thread, error: type[BaseException]) -> None:
-    """Raise `error` in `thread` at its next Python instruction (CPython's PyThreadState_SetAsyncExc): a
-    second interrupt ends a run training on another thread at once, as it does one on the main thread."""
-    import ctypes
-
-    if thread.ident is not None and thread.is_alive():
-        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(error))

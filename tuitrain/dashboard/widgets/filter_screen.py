@@ -21,6 +21,9 @@ class FilterScreen(Modal[str | None]):
     """Dismissed with the accepted text, or None (Esc)."""
 
     BINDINGS = [Binding("escape", "cancel", "Cancel")]
+    #: the field takes the keys once the screen is up (Textual focuses it; an `on_mount` that looked it up
+    #: failed when keys queued behind `/` dismissed the screen before it was mounted)
+    AUTO_FOCUS = "#filter-input"
 
     DEFAULT_CSS = """
     FilterScreen { align: center bottom; }
@@ -42,9 +45,6 @@ class FilterScreen(Modal[str | None]):
             yield Static(self.title, id="filter-title", markup=False)
             yield Input(self.current, placeholder=self.placeholder, id="filter-input")
             yield Static("", id="filter-error")
-
-    def on_mount(self) -> None:
-        self.query_one(Input).focus()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         event.stop()

@@ -1,0 +1,178 @@
+"""The window fails alone (issue 50): `tuitrain run` in a real pseudo-terminal, its dashboard broken by
+an exception injected into a widget (the progress panel fails on its Nth update, as a bug in a widget
+would), or closed by keys typed fast. Training goes on with the headless lines, and every way to stop
+works as it did under the screen: Ctrl+C (a graceful stop: the stop checkpoint, run.json `interrupted`,
+exit 130), a second Ctrl+C (training ends now, run.json still says so), SIGTERM, SIGHUP (the run goes
+on detached to its own end), `tuitrain stop`. No exit leaves C++'s `terminate` (exit 134) or run.json
+`running`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="needs a pty")
+
+#: `tuitrain run` with a widget that fails: what a bug in a widget does to the screen
+FAILING = '''
+import os, sys
+from tuitrain.dashboard.widgets import progress_panel
+
+after = int(os.environ.get("FAIL_AFTER", "0"))
+show, shown = progress_panel.ProgressPanel.show, [0]
+
+def failing(self, *args, **kwargs):
+    shown[0] += 1
+    if after and shown[0] == after:
+        raise RuntimeError("a widget failed on purpose")
+    return show(self, *args, **kwargs)
+
+progress_panel.ProgressPanel.show = failing
+from tuitrain.cli import main
+sys.exit(main(sys.argv[1:]))
+'''
+
+
+def start(tiny, fail_after: int, *extra: str) -> tuple[int, int, Path]:
+    from tests.conftest import cli_env
+
+    (tiny.root / "failing.py").write_text(FAILING)
+    run_dir = tiny.root / "run"
+    cmd = [sys.executable, str(tiny.root / "failing.py"), "run", str(tiny.config), "--run-dir", str(run_dir),
+           "--set", "train.epochs=400", "--set", "model.sleep=0.005", *extra]
+    env = dict(cli_env(), TERM="xterm-256color", COLUMNS="100", LINES="30", FAIL_AFTER=str(fail_after))
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.chdir(tiny.root)
+        os.execvpe(cmd[0], cmd, env)
+    return pid, fd, run_dir
+
+
+def info(run_dir: Path) -> dict:
+    try:
+        return json.loads((run_dir / "run.json").read_text() or "{}")
+    except (OSError, ValueError):
+        return {}
+
+
+def until(fd: int, condition, timeout: float = 60) -> bytes:
+    from tests.conftest import read_pty
+
+    screen = b""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        screen += read_pty(fd, 0.1)
+        if condition(screen):
+            return screen
+    raise AssertionError(f"not in time; the terminal's last bytes: {screen[-2000:]!r}")
+
+
+def failed_and_training_on(fd: int, run_dir: Path) -> bytes:
+    """The screen failed (one line says so) and training goes on, its lines on the terminal."""
+    screen = until(fd, lambda s: b"the dashboard failed" in s)
+    step = info(run_dir).get("step", 0)
+    screen += until(fd, lambda s: info(run_dir).get("step", 0) > step + 5)
+    return screen
+
+
+def end(pid: int, fd: int, timeout: float = 60) -> tuple[int | None, bytes]:
+    from tests.conftest import wait_exit
+
+    try:
+        return wait_exit(pid, fd, timeout)
+    finally:
+        try:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
+        os.close(fd)
+
+
+def stopped_gracefully(run_dir: Path) -> None:
+    status = info(run_dir)
+    assert status["status"] == "interrupted" and status["exit_code"] == 130, status
+    index = json.loads((run_dir / "checkpoint" / "index.json").read_text())
+    assert index[-1]["step"] == status["step"], (index[-1], status)  # the stop's own checkpoint
+    last = json.loads((run_dir / "events.jsonl").read_text().splitlines()[-1])
+    assert last["event"] == "RunFinished" and last["status"] == "interrupted"
+
+
+@pytest.mark.parametrize("how", ["ctrl+c", "sigterm", "stop command"])
+def test_after_the_screen_failed_a_stop_is_graceful(tiny, how):
+    pid, fd, run_dir = start(tiny, fail_after=3)
+    try:
+        screen = failed_and_training_on(fd, run_dir)
+        assert b"training goes on without it" in screen
+        if how == "ctrl+c":
+            os.write(fd, b"\x03")  # the terminal is back in its own mode: Ctrl+C is SIGINT now
+        elif how == "sigterm":
+            os.kill(pid, signal.SIGTERM)
+        else:
+            assert tiny.cli("stop", run_dir).returncode == 0
+    except BaseException:
+        end(pid, fd, 1)
+        raise
+    code, screen = end(pid, fd)
+    assert code == 130, screen[-2000:]
+    assert b"terminate called" not in screen
+    stopped_gracefully(run_dir)
+
+
+def test_after_the_screen_failed_a_second_ctrl_c_ends_training_and_says_so(tiny):
+    pid, fd, run_dir = start(tiny, fail_after=3)
+    try:
+        failed_and_training_on(fd, run_dir)
+        os.write(fd, b"\x03")
+        until(fd, lambda s: b"Ctrl+C again ends it now" in s)
+        os.write(fd, b"\x03")
+    except BaseException:
+        end(pid, fd, 1)
+        raise
+    code, screen = end(pid, fd, 30)
+    assert code == 130, screen[-2000:]
+    assert b"terminate called" not in screen
+    status = info(run_dir)
+    assert status["status"] == "interrupted" and status["exit_code"] == 130, status
+
+
+@pytest.mark.slow
+def test_after_the_screen_failed_sighup_goes_on_detached_to_the_end(tiny):
+    pid, fd, run_dir = start(tiny, 3, "--set", "train.epochs=12")
+    try:
+        failed_and_training_on(fd, run_dir)
+        os.kill(pid, signal.SIGHUP)  # the terminal closed
+    except BaseException:
+        end(pid, fd, 1)
+        raise
+    code, _ = end(pid, fd, 120)
+    assert code == 0
+    assert info(run_dir)["status"] == "completed"
+
+
+def test_q_n_n_typed_fast_then_ctrl_c_stops_with_the_checkpoint(tiny):
+    """The issue's two keystrokes: `q`, then `n` `n` in one read (the dialog answered twice), then Ctrl+C:
+    the dashboard is still up, and Ctrl+C stops gracefully from it."""
+    pid, fd, run_dir = start(tiny, fail_after=0)
+    try:
+        until(fd, lambda s: info(run_dir).get("step", 0) >= 5)
+        os.write(fd, b"q")
+        time.sleep(0.5)
+        os.write(fd, b"nn")
+        time.sleep(1.0)
+        os.write(fd, b"\x03")
+    except BaseException:
+        end(pid, fd, 1)
+        raise
+    code, screen = end(pid, fd)
+    assert b"the dashboard failed" not in screen
+    assert code == 130, screen[-2000:]
+    stopped_gracefully(run_dir)
