@@ -26,8 +26,6 @@ PICTURE = ROOT / "docs" / "dashboard.svg"
 SIZE = (120, 40)
 #: the picture shows the run at this step (of the demo's 3,000): training, its charts well on
 UNTIL_STEP = 2000
-#: the folder the header names: where `tuitrain run demo/spirals.toml` puts a run
-RUN_DIR = "runs/spirals"
 
 
 class _Keys:
@@ -80,17 +78,19 @@ def draw(recording: Path = RECORDING, size: tuple[int, int] = SIZE) -> str:
 
 
 def record(recording: Path = RECORDING) -> None:
-    """Train the demo (headless) and keep its events, the run folder named as a user's would be."""
+    """Train the demo (headless, in a temporary folder) and keep its events, its run folder named as the
+    user's own would be (`runs/spirals/<started>`, not the temporary folder)."""
     with tempfile.TemporaryDirectory() as tmp:
-        run_dir = Path(tmp) / "spirals"
-        subprocess.run([sys.executable, "-m", "tuitrain", "run", str(ROOT / "demo" / "spirals.toml"), "--headless",
-                        "--run-dir", str(run_dir)], check=True, cwd=tmp, stdout=subprocess.DEVNULL)
+        subprocess.run([sys.executable, "-m", "tuitrain", "run", str(ROOT / "demo" / "spirals.toml"), "--headless"],
+                       check=True, cwd=tmp, stdout=subprocess.DEVNULL)
+        [run_dir] = (Path(tmp) / "runs" / "spirals").iterdir()
+        where = str(run_dir.relative_to(tmp))
         lines = []
         for line in (run_dir / "events.jsonl").read_text().splitlines():
             event = json.loads(line)
             if event.get("event") == "RunStarted":
-                event["run_dir"] = RUN_DIR
-            lines.append(json.dumps(event, separators=(",", ":")).replace(str(run_dir), RUN_DIR))
+                event["run_dir"] = where
+            lines.append(json.dumps(event, separators=(",", ":")).replace(str(run_dir), where))
     recording.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode(), mtime=0))
 
 

@@ -29,5 +29,5 @@ def test_the_readme_shows_the_picture_todays_dashboard_draws_from_its_recording(
 
 def test_the_picture_is_the_demo_training_in_its_own_folder():
     text = (ROOT / "docs" / "dashboard.svg").read_text(encoding="utf-8")
-    assert "runs/spirals" in text and "[live]" in text and "/tmp" not in text
+    assert re.search(r"runs/spirals/\d{8}-\d{6}", text) and "[live]" in text and "/tmp" not in text
     assert len(text.encode()) < 80_000
