@@ -176,3 +176,69 @@ def test_q_n_n_typed_fast_then_ctrl_c_stops_with_the_checkpoint(tiny):
     assert b"the dashboard failed" not in screen
     assert code == 130, screen[-2000:]
     stopped_gracefully(run_dir)
+
+
+#: a user's loop under `Monitor`: its dashboard is `tuitrain watch --owned` in a process of its own
+MONITOR_LOOP = '''
+import sys, time
+from tuitrain import Monitor
+
+with Monitor(experiment="loop", run_dir=sys.argv[1], max_steps=100000) as mon:
+    for step in range(1, 100001):
+        time.sleep(0.005)
+        mon.log(step, loss=1.0 / step)
+        if mon.checkpoint_requested:
+            mon.save_checkpoint({"step": step})
+        if mon.stop_requested:
+            mon.save_checkpoint({"step": step})
+            break
+'''
+
+#: imported by every Python process started with this folder on PYTHONPATH: the viewer's widget fails
+SITECUSTOMIZE = '''
+import os
+if os.environ.get("FAIL_AFTER"):
+    from tuitrain.dashboard.widgets import progress_panel
+
+    show, shown = progress_panel.ProgressPanel.show, [0]
+
+    def failing(self, *args, **kwargs):
+        shown[0] += 1
+        if shown[0] == int(os.environ["FAIL_AFTER"]):
+            raise RuntimeError("a widget failed on purpose")
+        return show(self, *args, **kwargs)
+
+    progress_panel.ProgressPanel.show = failing
+'''
+
+
+def test_a_monitors_dashboard_that_fails_leaves_the_loop_its_lines_and_ctrl_c(tmp_path):
+    """The viewer process fails: the user's loop goes on, the headless lines on the terminal from then on,
+    and Ctrl+C still stops the loop through `stop_requested` (run.json interrupted, the loop's own exit)."""
+    from tests.conftest import cli_env
+
+    (tmp_path / "loop.py").write_text(MONITOR_LOOP)
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    (hooks / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    run_dir = tmp_path / "run"
+    env = dict(cli_env(), TERM="xterm-256color", COLUMNS="100", LINES="30", FAIL_AFTER="3",
+               PYTHONPATH=os.pathsep.join([str(hooks), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.chdir(tmp_path)
+        os.execvpe(sys.executable, [sys.executable, str(tmp_path / "loop.py"), str(run_dir)], env)
+    try:
+        until(fd, lambda s: b"the dashboard failed" in s, 120)
+        step = info(run_dir).get("step", 0)
+        screen = until(fd, lambda s: b"training goes on without it" in s and info(run_dir).get("step", 0) > step + 20)
+        assert b"Traceback" not in screen
+        time.sleep(1.5)  # a headless line or two
+        os.write(fd, b"\x03")
+    except BaseException:
+        end(pid, fd, 1)
+        raise
+    code, screen = end(pid, fd)
+    assert code == 0, screen[-2000:]  # the loop broke out of itself and its `with` block ended
+    status = info(run_dir)
+    assert status["status"] == "interrupted", status

@@ -536,7 +536,7 @@ class DashboardApp(App[int]):
         self._close_source()
         code = self.exit_code if self.exit_code is not None else (0 if self.watching else 130)
         message = None
-        if self.state.ended:
+        if self.state.ended and not self.comparing:  # runs compared: no one run's summary is the view's
             message = Text(f"{result_title(self.state)}\n{result_body(self.state, self.exit_code)}")  # both made safe
         self.exit(code, message=message)
 

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import atexit
 import os
-import subprocess
 import sys
 import threading
 import time
@@ -39,6 +38,7 @@ from typing import Any
 from tuitrain.core import checkpoint as ckpt
 from tuitrain.core.control import Interrupter, stop_asked_for
 from tuitrain.core.events import MetricsLogged, OutputPrinted, RunStarted
+from tuitrain.run.viewer import Viewer
 from tuitrain.core.lifecycle import Lifecycle
 from tuitrain.core.state import RunDirUnwritable
 from tuitrain.run.directories import claim_run_dir, fresh_run_dir
@@ -153,7 +153,7 @@ class Monitor:
         self._session: RunSession | None = None
         self.bus = None  # the run's event bus, on rank 0 once started
         self._signals: StopOnSignals | None = None
-        self._viewer: subprocess.Popen | None = None
+        self._viewer: Viewer | None = None
         self._view = None  # in a notebook: the picture in the cell (tuitrain/run/notebook.py)
         self._rank_fds: tuple[int, int] | None = None
         self._thread: threading.Thread | None = None
@@ -385,6 +385,17 @@ class Monitor:
         while not self._closing:
             self._wake.wait(FLUSH_INTERVAL)
             self._flush()
+            if self._viewer is not None and self._viewer.failed and not self._closing:
+                self._without_the_screen()
+
+    def _without_the_screen(self) -> None:
+        """The dashboard failed while the loop goes on: the terminal back, the headless lines from now on."""
+        from tuitrain.sinks.console import HeadlessConsole
+
+        self._viewer.give_back()
+        # to the terminal itself: sys.stdout is the loop's, captured into experiment.log
+        self.bus.subscribe(HeadlessConsole(stream=sys.__stdout__, err=sys.__stderr__), steps=False)
+        self.bus.emit(OutputPrinted(text="the dashboard failed; training goes on without it", stream="tuitrain"))
 
     # --- start and finish ----------------------------------------------------------------------
 
@@ -464,7 +475,7 @@ class Monitor:
             self.bus.emit(OutputPrinted(text=f"{self._given_dir} holds a run already: this run goes to "
                                              f"{self.run_dir}", stream="tuitrain"))
         if self.screen == "dashboard":
-            self._open_viewer()
+            self._viewer = Viewer(self.run_dir, self.theme).open()
         elif self.screen == "notebook":  # the picture in this cell; the kernel's interrupt stops gracefully
             from tuitrain.run.notebook import NotebookView
 
@@ -520,7 +531,9 @@ class Monitor:
                 stopped = self._flags.stop_requested or error is not None
                 life.finished("stopped" if stopped else "completed", epoch=self.epoch, step=self.step)
             self._session.close()
-            self._close_viewer()
+            if self._viewer is not None:
+                self._viewer.close()
+                self._viewer = None
             if self._view is not None:  # after the session: the run's last events are in its files
                 self._view.close()
 
@@ -565,36 +578,3 @@ class Monitor:
             os.dup2(saved, fd)
             os.close(saved)
         self._rank_fds = None
-
-    # --- the dashboard, in a process of its own ----------------------------------------------------
-
-    def _open_viewer(self) -> None:
-        """`tuitrain watch RUN_DIR` on this terminal; this process's own output goes to a file meanwhile,
-        so nothing the loop or a library writes can tear the screen."""
-        cmd = [sys.executable, "-m", "tuitrain", "watch", str(self.run_dir), "--owned"]
-        if self.theme:
-            cmd += ["--theme", str(self.theme)]
-        sys.stdout.flush()
-        sys.stderr.flush()
-        self._saved_fds = (os.dup(1), os.dup(2))
-        self._viewer = subprocess.Popen(cmd, stdin=sys.stdin, stdout=self._saved_fds[0], stderr=self._saved_fds[1])
-        raw = os.open(self.run_dir / "output.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        os.dup2(raw, 1)
-        os.dup2(raw, 2)
-        os.close(raw)
-
-    def _close_viewer(self) -> None:
-        if self._viewer is None:
-            return
-        try:
-            self._viewer.wait()  # the dashboard shows the summary until the user leaves it
-        except KeyboardInterrupt:
-            self._viewer.terminate()
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os.dup2(self._saved_fds[0], 1)
-            os.dup2(self._saved_fds[1], 2)
-            for fd in self._saved_fds:
-                os.close(fd)
-            self._viewer = None

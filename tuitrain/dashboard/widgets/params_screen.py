@@ -201,10 +201,13 @@ class ParamsScreen(Modal[None]):
     def fit(self) -> None:
         """As many parameter charts a row as fit at 30 columns or more (the rest below)."""
         n = max(len(self.axes), 1)
-        self.query_one("#params-scatter").styles.grid_size_columns = max(1, min(n, self.app.size.width // 30))
+        for grid in self.query("#params-scatter"):  # none once closing: a resize may come after the dismissal
+            grid.styles.grid_size_columns = max(1, min(n, self.app.size.width // 30))
 
     def update(self) -> None:
         """The trials as they are now: the charts, the titles."""
+        if self.closing or not self.query("#params-title"):  # dismissed: its widgets are going
+            return
         points = trial_points(self.state)
         axes = param_axes(list(self.state.sweep.params), points, self.declared)
         if [(a.key, a.kind) for a in axes] == [(a.key, a.kind) for a in self.axes]:
