@@ -111,3 +111,15 @@ def test_cells_without_a_background_keep_none_and_odd_styles_stay_theirs():
     svg = console.export_svg(title="odd")
     small = smaller(svg)
     assert small != svg and drawn(small) == drawn(svg)
+
+
+def test_every_dashboard_snapshot_is_drawn_the_same_smaller():
+    """The dashboard's SVG snapshots (every screen, theme and size the snapshot tests keep)."""
+    from pathlib import Path
+
+    snapshots = sorted(Path(__file__).resolve().parents[1].glob("**/__snapshots__/**/*.svg"))
+    assert snapshots
+    for path in snapshots:
+        svg = path.read_text(encoding="utf-8")
+        small = smaller(svg)
+        assert len(small) * 2 < len(svg) and drawn(small) == drawn(svg), path.name

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 
-_ID = re.compile(r"\.(terminal-\d+)-matrix")
+_ID = re.compile(r"\.([A-Za-z][\w-]*?)-matrix \{")
 _RECT = re.compile(r'<rect fill="(#[0-9a-fA-F]+)" x="([\d.]+)" y="([\d.]+)" width="([\d.]+)" height="([\d.]+)" '
                    r'shape-rendering="crispEdges"/>')
 _TEXT = re.compile(r'<text class="([\w-]+)" x="([\d.]+)" y="([\d.]+)" textLength="([\d.]+)" '
@@ -37,7 +37,7 @@ def smaller(svg: str) -> str:
     start = svg.rfind("<g ", 0, svg.find(f'clip-path="url(#{uid}-clip-terminal)">'))
     if start < 0 or f'<g class="{uid}-matrix">' not in svg[start:]:
         return svg
-    short = "t" + uid.rsplit("-", 1)[-1][-5:]  # still one of its own where several share a page
+    short = "t" + re.sub(r"\D", "", uid)[-5:]  # still one of its own where several share a page
     head, body = svg[:start], svg[start:]
     backgrounds_end = body.find(f'<g class="{uid}-matrix">')
     rects = [(m.group(1), float(m.group(2)), float(m.group(3)), float(m.group(4)), m.group(5))
