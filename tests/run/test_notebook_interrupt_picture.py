@@ -6,6 +6,7 @@ of the kernel, got it too and quit without drawing the last picture, so the cell
 import json
 import os
 import signal
+import time
 
 import pytest
 
@@ -39,3 +40,26 @@ def test_an_interrupt_sent_to_the_kernels_process_group_leaves_the_runs_end_in_t
     assert f"{last['step']:,}" in shown  # the stop's step, not one some steps before it
     index = json.loads((run / "checkpoint" / "index.json").read_text())
     assert index[-1].get("requested_by") == "stop" and "⚑" in shown  # the stop's checkpoint is listed
+
+
+def test_a_second_interrupt_to_the_group_leaves_the_runs_end_in_the_picture_too(tmp_path):
+    """The second interrupt ends the run at once (reason killed): the picture still shows its end."""
+    kernel = Kernel(tmp_path)
+    run = tmp_path / "runs" / "long"
+    try:
+        kernel.execute(LONG.format(pause=0.5, wait="", fit="fit", every=1))
+        training(run, steps=2)
+        kernel.read(until=lambda: any("State running" in words(picture_svg(d[-1])) for d in kernel.displays.values()
+                                      if "<img" in d[-1].get("text/html", "") or "image/svg+xml" in d[-1]))
+        group = os.getpgid(kernel.km.provisioner.pid)
+        os.killpg(group, signal.SIGINT)
+        time.sleep(0.1)
+        os.killpg(group, signal.SIGINT)
+        kernel.read(timeout=60)
+    finally:
+        kernel.close()
+    assert kernel.said.strip() == "status interrupted killed", kernel.said
+    last = json.loads((run / "run.json").read_text())
+    [updates] = kernel.displays.values()
+    shown = words(picture_svg(updates[-1]))
+    assert last["status"] == "interrupted" and "[interrupted]" in shown and "State running" not in shown, shown[:1500]
