@@ -46,7 +46,8 @@ def fit(run_dir: Path, model: Net, callbacks=()):
 
 def ended(run_dir: Path) -> tuple[dict, dict]:
     status = json.loads((run_dir / "run.json").read_text())
-    last = json.loads((run_dir / "events.jsonl").read_text().splitlines()[-1])
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    last = [e for e in events if e["event"] in ("RunFinished", "RunFailed")][-1]  # (a device sample may follow)
     return status, last
 
 
