@@ -6,7 +6,8 @@ Which runs are shown is the state's too (the run list's keys change it): a run i
 pinned, or when it is not hidden and matches the filter (`RunFilter`: name patterns and config
 conditions such as `optimizer.lr=1e-3`). Pinned runs are listed first and drawn last (on top).
 A run that appears while they are watched (a sweep's new trial) comes as `RunAdded` through the same
-bridge (`CompareSource.add`, `CompareState.add_run`), before its events.
+bridge (`CompareSource.add`, `CompareState.add_run`), before its events. A run whose process is gone
+before its final event (run.json, looked at every second) is "killed" (`RunKilled`), once all it wrote is read.
 The first run is the primary one: the output panel shows it. Must not import torch or textual.
 """
 
