@@ -19,7 +19,7 @@ from .test_chart_keys import four_metrics, grid
 
 CHART_KEYS = {"l", "s", "x", "w", "slash", "e", "i", "enter", "escape", "left", "right", "up", "down",
               "tab", "shift+tab", "pagedown", "pageup"}
-RUN_KEYS = {"c", "p", "q", "ctrl+c", "r", "question_mark", "R", "d", "P"}
+RUN_KEYS = {"c", "p", "q", "ctrl+c", "ctrl+z", "r", "question_mark", "R", "d", "P"}
 # the footer as it was when every key was the app's
 FOOTER = ["ctrl+c", "c", "p", "q", "l", "s", "x", "w", "slash", "e", "i", "question_mark"]
 

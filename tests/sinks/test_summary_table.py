@@ -41,3 +41,15 @@ def test_a_summary_without_epochs_has_no_epoch_columns():
                                   "valid/loss": {"min": 0.7, "max": 1.9, "last": 0.7}}).splitlines()
     assert table[0] == "| Split | Metric | Min.   | Max.   |"
     assert table[2:] == ["| train | loss   | 0.5000 | 2.0000 |", "| valid | loss   | 0.7000 | 1.9000 |"]
+
+
+def test_throughput_reads_with_one_decimal_in_the_table_and_the_log():
+    """`throughput 289.8052` in the end's table and experiment.log read as the console's lines do (issue 51)."""
+    from tuitrain.sinks.summary import format_metric
+
+    assert format_metric("train/throughput", 289.80524) == "289.8"
+    assert format_metric("throughput", 27996.7359) == "27996.7"
+    assert format_metric("train/loss", 0.289805) == "0.2898"  # the rest as before
+    assert format_metric("train/throughput", float("nan")) == "nan"
+    table = format_summary_table({"train/throughput": {"min": 289.80524, "min_epoch": 1, "max": 512.0, "max_epoch": 2}})
+    assert table.splitlines()[2] == "| train | throughput | 289.8 |     1 | 512.0 |     2 |"

@@ -179,9 +179,10 @@ class Learner(CoreLearner):
                                       "Learner a run_dir to see it here"
             self.notes.append(note)
         if self.run_dir is not None:
-            # the devices sampled into the events where the picture is drawn from them (a notebook)
+            # the devices sampled into the events where a screen shows them (the dashboard, a notebook's picture)
             session = RunSession(self.run_dir, interrupter=self.interrupter, bus=self.bus,
-                                 devices=screen == "notebook", files=self._own_files, alerts=self.alerts).open()
+                                 devices=screen in ("notebook", "dashboard"), files=self._own_files,
+                                 alerts=self.alerts).open()
         else:
             from tuitrain.sinks.alerts import alert_sender
 

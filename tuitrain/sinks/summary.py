@@ -18,6 +18,9 @@ def format_metric(name: str, value: Any) -> str:
     if name.endswith("max_memory") and isinstance(value, (int, float)) and not isinstance(value, bool) \
             and math.isfinite(value):
         return format_bytes(int(value))
+    if name.rpartition("/")[2] == "throughput" and isinstance(value, (int, float)) and not isinstance(value, bool) \
+            and math.isfinite(value) and abs(value) < 1e9:
+        return f"{value:.1f}"  # items a second: 289.8, not 289.8052
     return format_value(value)
 
 
@@ -73,14 +76,14 @@ def summary_rows(summary: dict) -> list[tuple[str, str, str, str, str, str]]:
         entry = entry if isinstance(entry, dict) else {}
         keyed.append(((_SPLIT_ORDER.get(split, 2), split if split not in _SPLIT_ORDER else "", i),
                       (split or "-", metric,
-                       _cell(entry.get("min")), _cell(entry.get("min_epoch")),
-                       _cell(entry.get("max")), _cell(entry.get("max_epoch")))))
+                       _cell(entry.get("min"), metric), _cell(entry.get("min_epoch")),
+                       _cell(entry.get("max"), metric), _cell(entry.get("max_epoch")))))
     keyed.sort(key=lambda kv: kv[0])
     return [row for _, row in keyed]
 
 
-def _cell(value: Any) -> str:
-    return "-" if value is None else format_value(value)
+def _cell(value: Any, metric: str = "") -> str:
+    return "-" if value is None else format_metric(metric, value)
 
 
 def format_summary_table(summary: dict) -> str:

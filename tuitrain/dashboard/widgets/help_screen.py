@@ -50,8 +50,11 @@ KEYS = [
     ("p", "pause training; p again resumes", "pause training; p again resumes"),
     ("q", "stop training and leave (asks y / any other key cancels); once training has ended, leave",
      "stop training and leave (asks); ended: leave"),
-    ("Ctrl+C", "stop gracefully at once, without asking; a second Ctrl+C ends the process",
+    ("Ctrl+C", "stop gracefully at once, without asking; a second Ctrl+C ends training now (its checkpoints"
+               " stay) and the process",
      "stop now, gracefully; twice: end the process"),
+    ("Ctrl+Z", "suspend the process, training with it, as any terminal job; fg brings the screen back",
+     "suspend (training too); fg: back"),
     ("r", "the summary or error again, once training has ended", "the summary again, once ended"),
     ("?", "this list", "this list"),
 ]
@@ -74,7 +77,7 @@ BRIEF = [
     ("R", "comparing: the run list takes the keys (space, p, o, a, /, v)"),
     ("c / p", "a checkpoint now / pause training (p again: resume)"),
     ("q", "stop training and leave (asks); ended: leave"),
-    ("Ctrl+C", "stop now, gracefully; twice: end the process"),
+    ("Ctrl+C / Z", "stop now, gracefully (twice: end it) / suspend (fg: back)"),
 ]
 
 #: what the charts and panels draw, each mark with what it means (the legend under the keys)
