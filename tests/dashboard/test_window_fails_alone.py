@@ -243,3 +243,27 @@ def test_a_monitors_dashboard_that_fails_leaves_the_loop_its_lines_and_ctrl_c(tm
     assert code == 0, screen[-2000:]  # the loop broke out of itself and its `with` block ended
     status = info(run_dir)
     assert status["status"] == "interrupted", status
+
+
+def test_a_watch_whose_screen_fails_exits_1_with_one_line(tmp_path):
+    """`tuitrain watch RUN_DIR` whose widget fails: exit 1, one line naming the error and the file of its
+    traceback, no traceback over the terminal."""
+    from tests.conftest import cli_env
+    from tests.dashboard.fixtures import recorded_run, write_jsonl
+
+    write_jsonl(tmp_path / "run" / "events.jsonl", recorded_run(epochs=2, end="completed"))
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    (hooks / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    env = dict(cli_env(), TERM="xterm-256color", COLUMNS="100", LINES="30", FAIL_AFTER="2",
+               PYTHONPATH=os.pathsep.join([str(hooks), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.execvpe(sys.executable, [sys.executable, "-m", "tuitrain", "watch", str(tmp_path / "run")], env)
+    code, screen = end(pid, fd, 120)
+    assert code == 1, screen[-2000:]
+    text = screen.decode(errors="replace")
+    assert "tuitrain: the dashboard failed (RuntimeError: a widget failed on purpose); the traceback is in " in text
+    assert "Traceback" not in text
+    path = text.split("the traceback is in ")[1].split()[0]
+    assert "a widget failed on purpose" in Path(path).read_text()
