@@ -13,7 +13,8 @@ import collections.abc
 import inspect
 import types
 import typing
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from tuitrain.config.schema import describe, suggest
 

@@ -12,7 +12,8 @@ import re
 import tomllib
 import typing
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 from tuitrain.config.schema import (
     OPTIONAL_SECTIONS, PRECISION_ALIASES, RULES, SECTIONS, CheckpointConfig, Config, ConfigError,

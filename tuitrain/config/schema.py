@@ -15,7 +15,8 @@ import typing
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
+from collections.abc import Callable, Iterator
 
 from tuitrain.core.health import Watch
 from tuitrain.core.sections import Checkpointing, Data, Log, Metrics, Train, table_keys  # noqa: F401

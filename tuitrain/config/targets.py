@@ -12,7 +12,8 @@ import inspect
 import sys
 from importlib.machinery import PathFinder
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
+from collections.abc import Callable, Sequence
 
 from tuitrain.config.kwarg_types import annotations_of, type_error
 from tuitrain.config.schema import ConfigError, suggest

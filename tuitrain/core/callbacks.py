@@ -21,7 +21,8 @@ import os
 import threading
 import time
 import traceback
-from typing import Any, Callable, Iterable
+from typing import Any
+from collections.abc import Callable, Iterable
 
 from .events import DevicesSampled, Event, HistogramLogged, MediaLogged, MetricsLogged, OutputPrinted, StepCompleted
 from .housekeeping import Housekeeping
@@ -275,7 +276,7 @@ class StepSampler:
         self.held: tuple[int, int, int] | None = None  # the last step, when not reported
 
     @classmethod
-    def of(cls, bus, phase: str) -> "StepSampler | None":
+    def of(cls, bus, phase: str) -> StepSampler | None:
         return cls(bus.emit_step, phase) if bus.wants_sampled_steps else None
 
     def __call__(self, epoch: int, step: int, batch: int, items: int) -> None:

@@ -14,7 +14,8 @@ import re
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Protocol
+from collections.abc import Callable
 
 from .housekeeping import Housekeeping
 
@@ -283,7 +284,7 @@ class ControlWatcher:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def start(self) -> "ControlWatcher":
+    def start(self) -> ControlWatcher:
         self.dir.mkdir(parents=True, exist_ok=True)
         for stale in self.dir.iterdir():  # commands meant for an earlier, dead process
             stale.unlink(missing_ok=True)

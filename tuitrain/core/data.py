@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import random
 import warnings
-from typing import Any, Iterator
+from typing import Any
+from collections.abc import Iterator
 
 import torch
 from torch.utils.data import (BatchSampler, DataLoader, Dataset, IterableDataset, RandomSampler,

@@ -12,7 +12,8 @@ import os
 import sys
 import threading
 import time
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import psutil
 
@@ -144,7 +145,7 @@ class DeviceMonitor:
         self.housekeeping = housekeeping  # given: a chore of the run's (inline while the loop is quick)
         self._started = False
 
-    def start(self) -> "DeviceMonitor":
+    def start(self) -> DeviceMonitor:
         if self._started:
             return self
         self._started = True
@@ -269,7 +270,7 @@ class DeviceMonitor:
             self._nvml.close()
             self._nvml = None
 
-    def __enter__(self) -> "DeviceMonitor":
+    def __enter__(self) -> DeviceMonitor:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

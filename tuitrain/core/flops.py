@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Callable, Iterable
+from typing import Any
+from collections.abc import Callable, Iterable
 
 import torch
 

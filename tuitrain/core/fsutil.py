@@ -14,7 +14,8 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, IO
+from typing import Any, IO
+from collections.abc import Callable
 
 TMP_PREFIX = ".tmp-"
 

@@ -39,7 +39,8 @@ import time
 import traceback
 from collections import deque
 from dataclasses import dataclass, fields
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from .control import parse_duration
 
@@ -70,7 +71,7 @@ class Watch:
     max_rollbacks: int = 3
 
     @classmethod
-    def of(cls, value: "Watch | dict | None", where: str = "watch") -> "Watch":
+    def of(cls, value: Watch | dict | None, where: str = "watch") -> Watch:
         """A Watch from a dict of the table's keys; ValueError naming `where.key` when one is wrong."""
         if isinstance(value, Watch):
             return value
@@ -136,7 +137,7 @@ class Alerts:
     bell: bool = True
 
     @classmethod
-    def of(cls, value: "Alerts | dict | None", where: str = "alerts", environ: dict | None = None) -> "Alerts":
+    def of(cls, value: Alerts | dict | None, where: str = "alerts", environ: dict | None = None) -> Alerts:
         """From a dict; `TUITRAIN_ALERTS_WEBHOOK` / `..._COMMAND` fill a webhook / command left unset."""
         env = os.environ if environ is None else environ
         if isinstance(value, Alerts):
@@ -441,7 +442,7 @@ class Watchdog:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="tuitrain-watchdog", daemon=True)
 
-    def start(self) -> "Watchdog":
+    def start(self) -> Watchdog:
         self._thread.start()
         return self
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 #: seconds between two ticks beyond which the chores move to threads
 MAX_GAP = 1.0

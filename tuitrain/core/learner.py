@@ -27,7 +27,7 @@ import threading
 import time
 import traceback
 from pathlib import Path
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 

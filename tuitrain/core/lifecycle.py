@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import time
 import traceback as tb_module
-from typing import Callable
+from collections.abc import Callable
 
 from .events import ControlReceived, RunFailed, RunFinished, RunPaused, RunResumed
 from .state import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, HealthFailure, NonFiniteLoss, RunDirUnwritable
@@ -78,7 +78,7 @@ class Summary:
         self.rows: dict[str, dict] = {}
 
     @classmethod
-    def of(cls, history: dict) -> "Summary":
+    def of(cls, history: dict) -> Summary:
         """From a Learner's history ("train/loss" -> [[epoch, value], ...])."""
         summary = cls()
         for key, pairs in history.items():

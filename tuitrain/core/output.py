@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 import warnings
-from typing import Callable
+from collections.abc import Callable
 
 from .events import Event, OutputPrinted
 from .text import collapse_redraws

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Protocol, Sequence
+from typing import Protocol
+from collections.abc import Sequence
 
 
 @dataclass(frozen=True)

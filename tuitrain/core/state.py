@@ -116,7 +116,7 @@ class StepOutput:
     extras: dict | None = None  # other named values (a GAN's "g_loss"), logged when a metric names them
 
     @classmethod
-    def of(cls, value: Any) -> "StepOutput":
+    def of(cls, value: Any) -> StepOutput:
         if isinstance(value, StepOutput):
             return value
         if isinstance(value, torch.Tensor):

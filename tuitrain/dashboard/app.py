@@ -30,7 +30,8 @@ import signal
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from rich.text import Text
 from textual.app import App

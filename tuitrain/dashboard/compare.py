@@ -19,7 +19,8 @@ import threading
 import time
 import tomllib
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
+from collections.abc import Callable, Iterable
 
 from tuitrain.core.events import Event, RunStarted
 from tuitrain.dashboard.model import DashboardState

@@ -18,7 +18,8 @@ Like the rest of the dashboard, this module must not import the run layer (`tuit
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 from textual.app import App
 from textual.message import Message

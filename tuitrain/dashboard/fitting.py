@@ -10,7 +10,7 @@ dashboard, this module must not import the run layer (`tuitrain.config`, `tuitra
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Callable
+from collections.abc import Callable
 
 from rich.cells import cell_len
 from rich.text import Text

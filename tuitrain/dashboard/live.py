@@ -26,7 +26,8 @@ import time
 import traceback
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
+from collections.abc import Iterator
 
 from tuitrain.core.control import raise_in
 from tuitrain.core.events import OutputPrinted

@@ -18,7 +18,7 @@ import math
 import time
 from collections import deque
 from pathlib import Path
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
 from rich.text import Text
 from textual import events

@@ -22,11 +22,12 @@ import zlib
 from collections import deque
 from pathlib import Path
 import time
-from typing import Annotated, Any, Callable, Iterable, Literal, Protocol
+from typing import Annotated, Any, Literal, Protocol
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
-from tuitrain.core.events import MAX_LINE, DevicesSampled, Event, MetricsLogged, parse_line
+from tuitrain.core.events import MAX_LINE, DevicesSampled, Event, parse_line
 from tuitrain.sinks.columns import ColumnsReader, Record
 
 try:  # a typed JSON decoder: MetricsLogged lines at about 1 µs each (the json module and events: ~25 µs)
@@ -180,7 +181,7 @@ class MetricsBlock:
             self.series = dict(sorted(self.series.items(), key=lambda kv: order[kv[0][2]]))
 
     @classmethod
-    def of_columns(cls, raw: bytes, record: Record, ints: np.ndarray, floats: np.ndarray) -> "MetricsBlock":
+    def of_columns(cls, raw: bytes, record: Record, ints: np.ndarray, floats: np.ndarray) -> MetricsBlock:
         """The block of one events.columns record (its lines `raw`): what `__init__` makes of them."""
         self = cls.__new__(cls)
         self._lines, self._raw, self._n = None, raw, record.rows

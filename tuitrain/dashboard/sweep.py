@@ -19,7 +19,8 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
+from collections.abc import Callable, Iterable
 
 from tuitrain.dashboard.compare import CompareSource, CompareState, flatten, read_config
 from tuitrain.dashboard.fmt import format_value

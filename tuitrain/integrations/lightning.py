@@ -113,7 +113,7 @@ def _concrete(cls: type) -> type:
     return made
 
 
-def _rebuild(cls: type, state: dict) -> "TuitrainCallback":
+def _rebuild(cls: type, state: dict) -> TuitrainCallback:
     obj = cls.__new__(cls)
     obj.__dict__.update(state)
     return obj
@@ -134,7 +134,7 @@ class TuitrainCallback(MediaCalls):
     """
 
     @staticmethod
-    def of(trainer) -> "TuitrainCallback":
+    def of(trainer) -> TuitrainCallback:
         """The trainer's TuitrainCallback (from a LightningModule: `TuitrainCallback.of(self.trainer)`)."""
         for cb in getattr(trainer, "callbacks", None) or ():
             if isinstance(cb, TuitrainCallback):
@@ -144,7 +144,7 @@ class TuitrainCallback(MediaCalls):
     def _global_step(self) -> int:
         return int(self._trainer.global_step) if self._trainer is not None else 0
 
-    def __new__(cls, *args: Any, **kwargs: Any) -> "TuitrainCallback":
+    def __new__(cls, *args: Any, **kwargs: Any) -> TuitrainCallback:
         return object.__new__(_concrete(cls))
 
     def __init__(self, experiment: str = "", run_dir: str | os.PathLike | None = None, dashboard: Any = "auto",

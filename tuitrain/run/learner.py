@@ -18,7 +18,8 @@ import functools
 import sys
 import threading
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from tuitrain.core.callbacks import EventBus
 from tuitrain.core.control import raise_in
@@ -69,7 +70,7 @@ def screen_for(dashboard: Any) -> str:
 class _FitUnderDashboard:
     """What the dashboard drives (`subscribe`, `execute`, `interrupter`, `run_dir`): one `fit`."""
 
-    def __init__(self, learner: "Learner", fit: Callable[[], FitResult]) -> None:
+    def __init__(self, learner: Learner, fit: Callable[[], FitResult]) -> None:
         self.learner = learner
         self.interrupter = learner.interrupter
         self.run_dir = learner.run_dir

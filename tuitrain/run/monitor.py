@@ -399,7 +399,7 @@ class Monitor:
 
     # --- start and finish ----------------------------------------------------------------------
 
-    def start(self) -> "Monitor":
+    def start(self) -> Monitor:
         """Open the run: on every rank, at the same point of the script (under a process group the
         ranks exchange rank 0's run directory here)."""
         if self._started:
@@ -549,7 +549,7 @@ class Monitor:
     def _at_exit(self) -> None:
         self.finish(self._error)
 
-    def __enter__(self) -> "Monitor":
+    def __enter__(self) -> Monitor:
         return self.start()
 
     def __exit__(self, exc_type, exc, tb) -> bool:

@@ -63,7 +63,7 @@ class NotebookView:
         self._stop = threading.Event()
         self._seen = None  # the picture file's (mtime, size) last shown
 
-    def open(self) -> "NotebookView":
+    def open(self) -> NotebookView:
         from IPython.display import HTML, display
 
         self.handle = display(HTML("<pre>tuitrain: the dashboard is starting…</pre>"), display_id=True)
@@ -132,7 +132,7 @@ class NotebookView:
                                     f"{self.run_dir}\n{_escape(why)}</pre>"))
         shutil.rmtree(self._folder, ignore_errors=True)  # the picture is in the notebook now
 
-    def __enter__(self) -> "NotebookView":
+    def __enter__(self) -> NotebookView:
         return self.open()
 
     def __exit__(self, *exc) -> None:

@@ -12,7 +12,7 @@ import dataclasses
 import os
 import sys
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
 from tuitrain.config import Config, ConfigError, load_config
 from tuitrain.core.callbacks import EventBus
@@ -119,7 +119,7 @@ def left_to_train(data: dict, cfg: Config, what: str) -> None:
 
 
 def prepare_run(config_path: str | os.PathLike, overrides=(), *, run_dir: str | None = None,
-                resume: str | None = None, headless: bool = True, theme: str | None = None) -> "Run":
+                resume: str | None = None, headless: bool = True, theme: str | None = None) -> Run:
     """Every check that can fail before training; raises ConfigError/UsageError (exit 2)."""
     overrides = list(overrides)
     if theme:

@@ -19,7 +19,8 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
+from collections.abc import Callable, Iterable
 
 from tuitrain.core.callbacks import EventBus
 from tuitrain.core.control import ControlWatcher, Interrupter
@@ -136,7 +137,7 @@ class RunSession:
         self._closers: list = []
         self.opened = False
 
-    def open(self) -> "RunSession":
+    def open(self) -> RunSession:
         from tuitrain.sinks.standard import standard_sinks
 
         self._made = missing_folders(self.run_dir)
@@ -202,7 +203,7 @@ class RunSession:
                         except OSError:
                             pass
 
-    def __enter__(self) -> "RunSession":
+    def __enter__(self) -> RunSession:
         return self.open()
 
     def __exit__(self, *exc) -> None:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import signal
 import threading
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from tuitrain.core.control import Interrupter
 
@@ -45,7 +46,7 @@ class StopOnSignals:
             raise KeyboardInterrupt
         self.interrupter.request_stop("signal", "SIGINT")
 
-    def __enter__(self) -> "StopOnSignals":
+    def __enter__(self) -> StopOnSignals:
         if threading.current_thread() is threading.main_thread():
             self.saved[signal.SIGTERM] = signal.signal(signal.SIGTERM, self.on_term)
             for signum in PREEMPTION_SIGNALS:

@@ -33,7 +33,8 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, TextIO
+from typing import TextIO
+from collections.abc import Callable
 
 from tuitrain.core.control import PRUNED, FileControl
 from tuitrain.run.signals import PREEMPTION_SIGNALS, die_with_parent

@@ -14,7 +14,8 @@ from __future__ import annotations
 import importlib.util
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from tuitrain.config import ConfigError
 from tuitrain.config.schema import suggest

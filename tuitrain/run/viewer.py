@@ -21,7 +21,7 @@ class Viewer:
         self.process: subprocess.Popen | None = None
         self._saved: tuple[int, int] | None = None  # this process's stdout and stderr, while the screen is up
 
-    def open(self) -> "Viewer":
+    def open(self) -> Viewer:
         cmd = [sys.executable, "-m", "tuitrain", "watch", str(self.run_dir), "--owned"]
         if self.theme:
             cmd += ["--theme", str(self.theme)]

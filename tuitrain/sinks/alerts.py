@@ -22,7 +22,8 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from tuitrain.core.callbacks import CallbackBase
 from tuitrain.core.events import AlertRaised, Event, OutputPrinted, RunStarted

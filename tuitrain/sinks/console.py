@@ -14,7 +14,8 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Callable, TextIO
+from typing import TextIO
+from collections.abc import Callable
 
 from tuitrain.core.events import (
     CheckpointFailed, CheckpointSaved, ControlReceived, EpochCompleted, EpochStarted, Event, HistogramLogged,

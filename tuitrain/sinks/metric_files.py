@@ -23,7 +23,8 @@ import os
 import re
 import time
 from pathlib import Path
-from typing import IO, Any, Callable
+from typing import IO, Any
+from collections.abc import Callable
 
 from tuitrain.core.fsutil import atomic_write_json
 from tuitrain.core.events import EpochCompleted, Event, MetricsLogged, PhaseCompleted, RunFailed, RunFinished

@@ -17,7 +17,8 @@ import socket
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from tuitrain.core.events import (
     CheckpointSaved, EpochCompleted, EpochStarted, Event, JobRequeued, MetricsLogged, RunFailed, RunFinished,

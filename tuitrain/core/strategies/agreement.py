@@ -19,7 +19,8 @@ from __future__ import annotations
 import datetime
 import os
 import time
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist

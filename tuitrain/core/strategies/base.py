@@ -21,7 +21,8 @@ Must not import textual, nor torch.distributed (one process never loads it).
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 
 class Strategy:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from pathlib import PurePath
-from typing import Callable
+from collections.abc import Callable
 
 from rich.console import Group
 from rich.table import Table

@@ -7,7 +7,7 @@ the field and the screen stays, so that it can be corrected; the app checks it w
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from textual.app import ComposeResult
 from textual.binding import Binding
