@@ -404,7 +404,9 @@ def _positive(v: float) -> str | None:
 
 
 def _share(v: float) -> str | None:
-    return None if math.isfinite(v) and 0 <= v <= 1 else f"expected a share of step time from 0 to 1 (0: off), got {v!r}"
+    if math.isfinite(v) and 0 <= v <= 1:
+        return None
+    return f"expected a share of step time from 0 to 1 (0: off), got {v!r}"
 
 
 def _lr_factor(v: float) -> str | None:
@@ -447,8 +449,8 @@ def _samples(v: dict) -> str | None:
 
 def _histogram_kinds(v: list) -> str | None:
     bad = [x for x in v if x not in ("weights", "grads")]
-    return (f'expected a list of "weights" and "grads", got {describe(bad[0])}' + suggest(str(bad[0]), ("weights", "grads"))
-            if bad else None)
+    return (f'expected a list of "weights" and "grads", got {describe(bad[0])}'
+            + suggest(str(bad[0]), ("weights", "grads")) if bad else None)
 
 
 def _monitor_format(v: str) -> str | None:
@@ -511,7 +513,8 @@ RULES: dict[str, Callable[[Any], str | None]] = {
     "watch.loss_spike": _one_of("off", "alert", "skip", "rollback", "stop"),
     "watch.grad_spike": _one_of("off", "alert", "skip", "rollback", "stop"),
     "watch.spike_sigmas": _positive,
-    "watch.spike_ratio": lambda v: None if math.isfinite(v) and v >= 1 else f"expected a number of 1 or more, got {v!r}",
+    "watch.spike_ratio": lambda v: (None if math.isfinite(v) and v >= 1
+                                    else f"expected a number of 1 or more, got {v!r}"),
     "watch.spike_window": _at_least(4),
     "watch.stall": _duration,
     "watch.stall_action": _one_of("alert", "abort"),

@@ -240,7 +240,8 @@ class DevicesSampled(Event):
     memory_used: int  # bytes
     memory_total: int
     rss: int  # bytes, this process (and its data-loader workers)
-    gpus: list = field(default_factory=list)  # [{"index", "name", "util", "mem_used", "mem_total", "temp", "power", "torch_allocated"}]
+    # [{"index", "name", "util", "mem_used", "mem_total", "temp", "power", "torch_allocated"}]
+    gpus: list = field(default_factory=list)
     rank: int = 0
     process_cpu: float | None = None  # percent of one core, this process (all its threads)
     steps_per_s: float | None = None  # this process's optimizer steps per second since the last sample

@@ -30,7 +30,8 @@ class CheckpointIO:
                  world_size: int, model_path=None) -> None:
         self.checkpointer, self.bus, self.state = checkpointer, bus, state
         self.model, self.ema, self.optimizers, self.schedulers = model, ema, optimizers, schedulers
-        self.precision, self.metric_sets, self.early_stopping, self.health = precision, metric_sets, early_stopping, health
+        self.precision, self.metric_sets = precision, metric_sets
+        self.early_stopping, self.health = early_stopping, health
         self.config, self.world_size, self.model_path = config, world_size, model_path
         self.loader = None  # the training loader (`follow`): its position in the data, mid-epoch
         self.resume_data = None  # that position, as loaded, until the loader is followed

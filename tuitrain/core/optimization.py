@@ -169,7 +169,8 @@ class Optimization:
         try:
             return self.optimizers[name]
         except KeyError:
-            raise KeyError(f"no optimizer {name!r}; the optimizers are {', '.join(self.optimizers) or 'none'}") from None
+            names = ", ".join(self.optimizers) or "none"
+            raise KeyError(f"no optimizer {name!r}; the optimizers are {names}") from None
 
     def end_manual_step(self) -> None:
         """After a phase's own step: the gradient scaler's update, once for every optimizer stepped."""

@@ -2,8 +2,9 @@
 
 `TrainState` (where training is: callbacks get it as their second argument), `StepOutput` (what a
 step returns), `FitResult` (what `fit` returns), the exit codes, and the exceptions a step or the loop
-raises: `CancelStep`, `CancelEpoch`, `CancelFitting`, `NonFiniteLoss`, `RunDirUnwritable`. A module of its own so that the loop, the phases
-and the checkpoint side all import it without importing each other. Must not import textual.
+raises: `CancelStep`, `CancelEpoch`, `CancelFitting`, `NonFiniteLoss`, `RunDirUnwritable`. A module of
+its own so that the loop, the phases and the checkpoint side all import it without importing each
+other. Must not import textual.
 """
 
 from __future__ import annotations

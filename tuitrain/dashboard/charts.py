@@ -266,7 +266,7 @@ def axis_labels(ticks: list[float], step: float, kind: str = "") -> list[str]:
     big = max(abs(t) for t in ticks)
     suffix, scale = "", 1.0
     if kind in ("step", "samples") or big >= 1e4:
-        for suffix, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3), ("", 1.0)):
+        for suffix, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3), ("", 1.0)):  # noqa: B007 - read after the loop
             if (big >= scale * (10 if scale == 1e3 else 1) and step >= scale / 1000) or scale == 1.0:
                 break
     elif 0 < big < 1e-3:  # 2.5e-5, 5e-5, 7.5e-5: one exponent, the mantissa's digits from the step

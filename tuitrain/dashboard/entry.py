@@ -106,7 +106,8 @@ def compare_app(runs: list[Path], theme: Path | None):
     live = [run_status(r) == "running" for r in runs]
     source = CompareSource(runs, names, live)
     app = DashboardApp(source, None, theme, watch=True,
-                       notice=f"comparing {len(runs)} runs: R run list · d config differences · keys that steer are off")
+                       notice=f"comparing {len(runs)} runs: R run list · d config differences"
+                              " · keys that steer are off")
     app.state = CompareState(names, {n: read_config(r) for n, r in zip(names, runs)}, clock=app.clock)
     return app
 

@@ -4,7 +4,8 @@ values alike, plus what only the panels need (ages, rates). Must not import text
 
 from __future__ import annotations
 
-from tuitrain.sinks.summary import HEADERS, format_bytes, format_duration, format_summary_table, format_value, summary_rows
+from tuitrain.sinks.summary import (HEADERS, format_bytes, format_duration, format_summary_table, format_value,
+                                    summary_rows)
 
 
 def format_summary_text(summary: dict) -> str:

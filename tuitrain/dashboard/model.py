@@ -107,7 +107,8 @@ class DashboardState:
         self._ticks: deque[tuple[float, int, int, int]] = deque(maxlen=RATE_WINDOW + 1)
         self._stretch = 0
         self._train_steps_seen = 0
-        self._waiting_ticks: list[tuple[np.ndarray, np.ndarray, int]] = []  # blocks' (steps, times, stretch), not yet ticks
+        # blocks' (steps, times, stretch), not yet ticks
+        self._waiting_ticks: list[tuple[np.ndarray, np.ndarray, int]] = []
         self._last_rates: tuple[float | None, float | None] = (None, None)
         self._step_events = False  # live runs send StepCompleted; files only MetricsLogged
         self._valid_durations: list[float] = []
@@ -330,7 +331,8 @@ class DashboardState:
             case PhaseStarted():
                 self.phase, self.split, self.epoch = event.phase, event.split, event.epoch
                 self.batch, self.batches = 0, event.batches
-                self.activity = "validating" if event.split == "valid" else "running" if event.phase == "train" else event.phase
+                self.activity = ("validating" if event.split == "valid"
+                                 else "running" if event.phase == "train" else event.phase)
                 if event.split == "train":
                     self._stretch += 1  # the gap since the last training step was not training
                 elif event.split == "valid":

@@ -57,7 +57,7 @@ def draw_parallel(columns: list[Column], lines: list[Line], width: int, height: 
     def row_of(p: float) -> int:
         return rows - 1 - round(min(max(p, 0.0), 1.0) * (rows - 1))
 
-    for i, c in enumerate(at):  # the axes, where no line crosses
+    for c in at:  # the axes, where no line crosses
         for r in range(rows):
             if canvas[r][c][0] == " " or canvas[r][c][0] == "\u2800":
                 canvas[r][c] = ["│", dim]

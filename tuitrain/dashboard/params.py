@@ -179,7 +179,8 @@ def parallel(axes: list[ParamAxis], points: list[TrialPoint], metric: str) -> tu
     spans = [a.span([p.values.get(a.key) for p in with_value]) for a in axes]
     values = [p.value for p in with_value]
     m_lo, m_hi = (min(values), max(values)) if values else (0.0, 1.0)
-    columns = [(head, ticks_of(a, lo, hi)) for head, a, (lo, hi) in zip(column_heads([a.key for a in axes]), axes, spans)]
+    heads = column_heads([a.key for a in axes])
+    columns = [(head, ticks_of(a, lo, hi)) for head, a, (lo, hi) in zip(heads, axes, spans)]
     columns.append((metric.rpartition("/")[2] or "value", ticks_of(None, m_lo, m_hi)))
     lines = {}
     for p in with_value:

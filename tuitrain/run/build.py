@@ -251,11 +251,13 @@ def fill_scheduler_kwargs(cls, kwargs: dict, interval: str, epochs: int, steps_p
     except (TypeError, ValueError):
         return kwargs
     horizon = run_length(interval, epochs, steps_per_epoch, max_steps)
-    if "total_steps" in params and "total_steps" not in kwargs and not ("epochs" in kwargs and "steps_per_epoch" in kwargs):
+    if ("total_steps" in params and "total_steps" not in kwargs
+            and not ("epochs" in kwargs and "steps_per_epoch" in kwargs)):
         kwargs["total_steps"] = max(1, horizon)
     if "T_max" in params and "T_max" not in kwargs:
         kwargs["T_max"] = max(1, horizon)
-    if "total_iters" in params and "total_iters" not in kwargs and params["total_iters"].default is inspect.Parameter.empty:
+    if ("total_iters" in params and "total_iters" not in kwargs
+            and params["total_iters"].default is inspect.Parameter.empty):
         kwargs["total_iters"] = max(1, horizon)
     return kwargs
 

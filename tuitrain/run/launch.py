@@ -365,7 +365,7 @@ def _supervise(run, bus, procs: list, events, control) -> int:
             now = time.monotonic()
             if all(c is not None for c in codes):
                 break
-            for r, c in enumerate(codes):
+            for c in codes:
                 if c is not None and c not in (0, 130):
                     trouble_since = trouble_since or now
                 elif c is not None:

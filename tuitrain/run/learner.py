@@ -125,8 +125,9 @@ class Learner(CoreLearner):
 
         `dashboard`: "auto" shows the dashboard when stdout is a terminal, inline in a Jupyter notebook
         (with a run_dir: a picture redrawn about once a second), and the headless console's progress lines
-        otherwise; True demands a terminal or a notebook (ValueError without one); False prints nothing. Under the dashboard, fit returns once the user leaves it. `theme`: a
-        shipped theme's name or a .tcss file. `resume`: a checkpoint path or a loaded checkpoint."""
+        otherwise; True demands a terminal or a notebook (ValueError without one); False prints nothing.
+        Under the dashboard, fit returns once the user leaves it. `theme`: a shipped theme's name or a
+        .tcss file. `resume`: a checkpoint path or a loaded checkpoint."""
         # from here on the first Ctrl+C (a kernel's interrupt) is a graceful stop, even one that comes
         # while the run is being set up; under the dashboard Ctrl+C is its key
         with StopOnSignals(self.interrupter, sigint=screen_for(dashboard) != "dashboard"):
@@ -150,8 +151,8 @@ class Learner(CoreLearner):
 
         def work() -> None:
             try:
-                result = context.run(self._fit_on_screen, train_data, valid_data, resume, resumed_from, dashboard, theme,
-                                     True)
+                result = context.run(self._fit_on_screen, train_data, valid_data, resume, resumed_from,
+                                     dashboard, theme, True)
             except BaseException as e:  # noqa: BLE001 - handed to the awaiting cell
                 loop.call_soon_threadsafe(_settle, done, None, e)
             else:

@@ -83,8 +83,9 @@ class Monitor:
     `dir/experiment/<timestamp>`; one that holds a run already: `run_dir-2`, `-3` ...); dashboard:
     "auto" (a terminal: the dashboard; a Jupyter notebook: the dashboard as a picture in the cell,
     redrawn about once a second; else the headless console lines), True (a terminal, a notebook or
-    ValueError) or False (nothing printed); theme: the dashboard's theme; keep_last: checkpoints kept, of those not asked for; keep_requested: those asked for (saved
-    when `checkpoint_requested` was raised, or after a stop was) kept, 0: all; max_steps: the steps the
+    ValueError) or False (nothing printed); theme: the dashboard's theme; keep_last: checkpoints kept,
+    of those not asked for; keep_requested: those asked for (saved when `checkpoint_requested` was
+    raised, or after a stop was) kept, 0: all; max_steps: the steps the
     loop will take, if known (a progress bar and an ETA); batch_size: items per step, if known (items/s
     beside it/s); epochs: the epochs it will run, if it counts them (`mon.epoch = n` as each begins);
     watch: the `[watch]` rules for what `log` is given (spikes and non-finite values of `loss` and
@@ -468,8 +469,8 @@ class Monitor:
         import torch
 
         self.bus.emit(RunStarted(run_dir=str(self.run_dir), experiment=self.experiment, epochs=self.epochs,
-                                 max_steps=self.max_steps, steps_per_epoch=0, batch_size=self.batch_size, pid=os.getpid(),
-                                 env={**env_info(torch.device("cpu")), **env}, config=self.config,
+                                 max_steps=self.max_steps, steps_per_epoch=0, batch_size=self.batch_size,
+                                 pid=os.getpid(), env={**env_info(torch.device("cpu")), **env}, config=self.config,
                                  loop=self.loop))
         if self._given_dir is not None and self.run_dir != self._given_dir:
             self.bus.emit(OutputPrinted(text=f"{self._given_dir} holds a run already: this run goes to "

@@ -2,9 +2,10 @@
 
 `preflight(cfg)` checks the file's content (`tuitrain.config.validate`: keys, types, targets,
 theme) and then the environment it is to run in: a device this machine has (and its peak TFLOP/s
-when `mfu` is asked for), torch.compile where it works, TensorBoard installed when asked for, weights to start from that load, and a distributed setup
-that can start (`check_ranks`). Each failure is a ConfigError naming the file and the key (exit 2).
-`tuitrain run`, its torchrun ranks and `tuitrain lr-find` all call it. Must not import textual.
+when `mfu` is asked for), torch.compile where it works, TensorBoard installed when asked for, weights
+to start from that load, and a distributed setup that can start (`check_ranks`). Each failure is a
+ConfigError naming the file and the key (exit 2). `tuitrain run`, its torchrun ranks and
+`tuitrain lr-find` all call it. Must not import textual.
 """
 
 from __future__ import annotations

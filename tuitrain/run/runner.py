@@ -108,7 +108,8 @@ def left_to_train(data: dict, cfg: Config, what: str) -> None:
         n = was if was >= need else need
         past = "past" if epoch > epochs or stage != "done" else "at the end of"
         raise UsageError(f"{at}, {past} train.epochs = {epochs}: nothing is left to train "
-                         f"(--set train.epochs={n} continues it{f': the {was} it was started with' if n == was else ''})")
+                         f"(--set train.epochs={n} continues it"
+                         f"{f': the {was} it was started with' if n == was else ''})")
     if max_steps and step >= max_steps:
         was = started.get("max_steps") or 0
         how = (f"--set train.max_steps={was} continues it: the {was} it was started with" if was > step else

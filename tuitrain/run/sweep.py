@@ -200,7 +200,8 @@ class Sweep:
                "--set=train.requeue=false",  # a preempted trial is the study's to queue again, not Slurm's
                "--run-dir", str(run_dir), "--resume", "auto", "--headless"]
         resumed = "resume_of" in trial.user_attrs
-        self.say(f"trial {trial.number} {'continues trial ' + str(trial.user_attrs['resume_of']) + ' in ' if resumed else 'starts in '}"
+        how = f"continues trial {trial.user_attrs['resume_of']} in " if resumed else "starts in "
+        self.say(f"trial {trial.number} {how}"
                  f"{run_dir}: {_values_text(values)}")
         start = time.monotonic()
         if resumed and live_status(run_dir) == "completed":
@@ -396,7 +397,7 @@ class Sweep:
                          str(self.folder / t.user_attrs.get("run_dir", ""))])
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
         self.say(f"best trials ({self.spec.mode} {self.spec.metric}):")
-        for i, r in enumerate(rows):
+        for r in rows:
             self.say("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
         best = done[0]
         self.say("best trial's settings: " + " ".join(f"--set {set_item(k, v)}" for k, v in best.params.items()))

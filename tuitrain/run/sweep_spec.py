@@ -205,7 +205,8 @@ def _param(key: str, spec: Any, fail) -> Param:
         raise fail(where, f"expected a table such as {{ low = 1, high = 10 }} or {{ choices = [...] }}, got {spec!r}")
     unknown = [k for k in spec if k not in ("low", "high", "log", "step", "choices")]
     if unknown:
-        raise fail(f"{where}.{unknown[0]}", "unknown key" + suggest(unknown[0], ("low", "high", "log", "step", "choices")))
+        keys = ("low", "high", "log", "step", "choices")
+        raise fail(f"{where}.{unknown[0]}", "unknown key" + suggest(unknown[0], keys))
     if "choices" in spec:
         choices = spec["choices"]
         if set(spec) - {"choices"}:

@@ -155,7 +155,8 @@ class AlertSender(CallbackBase):
                                          headers={"Content-Type": "application/json", "User-Agent": "tuitrain"})
         with urllib.request.urlopen(request, timeout=self.timeout) as response:
             if response.status >= 300:
-                raise urllib.error.HTTPError(self.alerts.webhook, response.status, "not accepted", response.headers, None)
+                raise urllib.error.HTTPError(self.alerts.webhook, response.status, "not accepted",
+                                             response.headers, None)
 
     def _command(self, item: dict) -> None:
         done = subprocess.run(shlex.split(self.alerts.command), input=json.dumps(item), text=True,

@@ -48,7 +48,8 @@ def _row(event: Any) -> tuple | None:
     if not _INTS_ONLY.issuperset(map(type, ints)) or min(ints) < _INT64[0] or max(ints) > _INT64[1]:
         return None
     values = tuple(metrics.values())
-    if not _NUMBERS.issuperset(map(type, values)) or type(t) not in _NUMBERS or not _STRS.issuperset(map(type, metrics)):
+    if (not _NUMBERS.issuperset(map(type, values)) or type(t) not in _NUMBERS
+            or not _STRS.issuperset(map(type, metrics))):
         return None
     try:
         if not math.isfinite(sum(values, t)):  # NaN or infinity somewhere (or a sum too big: the JSON then)

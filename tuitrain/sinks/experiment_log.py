@@ -16,7 +16,8 @@ from pathlib import Path
 
 from tuitrain.core.events import (
     CheckpointDeleted, CheckpointFailed, CheckpointSaved, ControlReceived, EpochCompleted,
-    AlertRaised, EpochStarted, Event, OutputPrinted, RolledBack, StepSkipped, RunFailed, RunFinished, RunPaused, RunResumed, RunStarted,
+    AlertRaised, EpochStarted, Event, OutputPrinted, RolledBack, StepSkipped, RunFailed, RunFinished, RunPaused,
+    RunResumed, RunStarted,
 )
 from tuitrain.core.text import safe_text
 from tuitrain.sinks.summary import format_bytes, format_duration, format_metric, format_summary_table, format_value

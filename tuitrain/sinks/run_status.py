@@ -131,8 +131,8 @@ class RunStatusWriter:
                 d["started"] = previous.get("started") if resumed and previous.get("started") else iso_time(event.time)
                 d["resumes"] = int(previous.get("resumes", 0) or 0) + 1 if resumed else 0
                 d["best"] = (previous.get("best") or {}) if resumed else {}
-                d.update(status="running", exit_code=None, ended=None, reason="", requeued=False, error="", paused=False,
-                         experiment=event.experiment, env=event.env, epochs=event.epochs,
+                d.update(status="running", exit_code=None, ended=None, reason="", requeued=False, error="",
+                         paused=False, experiment=event.experiment, env=event.env, epochs=event.epochs,
                          epoch=event.start_epoch, step=event.start_step, pid=event.pid or os.getpid())
                 self._monitor = str((event.config.get("checkpoint") or {}).get("monitor", "")) \
                     if isinstance(event.config, dict) else ""

@@ -3,9 +3,10 @@ launched by torchrun), as peers behind one protocol (`base.Strategy`).
 
 `base.py` is the protocol and the one-process strategy; `agreement.py` the one place where ranks decide
 the same thing at the same step; `ddp.py` what runs inside each rank (the process group, DDPStrategy);
-`fsdp.py` FSDPStrategy on it and `sharded.py` its sharded checkpoints. Starting ranks from a config and carrying their events to the parent is the run layer's
-(`tuitrain/run/launch.py`). This module only reads the environment, so importing it costs nothing
-(no torch). Must not import textual, nor anything of tuitrain outside `tuitrain.core`.
+`fsdp.py` FSDPStrategy on it and `sharded.py` its sharded checkpoints. Starting ranks from a config
+and carrying their events to the parent is the run layer's (`tuitrain/run/launch.py`). This module
+only reads the environment, so importing it costs nothing (no torch). Must not import textual, nor
+anything of tuitrain outside `tuitrain.core`.
 """
 
 from __future__ import annotations

@@ -53,7 +53,8 @@ class DiffScreen(Modal[None]):
         for key, row in zip(keys, cells):  # cells as Text: a config's strings are shown, never read as markup
             table.add_row(key, *row)
         with Vertical(id="diff-box", classes="panel"):
-            which = f"the {len(self.names)} runs shown (of {self.of})" if self.of > len(self.names) else f"{len(self.names)} runs"
+            which = (f"the {len(self.names)} runs shown (of {self.of})" if self.of > len(self.names)
+                     else f"{len(self.names)} runs")
             yield Static(Text(f"Config differences between {which}", style="bold"))
             with VerticalScroll(id="diff-scroll"):
                 if self.rows and not named:

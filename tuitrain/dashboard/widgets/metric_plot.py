@@ -262,8 +262,8 @@ class MetricPlot(Widget, can_focus=True):
         self._best_note = ""
         for i, name in enumerate(self.metrics):
             if len(self.metrics) > 1:
-                title.append(f"{gap}{safe_name(name, self._name_width)}", style=hexed(self._series_color("train") if i == 0
-                                                          else EXTRA[(i - 1) % len(EXTRA)]))
+                color = self._series_color("train") if i == 0 else EXTRA[(i - 1) % len(EXTRA)]
+                title.append(f"{gap}{safe_name(name, self._name_width)}", style=hexed(color))
             latest, valid = state.latest.get(f"train/{name}"), state.metric_series(name, "valid")
             if latest is not None:
                 label = ("" if device else "train ") if words else ("━ " if gap == "  " else "━")

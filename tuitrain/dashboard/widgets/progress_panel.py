@@ -122,7 +122,8 @@ class ProgressPanel(Static):
             grid.add_row("Data", Text(data, style=self.get_component_rich_style("progress-panel--warn")
                                       if starved else ""))
         eta = state.eta()
-        grid.add_row("Time", f"{format_duration(state.elapsed())}  ETA {format_duration(eta) if eta is not None else '-'}")
+        eta_text = format_duration(eta) if eta is not None else "-"
+        grid.add_row("Time", f"{format_duration(state.elapsed())}  ETA {eta_text}")
         # a layout pass re-arranges the whole screen: only when this panel's height changes (a bar that
         # has no room beside its numbers takes a line of its own)
         room = self.content_size.width - 6 - pad - 1

@@ -93,7 +93,8 @@ class RunList(DataTable):
             lower = state.value_lower_is_better()
             pinned = [r for r in rows if r.mark == PINNED]
             rest = sorted((r for r in rows if r.mark != PINNED),
-                          key=lambda r: (r.value is None, (r.value if lower else -r.value) if r.value is not None else 0))
+                          key=lambda r: (r.value is None,
+                                         (r.value if lower else -r.value) if r.value is not None else 0))
             rows = pinned + rest
         self.runs = rows
         shown = sum(r.mark in (SHOWN, PINNED) for r in rows)
@@ -156,12 +157,14 @@ class RunList(DataTable):
         self.add_column("" if short else "status", width=status_w, key="status")
         self.add_column(Text(safe_name(monitor, value_w), justify="right"), width=value_w, key="value")
         names = [r.name for r in self.runs]
-        cut = _common_head(names) if any(len(n) > name_w - 1 for n in names) else 0  # names too long: the start they share goes
+        # names too long: the start they share goes
+        cut = _common_head(names) if any(len(n) > name_w - 1 for n in names) else 0
         for r in self.runs:
             on = r.mark in (SHOWN, PINNED)
             color = Style(color="#%02x%02x%02x" % r.color)
             dim = Style(dim=True)
-            run = Text.assemble((r.mark + " ", color if on else dim), (f"━{r.number}".ljust(number_w), color if on else dim))
+            run = Text.assemble((r.mark + " ", color if on else dim),
+                                (f"━{r.number}".ljust(number_w), color if on else dim))
             if heads:
                 middle = [Text(_fit_value(safe_name(r.values[i] if i < len(r.values) else "-", 200), w - 1),
                                style="" if on else "dim") for i, w in enumerate(widths)]
