@@ -118,7 +118,7 @@ async def test_a_page_of_charts_starts_at_a_chart_s_top_after_the_grid_changes_h
             assert top_line.lstrip()[:1] in "╭┏", top_line
 
 
-@pytest.mark.parametrize("runs, size", [(2, (80, 24)), (6, (80, 24)), (6, (120, 40))])
+@pytest.mark.parametrize("runs, size", [(2, (80, 24)), (3, (80, 24)), (4, (100, 30)), (6, (80, 24)), (6, (120, 40))])
 @sync
 async def test_the_config_differences_keep_each_run_s_name_on_one_line(runs, size):
     from textual.app import App

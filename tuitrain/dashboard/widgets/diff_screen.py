@@ -43,8 +43,9 @@ class DiffScreen(Modal[None]):
         # the runs' names in the columns' heads where they fit on one line; else the heads are the runs'
         # numbers, and a legend above names each run on a line of its own (a name is never cut in rows)
         widths = [max([cell_len(h)] + [c[i].cell_len for c in cells]) for i, h in enumerate(heads)]
-        room = self.app.size.width * 95 // 100 - 4  # the box's width less its border and padding
-        need = max([len("config key")] + [k.cell_len for k in keys]) + sum(w + 2 for w in widths)
+        room = self.app.size.width * 95 // 100 - 5  # the box's width less its border, padding and a scrollbar's
+        # each column with its padding: 2 cells on either side (rich's Table pads its edges too)
+        need = sum(w + 4 for w in [max([len("config key")] + [k.cell_len for k in keys]), *widths])
         named = need <= room
         table = Table(box=None, padding=(0, 2), show_edge=False)
         table.add_column("config key", style="bold", no_wrap=True)
