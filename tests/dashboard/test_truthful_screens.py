@@ -206,3 +206,18 @@ async def test_the_help_screen_explains_every_mark_and_fits_the_screen(size, how
                         ("•", "valid")):
         assert mark in marks and words in marks, (mark, marks)
     assert "dozen" in marks and "every k-th" in marks  # why only some epochs have their line
+
+
+def test_a_run_that_has_not_logged_its_monitored_metric_shows_no_other_metric_in_its_place():
+    """Compared runs monitoring valid/accuracy: one killed before its first validation showed its train loss
+    under the accuracy heading (found by the newcomer walk, issue 51)."""
+    from tuitrain.core.events import MetricsLogged, RunStarted
+    from tuitrain.dashboard.compare import CompareState, Tagged
+
+    state = CompareState(["a"], {"a": {"checkpoint": {"monitor": "valid/accuracy", "mode": "max"}}})
+    state.apply([Tagged(RunStarted(run_dir="a", experiment="x", epochs=3, max_steps=0, steps_per_epoch=10,
+                                   batch_size=8, pid=1,
+                                   config={"checkpoint": {"monitor": "valid/accuracy", "mode": "max"}}), "a"),
+                 Tagged(MetricsLogged(split="train", epoch=1, step=5, metrics={"loss": 0.6895}), "a")])
+    assert state.runs["a"].latest  # the loss is in
+    assert state.monitored("a") == (None, False)

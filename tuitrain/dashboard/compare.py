@@ -326,14 +326,15 @@ class CompareState(DashboardState):
 
     def monitored(self, name: str) -> tuple[float | None, bool]:
         """(value, best): the run's best checkpoint's monitored value (best True), else the latest value
-        of the metric it monitors (`checkpoint.monitor`; valid/loss, then train/loss when none is set)."""
+        of the metric it monitors (`checkpoint.monitor`; valid/loss, then train/loss when none is set). A run
+        that monitors a metric it has not logged yet has no value: never another metric under its heading."""
         rs = self.runs[name]
         best = next((c.get("value") for c in rs.checkpoints if c["file"] == rs.best_file), None)
         if best is None and rs.finished is not None and isinstance(rs.finished.best, dict):
             best = rs.finished.best.get("value")
         if _is_number(best):
             return float(best), True
-        for key in ([rs.monitor] if rs.monitor else []) + ["valid/loss", "train/loss"]:
+        for key in [rs.monitor] if rs.monitor else ["valid/loss", "train/loss"]:
             split, _, metric = key.partition("/")
             series = rs.metric_series(metric, split) if metric else None
             if series is not None and series.last is not None:
