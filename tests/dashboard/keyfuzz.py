@@ -155,10 +155,11 @@ async def _play_once(scenario: Scenario, folder: Path, actions: list[tuple], siz
                     await asyncio.sleep(arg)
                 if app.is_running:  # keys pile up as a busy app's do; now and then the app catches up
                     await (pilot.pause() if played % 4 == 0 else asyncio.sleep(0.01))
-                if app.is_running:
-                    out.screens.add(type(app.screen).__name__)
-                    if not app.screen_stack or type(app.screen_stack[0]).__name__ != "DashboardScreen":
-                        out.errors.append(AssertionError(f"the screen stack lost the dashboard: {app.screen_stack}"))
+                stack = app.screen_stack  # (empty while the app is leaving: `app.screen` would raise then)
+                if app.is_running and stack:
+                    out.screens.add(type(stack[-1]).__name__)
+                    if type(stack[0]).__name__ != "DashboardScreen":
+                        out.errors.append(AssertionError(f"the screen stack lost the dashboard: {stack}"))
                         break
             if app.is_running:
                 await pilot.pause()

@@ -121,8 +121,11 @@ def here(tmp_path, monkeypatch):
 
 
 def report(name: str, actions: list[tuple], outcome: Outcome) -> str:
+    import traceback
+
     errors = "; ".join(f"{type(e).__name__}: {e}" for e in outcome.errors)
-    return f"{name}: {errors}\n  round: {actions!r}"
+    where = "".join(traceback.format_exception(outcome.errors[0])[-12:]) if outcome.errors else ""
+    return f"{name}: {errors}\n  round: {actions!r}\n{where}"
 
 
 # --- the fixed seed, in the default run ------------------------------------------------------

@@ -319,7 +319,10 @@ class DashboardApp(App[int]):
         return self.steerable and (self.owned or not self.watching)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """Keys that steer leave the footer (and do nothing) once there is nothing to steer."""
+        """Keys that steer leave the footer (and do nothing) once there is nothing to steer. Once the app is
+        leaving and its screens are gone, no key acts (a key queued behind `q` read no screen there)."""
+        if not self.screen_stack:
+            return False
         if action == "checkpoint":
             return self.steerable
         if action in ("pause", "resume"):  # one of the two in the footer, as the run is
