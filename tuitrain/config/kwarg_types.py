@@ -119,9 +119,9 @@ def wanted(ann: Any) -> str:
         if not args:
             return "an array"
         if origin is tuple and not (len(args) == 2 and args[1] is Ellipsis):
-            words = {wanted(a) for a in args}
-            if len(words) == 1:
-                return f"an array of {len(args)} {_PLURALS.get(words.pop(), 'items')}"
+            kinds = {wanted(a) for a in args}
+            if len(kinds) == 1:
+                return f"an array of {len(args)} {_PLURALS.get(kinds.pop(), 'items')}"
             return f"an array of {len(args)} items"
         return f"an array of {_PLURALS.get(wanted(args[0]), 'items')}"
     return "a table"

@@ -72,7 +72,8 @@ class EpochSampler(Sampler[int]):
     def __iter__(self) -> Iterator[int]:
         if self.tag_epoch:
             e = self.epoch
-            return iter([(e, i) for i in self.order()[self.start:]])
+            # (epoch, index) keys for the resumable loader: not the ints a Sampler's type promises
+            return iter([(e, i) for i in self.order()[self.start:]])  # type: ignore[misc]
         return iter(self.order()[self.start:])
 
     def __len__(self) -> int:
@@ -344,7 +345,8 @@ def rng_state() -> dict:
         import numpy as np
 
         name, keys, pos, has_gauss, cached = np.random.get_state()
-        state["numpy"] = [name, torch.from_numpy(keys.astype("int64")), int(pos), int(has_gauss), float(cached)]
+        keys64 = keys.astype("int64")  # type: ignore[attr-defined]  # legacy get_state(): a tuple, keys an array
+        state["numpy"] = [name, torch.from_numpy(keys64), int(pos), int(has_gauss), float(cached)]
     except ImportError:
         pass
     return state

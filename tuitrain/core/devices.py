@@ -29,7 +29,7 @@ class _Nvml:
         self.names: list[str] = []
         self._nv: Any = None
         try:
-            import pynvml  # type: ignore[import-not-found]
+            import pynvml
 
             pynvml.nvmlInit()
             self._nv = pynvml

@@ -33,7 +33,7 @@ def fsync_dir(folder: str | os.PathLike) -> None:
         os.close(fd)
 
 
-def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], None]) -> int:
+def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], object]) -> int:
     """Write `path` through `write(fileobj)`; returns the size in bytes. Nothing is left on failure."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX + path.name + ".", dir=path.parent)
@@ -160,7 +160,7 @@ def replace_dir(tmp: str | os.PathLike, path: str | os.PathLike) -> int:
 
 def remove_leftovers(folder: str | os.PathLike) -> list[Path]:
     """Delete temporary files and directories a killed writer left behind; returns what was removed."""
-    removed = []
+    removed: list[Path] = []
     folder = Path(folder)
     if not folder.is_dir():
         return removed

@@ -143,7 +143,7 @@ def shrink(img: torch.Tensor, max_side: int = MAX_SIDE) -> torch.Tensor:
 def image_of(copy: _Copy) -> torch.Tensor:
     """What `take_image` copied, as one (3,H,W) uint8 image (a batch as a grid), at most MAX_SIDE."""
     parts = copy.tensor if isinstance(copy.tensor, list) else [copy]
-    images = []  # (3,H,W) uint8 each
+    images: list[Any] = []  # (3,H,W) uint8 each
     for part in parts:
         chw = _as_chw(part.get(), part.channels_last)
         if 0 in chw.shape:

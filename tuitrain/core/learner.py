@@ -87,9 +87,10 @@ def _cpu_name() -> str:
 
 
 def env_info(device: torch.device) -> dict:
-    info = {"python": platform.python_version(), "torch": torch.__version__, "platform": platform.platform(),
-            "host": platform.node(), "cpus": os.cpu_count(), "cpu": _cpu_name(), "device": str(device),
-            "cuda": torch.version.cuda if torch.cuda.is_available() else None}
+    info: dict[str, object] = {
+        "python": platform.python_version(), "torch": torch.__version__, "platform": platform.platform(),
+        "host": platform.node(), "cpus": os.cpu_count(), "cpu": _cpu_name(), "device": str(device),
+        "cuda": torch.version.cuda if torch.cuda.is_available() else None}
     if torch.cuda.is_available():
         info["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
     return info

@@ -35,7 +35,7 @@ class CheckpointIO:
         self.config, self.world_size, self.model_path = config, world_size, model_path
         self.loader = None  # the training loader (`follow`): its position in the data, mid-epoch
         self.resume_data = None  # that position, as loaded, until the loader is followed
-        self._last = -1  # (epoch, step, stage) of the state last saved
+        self._last: tuple | int | None = -1  # (epoch, step, stage) of the state last saved
         self._last_snapshot = None  # the last checkpoint's CPU copy: the next one copies into it
         self.stretched: list[schedules.Stretch] = []  # the schedule lengths the last load changed
 

@@ -358,7 +358,7 @@ class MaxMemory(Metric):
 
     def __init__(self) -> None:
         self.device: torch.device | None = None  # set by flops.setup; None reads the RSS
-        self._proc = None
+        self._proc: Any = None  # psutil.Process, made on first use
         self._phase_max = 0.0
 
     def _read(self) -> float:

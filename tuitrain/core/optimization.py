@@ -210,7 +210,8 @@ def parameter_groups(model: torch.nn.Module, no_decay) -> list[dict]:
     """Two groups for an optimizer: parameters whose names contain none of the `no_decay` substrings
     (the optimizer's weight decay), and the others with weight_decay 0 (biases and norms, the usual
     recipe for transformers). A group left empty is left out."""
-    decay, plain = [], []
+    decay: list[torch.nn.Parameter] = []
+    plain: list[torch.nn.Parameter] = []
     for name, p in model.named_parameters():
         if p.requires_grad:
             (plain if any(s in name for s in no_decay) else decay).append(p)

@@ -95,7 +95,7 @@ class RollBack(Exception):
     """A health rule's rollback: the loop goes back to the newest sound checkpoint before `step`,
     passing over the batch at (`epoch`, `batch`) from then on."""
 
-    def __init__(self, verdict, epoch: int, batch: int, step: int) -> None:
+    def __init__(self, verdict, epoch: int, batch: list[int], step: int) -> None:
         super().__init__(verdict.title)
         self.verdict, self.epoch, self.batch, self.step = verdict, epoch, batch, step
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import plotext
@@ -90,7 +91,8 @@ def _cells_of(text: Text, width: int, base: Style) -> list[list]:
 def _strip(cells: list) -> Strip:
     """Cells to a Strip, neighbours of one style in one segment."""
     segments: list[Segment] = []
-    run, style = [], None
+    run: list[str] = []
+    style = None
     for ch, st in cells:
         if st is not style and run:
             segments.append(Segment("".join(run), style))
@@ -103,9 +105,9 @@ def _strip(cells: list) -> Strip:
 
 
 def draw_chart(lines: list[Line], width: int, height: int, palette: Palette, *, x_kind: str = "step",
-               log: bool = False, boundaries: list[float] = (), cursor: float | None = None,
-               alerts: list[float] = (), x_choices: list[str] | None = None, x_range: tuple[float, ...] = (),
-               header: list[Text] = (), message: str = "waiting for values") -> Drawn:
+               log: bool = False, boundaries: Sequence[float] = (), cursor: float | None = None,
+               alerts: Sequence[float] = (), x_choices: list[str] | None = None, x_range: tuple[float, ...] = (),
+               header: Sequence[Text] = (), message: str = "waiting for values") -> Drawn:
     """The chart as `height` lines of `width` cells: y labels on the rows their values fall on, the y
     axis, the canvas (grid lines at the labelled ticks, epoch boundaries, the cursor, the series), the
     x axis and its labels under the columns of their values (see `charts.snap_axis`).

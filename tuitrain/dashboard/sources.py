@@ -23,7 +23,7 @@ from collections import deque
 from pathlib import Path
 import time
 from typing import Annotated, Any, Literal, Protocol
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -446,7 +446,7 @@ class FileSource:
             found.append((row, event))
         return found
 
-    def _emit_group(self, group: list, data: bytes, pos: int, emit: Emit, samples: list = ()) -> int:
+    def _emit_group(self, group: list, data: bytes, pos: int, emit: Emit, samples: Sequence = ()) -> int:
         first, last = group[0][0], group[-1][0]
         record = first._replace(end=last.end, rows=sum(r.rows for r, _ in group))
         if len(group) == 1:

@@ -19,7 +19,7 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from collections.abc import Callable, Iterable
 
 from tuitrain.dashboard.compare import CompareSource, CompareState, flatten, read_config
@@ -133,12 +133,13 @@ class SweepState(CompareState):
         self.number = {p.name: n for n, p in trials}
         self.checked: dict[str, str] = {}  # each trial's run.json status
         self._heads = column_heads(sweep.params)
-        self._best: str | None | bool = False  # the best trial, once found since the last events (False: not yet)
+        # the best trial, once found since the last events (False: not yet)
+        self._best: str | None | Literal[False] = False
 
     def apply(self, events: Iterable[Any]) -> set[str]:
         self._best = False
         dirty: set[str] = set()
-        rest = []
+        rest: list[Any] = []
         for item in events:
             if isinstance(item, TrialChecked):
                 if rest:

@@ -33,7 +33,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from tuitrain.core import checkpoint as ckpt
 from tuitrain.core.control import Interrupter, stop_asked_for
@@ -553,7 +553,7 @@ class Monitor:
     def __enter__(self) -> Monitor:
         return self.start()
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type, exc, tb) -> Literal[False]:
         self.finish(exc)
         return False  # an exception in the block propagates
 

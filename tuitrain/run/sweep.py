@@ -384,7 +384,7 @@ class Sweep:
         from optuna.trial import TrialState
 
         done = [t for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))]
-        counts = {}
+        counts: dict[str, int] = {}
         for t in self.study.get_trials(deepcopy=False):
             counts[t.state.name.lower()] = counts.get(t.state.name.lower(), 0) + 1
         self.say(f"study {self.spec.name}: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))

@@ -10,6 +10,7 @@ line of its stream replaces it. stderr and tuitrain's own notes are styled by th
 
 from __future__ import annotations
 
+from rich.style import Style
 from rich.text import Text
 from textual.geometry import Size
 from textual.scroll_view import ScrollView
@@ -51,7 +52,7 @@ class OutputLog(ScrollView, can_focus=False):  # arrows belong to the plot; the 
         self.updating: tuple | None = None
 
     def add(self, stream: str, text: str, partial: bool = False) -> None:
-        style = ""
+        style: str | Style = ""
         if stream == "stderr":
             style = self.get_component_rich_style("output-log--stderr")
         elif stream == "tuitrain":
