@@ -451,7 +451,8 @@ def _shape(cls: type) -> tuple[tuple[str, Any, Any, bool], ...]:
     shape = _SHAPES.get(cls)
     if shape is None:
         shape = _SHAPES[cls] = tuple(
-            (f.name, _CHECKS[f.type], _INNER.get((cls.__name__, f.name)),
+            # under `from __future__ import annotations` a field's type is its source text, a str
+            (f.name, _CHECKS[f.type], _INNER.get((cls.__name__, f.name)),  # type: ignore[index]
              f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
             for f in dataclasses.fields(cls))
     return shape

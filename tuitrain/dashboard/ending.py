@@ -38,7 +38,8 @@ class Ending:
         """The summary left with a chart key (`i`, `l`, Enter ...): the key acts on the dashboard's
         charts, once the dashboard is back (and has its focus back)."""
         if key:
-            self.host.call_after_refresh(self.feed.screen.grid.press, key)
+            # the summary was opened over the dashboard: its screen is there
+            self.host.call_after_refresh(self.feed.screen.grid.press, key)  # type: ignore[union-attr]
 
 
 def ended_notice(state, exit_code: int | None) -> str:

@@ -128,7 +128,7 @@ def _server_class():
 
         async def handle_websocket(self, request: web.Request) -> web.WebSocketResponse:
             task = asyncio.current_task()
-            self.sessions.add(task)
+            self.sessions.add(task)  # type: ignore[arg-type]  # a handler runs in a task: never None
             try:
                 return await super().handle_websocket(request)
             finally:
