@@ -13,12 +13,11 @@ comes (anything with subscribe/execute/interrupter/run_dir).
 from __future__ import annotations
 
 import sys
-import tempfile
-import traceback
 from pathlib import Path
 from typing import Any
 
 from tuitrain.core.control import FileControl
+from tuitrain.dashboard.failure import head, traceback_file
 from tuitrain.dashboard.sources import FileSource
 
 
@@ -76,22 +75,10 @@ def viewed(app) -> int:
     error = app.failure
     if error is None:
         return 0
-    head = f"{type(error).__name__}: {error}".splitlines()[0][:200]
-    sys.stderr.write(f"tuitrain: the dashboard failed ({head}){traceback_file(error)}\n")
+    sys.stderr.write(f"tuitrain: the dashboard failed ({head(error)}){traceback_file(error)}\n")
     sys.stderr.flush()
     return 1
 
-
-def traceback_file(error: BaseException) -> str:
-    """The traceback of a screen's failure written to a file of its own: "; the traceback is in PATH"
-    (nothing when it cannot be written)."""
-    try:
-        fd, path = tempfile.mkstemp(prefix="tuitrain-dashboard-", suffix=".log")
-        with open(fd, "w", encoding="utf-8") as f:
-            f.write("".join(traceback.format_exception(error)))
-    except OSError:
-        return ""
-    return f"; the traceback is in {path}"
 
 
 def compare_app(runs: list[Path], theme: Path | None):

@@ -330,11 +330,11 @@ class LiveRun:
     def _failed_after_the_run(self, app: DashboardApp, error: BaseException) -> None:
         """The screen failed once training had ended (on its summary, say): the run's files are whole; one
         line says what failed and where its traceback is, then the summary the screen could not show."""
-        from tuitrain.dashboard.entry import traceback_file
+        from tuitrain.dashboard.failure import head, traceback_file
         from tuitrain.dashboard.widgets.result_screen import result_body, result_title
 
         where = traceback_file(error)
-        lines = [f"tuitrain: the dashboard failed ({_head(error)}) after the run ended{where}"]
+        lines = [f"tuitrain: the dashboard failed ({head(error)}) after the run ended{where}"]
         if app.state.ended:
             lines += [result_title(app.state), result_body(app.state, self.code)]
         sys.__stderr__.write("\n".join(lines) + "\n")
@@ -389,10 +389,6 @@ class LiveRun:
             for signum, handler in saved.items():
                 if signum != signal.SIGHUP or not self.hung_up:
                     signal.signal(signum, handler)
-
-
-def _head(error: BaseException) -> str:
-    return f"{type(error).__name__}: {error}".splitlines()[0][:200]
 
 
 @contextmanager
