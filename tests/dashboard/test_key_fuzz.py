@@ -255,3 +255,27 @@ async def test_ctrl_z_suspends_where_the_terminal_can_or_says_why_not(tmp_path):
         notes = [n.message for n in app._notifications]
         assert any("Ctrl+Z" in n for n in notes), notes
         assert app.is_running
+
+
+def test_q_and_y_read_together_on_the_summary_leave_once_without_a_note(tmp_path):
+    """`q` `y` in one read on a finished run's summary: both are bound to leaving; each left again, and the
+    exit messages piled up: Textual printed "NOTE: 1 of 2 errors shown" under the summary (found by the slow
+    fuzz)."""
+    messages = []
+
+    async def body():
+        app = _watched(tmp_path)
+        leave_with = app.exit
+
+        def exit(result=None, return_code=0, message=None):
+            messages.append(message)
+            leave_with(result, return_code, message)
+
+        app.exit = exit
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: isinstance(app.screen, ResultScreen))
+            await burst(app, ["q", "y", "q"])
+            await until(pilot, lambda: not app.is_running)
+
+    asyncio.run(body())
+    assert len([m for m in messages if m is not None]) == 1, messages

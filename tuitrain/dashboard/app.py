@@ -146,6 +146,7 @@ class DashboardApp(App[int]):
         #: what broke the screen (an exception in a widget or handler), once it did: the app has ended
         self.failure: BaseException | None = None
         self._last_c = -1e9  # pace_clock time of the last `c`
+        self._leaving = False  # `leave` called: the app is on its way out
         self._paused_shown = False  # the pause the footer's `p` speaks of
 
     def get_default_screen(self) -> DashboardScreen:
@@ -537,6 +538,11 @@ class DashboardApp(App[int]):
         self.leave()
 
     def leave(self) -> None:
+        """Leave once: a second `q` (or `y`) read with the first would add a second exit message, and
+        Textual then prints "NOTE: 1 of 2 errors shown" under the summary."""
+        if self._leaving:
+            return
+        self._leaving = True
         self._close_source()
         code = self.exit_code if self.exit_code is not None else (0 if self.watching else 130)
         message = None
