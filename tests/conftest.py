@@ -411,6 +411,13 @@ def pytest_configure(config):
     if requested_device() != "cpu":
         # cuBLAS's deterministic workspace, which `exact_device` needs; read when CUDA starts, so set now
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        # a pytest-xdist worker (pyproject's addopts: one per core) trains on one thread: several workers
+        # each with a thread per core would fight over the cores (the CLI's subprocesses get
+        # OMP_NUM_THREADS=1 from cli_env for the same reason)
+        import torch
+
+        torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")
