@@ -1,7 +1,8 @@
-"""A resume whose checkpoint is already at or past the config's `train.epochs` or `train.max_steps` is
-refused before anything is written: exit 2, one line naming the checkpoint's epoch and step, the
-config's limit and the `--set` that continues it (issue 51: it said "training completed: all N epochs
-done", exit 0, and wrote a checkpoint named with the config's epochs at the old step)."""
+"""A resume whose checkpoint is already past the config's `train.epochs` or `train.max_steps` is refused
+before anything is written: exit 2, one line naming the checkpoint's epoch and step, the config's limit
+and the `--set` that continues it (issue 51: it said "training completed: all N epochs done", exit 0, and
+wrote a checkpoint named with the config's epochs at the old step). Exactly at the end (a completed run
+resumed as it was) the run ends at once, completed: tests/dashboard/test_resumed_history.py shows it."""
 
 from __future__ import annotations
 
@@ -51,17 +52,20 @@ def test_past_the_configs_epochs_is_refused_with_the_set_that_continues(stopped,
 
 def test_past_the_configs_max_steps_is_refused(stopped, capsys, monkeypatch, forget_tinyproj):
     tiny, run = stopped
-    err = refused(tiny, run, capsys, monkeypatch, "train.epochs=6", "train.max_steps=10")
-    assert "step 10" in err and "train.max_steps = 10" in err and "--set train.max_steps=" in err
+    err = refused(tiny, run, capsys, monkeypatch, "train.epochs=6", "train.max_steps=8")
+    assert "step 10" in err and "train.max_steps = 8" in err and "--set train.max_steps=" in err
 
 
-def test_a_finished_run_resumed_as_it_was_has_nothing_left(make_tiny, capsys, monkeypatch, forget_tinyproj):
+def test_a_finished_run_resumed_as_it_was_ends_at_once_and_names_no_epoch_it_did_not_train(make_tiny):
     tiny = make_tiny("done")
     r = tiny.cli("run", tiny.config)  # 3 epochs, completed
     assert r.returncode == 0, r.stderr + r.stdout
     (run,) = tiny.run_dirs()
-    err = refused(tiny, run, capsys, monkeypatch)
-    assert "epoch 3, step 21" in err and "train.epochs = 3" in err and "--set train.epochs=4" in err
+    r = tiny.cli("run", tiny.config, "--headless", "--resume", "latest")
+    assert r.returncode == 0, r.stderr + r.stdout
+    names = sorted(p.name for p in (run / "checkpoint").glob("*.pt"))
+    assert names and all(n.startswith("epoch-0003-step-00000021") or "-0003-" not in n for n in names), names
+    assert not [n for n in names if n.startswith("epoch-0004")]
 
 
 def test_a_resume_with_epochs_left_still_runs(stopped, capsys, monkeypatch, forget_tinyproj):

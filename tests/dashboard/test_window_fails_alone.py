@@ -129,7 +129,8 @@ def test_after_the_screen_failed_a_stop_is_graceful(tiny, how):
 
 
 def test_after_the_screen_failed_a_second_ctrl_c_ends_training_and_says_so(tiny):
-    pid, fd, run_dir = start(tiny, fail_after=3)
+    # steps of half a second: the second Ctrl+C comes while the graceful stop still waits for its step
+    pid, fd, run_dir = start(tiny, 3, "--set", "model.sleep=0.5")
     try:
         failed_and_training_on(fd, run_dir)
         os.write(fd, b"\x03")
@@ -139,7 +140,9 @@ def test_after_the_screen_failed_a_second_ctrl_c_ends_training_and_says_so(tiny)
         end(pid, fd, 1)
         raise
     code, screen = end(pid, fd, 30)
-    assert code == 130, screen[-2000:]
+    # 130; or killed by the SIGINT itself (-2; a shell's $? is 130 all the same) when it came as the
+    # interpreter was already on its way out, past every handler, the run's files written
+    assert code in (130, -2), screen[-2000:]
     assert b"terminate called" not in screen
     status = info(run_dir)
     assert status["status"] == "interrupted" and status["exit_code"] == 130, status

@@ -95,27 +95,28 @@ def resolve_resume(spec: str, cfg: Config) -> tuple[Path, Path]:
 
 
 def left_to_train(data: dict, cfg: Config, what: str) -> None:
-    """Refuse (UsageError, exit 2) a resume whose checkpoint is already at or past this config's
-    `train.epochs` or `train.max_steps`: it would train nothing, then call the run completed and write a
-    checkpoint named with this config's epochs at the old step. The line names the `--set` that continues."""
+    """Refuse (UsageError, exit 2) a resume whose checkpoint is past this config's `train.epochs` or
+    `train.max_steps`: it would train nothing, then call the run completed and write a checkpoint named with
+    this config's epochs at the old step. The line names the `--set` that continues. A checkpoint exactly at
+    the end (a completed run resumed with its own config; `--resume auto` after a kill that came between the
+    last checkpoint and the run's end) is not refused: the run ends at once, completed, its summary shown."""
     epoch, step, stage = int(data.get("epoch") or 0), int(data.get("step") or 0), data.get("stage")
     started = ((data.get("config") or {}).get("train") or {})
     at = f"{what} is at epoch {epoch}, step {step}"
     epochs, max_steps = cfg.train.epochs, cfg.train.max_steps
     need = epoch + 1 if stage == "done" else epoch  # the epochs that continuing it needs at least
-    if epochs and epochs < need:
+    if epochs and epoch > epochs:
         was = started.get("epochs") or 0
         n = was if was >= need else need
-        past = "past" if epoch > epochs or stage != "done" else "at the end of"
-        raise UsageError(f"{at}, {past} train.epochs = {epochs}: nothing is left to train "
+        raise UsageError(f"{at}, past train.epochs = {epochs}: nothing is left to train "
                          f"(--set train.epochs={n} continues it"
                          f"{f': the {was} it was started with' if n == was else ''})")
-    if max_steps and step >= max_steps:
+    if max_steps and step > max_steps:
         was = started.get("max_steps") or 0
         how = (f"--set train.max_steps={was} continues it: the {was} it was started with" if was > step else
                "--set train.max_steps=0 continues it with no step limit" if not was else
                f"--set train.max_steps=N with N > {step} continues it")
-        raise UsageError(f"{at}, {'past' if step > max_steps else 'at'} train.max_steps = {max_steps}: nothing "
+        raise UsageError(f"{at}, past train.max_steps = {max_steps}: nothing "
                          f"is left to train ({how})")
 
 
