@@ -4,8 +4,8 @@ values alike, plus what only the panels need (ages, rates). Must not import text
 
 from __future__ import annotations
 
-from tuitrain.sinks.summary import (HEADERS, format_bytes, format_duration, format_summary_table, format_value,
-                                    summary_rows)
+from tuitrain.sinks.summary import (format_bytes, format_duration, format_summary_table, format_value,
+                                    summary_columns)
 
 
 def format_summary_text(summary: dict) -> str:
@@ -15,13 +15,10 @@ def format_summary_text(summary: dict) -> str:
     Split  Metric    Min.  Epoch    Max.  Epoch
     train  loss    0.1234     10  2.3026      1
     """
-    rows = summary_rows(summary or {})
-    if not rows:
+    columns = summary_columns(summary)
+    if columns is None:
         return ""
-    headers = HEADERS
-    if all(r[3] == r[5] == "-" for r in rows):  # a loop without epochs (Monitor): no Epoch columns
-        headers, rows = headers[:3] + headers[4:5], [r[:3] + r[4:5] for r in rows]
-    widths = [max(len(headers[c]), *(len(r[c]) for r in rows)) for c in range(len(headers))]
+    headers, rows, widths = columns
 
     def line(cells: tuple[str, ...]) -> str:  # text left-aligned, numbers right-aligned (decimals line up)
         return "  ".join(cell.ljust(w) if c < 2 else cell.rjust(w)

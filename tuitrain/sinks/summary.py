@@ -86,6 +86,20 @@ def _cell(value: Any, metric: str = "") -> str:
     return "-" if value is None else format_metric(metric, value)
 
 
+def summary_columns(summary: dict) -> tuple[tuple[str, ...], list[tuple[str, ...]], list[int]] | None:
+    """The end-of-run table's (headers, rows of cells, column widths), for the Markdown table here and the
+    screen's plain one (dashboard/fmt.py); None when there is no metric. A loop without epochs (Monitor) has
+    no Epoch columns."""
+    rows: list[tuple[str, ...]] = list(summary_rows(summary or {}))
+    if not rows:
+        return None
+    headers: tuple[str, ...] = tuple(HEADERS)
+    if all(r[3] == r[5] == "-" for r in rows):
+        headers, rows = headers[:3] + headers[4:5], [r[:3] + r[4:5] for r in rows]
+    widths = [max(len(headers[c]), *(len(r[c]) for r in rows)) for c in range(len(headers))]
+    return headers, rows, widths
+
+
 def format_summary_table(summary: dict) -> str:
     """burn-train's end-of-run table from RunFinished.summary; '' when there is no metric.
 
@@ -93,13 +107,10 @@ def format_summary_table(summary: dict) -> str:
     |-------|--------|--------|-------|--------|-------|
     | train | loss   | 0.1234 |    10 | 2.3026 |     1 |
     """
-    rows = summary_rows(summary or {})
-    if not rows:
+    columns = summary_columns(summary)
+    if columns is None:
         return ""
-    headers = HEADERS
-    if all(r[3] == r[5] == "-" for r in rows):  # a loop without epochs (Monitor): no Epoch columns
-        headers, rows = headers[:3] + headers[4:5], [r[:3] + r[4:5] for r in rows]
-    widths = [max(len(headers[c]), *(len(r[c]) for r in rows)) for c in range(len(headers))]
+    headers, rows, widths = columns
 
     def line(cells: tuple[str, ...], header: bool = False) -> str:
         out = []
