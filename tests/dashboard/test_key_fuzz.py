@@ -92,7 +92,9 @@ def _sweep(folder: Path) -> DashboardApp:
 
 
 def _media(folder: Path) -> DashboardApp:
-    return app_of(with_media(folder), folder)
+    app = app_of(with_media(folder), folder)
+    app.hard_exit = lambda app: app.exit(130)  # a second Ctrl+C ends the process (os._exit): the test's
+    return app
 
 
 SCENARIOS = {
