@@ -24,7 +24,7 @@ import sys
 import threading
 import time
 import traceback
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 from collections.abc import Iterator
@@ -365,7 +365,7 @@ class LiveRun:
             self.out.enabled = self.err.enabled = True  # the terminal is still there: console lines from now on
             sys.__stderr__.write(f"tuitrain: the dashboard failed ({head}); training goes on without it; "
                                  f"the traceback is in {run.run_dir}/experiment.log\n")
-        with self._signals_without_the_screen(), (capture_output(bus.emit) if bus is not None else _nothing()):
+        with self._signals_without_the_screen(), (capture_output(bus.emit) if bus is not None else nullcontext()):
             self._wait_for_training()  # (what the user's code prints still reaches experiment.log)
 
     @contextmanager
@@ -389,11 +389,6 @@ class LiveRun:
             for signum, handler in saved.items():
                 if signum != signal.SIGHUP or not self.hung_up:
                     signal.signal(signum, handler)
-
-
-@contextmanager
-def _nothing() -> Iterator[None]:
-    yield
 
 
 class LiveApp(DashboardApp):
