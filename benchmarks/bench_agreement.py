@@ -40,8 +40,12 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--steps", type=int, default=100, help="steps per block")
     ap.add_argument("--work-ms", type=float, default=10.0)
     ap.add_argument("--work", choices=["matmul", "busy"], default="matmul")
-    ap.add_argument("--no-grad-sync", dest="grad_sync", action="store_false",
-                    help="leave out the per-step all-reduce (DDP's gradient sync) from every variant")
+    ap.add_argument(
+        "--no-grad-sync",
+        dest="grad_sync",
+        action="store_false",
+        help="leave out the per-step all-reduce (DDP's gradient sync) from every variant",
+    )
     ap.add_argument("--now-calls", type=int, default=2000)
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--result", help=argparse.SUPPRESS)
@@ -147,7 +151,7 @@ def worker(args: argparse.Namespace) -> None:
         block(variant)
     rows: dict[str, list] = {v: [] for v in VARIANTS}
     for r in range(args.rounds):
-        order = VARIANTS[r % 3:] + VARIANTS[:r % 3]
+        order = VARIANTS[r % 3 :] + VARIANTS[: r % 3]
         for variant in order:
             rows[variant].append(block(variant))
     mon.finish()
@@ -176,10 +180,29 @@ def main() -> None:
         return
     with tempfile.TemporaryDirectory() as tmp:
         result = Path(tmp) / "result.json"
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
-               str(free_port()), __file__, "--worker", "--result", str(result), "--rounds", str(args.rounds),
-               "--steps", str(args.steps), "--work-ms", str(args.work_ms), "--work", args.work,
-               "--now-calls", str(args.now_calls)] + ([] if args.grad_sync else ["--no-grad-sync"])
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node",
+            "2",
+            "--master-port",
+            str(free_port()),
+            __file__,
+            "--worker",
+            "--result",
+            str(result),
+            "--rounds",
+            str(args.rounds),
+            "--steps",
+            str(args.steps),
+            "--work-ms",
+            str(args.work_ms),
+            "--work",
+            args.work,
+            "--now-calls",
+            str(args.now_calls),
+        ] + ([] if args.grad_sync else ["--no-grad-sync"])
         env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
         t0 = time.time()
         subprocess.run(cmd, env=env, check=True)
@@ -188,37 +211,50 @@ def main() -> None:
     step = {v: [r[0] for r in rows[v]] for v in VARIANTS}
     base = step["control"]
     sync = "a 4 KB all-reduce per step" if args.grad_sync else "no per-step all-reduce"
-    print(f"2 gloo ranks, {args.work} work ~{args.work_ms:g} ms/step ({data['matmuls']} 64x64 matmuls), {sync}, "
-          f"{args.rounds} rounds of {args.steps}-step blocks, {time.time() - t0:.0f} s\n")
+    print(
+        f"2 gloo ranks, {args.work} work ~{args.work_ms:g} ms/step ({data['matmuls']} 64x64 matmuls), {sync}, "
+        f"{args.rounds} rounds of {args.steps}-step blocks, {time.time() - t0:.0f} s\n"
+    )
     print(f"{'loop':32s} {'step, us':>9s} {'- control, us':>14s} {'rounds (min..max)':>22s}")
     for v in VARIANTS:
         med = statistics.median(step[v])
         diffs = [x - c for x, c in zip(step[v], base)]
-        extra = "" if v == "control" else f"{us(statistics.median(diffs))}      {us(min(diffs))}..{us(max(diffs)).strip()}"
+        extra = (
+            "" if v == "control" else f"{us(statistics.median(diffs))}      {us(min(diffs))}..{us(max(diffs)).strip()}"
+        )
         print(f"{v:32s} {us(med)} {extra}")
+
     def median_diff(i: int, v: str) -> tuple[float, float, float]:
         d = [x[i] - c[i] for x, c in zip(rows[v], rows["control"])]
         return statistics.median(d), min(d), max(d)
 
-    print("\nprocess CPU time per step, mean of the ranks (every thread), check - control: "
-          "median %+.1f us (rounds %+.1f..%+.1f); control 2 - control: median %+.1f us (rounds %+.1f..%+.1f)"
-          % (*(x * 1e6 for x in median_diff(3, "check")), *(x * 1e6 for x in median_diff(3, "control 2"))))
+    print(
+        "\nprocess CPU time per step, mean of the ranks (every thread), check - control: "
+        "median %+.1f us (rounds %+.1f..%+.1f); control 2 - control: median %+.1f us (rounds %+.1f..%+.1f)"
+        % (*(x * 1e6 for x in median_diff(3, "check")), *(x * 1e6 for x in median_diff(3, "control 2")))
+    )
     for label, i in (("wall", 1), ("this thread's CPU", 4)):
         inside = [r[i] for r in rows["check"]]
         empty = [r[i] for r in rows["control"]]
-        print(f"`mon.stop_requested` timed inside the call ({label}): {statistics.median(inside) * 1e6:.2f} us/call "
-              f"(median over rounds of the mean; rounds {min(inside) * 1e6:.2f}..{max(inside) * 1e6:.2f}); "
-              f"the timer around nothing: {statistics.median(empty) * 1e6:.2f} us")
+        print(
+            f"`mon.stop_requested` timed inside the call ({label}): {statistics.median(inside) * 1e6:.2f} us/call "
+            f"(median over rounds of the mean; rounds {min(inside) * 1e6:.2f}..{max(inside) * 1e6:.2f}); "
+            f"the timer around nothing: {statistics.median(empty) * 1e6:.2f} us"
+        )
     ex = [r[2] for r in rows["check"]]
     print(f"exchanges per {args.steps}-step block: median {statistics.median(ex):g} (min {min(ex)}, max {max(ex)})")
     q = statistics.quantiles(now, n=20)
-    print(f"blocking Agreement.now() on gloo, {len(now)} calls on rank 0: median {statistics.median(now) * 1e6:.1f} us, "
-          f"p5 {q[0] * 1e6:.1f} us, p95 {q[-1] * 1e6:.1f} us, mean {statistics.fmean(now) * 1e6:.1f} us")
+    print(
+        f"blocking Agreement.now() on gloo, {len(now)} calls on rank 0: median {statistics.median(now) * 1e6:.1f} us, "
+        f"p5 {q[0] * 1e6:.1f} us, p95 {q[-1] * 1e6:.1f} us, mean {statistics.fmean(now) * 1e6:.1f} us"
+    )
     cost = statistics.median([x - c for x, c in zip(step["check"], base)])
     noise = [x - c for x, c in zip(step["control 2"], base)]
-    print(f"\ncost per call {cost * 1e6:+.1f} us (target <= 100 us, 1 % of a 10 ms step); the method's noise "
-          f"(control 2 - control): median {statistics.median(noise) * 1e6:+.1f} us, "
-          f"rounds {min(noise) * 1e6:+.1f}..{max(noise) * 1e6:+.1f} us (wall time of the slower rank)")
+    print(
+        f"\ncost per call {cost * 1e6:+.1f} us (target <= 100 us, 1 % of a 10 ms step); the method's noise "
+        f"(control 2 - control): median {statistics.median(noise) * 1e6:+.1f} us, "
+        f"rounds {min(noise) * 1e6:+.1f}..{max(noise) * 1e6:+.1f} us (wall time of the slower rank)"
+    )
 
 
 if __name__ == "__main__":

@@ -51,8 +51,10 @@ sys.path.insert(0, str(HERE.parent))
 import bench_dashboard as steps_bench  # noqa: E402
 
 # in, hidden, batch; total steps and the step the clock starts at
-SIZES = {"tiny": dict(d_in=32, hidden=64, batch=32, steps=22000, warmup=10000),
-         "medium": dict(d_in=784, hidden=1024, batch=128, steps=1650, warmup=450)}
+SIZES = {
+    "tiny": dict(d_in=32, hidden=64, batch=32, steps=22000, warmup=10000),
+    "medium": dict(d_in=784, hidden=1024, batch=128, steps=1650, warmup=450),
+}
 # the dashboard's targets are judged on the separate runs; the headless ones in lockstep (below)
 TARGETS = {("tiny", "dashboard"): 1.08, ("medium", "dashboard"): 1.08}
 HEADLESS_TARGETS = {"tiny": 1.03, "medium": 1.01}
@@ -119,8 +121,10 @@ class Report:
         missed = [r for r in checked if not r[3]]
         print()
         if missed:
-            print(f"{len(checked) - len(missed)} of {len(checked)} targets met; not met: "
-                  + "; ".join(f"{r[0]} ({r[1]}, target {r[2]})" for r in missed))
+            print(
+                f"{len(checked) - len(missed)} of {len(checked)} targets met; not met: "
+                + "; ".join(f"{r[0]} ({r[1]}, target {r[2]})" for r in missed)
+            )
             return 1
         print(f"all {len(checked)} targets met")
         return 0
@@ -128,45 +132,55 @@ class Report:
 
 def lightning_step(m: dict) -> float:
     code = LIGHTNING.format(here=str(HERE), n=m["batch"] * m["steps"], **m)
-    out = subprocess.run([sys.executable, "-c", code], env=steps_bench.env(), capture_output=True, text=True,
-                         check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=steps_bench.env(), capture_output=True, text=True, check=True
+    )
     return float(out.stdout.strip().splitlines()[-1])
 
 
 def per_step(report: Report, repeats: int, scale: float) -> None:
     have_lightning = importlib.util.find_spec("pytorch_lightning") is not None
-    print(f"per-step time, 1 torch thread, each a process; {repeats} rounds, the order rotated each round; "
-          "ratio: the median over rounds of each run's time over its round's hand-written run"
-          + ("" if have_lightning else " (PyTorch Lightning is not installed: left out)"))
+    print(
+        f"per-step time, 1 torch thread, each a process; {repeats} rounds, the order rotated each round; "
+        "ratio: the median over rounds of each run's time over its round's hand-written run"
+        + ("" if have_lightning else " (PyTorch Lightning is not installed: left out)")
+    )
     for kind, size in SIZES.items():
         m = dict(size)
         m["steps"] = max(m["warmup"] + 200, int(m["steps"] * scale))
         model = {k: m[k] for k in ("d_in", "hidden", "batch")}
-        runners = {"hand-written": lambda tmp: steps_bench.hand(m["steps"], model, m["warmup"]),
-                   "hand-written, glibc defaults": lambda tmp: steps_bench.hand(m["steps"], model, m["warmup"],
-                                                                                glibc_defaults=True),
-                   "hand-written, whole batches": lambda tmp: steps_bench.hand(m["steps"], model, m["warmup"],
-                                                                               fetch="whole"),
-                   "headless": lambda tmp: steps_bench.tuitrain(m["steps"], model, tmp, False, m["warmup"]),
-                   "dashboard": lambda tmp: steps_bench.tuitrain(m["steps"], model, tmp, True, m["warmup"])}
+        runners = {
+            "hand-written": lambda tmp: steps_bench.hand(m["steps"], model, m["warmup"]),
+            "hand-written, glibc defaults": lambda tmp: steps_bench.hand(
+                m["steps"], model, m["warmup"], glibc_defaults=True
+            ),
+            "hand-written, whole batches": lambda tmp: steps_bench.hand(m["steps"], model, m["warmup"], fetch="whole"),
+            "headless": lambda tmp: steps_bench.tuitrain(m["steps"], model, tmp, False, m["warmup"]),
+            "dashboard": lambda tmp: steps_bench.tuitrain(m["steps"], model, tmp, True, m["warmup"]),
+        }
         if have_lightning:
             runners["lightning"] = lambda tmp: lightning_step(m)
         names = list(runners)
         res: dict[str, list[float]] = {name: [] for name in names}
         with tempfile.TemporaryDirectory() as tmp:
             for r in range(repeats):  # rotated: no variant always runs first, or right after another
-                for name in names[r % len(names):] + names[:r % len(names)]:
+                for name in names[r % len(names) :] + names[: r % len(names)]:
                     res[name].append(runners[name](Path(tmp)))
-        print(f" {kind}: MLP {m['d_in']}-{m['hidden']}-10, batch {m['batch']}, steps {m['warmup']}..{m['steps']} "
-              f"timed; runs (µs): " + ", ".join(f"{k} {[round(x * 1e6) for x in v]}" for k, v in res.items()))
+        print(
+            f" {kind}: MLP {m['d_in']}-{m['hidden']}-10, batch {m['batch']}, steps {m['warmup']}..{m['steps']} "
+            f"timed; runs (µs): " + ", ".join(f"{k} {[round(x * 1e6) for x in v]}" for k, v in res.items())
+        )
         hand = res["hand-written"]
         for name, xs in res.items():
             med = statistics.median(xs)
             ratio = statistics.median(x / h for x, h in zip(xs, hand))
             target = TARGETS.get((kind, name))
-            report.add(f"{kind} {name}", f"{med * 1e6:8.1f} µs {ratio:6.3f}x",
-                       f"<= {target:.2f}x" if target else "in lockstep" if name == "headless" else "",
-                       None if target is None else ratio <= target)
+            report.add(
+                f"{kind} {name}",
+                f"{med * 1e6:8.1f} µs {ratio:6.3f}x",
+                f"<= {target:.2f}x" if target else "in lockstep" if name == "headless" else "",
+                None if target is None else ratio <= target,
+            )
         # what a user sees: tuitrain (which keeps freed memory itself) against a loop that does not
         plain = res["hand-written, glibc defaults"]
         ratio = statistics.median(x / h for x, h in zip(res["headless"], plain))
@@ -187,28 +201,41 @@ def headless_lockstep(report: Report, repeats: int, control: int, alone: int) ->
 
     cpu = bench_lockstep.default_cpu()
     repeats += repeats % 2  # even: the process that starts is ~1 % slower or faster; both orders alike
-    print(f"headless in lockstep: tuitrain and the hand-written loop as two live processes on CPU {cpu}, "
-          f"taking turns of a few tenths of a second, each timing its own; {repeats} runs, who starts "
-          "alternating; ratio: the median over runs of tuitrain's time over the hand-written loop's")
+    print(
+        f"headless in lockstep: tuitrain and the hand-written loop as two live processes on CPU {cpu}, "
+        f"taking turns of a few tenths of a second, each timing its own; {repeats} runs, who starts "
+        "alternating; ratio: the median over runs of tuitrain's time over the hand-written loop's"
+    )
     with tempfile.TemporaryDirectory() as tmp:
         for kind, target in HEADLESS_TARGETS.items():
             runs = [bench_lockstep.lockstep(kind, Path(tmp), r % 2 == 1, cpu=cpu) for r in range(repeats)]
             ratios = [t / h for t, h in runs]
             ratio = statistics.median(ratios)
-            print(f" {kind}: ratios, hand-written starting {[round(x, 3) for x in ratios[0::2]]}, "
-                  f"tuitrain starting {[round(x, 3) for x in ratios[1::2]]}")
-            report.add(f"{kind} headless vs hand-written, lockstep",
-                       f"{statistics.median(t for t, _ in runs) * 1e6:8.1f} µs {ratio:6.3f}x",
-                       f"<= {target:.2f}x", ratio <= target)
+            print(
+                f" {kind}: ratios, hand-written starting {[round(x, 3) for x in ratios[0::2]]}, "
+                f"tuitrain starting {[round(x, 3) for x in ratios[1::2]]}"
+            )
+            report.add(
+                f"{kind} headless vs hand-written, lockstep",
+                f"{statistics.median(t for t, _ in runs) * 1e6:8.1f} µs {ratio:6.3f}x",
+                f"<= {target:.2f}x",
+                ratio <= target,
+            )
             if alone:
-                runs = [bench_lockstep.lockstep(kind, Path(tmp), r % 2 == 1, cpu=cpu, fetch="whole")
-                        for r in range(alone + alone % 2)]
+                runs = [
+                    bench_lockstep.lockstep(kind, Path(tmp), r % 2 == 1, cpu=cpu, fetch="whole")
+                    for r in range(alone + alone % 2)
+                ]
                 ratios = [t / h for t, h in runs]
-                report.add(f"{kind} loop alone (whole batches), lockstep",
-                           f"{statistics.median(ratios):6.3f}x of {min(ratios):.3f}-{max(ratios):.3f}")
+                report.add(
+                    f"{kind} loop alone (whole batches), lockstep",
+                    f"{statistics.median(ratios):6.3f}x of {min(ratios):.3f}-{max(ratios):.3f}",
+                )
         if control:  # the method's own spread, where the target is tightest
-            runs = [bench_lockstep.lockstep("medium", Path(tmp), r % 2 == 1, control=True, cpu=cpu)
-                    for r in range(control + control % 2)]
+            runs = [
+                bench_lockstep.lockstep("medium", Path(tmp), r % 2 == 1, control=True, cpu=cpu)
+                for r in range(control + control % 2)
+            ]
             ratios = sorted(t / h for t, h in runs)
             report.add("medium hand-written vs itself, lockstep", f"{ratios[0]:.3f}-{ratios[-1]:.3f}x")
 
@@ -222,10 +249,12 @@ def frame_cost(points: int) -> float:
     from tuitrain.dashboard.widgets.metric_plot import MetricPlot
 
     state = DashboardState()
-    state.apply([RunStarted(run_dir="", experiment="frames", epochs=1, max_steps=0, steps_per_epoch=points,
-                            batch_size=32)])
-    state.apply([MetricsLogged(split="train", epoch=1, step=s, metrics={"loss": 1.0 / s}) for s in
-                 range(1, points + 1)])
+    state.apply(
+        [RunStarted(run_dir="", experiment="frames", epochs=1, max_steps=0, steps_per_epoch=points, batch_size=32)]
+    )
+    state.apply(
+        [MetricsLogged(split="train", epoch=1, step=s, metrics={"loss": 1.0 / s}) for s in range(1, points + 1)]
+    )
 
     class One(App):
         def compose(self):
@@ -259,8 +288,12 @@ def memory_and_frames(report: Report, scale: float) -> None:
     report.add("RSS growth", f"{growth:+.1f} MB", "<= 40 MB", growth <= 40)
     small, large = frame_cost(1_000), frame_cost(n)
     report.add("plot frame, 1k points of history", f"{small * 1e3:.1f} ms")
-    report.add(f"plot frame, {n:,} points of history", f"{large * 1e3:.1f} ms {large / small:.2f}x",
-               "<= 1.5x", large / small <= 1.5)
+    report.add(
+        f"plot frame, {n:,} points of history",
+        f"{large * 1e3:.1f} ms {large / small:.2f}x",
+        "<= 1.5x",
+        large / small <= 1.5,
+    )
 
 
 def startup(report: Report) -> None:
@@ -291,8 +324,12 @@ def checkpoint_stall(report: Report, repeats: int) -> None:
     copy, warm = bench_checkpoint.copy_times(2048)
     stall = statistics.median(stalls)
     report.add("CPU copy of the state, into memory in use", f"{warm * 1e3:.1f} ms")
-    report.add(f"stall per checkpoint ({size / 1e6:.0f} MB)", f"{stall * 1e3:.1f} ms {stall / copy:.2f}x copy",
-               "<= 1.2x", stall / copy <= 1.2)
+    report.add(
+        f"stall per checkpoint ({size / 1e6:.0f} MB)",
+        f"{stall * 1e3:.1f} ms {stall / copy:.2f}x copy",
+        "<= 1.2x",
+        stall / copy <= 1.2,
+    )
 
 
 def ddp(report: Report, repeats: int) -> None:
@@ -309,8 +346,12 @@ def ddp(report: Report, repeats: int) -> None:
                 tt.append(bench_ddp.tuitrain_step(folder, kind, 600))
             t, h = statistics.median(tt), statistics.median(hh)
             target = 1.05 if kind == "medium" else None
-            report.add(f"DDP {kind}", f"{t * 1e3:.2f} ms {t / h:6.3f}x", f"<= {target:.2f}x" if target else "",
-                       None if target is None else t / h <= target)
+            report.add(
+                f"DDP {kind}",
+                f"{t * 1e3:.2f} ms {t / h:6.3f}x",
+                f"<= {target:.2f}x" if target else "",
+                None if target is None else t / h <= target,
+            )
 
 
 def main(argv=None) -> int:

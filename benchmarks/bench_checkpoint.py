@@ -36,8 +36,9 @@ def build(hidden: int, steps: int, batch: int = 64):
     x = torch.randn(batch * steps, 784, generator=g)
     y = torch.randint(0, 10, (batch * steps,), generator=g)
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(784, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
-                          nn.Linear(hidden, 10))
+    model = nn.Sequential(
+        nn.Linear(784, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, 10)
+    )
     return model, TensorDataset(x, y), batch
 
 
@@ -58,9 +59,20 @@ def timed_run(hidden: int, steps: int, every: int) -> tuple[list[float], list[fl
 
     with tempfile.TemporaryDirectory() as tmp:
         ckpt = Checkpointer(Path(tmp), every_n_steps=every, every_n_epochs=0, keep_last=1, keep_best=0)
-        learner = CoreLearner(model, torch.optim.AdamW(model.parameters(), lr=1e-4), loss_fn=nn.CrossEntropyLoss(),
-                          train_metrics=["loss"], valid_metrics=[], epochs=1, batch_size=batch, seed=0,
-                          device="cpu", log_every_n_steps=10, callbacks=[clock], checkpoint=ckpt)
+        learner = CoreLearner(
+            model,
+            torch.optim.AdamW(model.parameters(), lr=1e-4),
+            loss_fn=nn.CrossEntropyLoss(),
+            train_metrics=["loss"],
+            valid_metrics=[],
+            epochs=1,
+            batch_size=batch,
+            seed=0,
+            device="cpu",
+            log_every_n_steps=10,
+            callbacks=[clock],
+            checkpoint=ckpt,
+        )
         assert learner.fit(ds).exit_code == 0
     dts = {s: times[s] - times[s - 1] for s in times if s - 1 in times}
     busy = {s for a, b in zip(started, saved) for s in range(a + 1, b + 2)}
@@ -101,8 +113,10 @@ def copy_times(hidden: int, threads: int = 1) -> tuple[float, float]:
     a fresh process: in a long-lived one, a copy may or may not land in memory freed earlier (3 to
     15 ms for 70 MB on this machine kind), as the C library's allocator decides."""
     code = COPY.format(here=str(Path(__file__).resolve().parent), threads=threads, hidden=hidden)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parent.parent),
-                                                       os.environ.get("PYTHONPATH", "")]))
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parent.parent), os.environ.get("PYTHONPATH", "")]),
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
     fresh, warm = json.loads(out.stdout.strip().splitlines()[-1])
     return fresh, warm
@@ -124,8 +138,10 @@ def main(argv=None) -> int:
         reported += rep
     copy, warm = copy_times(args.hidden, args.threads)
     stall = statistics.median(stalls)
-    print(f"torch {torch.__version__}, {args.threads} thread(s); MLP 784-{args.hidden}-{args.hidden}-10 + AdamW, "
-          f"checkpoint {size / 1e6:.1f} MB every {args.every} steps, {len(stalls)} checkpoints")
+    print(
+        f"torch {torch.__version__}, {args.threads} thread(s); MLP 784-{args.hidden}-{args.hidden}-10 + AdamW, "
+        f"checkpoint {size / 1e6:.1f} MB every {args.every} steps, {len(stalls)} checkpoints"
+    )
     print(f"copy of the state to CPU memory : {copy * 1e3:8.1f} ms  (into memory already in use: {warm * 1e3:.1f} ms)")
     print(f"loop stall per checkpoint        : {stall * 1e3:8.1f} ms  ({stall / copy:.2f}x the copy; target <= 1.2x)")
     print(f"copy time the learner reports    : {statistics.median(reported) * 1e3:8.1f} ms")

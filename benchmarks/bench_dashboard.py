@@ -26,6 +26,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from tuitrain.core import heap  # noqa: E402
+
 WARMUP = 200
 MODELS = {"tiny": dict(d_in=32, hidden=64, batch=32), "medium": dict(d_in=784, hidden=1024, batch=128)}
 
@@ -94,15 +95,18 @@ print((time.perf_counter() - t0) / (i - {warmup}))
 
 # the hand-written loop's data loader: torch's item-by-item fetch (what a hand-written loop does), or
 # the whole-batch fetch tuitrain uses for a TensorDataset (then the two differ by their loops alone)
-LOADERS = {"item": "DataLoader(train, batch_size={batch}, shuffle=True)",
-           "whole": "DataLoader(benchproj.WholeBatches(train), batch_size={batch}, shuffle=True, "
-                    "collate_fn=benchproj.whole_batch)"}
+LOADERS = {
+    "item": "DataLoader(train, batch_size={batch}, shuffle=True)",
+    "whole": "DataLoader(benchproj.WholeBatches(train), batch_size={batch}, shuffle=True, "
+    "collate_fn=benchproj.whole_batch)",
+}
 
 
 def hand_code(steps: int, m: dict, warmup: int = WARMUP, fetch: str = "item") -> str:
     """The hand-written loop's script for `steps` steps of model size `m`, with the `fetch` loader."""
-    return HAND.format(here=str(HERE), n=m["batch"] * steps, warmup=warmup,
-                       loader=LOADERS[fetch].format(batch=m["batch"]), **m)
+    return HAND.format(
+        here=str(HERE), n=m["batch"] * steps, warmup=warmup, loader=LOADERS[fetch].format(batch=m["batch"]), **m
+    )
 
 
 def allocator_env(e: dict, glibc_defaults: bool = False) -> dict:
@@ -128,8 +132,11 @@ def env(glibc_defaults: bool = False) -> dict:
 def write_config(tmp: Path, steps: int, m: dict, name: str = "bench.toml", model: str = "benchproj:Net") -> Path:
     """The runs' config (CONFIG) in `tmp`, for `steps` steps of model size `m`, training `model`."""
     cfg = tmp / name
-    cfg.write_text(CONFIG.format(runs=(tmp / "runs").as_posix(), n=m["batch"] * steps, **m)
-                   .replace('"benchproj:Net"', f'"{model}"'))
+    cfg.write_text(
+        CONFIG.format(runs=(tmp / "runs").as_posix(), n=m["batch"] * steps, **m).replace(
+            '"benchproj:Net"', f'"{model}"'
+        )
+    )
     return cfg
 
 
@@ -143,8 +150,13 @@ def per_step_from_events(run_dir: Path, steps: int, warmup: int = WARMUP) -> flo
 
 
 def hand(steps: int, m: dict, warmup: int = WARMUP, glibc_defaults: bool = False, fetch: str = "item") -> float:
-    out = subprocess.run([sys.executable, "-c", hand_code(steps, m, warmup, fetch)], env=env(glibc_defaults),
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", hand_code(steps, m, warmup, fetch)],
+        env=env(glibc_defaults),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return float(out.stdout.strip())
 
 

@@ -33,7 +33,7 @@ WARMUP = 100
 WORLD = 2
 LOG_EVERY = 10
 
-PROJECT = '''
+PROJECT = """
 import torch
 from torch import nn
 from torch.utils.data import TensorDataset
@@ -47,9 +47,9 @@ def model(d_in, hidden, d_out):
 def datasets(n, d_in, d_out):
     g = torch.Generator().manual_seed(0)
     return TensorDataset(torch.randn(n, d_in, generator=g), torch.randint(0, d_out, (n,), generator=g)), None
-'''
+"""
 
-CONFIG = '''
+CONFIG = """
 [experiment]
 name = "bench"
 dir = "runs"
@@ -91,9 +91,9 @@ every_n_steps = {log_every}
 
 [checkpoint]
 every_n_epochs = 0
-'''
+"""
 
-HAND = r'''
+HAND = r"""
 import datetime, os, sys, time
 import torch, torch.distributed as dist, torch.multiprocessing as mp
 from torch import nn
@@ -134,7 +134,7 @@ def rank_main(rank, world):
 
 if __name__ == "__main__":
     mp.spawn(rank_main, args=(2,), nprocs=2)
-'''
+"""
 
 
 def _env(sync_every: int = 0) -> dict:
@@ -159,10 +159,24 @@ def tuitrain_step(folder: Path, kind: str, steps: int, sync_every: int = 0) -> f
     d_in, hidden, d_out, batch = MODELS[kind]
     run = folder / f"run-{time.time_ns()}"
     cfg = folder / "bench.toml"
-    cfg.write_text(CONFIG.format(d_in=d_in, hidden=hidden, d_out=d_out, batch=batch, n=batch * WORLD * steps,
-                                 world=WORLD, log_every=LOG_EVERY))
-    subprocess.run([sys.executable, "-m", "tuitrain", "run", str(cfg), "--run-dir", str(run)], cwd=folder,
-                   env=_env(sync_every), check=True, capture_output=True)
+    cfg.write_text(
+        CONFIG.format(
+            d_in=d_in,
+            hidden=hidden,
+            d_out=d_out,
+            batch=batch,
+            n=batch * WORLD * steps,
+            world=WORLD,
+            log_every=LOG_EVERY,
+        )
+    )
+    subprocess.run(
+        [sys.executable, "-m", "tuitrain", "run", str(cfg), "--run-dir", str(run)],
+        cwd=folder,
+        env=_env(sync_every),
+        check=True,
+        capture_output=True,
+    )
     times = {}
     for line in (run / "events.jsonl").read_text().splitlines():
         e = json.loads(line)
@@ -177,9 +191,24 @@ def hand_step(folder: Path, kind: str, steps: int) -> float:
     script = folder / "hand_ddp.py"
     script.write_text(HAND)
     for attempt in range(3):  # a free port found by bind() can be taken again before gloo binds it
-        out = subprocess.run([sys.executable, str(script), str(folder), str(d_in), str(hidden), str(d_out),
-                              str(batch), str(batch * WORLD * steps), str(WARMUP), str(_free_port())], cwd=folder,
-                             env=_env(), capture_output=True, text=True)
+        out = subprocess.run(
+            [
+                sys.executable,
+                str(script),
+                str(folder),
+                str(d_in),
+                str(hidden),
+                str(d_out),
+                str(batch),
+                str(batch * WORLD * steps),
+                str(WARMUP),
+                str(_free_port()),
+            ],
+            cwd=folder,
+            env=_env(),
+            capture_output=True,
+            text=True,
+        )
         if out.returncode == 0:
             return float(out.stdout.strip().splitlines()[-1])
     raise RuntimeError(f"the hand-written DDP script failed 3 times:\n{out.stderr[-3000:]}")
@@ -193,8 +222,10 @@ def main() -> None:
     ap.add_argument("--sync-every", type=int, default=0, help="also time tuitrain syncing control every K steps")
     args = ap.parse_args()
     kinds = ["tiny", "medium"] if args.model == "both" else [args.model]
-    print(f"{WORLD} gloo ranks on CPU, 1 thread each, {args.steps} steps per run (timed after {WARMUP}), "
-          f"median of {args.repeats}; torch {__import__('torch').__version__}, {os.cpu_count()} CPUs")
+    print(
+        f"{WORLD} gloo ranks on CPU, 1 thread each, {args.steps} steps per run (timed after {WARMUP}), "
+        f"median of {args.repeats}; torch {__import__('torch').__version__}, {os.cpu_count()} CPUs"
+    )
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         (folder / "benchproj.py").write_text(PROJECT)
@@ -207,14 +238,18 @@ def main() -> None:
                     ss.append(tuitrain_step(folder, kind, args.steps, args.sync_every))
             t, h = statistics.median(tt), statistics.median(hh)
             d_in, hidden, d_out, batch = MODELS[kind]
-            line = (f"{kind:6s} ({d_in}-{hidden}-{d_out}, batch {batch}/rank): hand-written DDP {h * 1e3:.3f} ms/step, "
-                    f"tuitrain DDP {t * 1e3:.3f} ms/step, ratio {t / h:.3f}")
+            line = (
+                f"{kind:6s} ({d_in}-{hidden}-{d_out}, batch {batch}/rank): hand-written DDP {h * 1e3:.3f} ms/step, "
+                f"tuitrain DDP {t * 1e3:.3f} ms/step, ratio {t / h:.3f}"
+            )
             if ss:
                 s = statistics.median(ss)
                 line += f"; tuitrain syncing every {args.sync_every} steps {s * 1e3:.3f} ms/step (ratio {s / h:.3f})"
             print(line)
-            print(f"       runs: hand {[round(x * 1e3, 3) for x in hh]} tuitrain {[round(x * 1e3, 3) for x in tt]}"
-                  + (f" sync-every {[round(x * 1e3, 3) for x in ss]}" if ss else ""))
+            print(
+                f"       runs: hand {[round(x * 1e3, 3) for x in hh]} tuitrain {[round(x * 1e3, 3) for x in tt]}"
+                + (f" sync-every {[round(x * 1e3, 3) for x in ss]}" if ss else "")
+            )
 
 
 if __name__ == "__main__":

@@ -112,17 +112,25 @@ sys.path.insert(0, str(HERE))
 
 from bench_dashboard import allocator_env  # noqa: E402
 
-SIZES = {"nanogpt": dict(layers=6, heads=6, width=384, context=256, vocab=65, batch=64, n=64 * 400),
-         "small": dict(layers=2, heads=2, width=64, context=32, vocab=65, batch=8, n=8 * 60)}
+SIZES = {
+    "nanogpt": dict(layers=6, heads=6, width=384, context=256, vocab=65, batch=64, n=64 * 400),
+    "small": dict(layers=2, heads=2, width=64, context=32, vocab=65, batch=8, n=8 * 60),
+}
 LOG_EVERY = 10  # tuitrain's log_every_n_steps; the hand-written loop's loss.item() cadence
 TRIPLE = ("hand", "headless", "dashboard")
 COLS, ROWS = 120, 40  # the pseudo-terminal's size
 ALT_SCREEN = b"\x1b[?1049h"  # what a full-screen app (Textual) writes to take the alternate screen
 CHILD_TIMEOUT = {"plain": 180, "compiled": 240}  # seconds, at most, for one child
 FIRST_GUESS = {"plain": 30, "compiled": 60}  # seconds one child takes, before one has run
-TARGETS = {"headless_ratio": "<= 1.02", "dashboard_ratio": "<= 1.05", "tflops_vs_independent": "0.90-1.10",
-           "mfu_vs_independent": "0.90-1.10", "max_memory_vs_torch": "0.90-1.10", "compile_ratio": "<= 1.02",
-           "compile_trains": "completed, finite loss, >= 1 graph compiled"}
+TARGETS = {
+    "headless_ratio": "<= 1.02",
+    "dashboard_ratio": "<= 1.05",
+    "tflops_vs_independent": "0.90-1.10",
+    "mfu_vs_independent": "0.90-1.10",
+    "max_memory_vs_torch": "0.90-1.10",
+    "compile_ratio": "<= 1.02",
+    "compile_trains": "completed, finite loss, >= 1 graph compiled",
+}
 
 
 def build(size: dict):
@@ -173,8 +181,13 @@ def model_counts(size: dict, model) -> dict:
     n_ne = n - model.tok.weight.numel() - model.pos.weight.numel()  # lookups: no FLOPs
     tokens = size["batch"] * size["context"]
     attention = 12 * size["layers"] * size["width"] * size["context"] * tokens
-    return {"params": n, "params_nonembedding": n_ne, "tokens_per_step": tokens,
-            "flops_6nt": 6 * n * tokens, "flops_palm": 6 * n_ne * tokens + attention}
+    return {
+        "params": n,
+        "params_nonembedding": n_ne,
+        "tokens_per_step": tokens,
+        "flops_6nt": 6 * n * tokens,
+        "flops_palm": 6 * n_ne * tokens + attention,
+    }
 
 
 def child(spec: dict) -> dict:
@@ -186,8 +199,12 @@ def child(spec: dict) -> dict:
     total = warmup + steps
     cuda = device.startswith("cuda")
     model, loss_fn, data = build(size)
-    out: dict = {"which": spec["which"], "compile": compiled, **model_counts(size, model),
-                 "device_name": torch.cuda.get_device_name(device) if cuda else "cpu"}
+    out: dict = {
+        "which": spec["which"],
+        "compile": compiled,
+        **model_counts(size, model),
+        "device_name": torch.cuda.get_device_name(device) if cuda else "cpu",
+    }
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4)
     marks: dict[int, float] = {}
     done = 0  # optimizer steps
@@ -206,8 +223,13 @@ def child(spec: dict) -> dict:
 
         model.to(device)
         net = torch.compile(model) if compiled else model
-        loader = torch.utils.data.DataLoader(WholeBatches(data), batch_size=size["batch"], shuffle=True,
-                                             collate_fn=whole_batch, generator=torch.Generator().manual_seed(0))
+        loader = torch.utils.data.DataLoader(
+            WholeBatches(data),
+            batch_size=size["batch"],
+            shuffle=True,
+            collate_fn=whole_batch,
+            generator=torch.Generator().manual_seed(0),
+        )
         if cuda:
             torch.cuda.reset_peak_memory_stats(device)
         step = 0
@@ -251,15 +273,30 @@ def child(spec: dict) -> dict:
         if compiled:
             model.compile()  # in place, as `[train] compile = true` does (tuitrain/run/build.py)
         metrics = ["loss", "max_memory", "tflops"] + (["mfu"] if peak else [])
-        learner = Learner(model, opt, loss_fn=loss_fn, train_metrics=metrics, valid_metrics=(), epochs=10**6,
-                          max_steps=total, batch_size=size["batch"], precision="bf16-mixed", device=device,
-                          log_every_n_steps=LOG_EVERY, seed=0, callbacks=[collect])
+        learner = Learner(
+            model,
+            opt,
+            loss_fn=loss_fn,
+            train_metrics=metrics,
+            valid_metrics=(),
+            epochs=10**6,
+            max_steps=total,
+            batch_size=size["batch"],
+            precision="bf16-mixed",
+            device=device,
+            log_every_n_steps=LOG_EVERY,
+            seed=0,
+            callbacks=[collect],
+        )
         result = learner.fit(data, None, dashboard=spec["which"] == "dashboard")
         out["status"] = result.status
         if result.error:
             out["error"] = result.error
-        windows = [m for s, scope, m in logged  # the whole windows of LOG_EVERY steps inside the timed stretch
-                   if scope == "step" and s % LOG_EVERY == 0 and warmup <= s - LOG_EVERY and s <= total]
+        windows = [
+            m
+            for s, scope, m in logged  # the whole windows of LOG_EVERY steps inside the timed stretch
+            if scope == "step" and s % LOG_EVERY == 0 and warmup <= s - LOG_EVERY and s <= total
+        ]
         for name in ("tflops", "mfu"):  # the harmonic mean of equal-step windows: FLOPs over the stretch's time
             vals = [m[name] for m in windows if m.get(name)]
             out[name] = len(vals) / sum(1 / v for v in vals) if vals else None
@@ -353,7 +390,7 @@ def in_terminal(cmd: list[str], env: dict, trained: Path, timeout: float) -> tup
             if pressed is None and trained.exists():
                 pressed = now - 1.7  # the first key 0.3 s after the mark
             if pressed is not None and now - pressed >= 2.0:
-                os.write(fd, b"qy"[keys % 2:keys % 2 + 1])
+                os.write(fd, b"qy"[keys % 2 : keys % 2 + 1])
                 pressed, keys = now, keys + 1
     finally:
         os.close(fd)
@@ -373,8 +410,9 @@ def run_child(spec: dict, env: dict, tmp: Path, timeout: float) -> dict:
     if spec["which"] == "dashboard":
         rc, tail, drawn = in_terminal(cmd, env, trained, timeout)
     else:
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+        )
         LIVE.add(proc.pid)
         try:
             tail = proc.communicate(timeout=timeout)[0]
@@ -398,8 +436,6 @@ def run_child(spec: dict, env: dict, tmp: Path, timeout: float) -> dict:
     if res.get("loss") is not None and not math.isfinite(res["loss"]):
         res.setdefault("error", f"loss {res['loss']}")
     return res
-
-
 
 
 def ratio(a: dict, b: dict, key: str) -> float | None:
@@ -437,13 +473,19 @@ def summarize(report: dict, cuda: bool) -> None:
         "tflops_vs_6nt": [h["tflops"] / h["tflops_6nt"] for h in heads if h.get("tflops")],
         "mfu_vs_palm": mfu_palm,
         "max_memory_vs_torch": [r for t in triples if (r := ratio(t["headless"], t["hand"], "max_memory"))],
-        "compile_ratio": [r for p in pairs if (r := ratio(p["headless"], p["hand"], "per_step"))]}
+        "compile_ratio": [r for p in pairs if (r := ratio(p["headless"], p["hand"], "per_step"))],
+    }
     medians = report["medians"] = {k: statistics.median(xs) if xs else None for k, xs in figures.items()}
     report["ranges"] = {k: {"min": min(xs), "max": max(xs), "n": len(xs)} if xs else None for k, xs in figures.items()}
     report["peak_tflops"] = peak
-    value = {"headless_ratio": "headless_ratio", "dashboard_ratio": "dashboard_ratio",
-             "tflops_vs_independent": "tflops_vs_palm", "mfu_vs_independent": "mfu_vs_palm",
-             "max_memory_vs_torch": "max_memory_vs_torch", "compile_ratio": "compile_ratio"}
+    value = {
+        "headless_ratio": "headless_ratio",
+        "dashboard_ratio": "dashboard_ratio",
+        "tflops_vs_independent": "tflops_vs_palm",
+        "mfu_vs_independent": "mfu_vs_palm",
+        "max_memory_vs_torch": "max_memory_vs_torch",
+        "compile_ratio": "compile_ratio",
+    }
     goals = {}
     for name, key in value.items():
         x = medians[key]
@@ -457,11 +499,17 @@ def summarize(report: dict, cuda: bool) -> None:
             met = lo <= x <= hi
         goals[name] = {"value": x, "target": target, "met": met}
     compiled = [p["headless"] for p in pairs]
-    said = [brief(r["error"]) if "error" in r else
-            f"completed, loss {fmt(r['loss'], '.4g')}, {r['graphs_compiled']} graphs compiled" for r in compiled]
-    goals["compile_trains"] = {"value": said or None, "target": TARGETS["compile_trains"],
-                               "met": all("error" not in r and r["graphs_compiled"] for r in compiled)
-                               if compiled else None}
+    said = [
+        brief(r["error"])
+        if "error" in r
+        else f"completed, loss {fmt(r['loss'], '.4g')}, {r['graphs_compiled']} graphs compiled"
+        for r in compiled
+    ]
+    goals["compile_trains"] = {
+        "value": said or None,
+        "target": TARGETS["compile_trains"],
+        "met": all("error" not in r and r["graphs_compiled"] for r in compiled) if compiled else None,
+    }
     report["goals"] = goals
 
 
@@ -478,13 +526,19 @@ def line(name: str, r: dict) -> str:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--repeats", type=int, help="triples (hand, headless, dashboard; rotating order); "
-                                               "default 4, --small 1")
-    p.add_argument("--steps", type=int, help="timed steps after the warm-up (at least 20: one whole logged "
-                                             "window of tuitrain's inside); default 300, --small 20")
+    p.add_argument(
+        "--repeats", type=int, help="triples (hand, headless, dashboard; rotating order); default 4, --small 1"
+    )
+    p.add_argument(
+        "--steps",
+        type=int,
+        help="timed steps after the warm-up (at least 20: one whole logged "
+        "window of tuitrain's inside); default 300, --small 20",
+    )
     p.add_argument("--warmup", type=int, help="steps before the clock starts (at least 1); default 50, --small 10")
-    p.add_argument("--compile-pairs", type=int, help="pairs with torch.compile (0: none); default 1 on CUDA, "
-                                                     "0 on a CPU")
+    p.add_argument(
+        "--compile-pairs", type=int, help="pairs with torch.compile (0: none); default 1 on CUDA, 0 on a CPU"
+    )
     p.add_argument("--budget", type=float, default=270.0, help="seconds for the whole script (module docstring)")
     p.add_argument("--device", default="cuda")
     p.add_argument("--small", action="store_true", help="a tiny GPT (checks the script; no figure)")
@@ -508,14 +562,21 @@ def main(argv=None) -> int:
     a.warmup = a.warmup if a.warmup is not None else (10 if a.small else 50)
     a.compile_pairs = a.compile_pairs if a.compile_pairs is not None else (1 if cuda else 0)
     if a.steps < 2 * LOG_EVERY:
-        p.error(f"--steps must be at least {2 * LOG_EVERY}: tuitrain's tflops needs a whole logged window "
-                f"(every {LOG_EVERY} steps) inside the timed steps")
+        p.error(
+            f"--steps must be at least {2 * LOG_EVERY}: tuitrain's tflops needs a whole logged window "
+            f"(every {LOG_EVERY} steps) inside the timed steps"
+        )
     if a.warmup < 1 or a.repeats < 0 or a.compile_pairs < 0:
         p.error("--warmup must be at least 1, --repeats and --compile-pairs at least 0")
     size = "small" if a.small else "nanogpt"
-    report: dict = {"device": a.device, "torch": version("torch"),
-                    "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(a).items() if k != "child"},
-                    "model": dict(SIZES[size], size=size), "triples": [], "compile_pairs": []}
+    report: dict = {
+        "device": a.device,
+        "torch": version("torch"),
+        "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(a).items() if k != "child"},
+        "model": dict(SIZES[size], size=size),
+        "triples": [],
+        "compile_pairs": [],
+    }
     if cuda:
         import torch  # no CUDA context here (the children's name the device): is_available does not make one
 
@@ -526,8 +587,11 @@ def main(argv=None) -> int:
             if a.json:
                 a.json.write_text(json.dumps(report, indent=1))
             return 0
-    print(f"torch {report['torch']}, {a.device}; {size} GPT, {a.repeats} triples of {a.warmup} + {a.steps} "
-          f"steps, {a.compile_pairs} compile pairs, budget {a.budget:.0f} s", flush=True)
+    print(
+        f"torch {report['torch']}, {a.device}; {size} GPT, {a.repeats} triples of {a.warmup} + {a.steps} "
+        f"steps, {a.compile_pairs} compile pairs, budget {a.budget:.0f} s",
+        flush=True,
+    )
     env = child_env(a.device)
     t_start = time.monotonic()
     took = {"plain": [], "compiled": []}  # seconds each child took, by kind
@@ -546,7 +610,7 @@ def main(argv=None) -> int:
     base = {"size": size, "device": a.device, "steps": a.steps, "warmup": a.warmup}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(a.repeats):
-            order = TRIPLE[r % 3:] + TRIPLE[:r % 3]
+            order = TRIPLE[r % 3 :] + TRIPLE[: r % 3]
             triple: dict = {"order": list(order)}
             report["triples"].append(triple)
             if not fits("plain", 3, reserve=2 * a.compile_pairs * expect("compiled")):  # room for them too
@@ -567,11 +631,14 @@ def main(argv=None) -> int:
             print(f"triple {r + 1}: " + "; ".join(parts), flush=True)
             t = triple["headless"]
             if "error" not in t:
-                print(f"  headless on {t['device_name']}: tflops {fmt(t['tflops'], '.4g')} (6NT "
-                      f"{fmt(t.get('tflops_6nt'), '.4g')}, PaLM {fmt(t.get('tflops_palm'), '.4g')}), mfu "
-                      f"{fmt(t['mfu'], '.2f')} %, max_memory {gib(t['max_memory'])} GiB (hand-written "
-                      f"{gib(h.get('max_memory'))} GiB{'' if cuda else ', resident memory'}), loss "
-                      f"{fmt(t['loss'], '.4f')}", flush=True)
+                print(
+                    f"  headless on {t['device_name']}: tflops {fmt(t['tflops'], '.4g')} (6NT "
+                    f"{fmt(t.get('tflops_6nt'), '.4g')}, PaLM {fmt(t.get('tflops_palm'), '.4g')}), mfu "
+                    f"{fmt(t['mfu'], '.2f')} %, max_memory {gib(t['max_memory'])} GiB (hand-written "
+                    f"{gib(h.get('max_memory'))} GiB{'' if cuda else ', resident memory'}), loss "
+                    f"{fmt(t['loss'], '.4f')}",
+                    flush=True,
+                )
         for r in range(a.compile_pairs):
             order = ("hand", "headless") if r % 2 == 0 else ("headless", "hand")
             pair: dict = {"order": list(order)}
@@ -590,38 +657,59 @@ def main(argv=None) -> int:
                     independent(res)
                 pair[which] = res
             x = ratio(pair["headless"], pair["hand"], "per_step")
-            print(f"compile pair {r + 1}: " + "; ".join(line(w, pair[w]) for w in order)
-                  + (f"; headless/hand {x:.3f}" if x is not None else ""), flush=True)
-    first = next((c for t in report["triples"] + report["compile_pairs"] for c in t.values()
-                  if isinstance(c, dict) and "params" in c), None)
+            print(
+                f"compile pair {r + 1}: "
+                + "; ".join(line(w, pair[w]) for w in order)
+                + (f"; headless/hand {x:.3f}" if x is not None else ""),
+                flush=True,
+            )
+    first = next(
+        (
+            c
+            for t in report["triples"] + report["compile_pairs"]
+            for c in t.values()
+            if isinstance(c, dict) and "params" in c
+        ),
+        None,
+    )
     if first:
         report["device"] = first["device_name"]  # the GPU's name
-        report["model"].update({k: first[k] for k in ("params", "params_nonembedding", "tokens_per_step",
-                                                       "flops_6nt", "flops_palm")})
+        report["model"].update(
+            {k: first[k] for k in ("params", "params_nonembedding", "tokens_per_step", "flops_6nt", "flops_palm")}
+        )
     summarize(report, cuda)
-    crashed = [f"{'compile ' if c['compile'] else ''}{c['which']}: {brief(c['error'])}"
-               for t in report["triples"] + report["compile_pairs"] for c in t.values()
-               if isinstance(c, dict) and "error" in c and not c["compile"]]
+    crashed = [
+        f"{'compile ' if c['compile'] else ''}{c['which']}: {brief(c['error'])}"
+        for t in report["triples"] + report["compile_pairs"]
+        for c in t.values()
+        if isinstance(c, dict) and "error" in c and not c["compile"]
+    ]
     report["failures"] = crashed
     report["seconds"] = round(time.monotonic() - t_start, 1)
     if a.json:
         a.json.write_text(json.dumps(report, indent=1))
     print(f"\n{report['seconds']} s; medians (min-max) over triples{'' if cuda else ' (a CPU: no figure, not judged)'}")
-    for key, what in (("headless_ratio", "headless / hand-written, time per step"),
-                      ("dashboard_ratio", "dashboard / hand-written, time per step"),
-                      ("tflops_vs_palm", "tflops / PaLM count 6·N_ne·T + 12·L·W·ctx·T (the goal's)"),
-                      ("tflops_vs_6nt", "tflops / 6·N·T (leaves attention out)"),
-                      ("mfu_vs_palm", f"mfu / PaLM count over the peak ({fmt(report['peak_tflops'], '.0f')} TFLOP/s)"),
-                      ("max_memory_vs_torch", "max_memory / torch.cuda.max_memory_allocated"
-                                              + ("" if cuda else " (here resident memory)")),
-                      ("compile_ratio", "compiled: headless / hand-written")):
+    for key, what in (
+        ("headless_ratio", "headless / hand-written, time per step"),
+        ("dashboard_ratio", "dashboard / hand-written, time per step"),
+        ("tflops_vs_palm", "tflops / PaLM count 6·N_ne·T + 12·L·W·ctx·T (the goal's)"),
+        ("tflops_vs_6nt", "tflops / 6·N·T (leaves attention out)"),
+        ("mfu_vs_palm", f"mfu / PaLM count over the peak ({fmt(report['peak_tflops'], '.0f')} TFLOP/s)"),
+        (
+            "max_memory_vs_torch",
+            "max_memory / torch.cuda.max_memory_allocated" + ("" if cuda else " (here resident memory)"),
+        ),
+        ("compile_ratio", "compiled: headless / hand-written"),
+    ):
         m, v = report["medians"][key], report["ranges"][key]
         print(f"  {what}: " + (f"{m:.3f} ({v['min']:.3f}-{v['max']:.3f}), n={v['n']}" if v else "n/a"))
     print("goals (value: median; met, NOT met, or - where not judged):")
     for k, g in report["goals"].items():
         v = g["value"]
-        print(f"  {k} {g['target']}: {fmt(v) if not isinstance(v, list) and v is not None else v or 'n/a'}: "
-              f"{'-' if g['met'] is None else 'met' if g['met'] else 'NOT met'}")
+        print(
+            f"  {k} {g['target']}: {fmt(v) if not isinstance(v, list) and v is not None else v or 'n/a'}: "
+            f"{'-' if g['met'] is None else 'met' if g['met'] else 'NOT met'}"
+        )
     for c in crashed:
         print(f"FAILED {c}")
     return 1 if crashed else 0

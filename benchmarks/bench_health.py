@@ -23,11 +23,16 @@ sys.path.insert(0, str(HERE))
 
 import bench_lockstep  # noqa: E402
 
-OFF = ("watch.loss_spike=off", "watch.grad_spike=off", 'watch.stall=""', "watch.data_wait=0",
-       "watch.nonfinite=fail")
-ON = ("watch.loss_spike=skip", "watch.grad_spike=skip", 'watch.stall="10m"', "watch.data_wait=0.5",
-      "watch.nonfinite=skip", "metrics.train=[\"loss\", \"data_wait\"]")
-OFF = OFF + ("metrics.train=[\"loss\", \"data_wait\"]",)  # the same metrics both ways
+OFF = ("watch.loss_spike=off", "watch.grad_spike=off", 'watch.stall=""', "watch.data_wait=0", "watch.nonfinite=fail")
+ON = (
+    "watch.loss_spike=skip",
+    "watch.grad_spike=skip",
+    'watch.stall="10m"',
+    "watch.data_wait=0.5",
+    "watch.nonfinite=skip",
+    'metrics.train=["loss", "data_wait"]',
+)
+OFF = OFF + ('metrics.train=["loss", "data_wait"]',)  # the same metrics both ways
 # --rules defaults: the [watch] table as it comes against its rules that can be turned off, off
 DEFAULTS_ON: tuple[str, ...] = ()
 DEFAULTS_OFF = ("watch.loss_spike=off", "watch.grad_spike=off", 'watch.stall=""')
@@ -37,9 +42,13 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=4, help="runs of each setting (even: who starts alternates)")
     ap.add_argument("--model", choices=["tiny", "medium"], default="medium")
-    ap.add_argument("--rules", choices=["all", "defaults"], default="all",
-                    help="all: every rule acting against every rule off; defaults: [watch] as it comes against "
-                         "loss_spike, grad_spike and stall off")
+    ap.add_argument(
+        "--rules",
+        choices=["all", "defaults"],
+        default="all",
+        help="all: every rule acting against every rule off; defaults: [watch] as it comes against "
+        "loss_spike, grad_spike and stall off",
+    )
     args = ap.parse_args(argv)
     on, off = (ON, OFF) if args.rules == "all" else (DEFAULTS_ON, DEFAULTS_OFF)
     cpu = bench_lockstep.default_cpu()

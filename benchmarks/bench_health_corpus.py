@@ -90,17 +90,41 @@ MLP_REG = 'target = "corpusproj:MLP"\ninputs = 8\noutputs = 1'
 CE, MSE = "torch.nn:CrossEntropyLoss", "torch.nn:MSELoss"
 
 
-def config_case(name: str, *, model: str, data: str, loss: str, optimizer: str, scheduler: str = "",
-                epochs: int = 1, log_every: int = 1, train: str = "", ckpt_epochs: int = 1, ckpt_steps: int = 0):
+def config_case(
+    name: str,
+    *,
+    model: str,
+    data: str,
+    loss: str,
+    optimizer: str,
+    scheduler: str = "",
+    epochs: int = 1,
+    log_every: int = 1,
+    train: str = "",
+    ckpt_epochs: int = 1,
+    ckpt_steps: int = 0,
+):
     def run(work: Path, sets: list[str]) -> Path:
         from tuitrain.run.runner import prepare_run
 
-        text = BASE.format(name=name, runs=work / "runs", model=model, data=data, loss=loss, optimizer=optimizer,
-                           scheduler=scheduler, epochs=epochs, train=train, log_every=log_every,
-                           ckpt_epochs=ckpt_epochs, ckpt_steps=ckpt_steps)
+        text = BASE.format(
+            name=name,
+            runs=work / "runs",
+            model=model,
+            data=data,
+            loss=loss,
+            optimizer=optimizer,
+            scheduler=scheduler,
+            epochs=epochs,
+            train=train,
+            log_every=log_every,
+            ckpt_epochs=ckpt_epochs,
+            ckpt_steps=ckpt_steps,
+        )
         path = work / f"{name}.toml"
         path.write_text(text)
         return _execute(prepare_run(path, list(sets)))
+
     return run
 
 
@@ -112,6 +136,7 @@ def demo_case(demo: str, extra: list[str]):
         if not folder.exists():
             shutil.copytree(ROOT / "demo", folder)
         return _execute(prepare_run(folder / f"{demo}.toml", [f'experiment.dir="{work / "runs"}"', *extra, *sets]))
+
     return run
 
 
@@ -125,26 +150,32 @@ def _fault_data(kind: str, fault: str) -> str:
     """A one-epoch data table of 2000 batches of 16, the fault at batch FAULT_STEP - 1."""
     b = FAULT_STEP - 1
     target = "corpusproj:blobs" if kind == "cls" else "corpusproj:regression"
-    extra = {"": "", "x3": f"scale_batch = {b}\nscale = 3.0", "x10": f"scale_batch = {b}\nscale = 10.0",
-             "x300": f"scale_batch = {b}\nscale = 300.0", "labels": f"shuffle_batch = {b}",
-             "drift": f"drift_from = {b}\ndrift = 0.002"}[fault]
+    extra = {
+        "": "",
+        "x3": f"scale_batch = {b}\nscale = 3.0",
+        "x10": f"scale_batch = {b}\nscale = 10.0",
+        "x300": f"scale_batch = {b}\nscale = 300.0",
+        "labels": f"shuffle_batch = {b}",
+        "drift": f"drift_from = {b}\ndrift = 0.002",
+    }[fault]
     return f'target = "{target}"\nbatch_size = 16\nshuffle = false\nn = 32000\n{extra}'
 
 
 def fault_case(kind: str, fault: str):
     name = f"{'classify' if kind == 'cls' else 'regress'}-b16-{fault or 'healthy'}"
     model, loss = (MLP_CLS, CE) if kind == "cls" else (MLP_REG, MSE)
-    optimizer = ('target = "torch.optim:Adam"\nlr = 1e-3' if kind == "cls"
-                 else 'target = "torch.optim:SGD"\nlr = 0.02')
+    optimizer = 'target = "torch.optim:Adam"\nlr = 1e-3' if kind == "cls" else 'target = "torch.optim:SGD"\nlr = 0.02'
     scheduler = ""
     data = _fault_data(kind, fault if fault != "lr" else "")
     if fault == "lr":
         scheduler = f'[scheduler]\ntarget = "corpusproj:spike_lr"\ninterval = "step"\nat = {FAULT_STEP}\nfactor = 100.0'
-    return config_case(name, model=model, data=data, loss=loss, optimizer=optimizer, scheduler=scheduler,
-                       ckpt_epochs=0, ckpt_steps=500)
+    return config_case(
+        name, model=model, data=data, loss=loss, optimizer=optimizer, scheduler=scheduler, ckpt_epochs=0, ckpt_steps=500
+    )
 
 
 # --- a hand-written loop with Monitor; Lightning; the HF Trainer -------------------------------------
+
 
 def monitor_loop(work: Path, sets: list[str]) -> Path:
     import torch
@@ -201,12 +232,27 @@ def lightning_run(work: Path, sets: list[str]) -> Path:
     L.seed_everything(0, verbose=False)
     train, valid = corpusproj.regression(n=4096, batch_size=32)
     cb = TuitrainCallback(experiment="lightning", dir=work / "runs", dashboard=False, watch=_watch(sets))
-    trainer = L.Trainer(max_epochs=10, log_every_n_steps=1, callbacks=[cb], logger=False, enable_checkpointing=False,
-                        enable_model_summary=False, enable_progress_bar=False, accelerator="cpu")
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()), warnings.catch_warnings():
+    trainer = L.Trainer(
+        max_epochs=10,
+        log_every_n_steps=1,
+        callbacks=[cb],
+        logger=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        enable_progress_bar=False,
+        accelerator="cpu",
+    )
+    with (
+        contextlib.redirect_stdout(io.StringIO()),
+        contextlib.redirect_stderr(io.StringIO()),
+        warnings.catch_warnings(),
+    ):
         warnings.simplefilter("ignore")
-        trainer.fit(Reg(), torch.utils.data.DataLoader(train, batch_size=32, shuffle=True),
-                    torch.utils.data.DataLoader(valid, batch_size=256))
+        trainer.fit(
+            Reg(),
+            torch.utils.data.DataLoader(train, batch_size=32, shuffle=True),
+            torch.utils.data.DataLoader(valid, batch_size=256),
+        )
     return newest_run(work / "runs" / "lightning")
 
 
@@ -247,21 +293,39 @@ def hf_gpt2(work: Path, sets: list[str]) -> Path:
             return len(self.starts)
 
         def __getitem__(self, i):
-            x = data[self.starts[i]:self.starts[i] + length]
+            x = data[self.starts[i] : self.starts[i] + length]
             return {"input_ids": x, "labels": x}
 
     torch.manual_seed(0)
-    model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_head=2, n_embd=64, vocab_size=128, n_positions=length,
-                                       bos_token_id=0, eos_token_id=0))
-    args = TrainingArguments(output_dir=str(work / "hf"), max_steps=600, per_device_train_batch_size=16,
-                             logging_steps=1, learning_rate=1e-3, warmup_steps=60, eval_strategy="steps",
-                             eval_steps=200, save_strategy="no", report_to=[], use_cpu=True, seed=0,
-                             dataloader_num_workers=0, disable_tqdm=True)
+    model = GPT2LMHeadModel(
+        GPT2Config(n_layer=2, n_head=2, n_embd=64, vocab_size=128, n_positions=length, bos_token_id=0, eos_token_id=0)
+    )
+    args = TrainingArguments(
+        output_dir=str(work / "hf"),
+        max_steps=600,
+        per_device_train_batch_size=16,
+        logging_steps=1,
+        learning_rate=1e-3,
+        warmup_steps=60,
+        eval_strategy="steps",
+        eval_steps=200,
+        save_strategy="no",
+        report_to=[],
+        use_cpu=True,
+        seed=0,
+        dataloader_num_workers=0,
+        disable_tqdm=True,
+    )
     cb = TuitrainCallback(experiment="hf-gpt2", dir=work / "runs", dashboard=False, watch=_watch(sets))
     split = int(len(data) * 0.95)
-    trainer = Trainer(model=model, args=args, train_dataset=Chunks(0, split), eval_dataset=Chunks(split, len(data)),
-                      callbacks=[cb])
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()), warnings.catch_warnings():
+    trainer = Trainer(
+        model=model, args=args, train_dataset=Chunks(0, split), eval_dataset=Chunks(split, len(data)), callbacks=[cb]
+    )
+    with (
+        contextlib.redirect_stdout(io.StringIO()),
+        contextlib.redirect_stderr(io.StringIO()),
+        warnings.catch_warnings(),
+    ):
         warnings.simplefilter("ignore")
         trainer.train()
     return newest_run(work / "runs" / "hf-gpt2")
@@ -284,29 +348,71 @@ def _watch(sets: list[str]) -> dict:
 
 # --- the corpus ----------------------------------------------------------------------------------
 
+
 def corpus() -> list[Case]:
     cases = [
         Case("demo-spirals", "demo: MLP, AdamW, one-cycle", demo_case("spirals", [])),
         Case("demo-gan", "demo: GAN, two optimizers", demo_case("gan", [])),
-        Case("demo-charlm", "demo: char-level transformer", demo_case("charlm", [
-            "train.epochs=1", "train.validate_every_n_steps=100"])),
-        Case("classify-momentum-steplr", "4 classes, SGD momentum, StepLR, 40 epochs", config_case(
-            "classify-momentum-steplr", model=MLP_CLS, data='target = "corpusproj:blobs"\nbatch_size = 64\nn = 4000',
-            loss=CE, optimizer='target = "torch.optim:SGD"\nlr = 0.05\nmomentum = 0.9',
-            scheduler='[scheduler]\nname = "StepLR"\nstep_size = 10\ngamma = 0.5', epochs=40, log_every=1)),
-        Case("regress-adam", "regression, Adam, 30 epochs", config_case(
-            "regress-adam", model=MLP_REG, data='target = "corpusproj:regression"\nbatch_size = 32',
-            loss=MSE, optimizer='target = "torch.optim:Adam"\nlr = 3e-3', epochs=30, log_every=5)),
-        Case("regress-step-drop", "regression, SGD momentum, lr x0.1 at epochs 8, 16", config_case(
-            "regress-step-drop", model=MLP_REG, data='target = "corpusproj:regression"\nbatch_size = 32',
-            loss=MSE, optimizer='target = "torch.optim:SGD"\nlr = 0.01\nmomentum = 0.9',
-            scheduler='[scheduler]\nname = "MultiStepLR"\nmilestones = [8, 16]\ngamma = 0.1', epochs=24,
-            log_every=1)),
-        Case("classify-warmup-cosine", "4 classes, AdamW, warm-up then cosine, batch 32", config_case(
-            "classify-warmup-cosine", model=MLP_CLS, data='target = "corpusproj:blobs"\nbatch_size = 32\nn = 8000',
-            loss=CE, optimizer='target = "torch.optim:AdamW"\nlr = 3e-3\nweight_decay = 0.05',
-            scheduler='[scheduler]\ntarget = "corpusproj:warmup_cosine"\ninterval = "step"\nwarmup = 200\ntotal = 3750',
-            epochs=15, log_every=1)),
+        Case(
+            "demo-charlm",
+            "demo: char-level transformer",
+            demo_case("charlm", ["train.epochs=1", "train.validate_every_n_steps=100"]),
+        ),
+        Case(
+            "classify-momentum-steplr",
+            "4 classes, SGD momentum, StepLR, 40 epochs",
+            config_case(
+                "classify-momentum-steplr",
+                model=MLP_CLS,
+                data='target = "corpusproj:blobs"\nbatch_size = 64\nn = 4000',
+                loss=CE,
+                optimizer='target = "torch.optim:SGD"\nlr = 0.05\nmomentum = 0.9',
+                scheduler='[scheduler]\nname = "StepLR"\nstep_size = 10\ngamma = 0.5',
+                epochs=40,
+                log_every=1,
+            ),
+        ),
+        Case(
+            "regress-adam",
+            "regression, Adam, 30 epochs",
+            config_case(
+                "regress-adam",
+                model=MLP_REG,
+                data='target = "corpusproj:regression"\nbatch_size = 32',
+                loss=MSE,
+                optimizer='target = "torch.optim:Adam"\nlr = 3e-3',
+                epochs=30,
+                log_every=5,
+            ),
+        ),
+        Case(
+            "regress-step-drop",
+            "regression, SGD momentum, lr x0.1 at epochs 8, 16",
+            config_case(
+                "regress-step-drop",
+                model=MLP_REG,
+                data='target = "corpusproj:regression"\nbatch_size = 32',
+                loss=MSE,
+                optimizer='target = "torch.optim:SGD"\nlr = 0.01\nmomentum = 0.9',
+                scheduler='[scheduler]\nname = "MultiStepLR"\nmilestones = [8, 16]\ngamma = 0.1',
+                epochs=24,
+                log_every=1,
+            ),
+        ),
+        Case(
+            "classify-warmup-cosine",
+            "4 classes, AdamW, warm-up then cosine, batch 32",
+            config_case(
+                "classify-warmup-cosine",
+                model=MLP_CLS,
+                data='target = "corpusproj:blobs"\nbatch_size = 32\nn = 8000',
+                loss=CE,
+                optimizer='target = "torch.optim:AdamW"\nlr = 3e-3\nweight_decay = 0.05',
+                scheduler='[scheduler]\ntarget = "corpusproj:warmup_cosine"\ninterval = "step"\nwarmup = 200\ntotal = 3750',
+                epochs=15,
+                log_every=1,
+            ),
+        ),
         Case("regress-b16-healthy", "regression, SGD, batch 16, log every step", fault_case("reg", "")),
         Case("classify-b16-healthy", "4 classes, Adam, batch 16, log every step", fault_case("cls", "")),
         Case("monitor-loop", "hand-written loop with Monitor, SGD nesterov, clipping", monitor_loop),
@@ -314,22 +420,52 @@ def corpus() -> list[Case]:
         Case("hf-gpt2", "GPT-2 (2 layers) on Python source, HF Trainer", hf_gpt2, needs="transformers"),
     ]
     for kind, label in (("reg", "regression"), ("cls", "4 classes")):
-        for fault, what, expect in (("x3", "inputs x3", "report"), ("x10", "inputs x10", "caught"),
-                                    ("x300", "inputs x300", "caught")):
-            cases.append(Case(f"{'regress' if kind == 'reg' else 'classify'}-b16-{fault}", f"{label}: one batch's {what}",
-                              fault_case(kind, fault), fault=what, fault_step=FAULT_STEP, expect=expect))
+        for fault, what, expect in (
+            ("x3", "inputs x3", "report"),
+            ("x10", "inputs x10", "caught"),
+            ("x300", "inputs x300", "caught"),
+        ):
+            cases.append(
+                Case(
+                    f"{'regress' if kind == 'reg' else 'classify'}-b16-{fault}",
+                    f"{label}: one batch's {what}",
+                    fault_case(kind, fault),
+                    fault=what,
+                    fault_step=FAULT_STEP,
+                    expect=expect,
+                )
+            )
     cases += [
-        Case("classify-b16-labels", "4 classes: one batch's labels shuffled", fault_case("cls", "labels"),
-             fault="labels shuffled", fault_step=FAULT_STEP, expect="report"),
-        Case("regress-b16-lr", "regression: lr x100 for one step", fault_case("reg", "lr"),
-             fault="lr x100", fault_step=FAULT_STEP + 1, expect="report"),
-        Case("regress-b16-drift", "regression: targets drift upward", fault_case("reg", "drift"),
-             fault="slow drift (not a spike)", fault_step=FAULT_STEP, expect="none"),
+        Case(
+            "classify-b16-labels",
+            "4 classes: one batch's labels shuffled",
+            fault_case("cls", "labels"),
+            fault="labels shuffled",
+            fault_step=FAULT_STEP,
+            expect="report",
+        ),
+        Case(
+            "regress-b16-lr",
+            "regression: lr x100 for one step",
+            fault_case("reg", "lr"),
+            fault="lr x100",
+            fault_step=FAULT_STEP + 1,
+            expect="report",
+        ),
+        Case(
+            "regress-b16-drift",
+            "regression: targets drift upward",
+            fault_case("reg", "drift"),
+            fault="slow drift (not a spike)",
+            fault_step=FAULT_STEP,
+            expect="none",
+        ),
     ]
     return cases
 
 
 # --- recording what the rules judge --------------------------------------------------------------
+
 
 class Recorder:
     """Every value handed to a `Health` (the loss, the gradients' norm), in order, by run."""
@@ -400,8 +536,10 @@ def verdict(case: Case, alerts: list[dict]) -> tuple[int | None, bool, bool]:
 
 
 def table(rows: list[Row]) -> tuple[str, bool]:
-    head = (f"{'run':<26} {'kind':<48} {'judged':>11} {'alerts (loss/grad/other)':>24} {'fault step':>10} "
-            f"{'loss, grad jump':>15} {'first alert':>11}  target")
+    head = (
+        f"{'run':<26} {'kind':<48} {'judged':>11} {'alerts (loss/grad/other)':>24} {'fault step':>10} "
+        f"{'loss, grad jump':>15} {'first alert':>11}  target"
+    )
     lines, all_ok = [head, "-" * len(head)], True
     for r in rows:
         c = r.case
@@ -414,9 +552,11 @@ def table(rows: list[Row]) -> tuple[str, bool]:
         jumps = "" if not c.fault else f"{_x(jl)}, {_x(jg)}"
         target = {"none": "no alert", "caught": "caught at its step", "report": "(recall)"}[c.expect]
         counts = f"{n('loss_spike')}/{n('grad_spike')}/{other}"
-        lines.append(f"{c.name:<26} {c.kind[:48]:<48} {judged:>11} {counts:>24} "
-                     f"{c.fault_step if c.fault else '':>10} {jumps:>15} {first if first else '-':>11}  "
-                     f"{target}: {'met' if ok else 'NOT MET'}" + (" (caught)" if c.fault and caught else ""))
+        lines.append(
+            f"{c.name:<26} {c.kind[:48]:<48} {judged:>11} {counts:>24} "
+            f"{c.fault_step if c.fault else '':>10} {jumps:>15} {first if first else '-':>11}  "
+            f"{target}: {'met' if ok else 'NOT MET'}" + (" (caught)" if c.fault and caught else "")
+        )
     return "\n".join(lines), all_ok
 
 
@@ -464,23 +604,39 @@ def main(argv=None) -> int:
             values = list(rec.values)
             alerts = alerts_of(run_dir)
             judged = {w: sum(1 for x, _, _ in values if x == w) for w in ("loss", "grads")}
-            jumps = (jump(values, "loss", case.fault_step), jump(values, "grads", case.fault_step)) if case.fault else ()
+            jumps = (
+                (jump(values, "loss", case.fault_step), jump(values, "grads", case.fault_step)) if case.fault else ()
+            )
             rows.append(Row(case, seconds, judged, alerts, jumps))
             with gzip.open(args.save / f"{case.name}.json.gz", "wt", encoding="utf-8") as f:
-                json.dump({"name": case.name, "kind": case.kind, "fault": case.fault, "fault_step": case.fault_step,
-                           "expect": case.expect, "values": values}, f)
+                json.dump(
+                    {
+                        "name": case.name,
+                        "kind": case.kind,
+                        "fault": case.fault,
+                        "fault_step": case.fault_step,
+                        "expect": case.expect,
+                        "values": values,
+                    },
+                    f,
+                )
             a = ", ".join(f"{x['rule']}@{x['step']}" for x in alerts[:8]) + (" ..." if len(alerts) > 8 else "")
-            print(f"{case.name}: {seconds:.1f} s, {judged['loss']} losses and {judged['grads']} grad norms judged, "
-                  f"{len(alerts)} alert(s){': ' + a if alerts else ''}", flush=True)
+            print(
+                f"{case.name}: {seconds:.1f} s, {judged['loss']} losses and {judged['grads']} grad norms judged, "
+                f"{len(alerts)} alert(s){': ' + a if alerts else ''}",
+                flush=True,
+            )
     text, ok = table(rows)
     print()
     print(text)
     healthy = [r for r in rows if not r.case.fault]
-    print(f"\nhealthy runs with an alert: {sum(1 for r in healthy if r.alerts_list)} of {len(healthy)}; "
-          f"faults caught at their step: "
-          f"{sum(1 for r in rows if r.case.fault and verdict(r.case, r.alerts_list)[1])} of "
-          f"{sum(1 for r in rows if r.case.fault and r.case.expect != 'none')}; every target "
-          f"{'met' if ok else 'NOT MET'}")
+    print(
+        f"\nhealthy runs with an alert: {sum(1 for r in healthy if r.alerts_list)} of {len(healthy)}; "
+        f"faults caught at their step: "
+        f"{sum(1 for r in rows if r.case.fault and verdict(r.case, r.alerts_list)[1])} of "
+        f"{sum(1 for r in rows if r.case.fault and r.case.expect != 'none')}; every target "
+        f"{'met' if ok else 'NOT MET'}"
+    )
     return 0 if ok else 1
 
 

@@ -38,8 +38,10 @@ sys.path.insert(0, str(HERE))
 import benchproj  # noqa: E402
 
 # model, steps per turn, turns (the first `skip` of each loop not timed)
-SIZES = {"tiny": dict(d_in=32, hidden=64, batch=32, turn=400, turns=50, skip=8),
-         "medium": dict(d_in=784, hidden=1024, batch=128, turn=40, turns=40, skip=8)}
+SIZES = {
+    "tiny": dict(d_in=32, hidden=64, batch=32, turn=400, turns=50, skip=8),
+    "medium": dict(d_in=784, hidden=1024, batch=128, turn=40, turns=40, skip=8),
+}
 
 
 class InprocNet(benchproj.Net):
@@ -62,14 +64,17 @@ class InprocNet(benchproj.Net):
         self.h_opt = torch.optim.AdamW(self.h_model.parameters(), lr=1e-3)
         self.h_loss = nn.CrossEntropyLoss()
         # fetched whole, as tuitrain fetches a TensorDataset: the two differ by their loops alone
-        self.h_batches = iter(DataLoader(benchproj.WholeBatches(data), batch_size=int(batch), shuffle=True,
-                                         collate_fn=benchproj.whole_batch))
+        self.h_batches = iter(
+            DataLoader(
+                benchproj.WholeBatches(data), batch_size=int(batch), shuffle=True, collate_fn=benchproj.whole_batch
+            )
+        )
         self.h_step = 0
         atexit.register(self.save)
 
     def save(self) -> None:
         with open(self.out, "w") as f:
-            f.write(repr((self.tuitrain_times[self.skip:], self.hand_times[self.skip:])))
+            f.write(repr((self.tuitrain_times[self.skip :], self.hand_times[self.skip :])))
 
     def hand_turn(self) -> bool:
         model, opt, loss_fn = self.h_model, self.h_opt, self.h_loss
@@ -113,9 +118,22 @@ def inproc(kind: str, tmp: Path) -> tuple[float, float]:
     cfg = steps_bench.write_config(tmp, steps, model, "inproc.toml", "bench_inproc:InprocNet")
     out = tmp / f"inproc-{time.time_ns()}.txt"
     env = dict(steps_bench.env(), BENCH_INPROC=f"{m['turn']},{m['skip']},{m['batch']},{m['turns'] + 1},{out}")
-    subprocess.run([sys.executable, "-m", "tuitrain", "run", str(cfg), "--headless", "--run-dir",
-                    str(tmp / f"run-{time.time_ns()}")], env=env, check=True, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tuitrain",
+            "run",
+            str(cfg),
+            "--headless",
+            "--run-dir",
+            str(tmp / f"run-{time.time_ns()}"),
+        ],
+        env=env,
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     tt, hand = ast.literal_eval(out.read_text())
     n = min(len(tt), len(hand))
     return sum(tt[:n]) / (n * m["turn"]), sum(hand[:n]) / (n * m["turn"])

@@ -77,11 +77,17 @@ def parse(argv=None) -> argparse.Namespace:
     ap.add_argument("--turns", type=int, default=16, help="timed turns per process and run")
     ap.add_argument("--skip", type=int, default=3, help="turns at the start not timed")
     ap.add_argument("--only", default="", help="comma-separated configuration names: " + ", ".join(CONFIGS))
-    ap.add_argument("--cpu", default=str(max(os.sched_getaffinity(0))),
-                    help="the CPU both processes are pinned to (default: the last one), or none")
+    ap.add_argument(
+        "--cpu",
+        default=str(max(os.sched_getaffinity(0))),
+        help="the CPU both processes are pinned to (default: the last one), or none",
+    )
     ap.add_argument("--profile", default="", help="one configuration: a fit with the callback under cProfile")
-    ap.add_argument("--inside", action="store_true",
-                    help="instead of lockstep: one fit per configuration with the callback's hooks timed inside")
+    ap.add_argument(
+        "--inside",
+        action="store_true",
+        help="instead of lockstep: one fit per configuration with the callback's hooks timed inside",
+    )
     ap.add_argument("--worker", default="", help=argparse.SUPPRESS)
     ap.add_argument("--with-callback", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--baton", default="", help=argparse.SUPPRESS)
@@ -106,7 +112,9 @@ def quiet(framework: str) -> None:
 # --- Lightning --------------------------------------------------------------------------------------
 
 
-def lightning_fit(model: str, every: int, steps: int, tmp: Path, with_callback: bool, at_step_end, profile=None) -> None:
+def lightning_fit(
+    model: str, every: int, steps: int, tmp: Path, with_callback: bool, at_step_end, profile=None
+) -> None:
     """One fit; `at_step_end()` is called at the end of every step, after every other callback."""
     import lightning.pytorch as pl
     import torch
@@ -141,9 +149,17 @@ def lightning_fit(model: str, every: int, steps: int, tmp: Path, with_callback: 
     data = TensorDataset(torch.randn(n, m["d_in"], generator=g), torch.randint(0, 10, (n,), generator=g))
     loader = DataLoader(data, batch_size=m["batch"], shuffle=True, generator=g)
     callbacks = ([TuitrainCallback(dashboard=False, dir=tmp)] if with_callback else []) + [Times()]
-    trainer = pl.Trainer(accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
-                         enable_model_summary=False, enable_progress_bar=False, max_steps=steps,
-                         log_every_n_steps=every, callbacks=callbacks)
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        enable_progress_bar=False,
+        max_steps=steps,
+        log_every_n_steps=every,
+        callbacks=callbacks,
+    )
     net = Net()
     with profile or contextlib.nullcontext():
         trainer.fit(net, loader)
@@ -175,11 +191,20 @@ def hf_fit(model: str, every: int, steps: int, tmp: Path, with_callback: bool, a
             return {"input_ids": self.ids[i], "labels": self.ids[i]}
 
     torch.manual_seed(0)
-    net = GPT2LMHeadModel(GPT2Config(n_layer=2, n_head=2, n_embd=64, vocab_size=256, n_positions=64,
-                                     bos_token_id=0, eos_token_id=0))
-    args = TrainingArguments(output_dir=str(tmp / "hf"), use_cpu=True, report_to=[], save_strategy="no",
-                             logging_steps=every, disable_tqdm=True, max_steps=steps, per_device_train_batch_size=GPT2["batch"],
-                             seed=0)
+    net = GPT2LMHeadModel(
+        GPT2Config(n_layer=2, n_head=2, n_embd=64, vocab_size=256, n_positions=64, bos_token_id=0, eos_token_id=0)
+    )
+    args = TrainingArguments(
+        output_dir=str(tmp / "hf"),
+        use_cpu=True,
+        report_to=[],
+        save_strategy="no",
+        logging_steps=every,
+        disable_tqdm=True,
+        max_steps=steps,
+        per_device_train_batch_size=GPT2["batch"],
+        seed=0,
+    )
     callbacks = ([TuitrainCallback(dashboard=False, dir=tmp)] if with_callback else []) + [Times()]
     trainer = Trainer(model=net, args=args, train_dataset=Tokens(), callbacks=callbacks)
     trainer.remove_callback(PrinterCallback)
@@ -275,23 +300,37 @@ def lockstep(name: str, args: argparse.Namespace, with_first: bool, control: boo
     b_r, b_w = os.pipe()  # with -> without
     cpu = None if args.cpu == "none" else int(args.cpu)
     pin = None if cpu is None else (lambda: os.sched_setaffinity(0, {cpu}))
-    base = [sys.executable, str(Path(__file__).resolve()), "--worker", name, "--skip", str(args.skip),
-            "--turns", str(args.turns)]
+    base = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--worker",
+        name,
+        "--skip",
+        str(args.skip),
+        "--turns",
+        str(args.turns),
+    ]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     procs = {}
     for who, (r, w), second in (("without", (b_r, a_w), with_first), ("with", (a_r, b_w), not with_first)):
-        cmd = base + ["--baton", f"{r},{w},{turn},{int(second)}"] + ([] if control and who == "with" else
-                                                                      ["--with-callback"] if who == "with" else [])
-        procs[who] = subprocess.Popen(cmd, env=env, pass_fds=(r, w), stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True, preexec_fn=pin)
+        cmd = (
+            base
+            + ["--baton", f"{r},{w},{turn},{int(second)}"]
+            + ([] if control and who == "with" else ["--with-callback"] if who == "with" else [])
+        )
+        procs[who] = subprocess.Popen(
+            cmd, env=env, pass_fds=(r, w), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=pin
+        )
     for fd in (a_r, a_w, b_r, b_w):  # only the two processes hold the pipes: one's exit frees the other
         os.close(fd)
     outs = {who: p.communicate() for who, p in procs.items()}
     for who, p in procs.items():
         if p.returncode:
             raise RuntimeError(f"{name} ({who}): exit {p.returncode}\n{outs[who][1][-3000:]}")
-    (times_w, away_w), (times_o, _) = ([[float(x) for x in line.split()] for line in out.splitlines()[-2:]]
-                                       for out, _ in (outs["with"], outs["without"]))
+    (times_w, away_w), (times_o, _) = (
+        [[float(x) for x in line.split()] for line in out.splitlines()[-2:]]
+        for out, _ in (outs["with"], outs["without"])
+    )
     n = min(len(times_w), len(times_o)) - 1  # the last turn: the other may be finishing its fit meanwhile
     lo = args.skip
     moved = [0.0] * n
@@ -300,8 +339,13 @@ def lockstep(name: str, args: argparse.Namespace, with_first: bool, control: boo
             moved[i] = away_w[i] if i < len(away_w) else 0.0
     w = [times_w[i] + moved[i] for i in range(lo, n)]
     o = [times_o[i] - moved[i] for i in range(lo, n)]
-    return {"with": sum(w), "without": sum(o), "steps": (n - lo) * turn, "moved": sum(moved[lo:n]),
-            "turn_ratios": [a / b for a, b in zip(w, o)]}
+    return {
+        "with": sum(w),
+        "without": sum(o),
+        "steps": (n - lo) * turn,
+        "moved": sum(moved[lo:n]),
+        "turn_ratios": [a / b for a, b in zip(w, o)],
+    }
 
 
 def quartiles(xs: list[float]) -> tuple[float, float, float]:
@@ -313,10 +357,13 @@ def quartiles(xs: list[float]) -> tuple[float, float, float]:
 
 def summarize(runs: list[dict]) -> dict:
     ratios = [r["with"] / r["without"] for r in runs]
-    return {"ratio": statistics.median(ratios), "range": (min(ratios), max(ratios)),
-            "turns": quartiles([t for r in runs for t in r["turn_ratios"]]),
-            "step_ms": statistics.median(r["without"] / r["steps"] for r in runs) * 1e3,
-            "moved_us": statistics.median(r["moved"] / r["steps"] for r in runs) * 1e6}
+    return {
+        "ratio": statistics.median(ratios),
+        "range": (min(ratios), max(ratios)),
+        "turns": quartiles([t for r in runs for t in r["turn_ratios"]]),
+        "step_ms": statistics.median(r["without"] / r["steps"] for r in runs) * 1e3,
+        "moved_us": statistics.median(r["moved"] / r["steps"] for r in runs) * 1e6,
+    }
 
 
 def run_config(name: str, args: argparse.Namespace) -> dict:
@@ -331,11 +378,13 @@ def run_config(name: str, args: argparse.Namespace) -> dict:
         r = lockstep(name, args, with_first=i % 2 == 0, control=control)
         (controls if control else runs).append(r)
         ratio = r["with"] / r["without"]
-        print(f"  {name} {'control' if control else 'run'} {i + 1}/{len(order)}: "
-              f"{'without 2' if control else 'with'} {r['with'] / r['steps'] * 1e3:.3f} ms/step, "
-              f"without {r['without'] / r['steps'] * 1e3:.3f}, ratio {ratio:.3f}"
-              + ("" if control else f", Monitor thread moved {r['moved'] / r['steps'] * 1e6:.1f} µs/step"),
-              flush=True)
+        print(
+            f"  {name} {'control' if control else 'run'} {i + 1}/{len(order)}: "
+            f"{'without 2' if control else 'with'} {r['with'] / r['steps'] * 1e3:.3f} ms/step, "
+            f"without {r['without'] / r['steps'] * 1e3:.3f}, ratio {ratio:.3f}"
+            + ("" if control else f", Monitor thread moved {r['moved'] / r['steps'] * 1e6:.1f} µs/step"),
+            flush=True,
+        )
     out = {"name": name, "runs": summarize(runs)}
     if controls:
         out["controls"] = summarize(controls)
@@ -343,21 +392,33 @@ def run_config(name: str, args: argparse.Namespace) -> dict:
 
 
 def table(results: list[dict], args: argparse.Namespace) -> str:
-    lines = [f"| configuration | step without | with / without ({args.repeats} runs: median, range) | turn by turn: "
-             f"median (IQR) | the Monitor thread's share | control ({args.controls} runs: median, range) | "
-             "control turn by turn |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        f"| configuration | step without | with / without ({args.repeats} runs: median, range) | turn by turn: "
+        f"median (IQR) | the Monitor thread's share | control ({args.controls} runs: median, range) | "
+        "control turn by turn |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for r in results:
         s, c = r["runs"], r.get("controls")
-        ctl = (f"{c['ratio']:.3f}× ({c['range'][0]:.3f}–{c['range'][1]:.3f}) | {c['turns'][1]:.3f}× "
-               f"({c['turns'][0]:.3f}–{c['turns'][2]:.3f})") if c else "| "
-        lines.append(f"| {r['name']} | {s['step_ms']:.2f} ms | {s['ratio']:.3f}× ({s['range'][0]:.3f}–{s['range'][1]:.3f}) | "
-                     f"{s['turns'][1]:.3f}× ({s['turns'][0]:.3f}–{s['turns'][2]:.3f}) | {s['moved_us']:.1f} µs/step | {ctl} |")
+        ctl = (
+            (
+                f"{c['ratio']:.3f}× ({c['range'][0]:.3f}–{c['range'][1]:.3f}) | {c['turns'][1]:.3f}× "
+                f"({c['turns'][0]:.3f}–{c['turns'][2]:.3f})"
+            )
+            if c
+            else "| "
+        )
+        lines.append(
+            f"| {r['name']} | {s['step_ms']:.2f} ms | {s['ratio']:.3f}× ({s['range'][0]:.3f}–{s['range'][1]:.3f}) | "
+            f"{s['turns'][1]:.3f}× ({s['turns'][0]:.3f}–{s['turns'][2]:.3f}) | {s['moved_us']:.1f} µs/step | {ctl} |"
+        )
     return "\n".join(lines)
 
 
-HOOKS = {"lightning": ("on_train_batch_start", "on_train_batch_end", "on_train_epoch_start", "on_train_epoch_end"),
-         "hf": ("on_step_end", "on_log")}
+HOOKS = {
+    "lightning": ("on_train_batch_start", "on_train_batch_end", "on_train_epoch_start", "on_train_epoch_end"),
+    "hf": ("on_step_end", "on_log"),
+}
 
 
 def inside(name: str, args: argparse.Namespace) -> dict:
@@ -386,6 +447,7 @@ def inside(name: str, args: argparse.Namespace) -> dict:
             finally:
                 spent[hook][1] += time.thread_time() - c
                 spent[hook][0] += time.perf_counter() - w
+
         return wrapper
 
     steps = turn * (args.skip + args.turns)
@@ -396,12 +458,19 @@ def inside(name: str, args: argparse.Namespace) -> dict:
     def at_step_end() -> None:
         state["n"] += 1
         if not clock:
-            clock.extend(time.pthread_getcpuclockid(t.ident) for t in threading.enumerate()
-                         if t.name == MONITOR_THREAD and t.ident is not None)
+            clock.extend(
+                time.pthread_getcpuclockid(t.ident)
+                for t in threading.enumerate()
+                if t.name == MONITOR_THREAD and t.ident is not None
+            )
         if state["n"] in (warm, steps - 1):
             mon = time.clock_gettime(clock[0]) if clock else 0.0
-            marks[str(state["n"])] = (time.perf_counter(), time.thread_time(), mon,
-                                      {h: list(v) for h, v in spent.items()})
+            marks[str(state["n"])] = (
+                time.perf_counter(),
+                time.thread_time(),
+                mon,
+                {h: list(v) for h, v in spent.items()},
+            )
 
     state = {"n": 0}
     for h in HOOKS[framework]:
@@ -418,21 +487,31 @@ def inside(name: str, args: argparse.Namespace) -> dict:
     hooks_cpu = sum(s1[h][1] - s0[h][1] for h in spent) / n
     step = (t1 - t0) / n
     step_cpu = (c1 - c0) / n + (m1 - m0) / n  # the loop's thread and the Monitor's: all of the step's CPU
-    return {"name": name, "step_ms": step * 1e3, "step_cpu_ms": step_cpu * 1e3, "hooks_wall_us": hooks_wall * 1e6, "hooks_cpu_us": hooks_cpu * 1e6,
-            "monitor_us": (m1 - m0) / n * 1e6,
-            "by_hook": {h: (s1[h][1] - s0[h][1]) / n * 1e6 for h in spent},
-            # CPU times: a hook's wall time also holds waits for the GIL while the Monitor's thread runs
-            "ratio": step_cpu / (step_cpu - hooks_cpu - (m1 - m0) / n)}
+    return {
+        "name": name,
+        "step_ms": step * 1e3,
+        "step_cpu_ms": step_cpu * 1e3,
+        "hooks_wall_us": hooks_wall * 1e6,
+        "hooks_cpu_us": hooks_cpu * 1e6,
+        "monitor_us": (m1 - m0) / n * 1e6,
+        "by_hook": {h: (s1[h][1] - s0[h][1]) / n * 1e6 for h in spent},
+        # CPU times: a hook's wall time also holds waits for the GIL while the Monitor's thread runs
+        "ratio": step_cpu / (step_cpu - hooks_cpu - (m1 - m0) / n),
+    }
 
 
 def inside_table(results: list[dict]) -> str:
-    lines = ["| configuration | step with the callback, wall (CPU) | the callback's hooks, wall (CPU), µs/step | by hook, CPU µs/step "
-             "| the Monitor thread's CPU, µs/step | estimate, in CPU time: step / (step − hooks − the thread) |",
-             "| --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        "| configuration | step with the callback, wall (CPU) | the callback's hooks, wall (CPU), µs/step | by hook, CPU µs/step "
+        "| the Monitor thread's CPU, µs/step | estimate, in CPU time: step / (step − hooks − the thread) |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
     for r in results:
         by = ", ".join(f"{h} {v:.1f}" for h, v in r["by_hook"].items() if v >= 0.05)
-        lines.append(f"| {r['name']} | {r['step_ms']:.2f} ms ({r['step_cpu_ms']:.2f}) | {r['hooks_wall_us']:.1f} ({r['hooks_cpu_us']:.1f}) | {by} | "
-                     f"{r['monitor_us']:.1f} | {r['ratio']:.3f}× |")
+        lines.append(
+            f"| {r['name']} | {r['step_ms']:.2f} ms ({r['step_cpu_ms']:.2f}) | {r['hooks_wall_us']:.1f} ({r['hooks_cpu_us']:.1f}) | {by} | "
+            f"{r['monitor_us']:.1f} | {r['ratio']:.3f}× |"
+        )
     return "\n".join(lines)
 
 
@@ -478,9 +557,23 @@ def main(argv=None) -> int:
             os.sched_setaffinity(0, {int(args.cpu)})
         results = []
         for n in names:  # one process per configuration: the two frameworks' imports kept apart
-            out = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--inside-one", n, "--cpu", args.cpu,
-                                  "--skip", str(args.skip), "--turns", str(args.turns)],
-                                 capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+            out = subprocess.run(
+                [
+                    sys.executable,
+                    str(Path(__file__).resolve()),
+                    "--inside-one",
+                    n,
+                    "--cpu",
+                    args.cpu,
+                    "--skip",
+                    str(args.skip),
+                    "--turns",
+                    str(args.turns),
+                ],
+                capture_output=True,
+                text=True,
+                env=dict(os.environ, OMP_NUM_THREADS="1"),
+            )
             if out.returncode:
                 raise RuntimeError(f"{n}: exit {out.returncode}\n{out.stderr[-3000:]}")
             results.append(json.loads(out.stdout.splitlines()[-1]))

@@ -37,8 +37,12 @@ import benchproj  # noqa: E402
 from tuitrain.core.health import Health, Watch  # noqa: E402
 
 OFF = {"loss_spike": "off", "grad_spike": "off", "stall": ""}
-SETTINGS = {"defaults": {}, "off": OFF, "spikes only": {"stall": ""}, "stall only": {"loss_spike": "off",
-                                                                                   "grad_spike": "off"}}
+SETTINGS = {
+    "defaults": {},
+    "off": OFF,
+    "spikes only": {"stall": ""},
+    "stall only": {"loss_spike": "off", "grad_spike": "off"},
+}
 
 
 def per_call(fn, n: int, rounds: int = 7) -> tuple[float, float, float]:
@@ -66,11 +70,11 @@ def calls(n: int = 200_000) -> None:
         for i, v in enumerate(values[:1000]):
             h.loss(v, i)
             h.grads(v, i)
-        it = iter(range(10 ** 12))
+        it = iter(range(10**12))
         vs = values
         show(f"Health.loss, {name}", per_call(lambda: h.loss(vs[next(it) & 4095], 5), n))
         show(f"Health.grads, {name}", per_call(lambda: h.grads(vs[next(it) & 4095], 5), n))
-    it = iter(range(10 ** 12))
+    it = iter(range(10**12))
     show("the loop's own cost (lambda, next, index)", per_call(lambda: values[next(it) & 4095], n))
 
     torch.set_num_threads(1)
@@ -97,9 +101,19 @@ def tiny_learner(watch: dict, model=None):
 
     torch.manual_seed(0)
     model = benchproj.Net(32, 64, 10) if model is None else model
-    return CoreLearner(model, torch.optim.AdamW(model.parameters(), lr=1e-3), loss_fn=torch.nn.CrossEntropyLoss(),
-                   train_metrics=("loss",), valid_metrics=(), epochs=1, device="cpu", log_every_n_steps=10,
-                   batch_size=32, seed=0, watch=watch)
+    return CoreLearner(
+        model,
+        torch.optim.AdamW(model.parameters(), lr=1e-3),
+        loss_fn=torch.nn.CrossEntropyLoss(),
+        train_metrics=("loss",),
+        valid_metrics=(),
+        epochs=1,
+        device="cpu",
+        log_every_n_steps=10,
+        batch_size=32,
+        seed=0,
+        watch=watch,
+    )
 
 
 def inloop(repeats: int, n_steps: int) -> None:
@@ -120,6 +134,7 @@ def inloop(repeats: int, n_steps: int) -> None:
             r = fn(*args)
             out.append(clock() - t0)
             return r
+
         return wrapper
 
     data, _ = benchproj.datasets(n=32 * n_steps, d_in=32)
@@ -134,21 +149,25 @@ def inloop(repeats: int, n_steps: int) -> None:
                 learner = tiny_learner(SETTINGS[setting])
                 assert learner.fit(data).status == "completed"
                 for name, ns in spent.items():
-                    figures.setdefault((setting, name), []).append(statistics.median(ns[len(ns) // 10:]))
+                    figures.setdefault((setting, name), []).append(statistics.median(ns[len(ns) // 10 :]))
     finally:
         for name, fn in plain.items():
             setattr(mixin, name, fn)
     t0 = clock()
     timer = statistics.median([-t0 + (t0 := clock()) for _ in range(10000)])
-    print(f"inside a fit of {n_steps} steps ({repeats} fits a setting): median ns per call, the fits' medians "
-          f"(the two clock reads, about {timer:.0f} ns, included)")
+    print(
+        f"inside a fit of {n_steps} steps ({repeats} fits a setting): median ns per call, the fits' medians "
+        f"(the two clock reads, about {timer:.0f} ns, included)"
+    )
     per_step = {}
     for (setting, name), v in figures.items():
         med = statistics.median(v)
         every = 10 if name == "judge_grads" else 1
         per_step[setting] = per_step.get(setting, 0.0) + med / every
-        print(f"  {setting:<9} {name:<12} {med / 1000:7.2f} us a call (fits {min(v) / 1000:.2f}-{max(v) / 1000:.2f}),"
-              f" {med / every / 1000:5.2f} us a step")
+        print(
+            f"  {setting:<9} {name:<12} {med / 1000:7.2f} us a call (fits {min(v) / 1000:.2f}-{max(v) / 1000:.2f}),"
+            f" {med / every / 1000:5.2f} us a step"
+        )
     for setting, ns in per_step.items():
         print(f"  {setting:<9} both         {ns / 1000:7.2f} us a step")
 

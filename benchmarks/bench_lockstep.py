@@ -41,8 +41,10 @@ sys.path.insert(0, str(HERE))
 import bench_dashboard as steps_bench  # noqa: E402
 
 # model, steps per turn, turns (the first `skip` not timed)
-SIZES = {"tiny": dict(d_in=32, hidden=64, batch=32, turn=400, turns=60, skip=10),
-         "medium": dict(d_in=784, hidden=1024, batch=128, turn=40, turns=45, skip=8)}
+SIZES = {
+    "tiny": dict(d_in=32, hidden=64, batch=32, turn=400, turns=60, skip=10),
+    "medium": dict(d_in=784, hidden=1024, batch=128, turn=40, turns=45, skip=8),
+}
 
 
 def default_cpu() -> int:
@@ -50,8 +52,15 @@ def default_cpu() -> int:
     return max(os.sched_getaffinity(0))
 
 
-def lockstep(kind: str, tmp: Path, tuitrain_first: bool = False, control: bool = False,
-             cpu: int | None = None, fetch: str = "item", sets: tuple[str, ...] = ()) -> tuple[float, float]:
+def lockstep(
+    kind: str,
+    tmp: Path,
+    tuitrain_first: bool = False,
+    control: bool = False,
+    cpu: int | None = None,
+    fetch: str = "item",
+    sets: tuple[str, ...] = (),
+) -> tuple[float, float]:
     """One lockstep run: (tuitrain's seconds per step, the hand-written loop's). `control`: a second
     hand-written loop in tuitrain's place (the method's own noise). `cpu`: both processes run on
     that CPU only (None: wherever the kernel puts them). `fetch`: the hand-written loop's data
@@ -65,18 +74,38 @@ def lockstep(kind: str, tmp: Path, tuitrain_first: bool = False, control: bool =
     b_r, b_w = os.pipe()  # tuitrain -> hand
     outs = tmp / f"hand-{time.time_ns()}.txt", tmp / f"tuitrain-{time.time_ns()}.txt"
     spec = f"{m['turn']},{m['skip']}"
-    hand_env = dict(steps_bench.env(), BENCH_BATON=f"{b_r},{a_w},{spec},{outs[0]}",
-                    BENCH_BATON_SECOND="1" if tuitrain_first else "0")
-    tt_env = dict(steps_bench.env(), BENCH_BATON=f"{a_r},{b_w},{spec},{outs[1]}",
-                  BENCH_BATON_SECOND="0" if tuitrain_first else "1")
+    hand_env = dict(
+        steps_bench.env(),
+        BENCH_BATON=f"{b_r},{a_w},{spec},{outs[0]}",
+        BENCH_BATON_SECOND="1" if tuitrain_first else "0",
+    )
+    tt_env = dict(
+        steps_bench.env(),
+        BENCH_BATON=f"{a_r},{b_w},{spec},{outs[1]}",
+        BENCH_BATON_SECOND="0" if tuitrain_first else "1",
+    )
     pin = None if cpu is None else (lambda: os.sched_setaffinity(0, {cpu}))
-    hand = subprocess.Popen([sys.executable, "-c", hand_code], env=hand_env, pass_fds=(b_r, a_w),
-                            stdout=subprocess.DEVNULL, preexec_fn=pin)
-    tt_cmd = ([sys.executable, "-c", hand_code] if control else
-              [sys.executable, "-m", "tuitrain", "run", str(cfg), "--headless", "--run-dir",
-               str(tmp / f"run-{time.time_ns()}")] + [a for kv in sets for a in ("--set", kv)])
-    tt = subprocess.Popen(tt_cmd, env=tt_env, pass_fds=(a_r, b_w), stdout=subprocess.DEVNULL,
-                          stderr=subprocess.DEVNULL, preexec_fn=pin)
+    hand = subprocess.Popen(
+        [sys.executable, "-c", hand_code], env=hand_env, pass_fds=(b_r, a_w), stdout=subprocess.DEVNULL, preexec_fn=pin
+    )
+    tt_cmd = (
+        [sys.executable, "-c", hand_code]
+        if control
+        else [
+            sys.executable,
+            "-m",
+            "tuitrain",
+            "run",
+            str(cfg),
+            "--headless",
+            "--run-dir",
+            str(tmp / f"run-{time.time_ns()}"),
+        ]
+        + [a for kv in sets for a in ("--set", kv)]
+    )
+    tt = subprocess.Popen(
+        tt_cmd, env=tt_env, pass_fds=(a_r, b_w), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=pin
+    )
     for fd in (a_r, a_w, b_r, b_w):  # only the two processes hold the pipes: one's exit frees the other
         os.close(fd)
     if hand.wait() or tt.wait():
@@ -89,21 +118,33 @@ def lockstep(kind: str, tmp: Path, tuitrain_first: bool = False, control: bool =
 def print_runs(kind: str, name: str, other: str, runs: list[tuple[float, float]]) -> None:
     """One line for a model's runs, each (seconds per step, the hand-written loop's): medians and ratios."""
     ratios = [t / h for t, h in runs]
-    print(f"{kind}: {name} {statistics.median(t for t, _ in runs) * 1e6:.1f} µs/step, "
-          f"{other} {statistics.median(h for _, h in runs) * 1e6:.1f}; ratio median "
-          f"{statistics.median(ratios):.3f}x of {[round(r, 3) for r in ratios]}")
+    print(
+        f"{kind}: {name} {statistics.median(t for t, _ in runs) * 1e6:.1f} µs/step, "
+        f"{other} {statistics.median(h for _, h in runs) * 1e6:.1f}; ratio median "
+        f"{statistics.median(ratios):.3f}x of {[round(r, 3) for r in ratios]}"
+    )
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=6, help="runs; who starts alternates (use an even number)")
     ap.add_argument("--model", choices=["tiny", "medium", "both"], default="both")
-    ap.add_argument("--control", action="store_true",
-                    help="a second hand-written loop in tuitrain's place: how far apart two identical runs land")
-    ap.add_argument("--fetch", choices=list(steps_bench.LOADERS), default="item",
-                    help="the hand-written loop's fetch: item by item (torch's default) or whole batches (tuitrain's)")
-    ap.add_argument("--cpu", default=str(default_cpu()),
-                    help="the CPU both processes are pinned to (default: the last one), or none")
+    ap.add_argument(
+        "--control",
+        action="store_true",
+        help="a second hand-written loop in tuitrain's place: how far apart two identical runs land",
+    )
+    ap.add_argument(
+        "--fetch",
+        choices=list(steps_bench.LOADERS),
+        default="item",
+        help="the hand-written loop's fetch: item by item (torch's default) or whole batches (tuitrain's)",
+    )
+    ap.add_argument(
+        "--cpu",
+        default=str(default_cpu()),
+        help="the CPU both processes are pinned to (default: the last one), or none",
+    )
     args = ap.parse_args(argv)
     cpu = None if args.cpu == "none" else int(args.cpu)
     kinds = list(SIZES) if args.model == "both" else [args.model]

@@ -77,10 +77,22 @@ def tuitrain_loop(kind: str, steps: int) -> float:
         for cb in callbacks[:-1]:
             cb.step_events = False
         clock.step_events = False
-        learner = CoreLearner(model, opt, loss_fn=nn.CrossEntropyLoss(), train_metrics=["loss"], valid_metrics=[],
-                          epochs=1, batch_size=batch, shuffle=True, seed=0, device="cpu", log_every_n_steps=10,
-                          callbacks=callbacks, checkpoint=Checkpointing(model_path=str(run_dir / "model.pt")),
-                          run_dir=run_dir)
+        learner = CoreLearner(
+            model,
+            opt,
+            loss_fn=nn.CrossEntropyLoss(),
+            train_metrics=["loss"],
+            valid_metrics=[],
+            epochs=1,
+            batch_size=batch,
+            shuffle=True,
+            seed=0,
+            device="cpu",
+            log_every_n_steps=10,
+            callbacks=callbacks,
+            checkpoint=Checkpointing(model_path=str(run_dir / "model.pt")),
+            run_dir=run_dir,
+        )
         result = learner.fit(ds)
         assert result.exit_code == 0, result.error
     return (marks[steps] - marks[WARMUP]) / (steps - WARMUP)

@@ -36,7 +36,14 @@ HIDDEN = (32, 64, 128)
 def write_runs(root: Path, runs: int = 30, steps: int = 300, per_epoch: int = 100) -> list[Path]:
     """`runs` finished runs of `steps` logged steps under root/exp/, as the runner leaves them."""
     from tuitrain.core.events import (
-        CheckpointSaved, EpochCompleted, EpochStarted, MetricsLogged, PhaseStarted, RunFailed, RunFinished, RunStarted,
+        CheckpointSaved,
+        EpochCompleted,
+        EpochStarted,
+        MetricsLogged,
+        PhaseStarted,
+        RunFailed,
+        RunFinished,
+        RunStarted,
     )
 
     out = []
@@ -45,14 +52,19 @@ def write_runs(root: Path, runs: int = 30, steps: int = 300, per_epoch: int = 10
         name = f"20250101-{i:06d}-lr{lr:g}-h{hidden}"
         run_dir = root / "exp" / name
         (run_dir / "checkpoint").mkdir(parents=True, exist_ok=True)
-        config = {"experiment": {"name": "exp", "seed": i}, "model": {"target": "m:Net", "hidden": hidden},
-                  "optimizer": {"name": "AdamW", "lr": lr, "weight_decay": 0.01},
-                  "checkpoint": {"monitor": "valid/loss", "mode": "min"}, "train": {"epochs": steps // per_epoch}}
+        config = {
+            "experiment": {"name": "exp", "seed": i},
+            "model": {"target": "m:Net", "hidden": hidden},
+            "optimizer": {"name": "AdamW", "lr": lr, "weight_decay": 0.01},
+            "checkpoint": {"monitor": "valid/loss", "mode": "min"},
+            "train": {"epochs": steps // per_epoch},
+        }
         (run_dir / "config.toml").write_text(
-            "[experiment]\nname = \"exp\"\nseed = %d\n\n[model]\ntarget = \"m:Net\"\nhidden = %d\n\n"
-            "[optimizer]\nname = \"AdamW\"\nlr = %r\nweight_decay = 0.01\n\n"
-            "[checkpoint]\nmonitor = \"valid/loss\"\nmode = \"min\"\n\n[train]\nepochs = %d\n"
-            % (i, hidden, lr, steps // per_epoch))
+            '[experiment]\nname = "exp"\nseed = %d\n\n[model]\ntarget = "m:Net"\nhidden = %d\n\n'
+            '[optimizer]\nname = "AdamW"\nlr = %r\nweight_decay = 0.01\n\n'
+            '[checkpoint]\nmonitor = "valid/loss"\nmode = "min"\n\n[train]\nepochs = %d\n'
+            % (i, hidden, lr, steps // per_epoch)
+        )
         rnd = random.Random(i)
         speed = 0.5 + (i % 7) / 4 + hidden / 128  # each run learns at its own pace
         failed = i % 10 == 9  # a few runs failed half way
@@ -61,10 +73,22 @@ def write_runs(root: Path, runs: int = 30, steps: int = 300, per_epoch: int = 10
         epochs = -(-steps // per_epoch)
         best = None
         with open(run_dir / "events.jsonl", "w", encoding="utf-8") as f:
+
             def w(e):
                 f.write(e.to_json() + "\n")
-            w(RunStarted(run_dir=str(run_dir), experiment="exp", epochs=epochs, max_steps=0,
-                         steps_per_epoch=per_epoch, batch_size=64, config=config, time=t))
+
+            w(
+                RunStarted(
+                    run_dir=str(run_dir),
+                    experiment="exp",
+                    epochs=epochs,
+                    max_steps=0,
+                    steps_per_epoch=per_epoch,
+                    batch_size=64,
+                    config=config,
+                    time=t,
+                )
+            )
             step = 0
             for epoch in range(1, epochs + 1):
                 w(EpochStarted(epoch=epoch, epochs=epochs, step=step, time=t))
@@ -75,31 +99,96 @@ def write_runs(root: Path, runs: int = 30, steps: int = 300, per_epoch: int = 10
                     step += 1
                     t += 0.05
                     loss = 2.0 / (1 + speed * step / 50) + rnd.random() * 0.05
-                    w(MetricsLogged(split="train", epoch=epoch, step=step, batch=b + 1, batches=per_epoch, time=t,
-                                    metrics={"loss": loss, "accuracy": 1 - loss / 4, "lr": lr,
-                                             "grad_norm": rnd.random() * 3}))
+                    w(
+                        MetricsLogged(
+                            split="train",
+                            epoch=epoch,
+                            step=step,
+                            batch=b + 1,
+                            batches=per_epoch,
+                            time=t,
+                            metrics={"loss": loss, "accuracy": 1 - loss / 4, "lr": lr, "grad_norm": rnd.random() * 3},
+                        )
+                    )
                 if step >= last and failed:
                     break
                 vloss = 2.2 / (1 + speed * step / 50) + rnd.random() * 0.02
-                w(MetricsLogged(split="valid", epoch=epoch, step=step, scope="epoch", batch=10, batches=10, time=t,
-                                metrics={"loss": vloss, "accuracy": 1 - vloss / 4}))
-                w(EpochCompleted(epoch=epoch, epochs=epochs, step=step, duration=5.0, time=t,
-                                 metrics={"train/loss": loss, "valid/loss": vloss}))
+                w(
+                    MetricsLogged(
+                        split="valid",
+                        epoch=epoch,
+                        step=step,
+                        scope="epoch",
+                        batch=10,
+                        batches=10,
+                        time=t,
+                        metrics={"loss": vloss, "accuracy": 1 - vloss / 4},
+                    )
+                )
+                w(
+                    EpochCompleted(
+                        epoch=epoch,
+                        epochs=epochs,
+                        step=step,
+                        duration=5.0,
+                        time=t,
+                        metrics={"train/loss": loss, "valid/loss": vloss},
+                    )
+                )
                 is_best = best is None or vloss < best
                 best = vloss if is_best else best
-                w(CheckpointSaved(file=f"checkpoint/epoch-{epoch}.pt", epoch=epoch, step=step, bytes=1 << 20,
-                                  metrics={"train/loss": loss, "valid/loss": vloss}, best=is_best, reason="epoch",
-                                  stall=0.0, write=0.01, time=t))
+                w(
+                    CheckpointSaved(
+                        file=f"checkpoint/epoch-{epoch}.pt",
+                        epoch=epoch,
+                        step=step,
+                        bytes=1 << 20,
+                        metrics={"train/loss": loss, "valid/loss": vloss},
+                        best=is_best,
+                        reason="epoch",
+                        stall=0.0,
+                        write=0.01,
+                        time=t,
+                    )
+                )
             if failed:
-                w(RunFailed(error="RuntimeError: CUDA out of memory", epoch=epoch, step=step, duration=t - t0,
-                            traceback="Traceback (most recent call last):\nRuntimeError: CUDA out of memory", time=t))
+                w(
+                    RunFailed(
+                        error="RuntimeError: CUDA out of memory",
+                        epoch=epoch,
+                        step=step,
+                        duration=t - t0,
+                        traceback="Traceback (most recent call last):\nRuntimeError: CUDA out of memory",
+                        time=t,
+                    )
+                )
             else:
-                w(RunFinished(status="completed", exit_code=0, epoch=epochs, step=step, reason="epochs",
-                              duration=t - t0, summary={}, time=t,
-                              best={"file": "checkpoint/epoch-3.pt", "monitor": "valid/loss", "value": best}))
-        (run_dir / "run.json").write_text(json.dumps({
-            "status": "failed" if failed else "completed", "started": t0, "experiment": "exp", "pid": 0,
-            "epoch": epochs, "step": step, "run_dir": str(run_dir)}))
+                w(
+                    RunFinished(
+                        status="completed",
+                        exit_code=0,
+                        epoch=epochs,
+                        step=step,
+                        reason="epochs",
+                        duration=t - t0,
+                        summary={},
+                        time=t,
+                        best={"file": "checkpoint/epoch-3.pt", "monitor": "valid/loss", "value": best},
+                    )
+                )
+        (run_dir / "run.json").write_text(
+            json.dumps(
+                {
+                    "status": "failed" if failed else "completed",
+                    "started": t0,
+                    "experiment": "exp",
+                    "pid": 0,
+                    "epoch": epochs,
+                    "step": step,
+                    "run_dir": str(run_dir),
+                }
+            )
+        )
         out.append(run_dir)
     return out
 
@@ -119,6 +208,7 @@ def child_import() -> dict:
     import textual.app  # noqa: F401
 
     import tuitrain.dashboard.app  # noqa: F401
+
     return {"wall": time.perf_counter() - t0, **_usage()}
 
 
@@ -148,9 +238,11 @@ def child_app(folder: str, runs: int) -> dict:
                 rows = lst.first().runs
                 pts = loss[0].points
                 ends = [pts.get(f"train/{n}", ([], []))[0][-1:] for n in st.runs]
-                if (len(rows) == runs and all(r.status in ("completed", "failed") and r.value is not None
-                                              for r in rows)
-                        and all(e and e[0] >= rs.step for e, rs in zip(ends, st.runs.values()))):
+                if (
+                    len(rows) == runs
+                    and all(r.status in ("completed", "failed") and r.value is not None for r in rows)
+                    and all(e and e[0] >= rs.step for e, rs in zip(ends, st.runs.values()))
+                ):
                     return time.perf_counter() - t0, {"listed": len(rows), "series": len(pts)}
 
     wall, seen = asyncio.run(main())
@@ -159,8 +251,13 @@ def child_app(folder: str, runs: int) -> dict:
 
 
 def _child(*args: str) -> dict:
-    out = subprocess.run([sys.executable, __file__, "--child", *args], capture_output=True, text=True, cwd=ROOT,
-                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     if out.returncode != 0:
         raise SystemExit(out.stderr[-3000:])
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -193,18 +290,25 @@ def main() -> None:
     if not folder.is_dir():
         write_runs(root, args.runs, args.steps)
     size = sum(f.stat().st_size for f in folder.rglob("events.jsonl"))
-    print(f"{args.runs} runs x {args.steps} steps in {folder} ({size / 1e6:.1f} MB of events.jsonl); "
-          f"load average {os.getloadavg()[0]:.1f}")
+    print(
+        f"{args.runs} runs x {args.steps} steps in {folder} ({size / 1e6:.1f} MB of events.jsonl); "
+        f"load average {os.getloadavg()[0]:.1f}"
+    )
     imports, apps = [], []
     for r in range(args.rounds):
         imports.append(_child("import"))
         apps.append(_child("app", str(folder), str(args.runs)))
-        print(f"round {r + 1}: import {imports[-1]['wall']:.2f} s, app {apps[-1]['wall']:.2f} s wall, "
-              f"{apps[-1]['cpu']:.2f} s CPU, {apps[-1]['rss_mb']:.0f} MB, {apps[-1]['listed']} listed, "
-              f"{apps[-1]['series']} loss series; load {os.getloadavg()[0]:.1f}", flush=True)
+        print(
+            f"round {r + 1}: import {imports[-1]['wall']:.2f} s, app {apps[-1]['wall']:.2f} s wall, "
+            f"{apps[-1]['cpu']:.2f} s CPU, {apps[-1]['rss_mb']:.0f} MB, {apps[-1]['listed']} listed, "
+            f"{apps[-1]['series']} loss series; load {os.getloadavg()[0]:.1f}",
+            flush=True,
+        )
     print(f"import textual + dashboard: {_summary([i['wall'] for i in imports])}")
-    print(f"30 runs shown (app to every run listed and drawn): wall {_summary([a['wall'] for a in apps])}, "
-          f"CPU {_summary([a['cpu'] for a in apps])}, peak RSS {max(a['rss_mb'] for a in apps):.0f} MB")
+    print(
+        f"30 runs shown (app to every run listed and drawn): wall {_summary([a['wall'] for a in apps])}, "
+        f"CPU {_summary([a['cpu'] for a in apps])}, peak RSS {max(a['rss_mb'] for a in apps):.0f} MB"
+    )
 
 
 if __name__ == "__main__":

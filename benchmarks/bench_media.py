@@ -30,8 +30,11 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-MEDIA_SETS = ('log.samples={ target = "benchproj:samples64", every_n_steps = 50 }',
-              'log.histograms=["weights", "grads"]', "log.histograms_every_n_steps=100")
+MEDIA_SETS = (
+    'log.samples={ target = "benchproj:samples64", every_n_steps = 50 }',
+    'log.histograms=["weights", "grads"]',
+    "log.histograms_every_n_steps=100",
+)
 
 
 def part_lockstep(repeats: int) -> None:
@@ -41,15 +44,17 @@ def part_lockstep(repeats: int) -> None:
         runs = {"with": [], "without": []}
         cpu = bench_lockstep.default_cpu()
         for r in range(repeats):
-            for which in (("with", "without") if r % 2 == 0 else ("without", "with")):
+            for which in ("with", "without") if r % 2 == 0 else ("without", "with"):
                 sets = MEDIA_SETS if which == "with" else ()
                 t, h = bench_lockstep.lockstep("medium", Path(tmp), r % 2 == 1, cpu=cpu, sets=sets)
                 runs[which].append(t / h)
                 print(f"  round {r + 1} {which:7s} media: tuitrain/hand-written {t / h:.3f}x", flush=True)
         w, wo = statistics.median(runs["with"]), statistics.median(runs["without"])
-        print(f"lockstep medium: with media {w:.3f}x, without {wo:.3f}x (medians of {repeats}); "
-              f"media cost {w / wo:.3f}x; spread with {min(runs['with']):.3f}-{max(runs['with']):.3f}, "
-              f"without {min(runs['without']):.3f}-{max(runs['without']):.3f}")
+        print(
+            f"lockstep medium: with media {w:.3f}x, without {wo:.3f}x (medians of {repeats}); "
+            f"media cost {w / wo:.3f}x; spread with {min(runs['with']):.3f}-{max(runs['with']):.3f}, "
+            f"without {min(runs['without']):.3f}-{max(runs['without']):.3f}"
+        )
 
 
 def part_accounting(steps: int) -> None:
@@ -72,12 +77,26 @@ def part_accounting(steps: int) -> None:
     results = {}
     for which in ("without", "with", "without", "with"):
         model = benchproj.Net(d_in=784, hidden=1024)
-        log = Log(samples={"target": timed_samples, "every_n_steps": 50}, histograms=["weights", "grads"],
-                  histograms_every_n_steps=100) if which == "with" else Log()
+        log = (
+            Log(
+                samples={"target": timed_samples, "every_n_steps": 50},
+                histograms=["weights", "grads"],
+                histograms_every_n_steps=100,
+            )
+            if which == "with"
+            else Log()
+        )
         with tempfile.TemporaryDirectory() as tmp:
-            learner = CoreLearner(model, torch.optim.AdamW(model.parameters(), lr=1e-3),
-                                  loss_fn=torch.nn.CrossEntropyLoss(), epochs=1, batch_size=128, run_dir=tmp,
-                                  log=log, checkpoint=None)
+            learner = CoreLearner(
+                model,
+                torch.optim.AdamW(model.parameters(), lr=1e-3),
+                loss_fn=torch.nn.CrossEntropyLoss(),
+                epochs=1,
+                batch_size=128,
+                run_dir=tmp,
+                log=log,
+                checkpoint=None,
+            )
             calls = {"s": 0.0}
 
             def wrap(fn):  # the loop thread's time inside the media calls (copy, histc, hand-over)
@@ -87,7 +106,9 @@ def part_accounting(steps: int) -> None:
                         return fn(*a, **k)
                     finally:
                         calls["s"] += time.thread_time() - t0
+
                 return timed
+
             start = time.perf_counter()
             loop_share[0] = 0.0
             orig_start = learner._start_media
@@ -97,19 +118,25 @@ def part_accounting(steps: int) -> None:
                 if which == "with":
                     m = learner.media
                     m.image, m.text, m.histogram = wrap(m.image), wrap(m.text), wrap(m.histogram)
+
             learner._start_media = start_media
             result = learner.fit(train)
             wall = time.perf_counter() - start
             media = learner.media
             worker = media.cpu_seconds if media is not None else 0.0
             results.setdefault(which, []).append((wall, loop_share[0] + calls["s"], worker))
-            print(f"  {which:7s} media: {wall:.2f} s wall; loop thread in media {loop_share[0] + calls['s']:.3f} s "
-                  f"(samples fn {loop_share[0]:.3f}); worker CPU {worker:.3f} s; status {result.status}", flush=True)
+            print(
+                f"  {which:7s} media: {wall:.2f} s wall; loop thread in media {loop_share[0] + calls['s']:.3f} s "
+                f"(samples fn {loop_share[0]:.3f}); worker CPU {worker:.3f} s; status {result.status}",
+                flush=True,
+            )
     wo = statistics.median(w for w, _, _ in results["without"])
     loop_s = statistics.median(x for _, x, _ in results["with"])
     worker_s = statistics.median(x for _, _, x in results["with"])
-    print(f"accounting, {steps} steps: the loop's own media time {loop_s / wo * 100:.2f} % of the run, the "
-          f"worker's CPU {worker_s / wo * 100:.2f} %; at most {(loop_s + worker_s) / wo * 100:.2f} % together")
+    print(
+        f"accounting, {steps} steps: the loop's own media time {loop_s / wo * 100:.2f} % of the run, the "
+        f"worker's CPU {worker_s / wo * 100:.2f} %; at most {(loop_s + worker_s) / wo * 100:.2f} % together"
+    )
 
 
 def part_memory(steps: int, step_ms: float) -> None:
@@ -136,9 +163,12 @@ def part_memory(steps: int, step_ms: float) -> None:
                     mon._media.flush()  # what was handed over is written: RSS of a worker caught up
                     files = sum(len(list((Path(tmp) / "run/media" / n).glob("*"))) for n in ("sample", "grid"))
                     size = (Path(tmp) / "run/events.jsonl").stat().st_size
-                    print(f"  step {step:7d}: RSS {proc.memory_info().rss / 2**20:7.1f} MiB, media files {files}, "
-                          f"events.jsonl {size / 2**20:.1f} MiB, dropped {mon._media.dropped}, "
-                          f"{time.perf_counter() - start:.0f} s", flush=True)
+                    print(
+                        f"  step {step:7d}: RSS {proc.memory_info().rss / 2**20:7.1f} MiB, media files {files}, "
+                        f"events.jsonl {size / 2**20:.1f} MiB, dropped {mon._media.dropped}, "
+                        f"{time.perf_counter() - start:.0f} s",
+                        flush=True,
+                    )
 
 
 def main(argv=None) -> int:

@@ -30,8 +30,13 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from tuitrain.core.callbacks import EventBus  # noqa: E402
-from tuitrain.core.events import (EpochStarted, MetricsLogged, PhaseStarted, RunStarted,  # noqa: E402
-                                  StepCompleted)
+from tuitrain.core.events import (
+    EpochStarted,
+    MetricsLogged,
+    PhaseStarted,
+    RunStarted,  # noqa: E402
+    StepCompleted,
+)
 from tuitrain.dashboard.bridge import EventBridge  # noqa: E402
 from tuitrain.dashboard.model import DashboardState  # noqa: E402
 from tuitrain.sinks.console import HeadlessConsole  # noqa: E402
@@ -52,8 +57,16 @@ def memory_growth(steps: int) -> tuple[int, int, float]:
         bridge, state = EventBridge(), DashboardState()
         bus.subscribe(bridge, steps=True)
         per_epoch = 100_000
-        bus.emit(RunStarted(run_dir=tmp, experiment="mem", epochs=steps // per_epoch, max_steps=0,
-                            steps_per_epoch=per_epoch, batch_size=32))
+        bus.emit(
+            RunStarted(
+                run_dir=tmp,
+                experiment="mem",
+                epochs=steps // per_epoch,
+                max_steps=0,
+                steps_per_epoch=per_epoch,
+                batch_size=32,
+            )
+        )
         warm = 10_000
         t0 = time.perf_counter()
         before = 0
@@ -63,8 +76,16 @@ def memory_growth(steps: int) -> tuple[int, int, float]:
                 bus.emit(EpochStarted(epoch=epoch, epochs=steps // per_epoch, step=step - 1))
                 bus.emit(PhaseStarted(phase="train", split="train", epoch=epoch, step=step - 1, batches=per_epoch))
             bus.emit_step(StepCompleted(phase="train", epoch=epoch, step=step, batch=step, items=32))
-            bus.emit(MetricsLogged(split="train", epoch=epoch, step=step, metrics={"loss": 1.0 / step, "lr": 1e-3},
-                                   batch=step % per_epoch, batches=per_epoch))
+            bus.emit(
+                MetricsLogged(
+                    split="train",
+                    epoch=epoch,
+                    step=step,
+                    metrics={"loss": 1.0 / step, "lr": 1e-3},
+                    batch=step % per_epoch,
+                    batches=per_epoch,
+                )
+            )
             if step % 1000 == 0:
                 state.apply(bridge.drain())  # as the screen would, 15 times a second
             if step == warm:
@@ -80,7 +101,7 @@ def first_step(tmp: Path) -> tuple[float, float]:
     cfg.write_text(f"""
 [experiment]
 name = "first"
-dir = "{(tmp / 'runs').as_posix()}"
+dir = "{(tmp / "runs").as_posix()}"
 [model]
 target = "benchproj:Net"
 [data]
@@ -102,8 +123,12 @@ monitor = "train/loss"
     help_s = time.time() - t0
     run_dir = tmp / "run"
     t0 = time.time()
-    subprocess.run([sys.executable, "-m", "tuitrain", "run", str(cfg), "--headless", "--run-dir", str(run_dir)],
-                   env=env, capture_output=True, check=True)
+    subprocess.run(
+        [sys.executable, "-m", "tuitrain", "run", str(cfg), "--headless", "--run-dir", str(run_dir)],
+        env=env,
+        capture_output=True,
+        check=True,
+    )
     for line in (run_dir / "events.jsonl").read_text().splitlines():
         e = json.loads(line)
         if e["event"] == "MetricsLogged":
@@ -116,9 +141,11 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=1_000_000)
     args = ap.parse_args(argv)
     before, after, secs = memory_growth(args.steps)
-    print(f"{args.steps:,} logged steps through sinks, console and dashboard state in {secs:.0f} s: "
-          f"RSS {before / 2**20:.1f} -> {after / 2**20:.1f} MiB, growth {(after - before) / 2**20:+.1f} MiB "
-          f"(target <= 40 MB)")
+    print(
+        f"{args.steps:,} logged steps through sinks, console and dashboard state in {secs:.0f} s: "
+        f"RSS {before / 2**20:.1f} -> {after / 2**20:.1f} MiB, growth {(after - before) / 2**20:+.1f} MiB "
+        f"(target <= 40 MB)"
+    )
     with tempfile.TemporaryDirectory() as tmp:
         help_s, first = first_step(Path(tmp))
     print(f"`tuitrain --help`: {help_s:.2f} s (target < 0.3 s); `tuitrain run` to its first logged step: {first:.2f} s")

@@ -53,8 +53,10 @@ def main() -> None:
     base = statistics.median(rows["control"])
     for name, xs in rows.items():
         med = statistics.median(xs)
-        print(f"{name:12s} {med * 1e6:6.2f} us/call (rounds {min(xs) * 1e6:.2f}-{max(xs) * 1e6:.2f})"
-              + ("" if name == "control" else f"   {(med - base) * 1e6:+.2f} us over the control"))
+        print(
+            f"{name:12s} {med * 1e6:6.2f} us/call (rounds {min(xs) * 1e6:.2f}-{max(xs) * 1e6:.2f})"
+            + ("" if name == "control" else f"   {(med - base) * 1e6:+.2f} us over the control")
+        )
 
 
 if __name__ == "__main__":

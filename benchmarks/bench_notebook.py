@@ -77,8 +77,21 @@ def start_and_last_picture(run_dir: Path) -> float:
     import subprocess
 
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    subprocess.run([sys.executable, "-m", "tuitrain", "watch", str(run_dir), "--frames", str(run_dir / "once.svg"),
-                    "--size", "120x40"], check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tuitrain",
+            "watch",
+            str(run_dir),
+            "--frames",
+            str(run_dir / "once.svg"),
+            "--size",
+            "120x40",
+        ],
+        check=True,
+        capture_output=True,
+    )
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
@@ -105,8 +118,11 @@ def main(argv=None) -> int:
     ap.add_argument("--pairs", type=int, default=4)
     ap.add_argument("--model", choices=sorted(SIZES), default="medium")
     ap.add_argument("--steps", type=int, default=1200)
-    ap.add_argument("--control", action="store_true",
-                    help="dashboard=False in both places of a pair: how far apart two identical runs land")
+    ap.add_argument(
+        "--control",
+        action="store_true",
+        help="dashboard=False in both places of a pair: how far apart two identical runs land",
+    )
     args = ap.parse_args(argv)
     from jupyter_client.manager import start_new_kernel
 
@@ -129,22 +145,31 @@ def main(argv=None) -> int:
                         once = start_and_last_picture(Path(tmp) / name)
                         shares.append(drawing / (wall * cores))
                         steady.append(max(0.0, drawing - once) / (wall * cores))
-                        print(f"  the drawing took {drawing:.2f} CPU s over {wall:.1f} s on {cores:.0f} cores: "
-                              f"{shares[-1]:.2%} of the machine; {once:.2f} s of it once (start, last "
-                              f"picture), the redraws {steady[-1]:.2%}; {shown:.0f} pictures shown, "
-                              f"{shown / wall:.2f} a second", flush=True)
+                        print(
+                            f"  the drawing took {drawing:.2f} CPU s over {wall:.1f} s on {cores:.0f} cores: "
+                            f"{shares[-1]:.2%} of the machine; {once:.2f} s of it once (start, last "
+                            f"picture), the redraws {steady[-1]:.2%}; {shown:.0f} pictures shown, "
+                            f"{shown / wall:.2f} a second",
+                            flush=True,
+                        )
                 ratios.append(times["auto"] / times[False])
-                print(f"pair {i + 1}: picture {times['auto'] * 1e3:.2f} ms/step, none {times[False] * 1e3:.2f} "
-                      f"ms/step, ratio {ratios[-1]:.3f}", flush=True)
+                print(
+                    f"pair {i + 1}: picture {times['auto'] * 1e3:.2f} ms/step, none {times[False] * 1e3:.2f} "
+                    f"ms/step, ratio {ratios[-1]:.3f}",
+                    flush=True,
+                )
         finally:
             kc.stop_channels()
             km.shutdown_kernel(now=True)
-    print(f"{args.model}: picture over none, median {statistics.median(ratios):.3f}x of "
-          f"{[round(r, 3) for r in ratios]}")
+    print(
+        f"{args.model}: picture over none, median {statistics.median(ratios):.3f}x of {[round(r, 3) for r in ratios]}"
+    )
     if shares:
-        print(f"the drawing's share of the machine (the cost's bound): median {statistics.median(shares):.2%} of "
-              f"{[f'{x:.2%}' for x in shares]}; the redraws alone {statistics.median(steady):.2%} of "
-              f"{[f'{x:.2%}' for x in steady]}")
+        print(
+            f"the drawing's share of the machine (the cost's bound): median {statistics.median(shares):.2%} of "
+            f"{[f'{x:.2%}' for x in shares]}; the redraws alone {statistics.median(steady):.2%} of "
+            f"{[f'{x:.2%}' for x in steady]}"
+        )
     return 0
 
 

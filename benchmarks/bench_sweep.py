@@ -76,8 +76,12 @@ def sweep_arm(folder: Path) -> tuple[float, list[float]]:
     import psutil
 
     start = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-m", "tuitrain", "sweep", "sweep.toml", "--headless"], cwd=folder,
-                            env=env(), stdout=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tuitrain", "sweep", "sweep.toml", "--headless"],
+        cwd=folder,
+        env=env(),
+        stdout=subprocess.DEVNULL,
+    )
     ps, cpu = psutil.Process(proc.pid), 0.0
     while proc.poll() is None:  # its own CPU, read until it leaves (a waited-for child's is no longer there)
         try:
@@ -108,9 +112,23 @@ def loop_arm(folder: Path, lrs: list[float], naive: bool = False) -> float:
 
     def one(i_lr):
         i, lr = i_lr
-        subprocess.run([sys.executable, "-m", "tuitrain", "run", "sweep.toml", "--headless",
-                        f"--set=optimizer.lr={lr!r}", "--run-dir", f"loop{'-naive' if naive else ''}/trial-{i:04d}"],
-                       cwd=folder, env=run_env, check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "tuitrain",
+                "run",
+                "sweep.toml",
+                "--headless",
+                f"--set=optimizer.lr={lr!r}",
+                "--run-dir",
+                f"loop{'-naive' if naive else ''}/trial-{i:04d}",
+            ],
+            cwd=folder,
+            env=run_env,
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
 
     start = time.monotonic()
     with ThreadPoolExecutor(2) as pool:
@@ -146,11 +164,22 @@ def main(argv=None) -> int:
             if args.naive:
                 walls["naive loop"] = loop_arm(folder, lrs, naive=True)
             per_trial.append((walls["sweep"] - walls["loop"]) / args.trials)
-            print(json.dumps({"rep": rep + 1, "order": order, **{f"{k}_s": round(v, 2) for k, v in walls.items()},
-                              "overhead_per_trial_s": round(per_trial[-1], 3)}), flush=True)
-    print(f"{args.trials} trials, parallel 2, {args.steps} steps each: the sweep's own cost per trial, median "
-          f"{statistics.median(per_trial):.3f} s of {[round(x, 3) for x in per_trial]} (wall); the sweep process's "
-          f"own CPU: {[round(c, 2) for c in SELF_CPU]} s, {statistics.median(SELF_CPU) / args.trials:.3f} s a trial")
+            print(
+                json.dumps(
+                    {
+                        "rep": rep + 1,
+                        "order": order,
+                        **{f"{k}_s": round(v, 2) for k, v in walls.items()},
+                        "overhead_per_trial_s": round(per_trial[-1], 3),
+                    }
+                ),
+                flush=True,
+            )
+    print(
+        f"{args.trials} trials, parallel 2, {args.steps} steps each: the sweep's own cost per trial, median "
+        f"{statistics.median(per_trial):.3f} s of {[round(x, 3) for x in per_trial]} (wall); the sweep process's "
+        f"own CPU: {[round(c, 2) for c in SELF_CPU]} s, {statistics.median(SELF_CPU) / args.trials:.3f} s a trial"
+    )
     return 0
 
 

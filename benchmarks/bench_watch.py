@@ -39,12 +39,19 @@ PER_EPOCH = 10_000
 METRICS = ("loss", "accuracy", "lr", "grad_norm")
 
 
-def write_run(run_dir: Path, steps: int, spike_at: int | None = None, devices_every: int = 1000,
-              batch: int = 250) -> Path:
+def write_run(
+    run_dir: Path, steps: int, spike_at: int | None = None, devices_every: int = 1000, batch: int = 250
+) -> Path:
     """A finished run of `steps` logged training steps, written by the run's JsonlWriter (events.jsonl
     and events.columns), in batches of `batch` events as an EventBus hands them over."""
     from tuitrain.core.events import (
-        DevicesSampled, EpochCompleted, EpochStarted, MetricsLogged, PhaseStarted, RunFinished, RunStarted,
+        DevicesSampled,
+        EpochCompleted,
+        EpochStarted,
+        MetricsLogged,
+        PhaseStarted,
+        RunFinished,
+        RunStarted,
     )
     from tuitrain.sinks.jsonl import JsonlWriter
 
@@ -56,14 +63,26 @@ def write_run(run_dir: Path, steps: int, spike_at: int | None = None, devices_ev
     writer = JsonlWriter(run_dir, flush_interval=1e9, background=False)
     count = 0
     try:
+
         def w(e):
             nonlocal count
             writer(e)
             count += 1
             if count % batch == 0:
                 writer.end_batch()
-        w(RunStarted(run_dir=str(run_dir), experiment="bench", epochs=epochs, max_steps=0, steps_per_epoch=PER_EPOCH,
-                     batch_size=64, config={"checkpoint": {"monitor": "valid/loss", "mode": "min"}}, time=t))
+
+        w(
+            RunStarted(
+                run_dir=str(run_dir),
+                experiment="bench",
+                epochs=epochs,
+                max_steps=0,
+                steps_per_epoch=PER_EPOCH,
+                batch_size=64,
+                config={"checkpoint": {"monitor": "valid/loss", "mode": "min"}},
+                time=t,
+            )
+        )
         step = 0
         for epoch in range(1, epochs + 1):
             w(EpochStarted(epoch=epoch, epochs=epochs, step=step, time=t))
@@ -72,21 +91,73 @@ def write_run(run_dir: Path, steps: int, spike_at: int | None = None, devices_ev
                 step += 1
                 t += 0.01
                 loss = 1000.0 if step == spike_at else 2.0 / (1 + step / 1000) + rnd.random() * 0.05
-                w(MetricsLogged(split="train", epoch=epoch, step=step, batch=b + 1, batches=PER_EPOCH, time=t,
-                                metrics={"loss": loss, "accuracy": 1 - loss / 4, "lr": 3e-3 * (1 - step / steps),
-                                         "grad_norm": rnd.random() * 3}))
+                w(
+                    MetricsLogged(
+                        split="train",
+                        epoch=epoch,
+                        step=step,
+                        batch=b + 1,
+                        batches=PER_EPOCH,
+                        time=t,
+                        metrics={
+                            "loss": loss,
+                            "accuracy": 1 - loss / 4,
+                            "lr": 3e-3 * (1 - step / steps),
+                            "grad_norm": rnd.random() * 3,
+                        },
+                    )
+                )
                 if step % devices_every == 0:
-                    w(DevicesSampled(cpu=50 + rnd.random() * 40, cpu_per_core=[50.0, 60.0], memory=40.0,
-                                     memory_used=6 << 30, memory_total=16 << 30, rss=(1 << 30) + step, time=t,
-                                     gpus=[{"index": 0, "name": "Fake", "util": 90.0, "mem_used": 30 << 30,
-                                            "mem_total": 80 << 30}]))
+                    w(
+                        DevicesSampled(
+                            cpu=50 + rnd.random() * 40,
+                            cpu_per_core=[50.0, 60.0],
+                            memory=40.0,
+                            memory_used=6 << 30,
+                            memory_total=16 << 30,
+                            rss=(1 << 30) + step,
+                            time=t,
+                            gpus=[
+                                {"index": 0, "name": "Fake", "util": 90.0, "mem_used": 30 << 30, "mem_total": 80 << 30}
+                            ],
+                        )
+                    )
             vloss = 2.4 / (1 + step / 1000)
-            w(MetricsLogged(split="valid", epoch=epoch, step=step, scope="epoch", batch=10, batches=10, time=t,
-                            metrics={"loss": vloss, "accuracy": 1 - vloss / 4}))
-            w(EpochCompleted(epoch=epoch, epochs=epochs, step=step, duration=100.0, time=t,
-                             metrics={"train/loss": loss, "valid/loss": vloss}))
-        w(RunFinished(status="completed", exit_code=0, epoch=epochs, step=step, reason="epochs", duration=t - t0,
-                      summary={}, best={}, time=t))
+            w(
+                MetricsLogged(
+                    split="valid",
+                    epoch=epoch,
+                    step=step,
+                    scope="epoch",
+                    batch=10,
+                    batches=10,
+                    time=t,
+                    metrics={"loss": vloss, "accuracy": 1 - vloss / 4},
+                )
+            )
+            w(
+                EpochCompleted(
+                    epoch=epoch,
+                    epochs=epochs,
+                    step=step,
+                    duration=100.0,
+                    time=t,
+                    metrics={"train/loss": loss, "valid/loss": vloss},
+                )
+            )
+        w(
+            RunFinished(
+                status="completed",
+                exit_code=0,
+                epoch=epochs,
+                step=step,
+                reason="epochs",
+                duration=t - t0,
+                summary={},
+                best={},
+                time=t,
+            )
+        )
     finally:
         writer.close()
     return run_dir
@@ -110,7 +181,11 @@ def child_model(run_dir: str, how: str) -> dict:
 
     before = _usage()
     t0 = time.perf_counter()
-    state, src, pending = DashboardState(), FileSource(Path(run_dir), blocks=how != "events", columns=how == "blocks"), []
+    state, src, pending = (
+        DashboardState(),
+        FileSource(Path(run_dir), blocks=how != "events", columns=how == "blocks"),
+        [],
+    )
     lock = threading.Lock()
 
     def emit(e, s=None):
@@ -136,8 +211,14 @@ def child_model(run_dir: str, how: str) -> dict:
     after = _usage()
     loss = state.metric_series("loss", "train")
     xs, ys = loss.points()
-    return {"wall": wall, "cpu": after["cpu"] - before["cpu"], "rss_mb": after["rss_mb"], "step": state.step,
-            "spike_shown": max(ys) == 1000.0, "points": len(xs)}
+    return {
+        "wall": wall,
+        "cpu": after["cpu"] - before["cpu"],
+        "rss_mb": after["rss_mb"],
+        "step": state.step,
+        "spike_shown": max(ys) == 1000.0,
+        "points": len(xs),
+    }
 
 
 def child_app(run_dir: str) -> dict:
@@ -157,8 +238,7 @@ def child_app(run_dir: str) -> dict:
                 st = app.state
                 charts = [c for c in app.query("MetricPlot") if getattr(c, "metric", "") == "loss"]
                 drawn = charts and charts[0].points.get("train", ([], []))[0]
-                if st.final and app.source.caught_up and not app.bridge.pending() and drawn \
-                        and drawn[-1] >= st.step:
+                if st.final and app.source.caught_up and not app.bridge.pending() and drawn and drawn[-1] >= st.step:
                     wall = time.perf_counter() - t0
                     ys = charts[0].points["train"][1]
                     return wall, max(ys) == 1000.0
@@ -198,8 +278,14 @@ def child_live(run_dir: str, source: str, rate: float, seconds: float) -> dict:
     lag_end = time.perf_counter()
     src.close()
     after = _usage()
-    return {"written": written, "folded_step": state.step, "lines": src.lines_read, "cpu": after["cpu"] - before["cpu"],
-            "rate_target": rate, "caught_up_after_s": lag_end - float((Path(run_dir) / "done_at").read_text())}
+    return {
+        "written": written,
+        "folded_step": state.step,
+        "lines": src.lines_read,
+        "cpu": after["cpu"] - before["cpu"],
+        "rate_target": rate,
+        "caught_up_after_s": lag_end - float((Path(run_dir) / "done_at").read_text()),
+    }
 
 
 def child_writer(run_dir: str, source: str, rate: float, seconds: float) -> None:
@@ -227,7 +313,12 @@ def child_tensorboard(log_dir: str) -> dict:
     acc.Reload()
     n = sum(len(acc.Scalars(tag)) for tag in acc.Tags()["scalars"])
     after = _usage()
-    return {"wall": time.perf_counter() - t0, "cpu": after["cpu"] - before["cpu"], "rss_mb": after["rss_mb"], "scalars": n}
+    return {
+        "wall": time.perf_counter() - t0,
+        "cpu": after["cpu"] - before["cpu"],
+        "rss_mb": after["rss_mb"],
+        "scalars": n,
+    }
 
 
 def write_tensorboard(run_dir: Path, log_dir: Path) -> None:
@@ -241,8 +332,12 @@ def write_tensorboard(run_dir: Path, log_dir: Path) -> None:
             d = json.loads(line)
             if d.get("event") != "MetricsLogged":
                 continue
-            values = [summary_pb2.Summary.Value(tag=f"{d['split']}/{k}", simple_value=v) for k, v in d["metrics"].items()]
-            writer.add_event(event_pb2.Event(wall_time=d["time"], step=d["step"], summary=summary_pb2.Summary(value=values)))
+            values = [
+                summary_pb2.Summary.Value(tag=f"{d['split']}/{k}", simple_value=v) for k, v in d["metrics"].items()
+            ]
+            writer.add_event(
+                event_pb2.Event(wall_time=d["time"], step=d["step"], summary=summary_pb2.Summary(value=values))
+            )
     writer.close()
 
 
@@ -253,8 +348,9 @@ def terminal_open(run_dir: Path, tree: Path, timeout: float = 60.0) -> float:
     session = f"bench-watch-{os.getpid()}"
     cmd = f"PYTHONPATH={tree} {sys.executable} -m tuitrain watch {run_dir}"
     t0 = time.perf_counter()
-    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "120", "-y", "40", "-c", str(tree), cmd],
-                   check=True)  # started in the tree: `python -m` looks there first
+    subprocess.run(
+        ["tmux", "new-session", "-d", "-s", session, "-x", "120", "-y", "40", "-c", str(tree), cmd], check=True
+    )  # started in the tree: `python -m` looks there first
     try:
         while time.perf_counter() - t0 < timeout:
             shown = subprocess.run(["tmux", "capture-pane", "-p", "-t", session], capture_output=True, text=True)
@@ -271,8 +367,9 @@ def terminal_open(run_dir: Path, tree: Path, timeout: float = 60.0) -> float:
 
 def run_child(*args: str) -> dict:
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    out = subprocess.run([sys.executable, __file__, "--child", *args], capture_output=True, text=True, env=env,
-                         timeout=900)
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", *args], capture_output=True, text=True, env=env, timeout=900
+    )
     if out.returncode != 0:
         raise RuntimeError(f"{args}: {out.stderr[-2000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -288,8 +385,13 @@ def main(argv=None) -> int:
     p.add_argument("--steps", default="100000,1000000")
     p.add_argument("--skip", default="", help="comma-separated: app, json, events, live, tb")
     p.add_argument("--dir", default="", help="where to write the runs (default: a temp dir)")
-    p.add_argument("--terminal", type=int, default=0, metavar="PAIRS",
-                   help="also time `tuitrain watch` of the biggest run in tmux, PAIRS times (with --base: in turn)")
+    p.add_argument(
+        "--terminal",
+        type=int,
+        default=0,
+        metavar="PAIRS",
+        help="also time `tuitrain watch` of the biggest run in tmux, PAIRS times (with --base: in turn)",
+    )
     p.add_argument("--base", default="", help="another tuitrain tree (a git worktree) to time beside this one")
     p.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
@@ -298,9 +400,12 @@ def main(argv=None) -> int:
         if kind == "writer":
             child_writer(rest[0], rest[1], float(rest[2]), float(rest[3]))
             return 0
-        result = {"model": lambda: child_model(rest[0], rest[1]), "app": lambda: child_app(rest[0]),
-                  "live": lambda: child_live(rest[0], rest[1], float(rest[2]), float(rest[3])),
-                  "tb": lambda: child_tensorboard(rest[0])}[kind]()
+        result = {
+            "model": lambda: child_model(rest[0], rest[1]),
+            "app": lambda: child_app(rest[0]),
+            "live": lambda: child_live(rest[0], rest[1], float(rest[2]), float(rest[3])),
+            "tb": lambda: child_tensorboard(rest[0]),
+        }[kind]()
         print(json.dumps(result))
         return 0
     skip = set(filter(None, a.skip.split(",")))
@@ -312,10 +417,13 @@ def main(argv=None) -> int:
         if not (run / "events.jsonl").exists():
             t0 = time.perf_counter()
             write_run(run, n)
-            print(f"wrote {run} ({(run / 'events.jsonl').stat().st_size / 1e6:.0f} MB) in {time.perf_counter() - t0:.0f} s")
+            print(
+                f"wrote {run} ({(run / 'events.jsonl').stat().st_size / 1e6:.0f} MB) in {time.perf_counter() - t0:.0f} s"
+            )
         runs[n] = run
     try:
         import tensorboard  # noqa: F401
+
         has_tb = "tb" not in skip
     except ImportError:
         has_tb = False
@@ -352,7 +460,7 @@ def main(argv=None) -> int:
     if a.terminal:
         big, trees = runs[max(runs)], [("this tree", ROOT)] + ([("base", Path(a.base))] if a.base else [])
         for i in range(a.terminal):
-            for name, tree in (trees if i % 2 == 0 else trees[::-1]):  # who goes first alternates
+            for name, tree in trees if i % 2 == 0 else trees[::-1]:  # who goes first alternates
                 secs = terminal_open(big, tree)
                 results.setdefault((max(runs), f"terminal, {name}"), []).append({"wall": secs})
                 print(f"pair {i + 1} tuitrain watch in tmux, {name}: {secs:.2f} s", flush=True)
@@ -363,8 +471,8 @@ def main(argv=None) -> int:
         if key[0] == "live":
             continue
         n, what = key[0], " ".join(key[1:])
-        cpu = summary([x['cpu'] for x in rows]) if "cpu" in rows[0] else ""
-        rss = summary([x['rss_mb'] for x in rows], 'MB') if "rss_mb" in rows[0] else ""
+        cpu = summary([x["cpu"] for x in rows]) if "cpu" in rows[0] else ""
+        rss = summary([x["rss_mb"] for x in rows], "MB") if "rss_mb" in rows[0] else ""
         print(f"| {n:,} steps | {what} | {summary([x['wall'] for x in rows])} | {cpu} | {rss} |")
     return 0
 

@@ -66,7 +66,7 @@ class Baton:
 
     def save(self) -> None:
         with open(self.out, "w") as f:
-            f.write(" ".join(repr(t) for t in self.times[self.skip:]))
+            f.write(" ".join(repr(t) for t in self.times[self.skip :]))
 
     def before_forward(self) -> None:
         c = self.calls
@@ -100,6 +100,6 @@ def samples64(model, step):
     medium model's 784 inputs), and a line of text."""
     w = model.body[0].weight[:64]
     side = int(w.shape[1] ** 0.5)
-    w = w[:, :side * side].reshape(-1, 1, side, side)
+    w = w[:, : side * side].reshape(-1, 1, side, side)
     lo, hi = w.amin(dim=(1, 2, 3), keepdim=True), w.amax(dim=(1, 2, 3), keepdim=True)
     return {"filters": (w - lo) / (hi - lo + 1e-12), "note": f"step {step}: mean |w| {w.abs().mean():.5f}"}

@@ -28,8 +28,18 @@ def _batch_items(batch: int, batch_size: int) -> range:
 class Blobs(Dataset):
     """`classes` overlapping Gaussian clusters in `dim` dimensions (a classifier converges near, not at, 0)."""
 
-    def __init__(self, n: int, classes: int = 4, dim: int = 16, seed: int = 0, spread: float = 1.2,
-                 batch_size: int = 16, scale_batch: int = -1, scale: float = 10.0, shuffle_batch: int = -1) -> None:
+    def __init__(
+        self,
+        n: int,
+        classes: int = 4,
+        dim: int = 16,
+        seed: int = 0,
+        spread: float = 1.2,
+        batch_size: int = 16,
+        scale_batch: int = -1,
+        scale: float = 10.0,
+        shuffle_batch: int = -1,
+    ) -> None:
         g = torch.Generator().manual_seed(1234)  # the same clusters for every split
         centers = torch.randn(classes, dim, generator=g) * 1.5
         g = torch.Generator().manual_seed(seed)
@@ -54,8 +64,18 @@ class Blobs(Dataset):
 class Regression(Dataset):
     """y = x . w + noise, with a fault where asked."""
 
-    def __init__(self, n: int, dim: int = 8, seed: int = 0, noise: float = 0.1, batch_size: int = 16,
-                 scale_batch: int = -1, scale: float = 10.0, drift_from: int = -1, drift: float = 0.0) -> None:
+    def __init__(
+        self,
+        n: int,
+        dim: int = 8,
+        seed: int = 0,
+        noise: float = 0.1,
+        batch_size: int = 16,
+        scale_batch: int = -1,
+        scale: float = 10.0,
+        drift_from: int = -1,
+        drift: float = 0.0,
+    ) -> None:
         g = torch.Generator().manual_seed(seed)
         self.x = torch.randn(n, dim, generator=g)
         w = torch.arange(1.0, dim + 1).div(dim)
@@ -101,8 +121,10 @@ def spike_lr(optimizer, at: int, factor: float = 100.0):
 
 def warmup_cosine(optimizer, warmup: int, total: int):
     """Linear warm-up over `warmup` steps, then a cosine to 0 at `total`."""
+
     def factor(s: int) -> float:
         if s < warmup:
             return (s + 1) / warmup
         return 0.5 * (1 + math.cos(math.pi * min(1.0, (s - warmup) / max(1, total - warmup))))
+
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)

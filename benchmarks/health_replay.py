@@ -132,8 +132,10 @@ def margin(runs: list[dict]) -> None:
                     del ordered[bisect.bisect_left(ordered, window.popleft())]
     for what in ("loss", "grads"):
         w, where = worst.get(what, (0.0, "-"))
-        print(f"{what}: healthy values at most {w:.3g} times the largest of the 128 before them ({where}); "
-              f"the faults at their step: {', '.join(sorted(faults[what], key=float))}")
+        print(
+            f"{what}: healthy values at most {w:.3g} times the largest of the 128 before them ({where}); "
+            f"the faults at their step: {', '.join(sorted(faults[what], key=float))}"
+        )
     print()
 
 
@@ -142,18 +144,25 @@ def main(folder: Path) -> int:
     if not runs:
         print(f"no saved values in {folder}: run bench_health_corpus.py first")
         return 1
-    print(f"{len(runs)} runs: {sum(1 for r in runs if not r['fault'])} healthy, "
-          f"{sum(1 for r in runs if r['fault'])} with a fault\n")
+    print(
+        f"{len(runs)} runs: {sum(1 for r in runs if not r['fault'])} healthy, "
+        f"{sum(1 for r in runs if r['fault'])} with a fault\n"
+    )
     margin(runs)
-    print(f"{'rule':<34} {'runs falsely alarmed':>20} {'false episodes':>14} {'x10+ caught':>11}  recall of the others; where")
+    print(
+        f"{'rule':<34} {'runs falsely alarmed':>20} {'false episodes':>14} {'x10+ caught':>11}  recall of the others; where"
+    )
     grid = [("mean+sd", 6.0, 1.0, 1.0)]
     grid += [(k, s, r, 1.0) for k in ("med+iqr", "med+upper", "log") for s in (6.0, 10.0) for r in (1.0, 4.0)]
     grid += [("top", s, r, t) for s in (6.0, 8.0) for r in (2.0, 3.0, 4.0, 5.0) for t in (0.95, 0.98, 1.0)]
     for kind, sigmas, ratio, top in grid:
         make = lambda: Candidate(kind, sigmas, ratio, top=top)  # noqa: E731
         bad, eps, n, hit, where = judge(runs, make)
-        name = f"{kind} k={sigmas:g}" + (f" r={ratio:g}" if kind != "mean+sd" else "") + (
-            f" q={top:g}" if kind == "top" else "")
+        name = (
+            f"{kind} k={sigmas:g}"
+            + (f" r={ratio:g}" if kind != "mean+sd" else "")
+            + (f" q={top:g}" if kind == "top" else "")
+        )
         print(f"{name:<34} {bad:>20} {eps:>14} {f'{hit}/{n}':>11}  {'; '.join(where)[:200]}")
     try:
         from tuitrain.core.health import Spike, Watch

@@ -35,13 +35,16 @@ def shapes(n, size=16, seed=0):
     dy = yy[None] - cy[:, None, None]
     r = r[:, None, None]
     dist = torch.sqrt(dx * dx + dy * dy)
-    masks = torch.stack([
-        dist <= r,                                                         # disc
-        (dx.abs() <= r * 0.85) & (dy.abs() <= r * 0.85),                   # square
-        (dist <= r) & (dist >= r * 0.55),                                  # ring
-        (dy <= r * 0.8) & (dx.abs() <= (dy + r) * 0.55),                   # triangle, point up
-        ((dx.abs() <= r / 3) & (dy.abs() <= r)) | ((dy.abs() <= r / 3) & (dx.abs() <= r)),  # plus
-    ], dim=1)
+    masks = torch.stack(
+        [
+            dist <= r,  # disc
+            (dx.abs() <= r * 0.85) & (dy.abs() <= r * 0.85),  # square
+            (dist <= r) & (dist >= r * 0.55),  # ring
+            (dy <= r * 0.8) & (dx.abs() <= (dy + r) * 0.55),  # triangle, point up
+            ((dx.abs() <= r / 3) & (dy.abs() <= r)) | ((dy.abs() <= r / 3) & (dx.abs() <= r)),  # plus
+        ],
+        dim=1,
+    )
     mask = masks[torch.arange(n), kind].float()
     background = 0.08 * u[:, 5, None, None, None]
     return background + (colour[:, :, None, None] - background) * mask[:, None]
@@ -66,13 +69,19 @@ class AutoEncoder(nn.Module):
         self.width, self.side = width, size // 4
         flat = 2 * width * self.side * self.side
         self.encoder = nn.Sequential(
-            nn.Conv2d(3, width, 3, stride=2, padding=1), nn.ReLU(),
-            nn.Conv2d(width, 2 * width, 3, stride=2, padding=1), nn.ReLU(),
-            nn.Flatten(), nn.Linear(flat, latent),
+            nn.Conv2d(3, width, 3, stride=2, padding=1),
+            nn.ReLU(),
+            nn.Conv2d(width, 2 * width, 3, stride=2, padding=1),
+            nn.ReLU(),
+            nn.Flatten(),
+            nn.Linear(flat, latent),
         )
         self.decoder = nn.Sequential(
-            nn.Linear(latent, flat), nn.ReLU(), nn.Unflatten(1, (2 * width, self.side, self.side)),
-            nn.ConvTranspose2d(2 * width, width, 4, stride=2, padding=1), nn.ReLU(),
+            nn.Linear(latent, flat),
+            nn.ReLU(),
+            nn.Unflatten(1, (2 * width, self.side, self.side)),
+            nn.ConvTranspose2d(2 * width, width, 4, stride=2, padding=1),
+            nn.ReLU(),
             nn.ConvTranspose2d(width, 3, 4, stride=2, padding=1),
         )
 
@@ -102,8 +111,8 @@ def side_by_side(inputs, outputs, pad=1):
     img = torch.full((c, 2 * h + pad, n * (w + pad) - pad), 0.35)
     for i in range(n):
         x = i * (w + pad)
-        img[:, :h, x:x + w] = inputs[i]
-        img[:, h + pad:, x:x + w] = outputs[i]
+        img[:, :h, x : x + w] = inputs[i]
+        img[:, h + pad :, x : x + w] = outputs[i]
     return img
 
 

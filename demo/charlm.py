@@ -104,9 +104,7 @@ class Block(nn.Module):
         b, t, c = x.shape
         q, k, v = self.qkv(self.ln1(x)).split(c, dim=2)
         q, k, v = (z.view(b, t, self.n_heads, c // self.n_heads).transpose(1, 2) for z in (q, k, v))
-        a = F.scaled_dot_product_attention(
-            q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0
-        )
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0)
         x = x + self.drop(self.proj(a.transpose(1, 2).reshape(b, t, c)))
         return x + self.mlp(self.ln2(x))
 
@@ -157,8 +155,10 @@ class CharTransformer(nn.Module):
     def configure_optimizers(self, weight_decay, learning_rate, betas=(0.9, 0.95)):
         """nanoGPT's recipe: weight decay on matrices and embeddings, none on biases and norms."""
         params = [p for p in self.parameters() if p.requires_grad]
-        groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
-                  {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+        groups = [
+            {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+        ]
         return torch.optim.AdamW(groups, lr=learning_rate, betas=betas)
 
     def train_step(self, batch):

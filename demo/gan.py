@@ -83,8 +83,12 @@ class GANPhase(CustomTrainPhase):
         g_loss = bce(D(fake), True)
         learner.backward(g_loss)
         learner.step_optimizer("generator")
-        return {"loss": (d_loss + g_loss).detach(), "d_loss": d_loss.detach(), "g_loss": g_loss.detach(),
-                "items": real.shape[0]}
+        return {
+            "loss": (d_loss + g_loss).detach(),
+            "d_loss": d_loss.detach(),
+            "g_loss": g_loss.detach(),
+            "items": real.shape[0],
+        }
 
 
 class GANValidPhase(ValidPhase):
@@ -100,11 +104,16 @@ class GANValidPhase(ValidPhase):
         dist = torch.cdist(fake, ring_modes(self.modes, self.radius).to(fake.device))
         nearest, which = dist.min(dim=1)
         close = nearest < 4 * self.std
-        covered = torch.zeros(self.modes, device=fake.device).index_add_(0, which[close],
-                                                                          torch.ones_like(nearest[close]))
+        covered = torch.zeros(self.modes, device=fake.device).index_add_(
+            0, which[close], torch.ones_like(nearest[close])
+        )
         d_loss = bce(D(real), True) + bce(D(fake), False)
-        return {"loss": d_loss, "mode_distance": nearest.mean(), "modes_covered": (covered > 0).sum().float(),
-                "items": real.shape[0]}
+        return {
+            "loss": d_loss,
+            "mode_distance": nearest.mean(),
+            "modes_covered": (covered > 0).sum().float(),
+            "items": real.shape[0],
+        }
 
 
 RING = (45, 55, 85)  # the ring and its modes, faint

@@ -81,8 +81,12 @@ def record(recording: Path = RECORDING) -> None:
     """Train the demo (headless, in a temporary folder) and keep its events, its run folder named as the
     user's own would be (`runs/spirals/<started>`, not the temporary folder)."""
     with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run([sys.executable, "-m", "tuitrain", "run", str(ROOT / "demo" / "spirals.toml"), "--headless"],
-                       check=True, cwd=tmp, stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [sys.executable, "-m", "tuitrain", "run", str(ROOT / "demo" / "spirals.toml"), "--headless"],
+            check=True,
+            cwd=tmp,
+            stdout=subprocess.DEVNULL,
+        )
         [run_dir] = (Path(tmp) / "runs" / "spirals").iterdir()
         where = str(run_dir.relative_to(tmp))
         lines = []

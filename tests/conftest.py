@@ -56,7 +56,7 @@ def datasets(n=100, seed=0, inputs=4, classes=3, valid_n=40):
 '''
 
 # 100 items / batch 16 = 7 batches per epoch (the last one has 4 items); 3 epochs = 21 steps
-TINY_CONFIG = '''
+TINY_CONFIG = """
 [experiment]
 name = "tiny"
 dir = "{runs}"
@@ -102,7 +102,7 @@ mode = "min"
 
 [dashboard]
 theme = "{theme}"
-'''
+"""
 
 STEPS_PER_EPOCH = 7
 EPOCHS = 3
@@ -175,15 +175,27 @@ def cli_env() -> dict:
 
 def tuitrain(*args: str | os.PathLike, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess:
     """`python -m tuitrain ARGS` to completion; stdout is a pipe, so `run` is headless."""
-    return subprocess.run([sys.executable, "-m", "tuitrain", *map(str, args)], cwd=cwd, env=cli_env(),
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "tuitrain", *map(str, args)],
+        cwd=cwd,
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def tuitrain_bg(*args: str | os.PathLike, cwd: Path) -> subprocess.Popen:
     """`python -m tuitrain ARGS` in the background, output to files in cwd (no pipe to fill up)."""
     out = open(cwd / f"bg-{time.time_ns()}.out", "w+")
-    return subprocess.Popen([sys.executable, "-m", "tuitrain", *map(str, args)], cwd=cwd, env=cli_env(),
-                            stdout=out, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "tuitrain", *map(str, args)],
+        cwd=cwd,
+        env=cli_env(),
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 class Receiver:
@@ -399,8 +411,10 @@ def device_missing(spec: str) -> str | None:
     import torch
 
     if not torch.cuda.is_available():
-        return f"{DEVICE_ENV}={spec}, but CUDA is not available here (torch {torch.__version__}, " \
-               f"built with CUDA {torch.version.cuda})"
+        return (
+            f"{DEVICE_ENV}={spec}, but CUDA is not available here (torch {torch.__version__}, "
+            f"built with CUDA {torch.version.cuda})"
+        )
     index = torch.device(spec).index
     if index is not None and index >= torch.cuda.device_count():
         return f"{DEVICE_ENV}={spec}, but there are only {torch.cuda.device_count()} CUDA device(s)"

@@ -5,20 +5,28 @@ import sys
 
 
 def _modules_after(code: str) -> set[str]:
-    out = subprocess.run([sys.executable, "-c", code + "\nimport sys\nprint(' '.join(sys.modules))"],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", code + "\nimport sys\nprint(' '.join(sys.modules))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     return set(out.split())
 
 
 def test_core_sinks_runner_import_without_textual():
-    mods = _modules_after("import tuitrain, tuitrain.core.learner, tuitrain.run.runner, tuitrain.sinks, tuitrain.config")
+    mods = _modules_after(
+        "import tuitrain, tuitrain.core.learner, tuitrain.run.runner, tuitrain.sinks, tuitrain.config"
+    )
     assert "torch" in mods  # the learner really was imported
     assert not any(m == "textual" or m.startswith("textual.") for m in mods)
 
 
 def test_help_imports_neither_torch_nor_textual():
-    mods = _modules_after("import sys\nsys.argv=['tuitrain','--help']\nimport tuitrain.cli\n"
-                          "try:\n    tuitrain.cli.main(['--help'])\nexcept SystemExit:\n    pass")
+    mods = _modules_after(
+        "import sys\nsys.argv=['tuitrain','--help']\nimport tuitrain.cli\n"
+        "try:\n    tuitrain.cli.main(['--help'])\nexcept SystemExit:\n    pass"
+    )
     assert "tuitrain.cli" in mods
     assert "torch" not in mods and "textual" not in mods
 

@@ -46,7 +46,7 @@ def imports_of(path: Path, name: str | None = None) -> list[tuple[int, str]]:
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")
-                base = base[:len(base) - (node.level - 1)]
+                base = base[: len(base) - (node.level - 1)]
                 target = ".".join(base + ([node.module] if node.module else []))
             else:
                 target = node.module or ""
@@ -73,8 +73,10 @@ def test_no_module_imports_a_layer_above_its_own():
         mine = layer_of(me)
         for line, target in imports_of(path):
             if layer_of(target) > mine:
-                upward.append(f"{path.relative_to(PACKAGE.parent)}:{line}: {me} ({LAYERS[mine][0]}) imports "
-                              f"{target} ({LAYERS[layer_of(target)][0]})")
+                upward.append(
+                    f"{path.relative_to(PACKAGE.parent)}:{line}: {me} ({LAYERS[mine][0]}) imports "
+                    f"{target} ({LAYERS[layer_of(target)][0]})"
+                )
     assert not upward, "imports that point up a layer:\n" + "\n".join(upward)
 
 
@@ -102,7 +104,7 @@ def import_graph() -> dict[str, set[str]]:
             elif isinstance(node, ast.ImportFrom):
                 if node.level:
                     base = package.split(".")
-                    base = ".".join(base[:len(base) - (node.level - 1)] + ([node.module] if node.module else []))
+                    base = ".".join(base[: len(base) - (node.level - 1)] + ([node.module] if node.module else []))
                 else:
                     base = node.module or ""
                 for a in node.names:
@@ -164,10 +166,12 @@ def test_tuitrain_never_imports_a_framework():
     import subprocess
     import sys
 
-    code = ("import sys, tuitrain, tuitrain.cli, tuitrain.run.monitor, tuitrain.run.runner; "
-            "from tuitrain import Learner, Monitor; "
-            "print(sorted(m for m in ('lightning', 'pytorch_lightning', 'transformers', 'accelerate') "
-            "if m in sys.modules))")
+    code = (
+        "import sys, tuitrain, tuitrain.cli, tuitrain.run.monitor, tuitrain.run.runner; "
+        "from tuitrain import Learner, Monitor; "
+        "print(sorted(m for m in ('lightning', 'pytorch_lightning', 'transformers', 'accelerate') "
+        "if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
@@ -190,7 +194,10 @@ def test_no_module_is_over_600_lines():
 
 def test_the_core_s_tests_use_the_core_alone():
     """tests/core mirrors tuitrain/core: its tests import no layer above it (they would test two at once)."""
-    above = [f"{p.name}:{line} {m}" for p in sorted((PACKAGE.parent / "tests" / "core").glob("*.py"))
-             for line, m in imports_of(p, "tests.core." + p.stem)
-             if not (m == "tuitrain.core" or m.startswith("tuitrain.core."))]
+    above = [
+        f"{p.name}:{line} {m}"
+        for p in sorted((PACKAGE.parent / "tests" / "core").glob("*.py"))
+        for line, m in imports_of(p, "tests.core." + p.stem)
+        if not (m == "tuitrain.core" or m.startswith("tuitrain.core."))
+    ]
     assert not above, above

@@ -25,6 +25,12 @@ def test_ruff_finds_nothing_in_the_package():
     assert done.returncode == 0, f"ruff check tuitrain:\n{done.stdout}{done.stderr}"
 
 
+def test_the_tree_is_formatted():
+    pytest.importorskip("ruff")
+    done = _run("ruff", "format", "--check", "tuitrain", "tests", "benchmarks", "demo", "docs", ".ci")
+    assert done.returncode == 0, f"ruff format --check (run `ruff format` to fix):\n{done.stdout}{done.stderr}"
+
+
 def test_mypy_finds_nothing_in_the_package():
     pytest.importorskip("mypy")
     done = _run("mypy", "--no-error-summary", "--no-pretty")

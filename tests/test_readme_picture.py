@@ -23,8 +23,10 @@ def test_the_readme_shows_the_picture_todays_dashboard_draws_from_its_recording(
     assert re.search(r"!\[[^\]]+\]\(docs/dashboard\.svg\)", readme)
     kept = (ROOT / "docs" / "dashboard.svg").read_text(encoding="utf-8")
     drawn = maker().draw()
-    assert drawn == kept, ("docs/dashboard.svg is not what today's dashboard draws: make it again with "
-                           "`python docs/make_picture.py` and look at it before committing")
+    assert drawn == kept, (
+        "docs/dashboard.svg is not what today's dashboard draws: make it again with "
+        "`python docs/make_picture.py` and look at it before committing"
+    )
 
 
 def test_the_picture_is_the_demo_training_in_its_own_folder():

@@ -21,33 +21,56 @@ def _port(text: str) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="tuitrain",
-        description="Train a PyTorch model from a TOML config and watch it live in the terminal.")
+        prog="tuitrain", description="Train a PyTorch model from a TOML config and watch it live in the terminal."
+    )
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     r = sub.add_parser("run", help="train from CONFIG.toml (dashboard on a terminal, else headless)")
     r.add_argument("config", metavar="CONFIG.toml")
-    r.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a config key with a TOML value, e.g. --set train.epochs=3 (repeatable)")
+    r.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config key with a TOML value, e.g. --set train.epochs=3 (repeatable)",
+    )
     r.add_argument("--headless", action="store_true", help="plain progress lines, no dashboard")
-    r.add_argument("--resume", metavar="latest|auto|PATH",
-                   help="continue the newest run of this experiment, or a checkpoint file / run directory; "
-                        "auto: the newest run if it did not complete, else a new run (one command line for a "
-                        "job's first start and every restart)")
+    r.add_argument(
+        "--resume",
+        metavar="latest|auto|PATH",
+        help="continue the newest run of this experiment, or a checkpoint file / run directory; "
+        "auto: the newest run if it did not complete, else a new run (one command line for a "
+        "job's first start and every restart)",
+    )
     r.add_argument("--run-dir", metavar="DIR", help="write the run here instead of <dir>/<name>/<timestamp>")
     r.add_argument("--theme", metavar="NAME|FILE.tcss", help="dashboard theme (dark, light, high-contrast or a file)")
-    sw = sub.add_parser("sweep", help="a hyperparameter search over the config's [sweep] params (Optuna; "
-                                      "pip install 'tuitrain[sweep]'): each trial a run of its own")
+    sw = sub.add_parser(
+        "sweep",
+        help="a hyperparameter search over the config's [sweep] params (Optuna; "
+        "pip install 'tuitrain[sweep]'): each trial a run of its own",
+    )
     sw.add_argument("config", metavar="CONFIG.toml")
     sw.add_argument("--trials", type=int, metavar="N", help="trials in the study (sweep.trials)")
     sw.add_argument("--parallel", type=int, metavar="N", help="trials at once on this machine (sweep.parallel)")
-    sw.add_argument("--storage", metavar="URL", help="the study's storage: a database URL or a journal file "
-                                                     "(sweep.storage; default: SWEEP_DIR/study.journal)")
-    sw.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                    help="override a config key for every trial (repeatable)")
+    sw.add_argument(
+        "--storage",
+        metavar="URL",
+        help="the study's storage: a database URL or a journal file (sweep.storage; default: SWEEP_DIR/study.journal)",
+    )
+    sw.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config key for every trial (repeatable)",
+    )
     sw.add_argument("--headless", action="store_true", help="plain lines, a line per trial")
-    w = sub.add_parser("watch", help="the dashboard of a live or finished run, from its files; several runs "
-                                     "(or an experiment folder) compared")
+    w = sub.add_parser(
+        "watch",
+        help="the dashboard of a live or finished run, from its files; several runs (or an experiment folder) compared",
+    )
     w.add_argument("run_dirs", metavar="RUN_DIR", nargs="+")
     w.add_argument("--theme", metavar="NAME|FILE.tcss")
     # Monitor's viewer: the run is the parent's, so Ctrl+C stops it instead of leaving the viewer
@@ -55,12 +78,18 @@ def _parser() -> argparse.ArgumentParser:
     # a notebook's picture (tuitrain/run/notebook.py): the dashboard drawn headless to an SVG file each second
     w.add_argument("--frames", metavar="FILE.svg", help=argparse.SUPPRESS)
     w.add_argument("--size", metavar="COLSxROWS", default="120x40", help=argparse.SUPPRESS)
-    sv = sub.add_parser("serve", help="the dashboard of `watch` in a web browser, at one URL with a random token "
-                                      "(pip install 'tuitrain[serve]')")
+    sv = sub.add_parser(
+        "serve",
+        help="the dashboard of `watch` in a web browser, at one URL with a random token "
+        "(pip install 'tuitrain[serve]')",
+    )
     sv.add_argument("run_dirs", metavar="RUN_DIR|DIR", nargs="+")
     sv.add_argument("--port", type=_port, default=8000, help="default 8000")
-    sv.add_argument("--host", default="127.0.0.1",
-                    help="the address to listen on (default 127.0.0.1: this machine only; reach it with ssh -L)")
+    sv.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="the address to listen on (default 127.0.0.1: this machine only; reach it with ssh -L)",
+    )
     sv.add_argument("--theme", metavar="NAME|FILE.tcss")
     s = sub.add_parser("stop", help="ask a live run to stop gracefully (it saves a checkpoint)")
     s.add_argument("run_dir", metavar="RUN_DIR")
@@ -68,11 +97,18 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("run_dir", metavar="RUN_DIR")
     ls = sub.add_parser("ls", help="one line per run: name, started, status, epoch/step, best value")
     ls.add_argument("dir", metavar="DIR", nargs="?", default="runs")
-    lr = sub.add_parser("lr-find", help="learning-rate range test: a plot, the suggested lr and a CSV; "
-                                        "nothing of the run is kept")
+    lr = sub.add_parser(
+        "lr-find", help="learning-rate range test: a plot, the suggested lr and a CSV; nothing of the run is kept"
+    )
     lr.add_argument("config", metavar="CONFIG.toml")
-    lr.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                    help="override a config key with a TOML value (repeatable)")
+    lr.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config key with a TOML value (repeatable)",
+    )
     lr.add_argument("--min-lr", type=float, default=1e-7, help="where the sweep starts (default 1e-7)")
     lr.add_argument("--max-lr", type=float, default=10.0, help="where the sweep ends at the latest (default 10)")
     lr.add_argument("--steps", type=int, default=100, help="optimizer steps in the sweep (default 100)")
@@ -93,8 +129,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     headless = args.headless or not sys.stdout.isatty() or quiet_rank()
     try:
-        run = prepare_run(args.config, args.overrides, run_dir=args.run_dir, resume=args.resume,
-                          headless=headless, theme=args.theme)
+        run = prepare_run(
+            args.config, args.overrides, run_dir=args.run_dir, resume=args.resume, headless=headless, theme=args.theme
+        )
     except (ConfigError, UsageError) as e:
         return _error(str(e))
     if headless:
@@ -128,8 +165,10 @@ def way_on(args: argparse.Namespace, run_dir: Path) -> str:
     run_dir = run_dir.absolute()
     folder = run_dir / "checkpoint"  # listed and present (its hash is checked by the resume, not here)
     if not any((folder / e.file).exists() for e in read_index(folder)):
-        return (f"no checkpoint was written in {run_dir}: nothing to continue from; "
-                f"start again with: tuitrain run {shlex.quote(args.config)}")
+        return (
+            f"no checkpoint was written in {run_dir}: nothing to continue from; "
+            f"start again with: tuitrain run {shlex.quote(args.config)}"
+        )
     line = ["tuitrain", "run", args.config]
     for override in args.overrides:
         line += ["--set", override]
@@ -168,8 +207,10 @@ def cmd_control(args: argparse.Namespace, command: str) -> int:
         from .run.sweep import stop_sweep
 
         live = stop_sweep(args.run_dir)
-        print(f"{args.run_dir}: no new trials start; {len(live)} running trial(s) asked to stop gracefully "
-              f"(each saves a checkpoint): {', '.join(p.name for p in live) or 'none'}")
+        print(
+            f"{args.run_dir}: no new trials start; {len(live)} running trial(s) asked to stop gracefully "
+            f"(each saves a checkpoint): {', '.join(p.name for p in live) or 'none'}"
+        )
         return 0
     d = _live_run_dir(args.run_dir)
     if isinstance(d, int):
@@ -187,8 +228,11 @@ def cmd_control(args: argparse.Namespace, command: str) -> int:
         except FileNotFoundError:
             pass  # taken at the last moment
         else:
-            return _error(f"{d}: the run did not take the request within {ACK_TIMEOUT:.0f} s (its process "
-                          "does not listen to its control folder); nothing was asked", EXIT_NOT_DONE)
+            return _error(
+                f"{d}: the run did not take the request within {ACK_TIMEOUT:.0f} s (its process "
+                "does not listen to its control folder); nothing was asked",
+                EXIT_NOT_DONE,
+            )
     print(f"{d}: the run took the request to {what}")
     return 0
 
@@ -240,8 +284,11 @@ def cmd_watch(args: argparse.Namespace) -> int:
     if isinstance(runs, int):
         return runs
     if not sys.stdout.isatty():
-        plain = f"{sweep}/trial-NNNN.out" if sweep is not None else \
-            f"{runs[0] / 'experiment.log'} (tail -f) or events.jsonl"
+        plain = (
+            f"{sweep}/trial-NNNN.out"
+            if sweep is not None
+            else f"{runs[0] / 'experiment.log'} (tail -f) or events.jsonl"
+        )
         return _error(f"watch shows the dashboard and needs a terminal; for plain lines read {plain}")
     from .dashboard.themes import ThemeError, resolve_theme
 

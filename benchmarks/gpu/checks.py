@@ -121,8 +121,15 @@ def check_syncs(config: Path, device: str, steps: int) -> dict:
     from tuitrain.run.runner import prepare_run
 
     cuda = device == "cuda"
-    run = prepare_run(config, [f"train.device={device}", f"train.max_steps={steps}",
-                               f"log.every_n_steps={EVERY}", "checkpoint.every_n_steps=0"])
+    run = prepare_run(
+        config,
+        [
+            f"train.device={device}",
+            f"train.max_steps={steps}",
+            f"log.every_n_steps={EVERY}",
+            "checkpoint.every_n_steps=0",
+        ],
+    )
     windows: list[tuple[int, str]] = []  # (steps done at the switch, mode)
     mode = ["off"]
 
@@ -157,9 +164,12 @@ def check_syncs(config: Path, device: str, steps: int) -> dict:
     finally:
         handle.remove()
         set_mode("off")
-    out = {"seconds": round(time.perf_counter() - t0, 2), "status": result.status,
-           "error": None if result.error is None else str(result.error)[-2000:],
-           "error_windows": sum(1 for _, m in windows if m == "error")}
+    out = {
+        "seconds": round(time.perf_counter() - t0, 2),
+        "status": result.status,
+        "error": None if result.error is None else str(result.error)[-2000:],
+        "error_windows": sum(1 for _, m in windows if m == "error"),
+    }
     # the harness: an "error" window opened at k steps done covers steps k+1.. up to the next switch;
     # a log at step s (after s steps) must be outside every window
     spans, start = [], None
@@ -186,8 +196,9 @@ def check_devices(config: Path, device: str, steps: int) -> dict:
 
     os.environ["TUITRAIN_DEVICES_INTERVAL"] = "0.2"
     t0 = time.perf_counter()
-    run = prepare_run(config, [f"train.device={device}", "data.slow=0.001", f"train.max_steps={steps}",
-                               "checkpoint.every_n_steps=0"])
+    run = prepare_run(
+        config, [f"train.device={device}", "data.slow=0.001", f"train.max_steps={steps}", "checkpoint.every_n_steps=0"]
+    )
     code = run.execute()
     samples = [e for e in events_of(run.run_dir) if e["event"] == "DevicesSampled"]
     out = {"seconds": round(time.perf_counter() - t0, 2), "code": code, "samples": len(samples)}
@@ -197,9 +208,12 @@ def check_devices(config: Path, device: str, steps: int) -> dict:
         import torch
 
         want = {"util", "mem_used", "mem_total"}
-        out["ok"] = (code == 0 and bool(samples) and len(gpus) == torch.cuda.device_count()
-                     and all(want <= set(g) and g["util"] is not None and 0 < g["mem_used"] <= g["mem_total"]
-                             for g in gpus))
+        out["ok"] = (
+            code == 0
+            and bool(samples)
+            and len(gpus) == torch.cuda.device_count()
+            and all(want <= set(g) and g["util"] is not None and 0 < g["mem_used"] <= g["mem_total"] for g in gpus)
+        )
     else:
         out["gpu_fields"] = "skipped: no CUDA"
         out["ok"] = code == 0 and bool(samples)
@@ -208,8 +222,11 @@ def check_devices(config: Path, device: str, steps: int) -> dict:
 
 def _losses(run_dir: Path) -> dict[int, float]:
     """step -> train loss, the value logged last for a step (a resumed run logs its steps again)."""
-    return {e["step"]: e["metrics"]["loss"] for e in events_of(run_dir)
-            if e["event"] == "MetricsLogged" and e.get("split") == "train" and e.get("scope") == "step"}
+    return {
+        e["step"]: e["metrics"]["loss"]
+        for e in events_of(run_dir)
+        if e["event"] == "MetricsLogged" and e.get("split") == "train" and e.get("scope") == "step"
+    }
 
 
 def check_resume(folder: Path, device: str) -> dict:
@@ -232,8 +249,12 @@ def check_resume(folder: Path, device: str) -> dict:
         stops: list[int] = []
 
         def stop_at(event, state) -> None:
-            if event.name == "MetricsLogged" and getattr(event, "split", None) == "train" \
-                    and getattr(event, "scope", None) == "step" and event.step == RESUME_STOP_AT:
+            if (
+                event.name == "MetricsLogged"
+                and getattr(event, "split", None) == "train"
+                and getattr(event, "scope", None) == "step"
+                and event.step == RESUME_STOP_AT
+            ):
                 stopped.interrupter.request_stop("api")
                 stops.append(event.step)
 
@@ -255,16 +276,33 @@ def check_resume(folder: Path, device: str) -> dict:
         same_weights = a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     except Exception as e:  # the check reports, it does not crash
         same_weights = f"? {type(e).__name__}: {e}"
-    out = {"seconds": round(time.perf_counter() - t0, 2), "codes": [code_straight, code_stopped, code_resumed],
-           "steps": len(steps), "resumed_from": str(resumed.resume_path), "stop_asked_at": stops,
-           "differing_steps": differ[:10], "same_final_weights": same_weights}
-    failures = [f"{e['error']}\n{e['traceback'][-1500:]}" for run in (straight, stopped, resumed)
-                for e in events_of(run.run_dir) if e["event"] == "RunFailed"]
+    out = {
+        "seconds": round(time.perf_counter() - t0, 2),
+        "codes": [code_straight, code_stopped, code_resumed],
+        "steps": len(steps),
+        "resumed_from": str(resumed.resume_path),
+        "stop_asked_at": stops,
+        "differing_steps": differ[:10],
+        "same_final_weights": same_weights,
+    }
+    failures = [
+        f"{e['error']}\n{e['traceback'][-1500:]}"
+        for run in (straight, stopped, resumed)
+        for e in events_of(run.run_dir)
+        if e["event"] == "RunFailed"
+    ]
     if failures:
         out["failures"] = failures
-    out["ok"] = (code_straight == 0 and code_stopped == 130 and code_resumed == 0 and len(steps) == 60
-                 and stops == [RESUME_STOP_AT] and resumed.resume_path is not None
-                 and not differ and same_weights is True)
+    out["ok"] = (
+        code_straight == 0
+        and code_stopped == 130
+        and code_resumed == 0
+        and len(steps) == 60
+        and stops == [RESUME_STOP_AT]
+        and resumed.resume_path is not None
+        and not differ
+        and same_weights is True
+    )
     return out
 
 
@@ -282,9 +320,11 @@ def main(argv=None) -> int:
     os.chdir(folder)
     config = project(folder)
     steps = 120 if a.device == "cuda" else 60
-    checks = {"syncs": lambda: check_syncs(config, a.device, steps),
-              "devices": lambda: check_devices(config, a.device, 300),
-              "resume": lambda: check_resume(folder, a.device)}
+    checks = {
+        "syncs": lambda: check_syncs(config, a.device, steps),
+        "devices": lambda: check_devices(config, a.device, 300),
+        "resume": lambda: check_resume(folder, a.device),
+    }
     for name, fn in checks.items():
         try:
             report[name] = fn()

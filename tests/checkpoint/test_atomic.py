@@ -12,8 +12,15 @@ import pytest
 import torch
 
 from tuitrain.core import fsutil
-from tuitrain.core.checkpoint import (FORMAT, INDEX, CheckpointError, Checkpointer, latest_checkpoint,
-                                      load_checkpoint, read_index)
+from tuitrain.core.checkpoint import (
+    FORMAT,
+    INDEX,
+    CheckpointError,
+    Checkpointer,
+    latest_checkpoint,
+    load_checkpoint,
+    read_index,
+)
 from tuitrain.core.events import CheckpointFailed, CheckpointSaved
 
 
@@ -107,8 +114,7 @@ def test_checkpointer_retention_deletes_files_and_index_rows(tmp_path):
         ck.save(state(step), epoch=step, step=step, metrics={"valid/loss": loss}, reason="epoch")
     listed = [e.file for e in read_index(folder)]
     on_disk = sorted(p.name for p in folder.glob("*.pt"))
-    assert listed == ["epoch-0001-step-00000001.pt", "epoch-0003-step-00000003.pt",
-                      "epoch-0004-step-00000004.pt"]
+    assert listed == ["epoch-0001-step-00000001.pt", "epoch-0003-step-00000003.pt", "epoch-0004-step-00000004.pt"]
     assert on_disk == sorted(listed)
     best = [e.file for e in read_index(folder) if e.best]
     assert best == ["epoch-0001-step-00000001.pt"]
@@ -162,8 +168,9 @@ def test_prepare_removes_tmp_leftovers_and_unindexed_files(tmp_path):
 
     fresh = Checkpointer(folder, keep_last=5, background=False)
     removed = sorted(p.name for p in fresh.prepare())
-    assert removed == sorted([".tmp-epoch-0001-step-00000002.pt.abc123", ".tmp-index.json.xyz",
-                              "epoch-0001-step-00000002.pt"])
+    assert removed == sorted(
+        [".tmp-epoch-0001-step-00000002.pt.abc123", ".tmp-index.json.xyz", "epoch-0001-step-00000002.pt"]
+    )
     assert sorted(p.name for p in folder.iterdir()) == sorted([INDEX, good.name])
     assert latest_checkpoint(folder) == good
 
@@ -218,10 +225,14 @@ def test_latest_checkpoint_ignores_unlisted_and_missing(tmp_path):
     folder.mkdir()
     assert latest_checkpoint(folder) is None
     torch.save(state(), folder / "epoch-0009-step-00000099.pt")  # not listed
-    (folder / INDEX).write_text(json.dumps([
-        {"file": "epoch-0001-step-00000003.pt", "epoch": 1, "step": 3},
-        {"file": "gone.pt", "epoch": 2, "step": 10},
-    ]))
+    (folder / INDEX).write_text(
+        json.dumps(
+            [
+                {"file": "epoch-0001-step-00000003.pt", "epoch": 1, "step": 3},
+                {"file": "gone.pt", "epoch": 2, "step": 10},
+            ]
+        )
+    )
     assert latest_checkpoint(folder) is None
     torch.save(state(), folder / "epoch-0001-step-00000003.pt")
     assert latest_checkpoint(folder).name == "epoch-0001-step-00000003.pt"
@@ -297,7 +308,9 @@ def test_cli_resume_from_hostile_checkpoint_exits_2_without_running_it(tiny):
     assert not marker.exists()
     assert tiny.run_dirs() == []
     assert sorted(p.name for p in tiny.root.iterdir()) == sorted(
-        ["empty.tcss", "tinyproj.py", "tiny.toml", "hostile.pt"] + (["__pycache__"] if (tiny.root / "__pycache__").exists() else []))
+        ["empty.tcss", "tinyproj.py", "tiny.toml", "hostile.pt"]
+        + (["__pycache__"] if (tiny.root / "__pycache__").exists() else [])
+    )
 
 
 @pytest.fixture(scope="module")
@@ -340,8 +353,15 @@ def test_fit_resume_from_an_unlisted_file_in_the_checkpoint_folder(tmp_path):
     def learner():
         torch.manual_seed(0)
         model = nn.Linear(4, 3)
-        return CoreLearner(model, torch.optim.SGD(model.parameters(), lr=0.1), loss_fn=nn.CrossEntropyLoss(),
-                       epochs=2, device="cpu", batch_size=16, checkpoint=Checkpointer(folder))
+        return CoreLearner(
+            model,
+            torch.optim.SGD(model.parameters(), lr=0.1),
+            loss_fn=nn.CrossEntropyLoss(),
+            epochs=2,
+            device="cpu",
+            batch_size=16,
+            checkpoint=Checkpointer(folder),
+        )
 
     assert learner().fit(data).status == "completed"
     mine = folder / "my-copy.pt"
@@ -360,8 +380,12 @@ def test_snapshot_copies_into_the_last_snapshot_and_each_file_holds_its_own_step
 
     from tuitrain.core.checkpoint import snapshot
 
-    live = {"model": OrderedDict(w=torch.ones(3, 4)), "optimizers": [{"m": torch.zeros(2)}], "step": 1,
-            "rng": (torch.arange(3, dtype=torch.uint8),)}
+    live = {
+        "model": OrderedDict(w=torch.ones(3, 4)),
+        "optimizers": [{"m": torch.zeros(2)}],
+        "step": 1,
+        "rng": (torch.arange(3, dtype=torch.uint8),),
+    }
     first = snapshot(live)
     assert first["model"]["w"].data_ptr() != live["model"]["w"].data_ptr()  # a copy, not a view
     live["model"]["w"].add_(1)
@@ -390,8 +414,17 @@ def test_snapshot_copies_into_the_last_snapshot_and_each_file_holds_its_own_step
             weights[event.step] = model.weight.detach().clone()
 
     ckpt = Checkpointer(tmp_path / "checkpoint", every_n_steps=1, every_n_epochs=0, keep_last=10, keep_best=0)
-    learner = CoreLearner(model, torch.optim.SGD(model.parameters(), lr=0.5), loss_fn=nn.MSELoss(), callbacks=[record],
-                      device="cpu", batch_size=4, epochs=1, shuffle=False, checkpoint=ckpt)
+    learner = CoreLearner(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.5),
+        loss_fn=nn.MSELoss(),
+        callbacks=[record],
+        device="cpu",
+        batch_size=4,
+        epochs=1,
+        shuffle=False,
+        checkpoint=ckpt,
+    )
     assert learner.fit(ds).exit_code == 0
     files = sorted((tmp_path / "checkpoint").glob("epoch-*-step-*.pt"))
     assert len(files) == 6

@@ -7,8 +7,17 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tuitrain.core.checkpoint import (FORMAT, INDEX, STATE_FILE, CheckpointError, Checkpointer, check_weights_file,
-                                      latest_checkpoint, load_checkpoint, read_index)
+from tuitrain.core.checkpoint import (
+    FORMAT,
+    INDEX,
+    STATE_FILE,
+    CheckpointError,
+    Checkpointer,
+    check_weights_file,
+    latest_checkpoint,
+    load_checkpoint,
+    read_index,
+)
 from tuitrain.core.events import CheckpointDeleted, CheckpointFailed, CheckpointSaved
 
 

@@ -10,8 +10,15 @@ import json
 import pytest
 import torch
 
-from tuitrain.core.checkpoint import (FORMAT, INDEX, CheckpointError, Checkpointer, damaged, latest_checkpoint,
-                                      load_checkpoint)
+from tuitrain.core.checkpoint import (
+    FORMAT,
+    INDEX,
+    CheckpointError,
+    Checkpointer,
+    damaged,
+    latest_checkpoint,
+    load_checkpoint,
+)
 
 
 def state(v: float) -> dict:
@@ -70,8 +77,18 @@ def test_a_checkpoint_indexed_before_hashes_still_loads(tmp_path):
 
 def test_resume_refuses_a_damaged_path_and_latest_resumes_from_the_newest_sound_one(tiny):
     run = tiny.root / "runs" / "tiny" / "first"
-    r = tiny.cli("run", tiny.config, "--set", "train.epochs=3", "--set", "checkpoint.keep_last=3",
-                 "--set", "checkpoint.keep_best=0", "--run-dir", run)
+    r = tiny.cli(
+        "run",
+        tiny.config,
+        "--set",
+        "train.epochs=3",
+        "--set",
+        "checkpoint.keep_last=3",
+        "--set",
+        "checkpoint.keep_best=0",
+        "--run-dir",
+        run,
+    )
     assert r.returncode == 0, r.stderr
     index = json.loads((run / "checkpoint" / INDEX).read_text())
     assert len(index) == 3 and all(len(e["sha256"]) == 64 for e in index)
@@ -83,6 +100,5 @@ def test_resume_refuses_a_damaged_path_and_latest_resumes_from_the_newest_sound_
     r = tiny.cli("run", tiny.config, "--set", "train.epochs=4", "--resume", "latest")
     assert r.returncode == 0, r.stderr
     assert f"passed over {newest}" in r.stderr and "sha256" in r.stderr
-    started = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()
-               if '"RunStarted"' in line]
+    started = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines() if '"RunStarted"' in line]
     assert started[-1]["resumed_from"].endswith(index[-2]["file"])  # the newest sound one

@@ -46,10 +46,20 @@ def fit(run_dir, *, epochs=6, at: dict[int, str] | None = None, keep_requested=0
             wait_for(lambda: getattr(learner.interrupter, flag), timeout=30, what=f"the {command} request")
 
     learner = tuitrain.Learner(
-        model, torch.optim.SGD(model.parameters(), lr=0.1), loss_fn=nn.CrossEntropyLoss(), epochs=epochs,
-        device="cpu", batch_size=16, log_every_n_steps=1, seed=1, run_dir=run_dir, callbacks=[steer],
-        checkpoint=Checkpointer(run_dir / "checkpoint", keep_last=2, keep_best=1, every_n_epochs=1,
-                                  keep_requested=keep_requested))
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        loss_fn=nn.CrossEntropyLoss(),
+        epochs=epochs,
+        device="cpu",
+        batch_size=16,
+        log_every_n_steps=1,
+        seed=1,
+        run_dir=run_dir,
+        callbacks=[steer],
+        checkpoint=Checkpointer(
+            run_dir / "checkpoint", keep_last=2, keep_best=1, every_n_epochs=1, keep_requested=keep_requested
+        ),
+    )
     return learner.fit(data, resume=resume, dashboard=False), saved
 
 

@@ -88,14 +88,32 @@ def make_learner(case: Case, folder, stop=None, device="cpu") -> tuple[CoreLearn
         sched = None
     it = Interrupter()
     rec = Recorder(it, stop)
-    early = (EarlyStopping("valid/loss", "min", patience=case.early_patience, min_delta=100.0)
-             if case.early_patience else None)
-    learner = CoreLearner(model, opt, loss_fn=nn.CrossEntropyLoss(), scheduler=sched, train=Train(scheduler_interval=case.interval),
-                      early_stopping=early,
-                      train_metrics=("loss", "accuracy"), valid_metrics=("loss", "accuracy"), callbacks=[rec],
-                      epochs=case.epochs, grad_accumulation=case.accum, device=device, log_every_n_steps=1,
-                      seed=SEED, batch_size=BATCH, shuffle=case.shuffle, num_workers=case.workers,
-                      interrupter=it, checkpoint=Checkpointer(folder, keep_last=2, keep_best=1))
+    early = (
+        EarlyStopping("valid/loss", "min", patience=case.early_patience, min_delta=100.0)
+        if case.early_patience
+        else None
+    )
+    learner = CoreLearner(
+        model,
+        opt,
+        loss_fn=nn.CrossEntropyLoss(),
+        scheduler=sched,
+        train=Train(scheduler_interval=case.interval),
+        early_stopping=early,
+        train_metrics=("loss", "accuracy"),
+        valid_metrics=("loss", "accuracy"),
+        callbacks=[rec],
+        epochs=case.epochs,
+        grad_accumulation=case.accum,
+        device=device,
+        log_every_n_steps=1,
+        seed=SEED,
+        batch_size=BATCH,
+        shuffle=case.shuffle,
+        num_workers=case.workers,
+        interrupter=it,
+        checkpoint=Checkpointer(folder, keep_last=2, keep_best=1),
+    )
     return learner, rec
 
 

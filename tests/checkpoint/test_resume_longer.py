@@ -29,20 +29,30 @@ def _notes(tiny, run_dir) -> list[str]:
     return [e["text"] for e in tiny.read_events(run_dir) if e["event"] == "OutputPrinted" and e["stream"] == "tuitrain"]
 
 
-ONECYCLE = ["scheduler.name=OneCycleLR", "scheduler.max_lr=0.02", "scheduler.interval=step",
-            'metrics.train=["loss", "lr"]']
+ONECYCLE = [
+    "scheduler.name=OneCycleLR",
+    "scheduler.max_lr=0.02",
+    "scheduler.interval=step",
+    'metrics.train=["loss", "lr"]',
+]
 SGD = ["optimizer.name=SGD", "optimizer.lr=1.0", "scheduler.interval=step", 'metrics.train=["loss", "lr"]']
 COSINE = ["scheduler.name=CosineAnnealingLR", *SGD]
 # a warm-up window, then cosine to the end: the last window's T_max is the run's length less 4
-CHAIN = ['scheduler.chain=[{ name = "LinearLR", end = 4, start_factor = 0.25 }, '
-         '{ name = "CosineAnnealingLR", begin = 4 }]', *SGD]
+CHAIN = [
+    'scheduler.chain=[{ name = "LinearLR", end = 4, start_factor = 0.25 }, { name = "CosineAnnealingLR", begin = 4 }]',
+    *SGD,
+]
 
 
-@pytest.mark.parametrize("sets,change", [
-    (ONECYCLE, f"OneCycleLR's total_steps {2 * STEPS} -> {3 * STEPS}"),
-    (COSINE, f"CosineAnnealingLR's T_max {2 * STEPS} -> {3 * STEPS}"),
-    (CHAIN, f"CosineAnnealingLR's T_max {2 * STEPS - 4} -> {3 * STEPS - 4}"),
-], ids=["onecycle", "cosine", "chain"])
+@pytest.mark.parametrize(
+    "sets,change",
+    [
+        (ONECYCLE, f"OneCycleLR's total_steps {2 * STEPS} -> {3 * STEPS}"),
+        (COSINE, f"CosineAnnealingLR's T_max {2 * STEPS} -> {3 * STEPS}"),
+        (CHAIN, f"CosineAnnealingLR's T_max {2 * STEPS - 4} -> {3 * STEPS - 4}"),
+    ],
+    ids=["onecycle", "cosine", "chain"],
+)
 def test_a_longer_resume_stretches_a_filled_in_schedule(tiny, forget_tinyproj, sets, change):
     first = prepare_run(tiny.config, [*sets, "train.epochs=2"])
     assert first.execute() == 0
@@ -56,7 +66,8 @@ def test_a_longer_resume_stretches_a_filled_in_schedule(tiny, forget_tinyproj, s
     got, want = _lrs(first.run_dir), _lrs(whole.run_dir)
     assert sorted(got) == list(range(1, 3 * STEPS + 1))
     assert [got[s] for s in range(2 * STEPS + 1, 3 * STEPS + 1)] == pytest.approx(
-        [want[s] for s in range(2 * STEPS + 1, 3 * STEPS + 1)], rel=1e-9, abs=1e-12)
+        [want[s] for s in range(2 * STEPS + 1, 3 * STEPS + 1)], rel=1e-9, abs=1e-12
+    )
     assert got[3 * STEPS] == pytest.approx(want[3 * STEPS], rel=1e-9, abs=1e-12)  # the new schedule's last value
     note = f"train.epochs changed 2 -> 3: {change} (the schedule is stretched from step {2 * STEPS})"
     assert _notes(tiny, first.run_dir).count(note) == 1, _notes(tiny, first.run_dir)
@@ -107,8 +118,9 @@ def test_an_explicit_total_steps_raised_in_the_config_applies_on_resume(tiny, fo
     """The advice of the error above works: the config's new total_steps, not the checkpoint's."""
     first = prepare_run(tiny.config, [*ONECYCLE, "train.epochs=2", f"scheduler.total_steps={2 * STEPS}"])
     assert first.execute() == 0
-    resumed = prepare_run(tiny.config, [*ONECYCLE, "train.epochs=3", f"scheduler.total_steps={4 * STEPS}"],
-                          resume="latest")
+    resumed = prepare_run(
+        tiny.config, [*ONECYCLE, "train.epochs=3", f"scheduler.total_steps={4 * STEPS}"], resume="latest"
+    )
     assert resumed.execute() == 0
     assert any(f"OneCycleLR's total_steps {2 * STEPS} -> {4 * STEPS}" in n for n in _notes(tiny, first.run_dir))
 
@@ -126,9 +138,21 @@ def _learner(folder, epochs: int, lrs: list):
         if isinstance(event, MetricsLogged) and event.split == "train" and event.scope == "step":
             lrs.append((event.step, event.metrics["lr"]))
 
-    return CoreLearner(model, opt, loss_fn=nn.CrossEntropyLoss(), scheduler=sched, train_metrics=("loss", "lr"),
-                   valid_metrics=("loss",), callbacks=[record], epochs=epochs, device="cpu", log_every_n_steps=1,
-                   seed=7, batch_size=16, checkpoint=Checkpointer(folder))
+    return CoreLearner(
+        model,
+        opt,
+        loss_fn=nn.CrossEntropyLoss(),
+        scheduler=sched,
+        train_metrics=("loss", "lr"),
+        valid_metrics=("loss",),
+        callbacks=[record],
+        epochs=epochs,
+        device="cpu",
+        log_every_n_steps=1,
+        seed=7,
+        batch_size=16,
+        checkpoint=Checkpointer(folder),
+    )
 
 
 def _data():

@@ -9,15 +9,15 @@ import pytest
 from tuitrain.core.retention import Entry, KeepAny, KeepBest, KeepLast, KeepRequested, Split, best_entry, decide
 
 
-def entry(step: int, loss: float | None = None, acc: float | None = None, epoch: int | None = None,
-          t: float = 0.0) -> Entry:
+def entry(
+    step: int, loss: float | None = None, acc: float | None = None, epoch: int | None = None, t: float = 0.0
+) -> Entry:
     metrics = {}
     if loss is not None:
         metrics["valid/loss"] = loss
     if acc is not None:
         metrics["valid/accuracy"] = acc
-    return Entry(file=f"s{step}.pt", epoch=epoch if epoch is not None else step, step=step, metrics=metrics,
-                 time=t)
+    return Entry(file=f"s{step}.pt", epoch=epoch if epoch is not None else step, step=step, metrics=metrics, time=t)
 
 
 def files(entries) -> list[str]:
@@ -175,8 +175,13 @@ def test_entry_to_dict_has_the_index_keys():
 
 
 def asked(step: int, loss: float | None = None, by: str = "dashboard") -> Entry:
-    return Entry(file=f"s{step}.pt", epoch=step, step=step,
-                 metrics={"valid/loss": loss} if loss is not None else {}, requested=by)
+    return Entry(
+        file=f"s{step}.pt",
+        epoch=step,
+        step=step,
+        metrics={"valid/loss": loss} if loss is not None else {},
+        requested=by,
+    )
 
 
 def test_keep_last_and_keep_best_count_only_the_runs_own_and_never_delete_those_asked_for():
@@ -249,5 +254,6 @@ def test_a_request_for_a_state_saved_already_marks_it_and_says_so_in_an_event(tm
     ck.ask(39, 3900, "dashboard")
     again = [e for e in ck.take_events() if isinstance(e, CheckpointSaved)]
     assert [(e.file, e.step, e.requested, e.reason) for e in again] == [
-        ("checkpoint/epoch-0039-step-00003900.pt", 3900, "dashboard", "epoch")]
+        ("checkpoint/epoch-0039-step-00003900.pt", 3900, "dashboard", "epoch")
+    ]
     assert [e.requested for e in read_index(folder)] == ["dashboard"]

@@ -81,9 +81,20 @@ def _fit(folder, stop_at: int = 0, resume=None) -> dict[int, float]:
             if event.step == stop_at:
                 it.request_stop("api", "test")
 
-    learner = CoreLearner(model, torch.optim.SGD(model.parameters(), lr=0.05), loss_fn=nn.CrossEntropyLoss(),
-                      epochs=2, device="cpu", log_every_n_steps=1, seed=5, batch_size=8, num_workers=2,
-                      callbacks=[record], interrupter=it, checkpoint=Checkpointer(folder, keep_last=2))
+    learner = CoreLearner(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.05),
+        loss_fn=nn.CrossEntropyLoss(),
+        epochs=2,
+        device="cpu",
+        log_every_n_steps=1,
+        seed=5,
+        batch_size=8,
+        num_workers=2,
+        callbacks=[record],
+        interrupter=it,
+        checkpoint=Checkpointer(folder, keep_last=2),
+    )
     result = learner.fit(Noisy(), None, resume=resume)
     assert result.status == ("interrupted" if stop_at else "completed"), result.error
     return losses
@@ -123,15 +134,15 @@ def test_kill_9_during_an_augmenting_epoch_then_resume_latest_is_bitwise(tiny):
     ref = tiny.step_losses(tiny.read_events(next((tiny.runs / "ref").iterdir())))
     proc = tiny.cli_bg("run", slow_cfg, "--headless")
     try:
-        tiny.wait_for(lambda: tiny.run_dirs() and tiny.last_train_step(tiny.run_dirs()[0]) >= 10,
-                      timeout=120, what="step 10")
+        tiny.wait_for(
+            lambda: tiny.run_dirs() and tiny.last_train_step(tiny.run_dirs()[0]) >= 10, timeout=120, what="step 10"
+        )
         proc.send_signal(signal.SIGKILL)  # without a word (its loader workers see their parent go)
         proc.wait(30)
     finally:
         if proc.poll() is None:
             proc.kill()
-    r = tiny.cli("run", slow_cfg, "--headless", "--resume", "latest",
-                 "--set", "model.sleep=0.0")
+    r = tiny.cli("run", slow_cfg, "--headless", "--resume", "latest", "--set", "model.sleep=0.0")
     assert r.returncode == 0, r.stderr
     got = tiny.step_losses(tiny.read_events(tiny.run_dirs()[0], torn_ok=True))
     assert sorted(ref) == list(range(1, 19)), sorted(ref)  # 96 items, batch 16: 6 steps an epoch, 3 epochs

@@ -233,7 +233,7 @@ CONFIG_ERRORS = {
     "wrong type": (("epochs = 3", 'epochs = "3"'), [], ["train.epochs"]),
     "misspelt table": (("[train]", "[trian]"), [], ["trian", "train"]),
     "unknown model kwarg": (("hidden = 16", "hiden = 16"), [], ["model.hiden", "hidden"]),
-    "bad value": (("mode = \"min\"", "mode = \"lowest\""), [], ["checkpoint.mode"]),
+    "bad value": (('mode = "min"', 'mode = "lowest"'), [], ["checkpoint.mode"]),
     "set unknown key": (None, ["train.epochz=3"], ["train.epochz"]),
     "set wrong type": (None, ["train.epochs=1.5"], ["train.epochs"]),
     "set no value": (None, ["train.epochs"], ["train.epochs"]),
@@ -242,20 +242,31 @@ CONFIG_ERRORS = {
     "device not on this machine": (None, ["train.device=cuda:99"], ["train.device", "cuda"]),
     "unknown theme": (None, [], ["--theme", "nope", "dark"]),
     # a target's keyword arguments, judged by its signature before anything is built
-    "set wrong type for the optimizer": (None, ["optimizer.lr=abc"],
-                                         ["--set: optimizer.lr: expected a number, got 'abc'"]),
-    "wrong type for the optimizer in the file": (("lr = 1e-2", 'lr = "fast"'), [],
-                                                 ["cfg.toml: optimizer.lr: expected a number, got 'fast'"]),
+    "set wrong type for the optimizer": (
+        None,
+        ["optimizer.lr=abc"],
+        ["--set: optimizer.lr: expected a number, got 'abc'"],
+    ),
+    "wrong type for the optimizer in the file": (
+        ("lr = 1e-2", 'lr = "fast"'),
+        [],
+        ["cfg.toml: optimizer.lr: expected a number, got 'fast'"],
+    ),
     "wrong type for the model": (("hidden = 16", 'hidden = "wide"'), [], ["cfg.toml: model.hidden", "'wide'"]),
     "wrong type for the loss": (None, ["loss.label_smoothing=true"], ["loss.label_smoothing", "a number"]),
     "unknown optimizer argument": (None, ["optimizer.momentum=0.9"], ["optimizer.momentum", "it takes lr, betas"]),
-    "scheduler choice not in its Literal": (None, ["scheduler.name=OneCycleLR", "scheduler.max_lr=0.1",
-                                                   "scheduler.anneal_strategy=cosine"],
-                                            ["scheduler.anneal_strategy", "'cos', 'linear'"]),
+    "scheduler choice not in its Literal": (
+        None,
+        ["scheduler.name=OneCycleLR", "scheduler.max_lr=0.1", "scheduler.anneal_strategy=cosine"],
+        ["scheduler.anneal_strategy", "'cos', 'linear'"],
+    ),
     # what only the callable judges: built before training, a config error, the run directory removed
     "rejected by the optimizer": (None, ["optimizer.lr=-1"], ["optimizer", "Invalid learning rate"]),
-    "rejected by the scheduler": (None, ["scheduler.name=OneCycleLR", "scheduler.max_lr=0.1",
-                                         "scheduler.pct_start=2.0"], ["scheduler", "pct_start"]),
+    "rejected by the scheduler": (
+        None,
+        ["scheduler.name=OneCycleLR", "scheduler.max_lr=0.1", "scheduler.pct_start=2.0"],
+        ["scheduler", "pct_start"],
+    ),
 }
 
 

@@ -96,16 +96,19 @@ def test_ctrl_c_on_a_headless_run_stops_it_gracefully_with_a_checkpoint(tiny, re
 
 def test_checkpoint_and_stop_commands_steer_a_live_run(tiny, reap):
     run = tiny.root / "run"
-    proc = tiny.cli_bg("run", tiny.config, "--headless", "--run-dir", run, *SLOW,
-                       "--set", "checkpoint.every_n_epochs=1000")  # only requested checkpoints
+    proc = tiny.cli_bg(
+        "run", tiny.config, "--headless", "--run-dir", run, *SLOW, "--set", "checkpoint.every_n_epochs=1000"
+    )  # only requested checkpoints
     reap(proc)
     tiny.wait_for(lambda: tiny.last_train_step(run) >= 2, what="the run to start training")
     assert index(run) == []
 
     r = tiny.cli("checkpoint", run)
     assert r.returncode == 0, r.stderr
-    requested = tiny.wait_for(lambda: [e for e in index(run) if e["reason"] == "request"],
-                              what="a checkpoint with reason 'request' in the index")
+    requested = tiny.wait_for(
+        lambda: [e for e in index(run) if e["reason"] == "request"],
+        what="a checkpoint with reason 'request' in the index",
+    )
     assert (run / "checkpoint" / requested[0]["file"]).is_file()
     assert proc.poll() is None, "a checkpoint request must not end the run"
 
@@ -171,8 +174,19 @@ def test_kill_9_then_resume_latest_is_bitwise_the_same_run(tiny, reap):
 
 def test_early_stopping_exits_0_and_says_why(tiny):
     # lr = 0: the weights never change, so valid/loss never improves; patience 1 stops after epoch 2
-    r = tiny.cli("run", tiny.config, "--headless", "--set", "optimizer.lr=0.0", "--set", "train.epochs=6",
-                 "--set", "early_stopping.patience=1", "--set", 'early_stopping.monitor="valid/loss"')
+    r = tiny.cli(
+        "run",
+        tiny.config,
+        "--headless",
+        "--set",
+        "optimizer.lr=0.0",
+        "--set",
+        "train.epochs=6",
+        "--set",
+        "early_stopping.patience=1",
+        "--set",
+        'early_stopping.monitor="valid/loss"',
+    )
     assert r.returncode == 0, r.stderr + r.stdout
     (run,) = tiny.run_dirs()
     info = status(run)
@@ -234,8 +248,18 @@ def test_kill_9_of_a_stateful_stream_then_resume_latest_is_bitwise_the_same_run(
     (tiny.root / "streamproj.py").write_text(STREAMPROJ)
     text = tiny.config.read_text().replace('target = "tinyproj:datasets"', 'target = "streamproj:streams"')
     config = tiny.write_config("stream.toml", text.replace("shuffle = true", "shuffle = false"))
-    sets = ["--set", "model.sleep=0.03", "--set", "train.epochs=4", "--set", "checkpoint.every_n_steps=3",
-            "--set", "checkpoint.monitor=train/loss", "--set", 'metrics.valid=["loss"]']
+    sets = [
+        "--set",
+        "model.sleep=0.03",
+        "--set",
+        "train.epochs=4",
+        "--set",
+        "checkpoint.every_n_steps=3",
+        "--set",
+        "checkpoint.monitor=train/loss",
+        "--set",
+        'metrics.valid=["loss"]',
+    ]
     total = 4 * 7  # 100 items in batches of 16
     proc = tiny.cli_bg("run", config, "--headless", *sets)
     reap(proc)

@@ -13,8 +13,14 @@ from tests.conftest import cli_env
 
 
 def lr_find(tiny, *args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "tuitrain", "lr-find", str(tiny.config), *args],
-                          capture_output=True, text=True, cwd=cwd or tiny.root, env=cli_env(), timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "tuitrain", "lr-find", str(tiny.config), *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd or tiny.root,
+        env=cli_env(),
+        timeout=300,
+    )
 
 
 def rows(path):
@@ -60,13 +66,16 @@ def test_the_weights_it_starts_from_are_not_changed(tiny):
     assert not tiny.runs.exists()
 
 
-@pytest.mark.parametrize("args, says", [
-    (["--min-lr", "1", "--max-lr", "0.1"], "--min-lr"),
-    (["--steps", "3"], "--steps"),
-    (["--set", "train.epochz=3"], "train.epochz"),
-    (["--set", "train.strategy=ddp"], "train.strategy"),
-    (["--csv", "no/such/folder/x.csv"], "--csv"),
-])
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["--min-lr", "1", "--max-lr", "0.1"], "--min-lr"),
+        (["--steps", "3"], "--steps"),
+        (["--set", "train.epochz=3"], "train.epochz"),
+        (["--set", "train.strategy=ddp"], "train.strategy"),
+        (["--csv", "no/such/folder/x.csv"], "--csv"),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(tiny, args, says):
     out = lr_find(tiny, *args)
     assert out.returncode == 2
@@ -92,16 +101,27 @@ def scheduled(tiny, table):
     return load_config(tiny.config)
 
 
-@pytest.mark.parametrize("table, says", [
-    ('[scheduler]\nname = "OneCycleLR"\nmax_lr = 1e-2\n', "--set scheduler.max_lr=0.002 (OneCycleLR"),
-    ('[scheduler]\ntarget = "torch.optim.lr_scheduler:OneCycleLR"\nmax_lr = 1e-2\n', "--set scheduler.max_lr=0.002"),
-    ('[scheduler]\nname = "CyclicLR"\nbase_lr = 1e-4\nmax_lr = 1e-2\n',
-     "--set scheduler.max_lr=0.002 --set scheduler.base_lr=0.0002 (CyclicLR"),
-    ('[scheduler]\nname = "StepLR"\nstep_size = 5\n', "--set optimizer.lr=0.002"),
-    ('', "--set optimizer.lr=0.002"),
-    ('[scheduler]\nchain = [{name = "LinearLR", end = 3, start_factor = 0.1}, '
-     '{name = "OneCycleLR", max_lr = 1e-2}]\n', "set scheduler.chain[1].max_lr=0.002 in"),
-])
+@pytest.mark.parametrize(
+    "table, says",
+    [
+        ('[scheduler]\nname = "OneCycleLR"\nmax_lr = 1e-2\n', "--set scheduler.max_lr=0.002 (OneCycleLR"),
+        (
+            '[scheduler]\ntarget = "torch.optim.lr_scheduler:OneCycleLR"\nmax_lr = 1e-2\n',
+            "--set scheduler.max_lr=0.002",
+        ),
+        (
+            '[scheduler]\nname = "CyclicLR"\nbase_lr = 1e-4\nmax_lr = 1e-2\n',
+            "--set scheduler.max_lr=0.002 --set scheduler.base_lr=0.0002 (CyclicLR",
+        ),
+        ('[scheduler]\nname = "StepLR"\nstep_size = 5\n', "--set optimizer.lr=0.002"),
+        ("", "--set optimizer.lr=0.002"),
+        (
+            '[scheduler]\nchain = [{name = "LinearLR", end = 3, start_factor = 0.1}, '
+            '{name = "OneCycleLR", max_lr = 1e-2}]\n',
+            "set scheduler.chain[1].max_lr=0.002 in",
+        ),
+    ],
+)
 def test_the_advice_names_the_key_that_sets_the_lr(tiny, table, says):
     from tuitrain.run.lr_find import advice
 

@@ -12,8 +12,7 @@ from tuitrain.cli import main
 
 
 def snapshot(run_dir):
-    return {p.relative_to(run_dir): (p.stat().st_size, p.stat().st_mtime_ns)
-            for p in run_dir.rglob("*") if p.is_file()}
+    return {p.relative_to(run_dir): (p.stat().st_size, p.stat().st_mtime_ns) for p in run_dir.rglob("*") if p.is_file()}
 
 
 @pytest.fixture(scope="module")
@@ -42,8 +41,7 @@ def refused(tiny, run, capsys, monkeypatch, *sets):
     return err
 
 
-def test_past_the_configs_epochs_is_refused_with_the_set_that_continues(stopped, capsys, monkeypatch,
-                                                                        forget_tinyproj):
+def test_past_the_configs_epochs_is_refused_with_the_set_that_continues(stopped, capsys, monkeypatch, forget_tinyproj):
     tiny, run = stopped
     err = refused(tiny, run, capsys, monkeypatch, "train.epochs=1", "train.max_steps=0")
     assert "epoch 2, step 10" in err and "train.epochs = 1" in err

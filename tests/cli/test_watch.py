@@ -17,8 +17,9 @@ pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="needs a pty")
 
 def test_watch_follows_a_live_run_and_q_then_l_leaves_it_running(tiny):
     run = tiny.root / "run"
-    proc = tiny.cli_bg("run", tiny.config, "--headless", "--run-dir", run, "--set", "model.sleep=0.02",
-                       "--set", "train.epochs=2000")  # ends long after the test
+    proc = tiny.cli_bg(
+        "run", tiny.config, "--headless", "--run-dir", run, "--set", "model.sleep=0.02", "--set", "train.epochs=2000"
+    )  # ends long after the test
     pid = fd = None
     try:
         tiny.wait_for(lambda: tiny.last_train_step(run) >= 2, what="the run to train")
@@ -51,7 +52,9 @@ def test_watch_follows_a_live_run_and_q_then_l_leaves_it_running(tiny):
         assert code == 0
         # the run was only watched: it trains on, and nothing asked it to stop
         left_at = tiny.last_train_step(run)
-        tiny.wait_for(lambda: tiny.last_train_step(run) > left_at + 2, timeout=60, what="training after the viewer left")
+        tiny.wait_for(
+            lambda: tiny.last_train_step(run) > left_at + 2, timeout=60, what="training after the viewer left"
+        )
         assert proc.poll() is None
         assert not [e for e in tiny.read_events(run, torn_ok=True) if e["event"] == "ControlReceived"]
     finally:

@@ -43,8 +43,14 @@ def test_a_stopped_headless_run_says_the_line_that_continues_it_and_the_line_wor
     assert last.startswith(str(run) + "/checkpoint/") and (tiny.root / last).is_file()
     # the line as printed continues the run (stopped again at once)
     argv = shlex.split(line)
-    again = subprocess.Popen([sys.executable, "-m", "tuitrain", *argv[1:]], cwd=tiny.root, env=cli_env(),
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    again = subprocess.Popen(
+        [sys.executable, "-m", "tuitrain", *argv[1:]],
+        cwd=tiny.root,
+        env=cli_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         step = json.loads((run / "run.json").read_text())["step"]
         tiny.wait_for(lambda: tiny.last_train_step(run) > step, what="the resumed run to train")
@@ -69,8 +75,7 @@ def test_without_a_checkpoint_it_says_there_is_nothing_to_continue(tmp_path):
     (tmp_path / "checkpoint").mkdir()
     (tmp_path / "checkpoint" / "a.pt").write_bytes(b"x")
     (tmp_path / "checkpoint" / "index.json").write_text(json.dumps([{"file": "a.pt", "epoch": 1, "step": 2}]))
-    assert way_on(args, tmp_path) == (f"continue it: tuitrain run demo/x.toml --set train.epochs=3 "
-                                      f"--resume {tmp_path}")
+    assert way_on(args, tmp_path) == (f"continue it: tuitrain run demo/x.toml --set train.epochs=3 --resume {tmp_path}")
 
 
 def test_the_dashboards_stop_says_it_too(tiny, capsys, monkeypatch, forget_tinyproj):

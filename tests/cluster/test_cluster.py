@@ -37,8 +37,22 @@ def env() -> dict:
 def torchrun(root: Path, *args, torch_args=(), log: str = "torchrun") -> subprocess.Popen:
     """`python -m torch.distributed.run TORCH_ARGS -m tuitrain run ARGS` in the background (output to a file)."""
     out = open(root / f"{log}-{time.time_ns()}.out", "w+")
-    return subprocess.Popen([sys.executable, "-m", "torch.distributed.run", *map(str, torch_args), "-m", "tuitrain",
-                             "run", *map(str, args)], cwd=root, env=env(), stdout=out, stderr=subprocess.STDOUT)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            *map(str, torch_args),
+            "-m",
+            "tuitrain",
+            "run",
+            *map(str, args),
+        ],
+        cwd=root,
+        env=env(),
+        stdout=out,
+        stderr=subprocess.STDOUT,
+    )
 
 
 def run_json(run: Path) -> dict:
@@ -95,8 +109,12 @@ def test_sigusr1_under_slurm_checkpoints_requeues_and_the_same_command_finishes_
         p.kill()
     (run,) = tiny.run_dirs()
     info = run_json(run)
-    assert (info["status"], info["reason"], info["requeued"], info["exit_code"]) == \
-        ("interrupted", "preempted", True, 130)
+    assert (info["status"], info["reason"], info["requeued"], info["exit_code"]) == (
+        "interrupted",
+        "preempted",
+        True,
+        130,
+    )
     stopped_at = info["step"]
     assert 3 <= stopped_at < 30 and newest_checkpoint_step(run) == stopped_at  # the state it stopped in
     assert slurm.read_text() == f"requeue {JOB}\n"  # once
@@ -135,25 +153,42 @@ def test_resume_auto_continues_only_an_unfinished_newest_run(tiny):
     (run,) = tiny.run_dirs()
     assert prepare_run(tiny.config, ["train.epochs=1"], resume="auto").resume_path is None  # completed
     info = run_json(run)
-    (run / "run.json").write_text(json.dumps({**info, "status": "running", "pid": 2 ** 22 + 12345}))  # killed
+    (run / "run.json").write_text(json.dumps({**info, "status": "running", "pid": 2**22 + 12345}))  # killed
     again = prepare_run(tiny.config, ["train.epochs=1"], resume="auto")
     assert again.run_dir == run and again.resume_path == run / "checkpoint" / "epoch-0001-step-00000007.pt"
 
 
 def test_torchrun_restart_after_a_rank_is_killed_ends_equal_to_an_uninterrupted_run(tiny):
-    args = (tiny.config, "--set", "model.dropout=0.0", "--set", "data.batch_size=8", "--set", "train.epochs=4",
-            "--set", "checkpoint.every_n_steps=3")
+    args = (
+        tiny.config,
+        "--set",
+        "model.dropout=0.0",
+        "--set",
+        "data.batch_size=8",
+        "--set",
+        "train.epochs=4",
+        "--set",
+        "checkpoint.every_n_steps=3",
+    )
 
     def launch(*extra, sleep="0.0"):
-        return torchrun(tiny.root, *args, "--set", f"model.sleep={sleep}", *extra,
-                        torch_args=("--nproc-per-node", "2", "--max-restarts", "1", "--master-port", free_port()))
+        return torchrun(
+            tiny.root,
+            *args,
+            "--set",
+            f"model.sleep={sleep}",
+            *extra,
+            torch_args=("--nproc-per-node", "2", "--max-restarts", "1", "--master-port", free_port()),
+        )
 
     p = launch("--resume", "auto", sleep="0.05")
     try:
+
         def rank_1():
             ranks = [w for w in workers(p) if rank_of(w) == 1]
             runs = tiny.run_dirs()
             return ranks and runs and tiny.last_train_step(runs[0]) >= 8 and ranks[0]
+
         victim = tiny.wait_for(rank_1, what="step 8 under torchrun")
         victim.kill()  # kill -9: no checkpoint of its own, the others' collective fails
         assert p.wait(300) == 0  # torchrun restarted the ranks once; they finished the run
@@ -178,9 +213,26 @@ def test_two_nodes_share_one_run_dir_and_either_one_stops_both(tiny):
 
     def nodes():
         port = free_port()
-        return [torchrun(tiny.root, *args, log=f"node{n}", torch_args=(
-            "--nnodes", "2", "--node-rank", n, "--nproc-per-node", "1", "--master-addr", "127.0.0.1",
-            "--master-port", port)) for n in (0, 1)]
+        return [
+            torchrun(
+                tiny.root,
+                *args,
+                log=f"node{n}",
+                torch_args=(
+                    "--nnodes",
+                    "2",
+                    "--node-rank",
+                    n,
+                    "--nproc-per-node",
+                    "1",
+                    "--master-addr",
+                    "127.0.0.1",
+                    "--master-port",
+                    port,
+                ),
+            )
+            for n in (0, 1)
+        ]
 
     def run_dir() -> Path | None:
         runs = tiny.run_dirs()
@@ -188,8 +240,10 @@ def test_two_nodes_share_one_run_dir_and_either_one_stops_both(tiny):
 
     launchers = nodes()
     try:
-        tiny.wait_for(lambda: run_dir() and tiny.last_train_step(run_dir()) >= 2 and workers(launchers[1]),
-                      what="two nodes training")
+        tiny.wait_for(
+            lambda: run_dir() and tiny.last_train_step(run_dir()) >= 2 and workers(launchers[1]),
+            what="two nodes training",
+        )
         (second,) = workers(launchers[1])
         assert rank_of(second) == 1
         second.send_signal(signal.SIGTERM)  # the signal reaches one rank of one node, not its launcher

@@ -13,8 +13,16 @@ import pytest
 
 from tuitrain.dashboard import themes
 from tuitrain.config import (
-    ConfigError, EarlyStoppingConfig, apply_override, check_kwargs, config_from_dict,
-    load_config, metric_name, parse_value, resolve_target, validate,
+    ConfigError,
+    EarlyStoppingConfig,
+    apply_override,
+    check_kwargs,
+    config_from_dict,
+    load_config,
+    metric_name,
+    parse_value,
+    resolve_target,
+    validate,
 )
 
 MINIMAL = """
@@ -99,7 +107,7 @@ min_delta = 0.001
 theme = "light"
 """
 
-MODEL_MODULE = '''
+MODEL_MODULE = """
 class Net:
     def __init__(self, hidden=16, depth=2):
         self.hidden = hidden
@@ -113,7 +121,7 @@ class Acc:
 
 def make_opt(parameters, lr):
     return None
-'''
+"""
 
 
 @pytest.fixture(autouse=True)
@@ -145,6 +153,7 @@ def expect_error(path: Path, key: str, message: str, overrides=()) -> ConfigErro
 
 
 # -- loading and defaults ----------------------------------------------------------------------
+
 
 def test_minimal_config_gets_defaults_and_paths(tmp_path):
     path = write(tmp_path, "minimal.toml", MINIMAL)
@@ -192,8 +201,12 @@ def test_toml_writer_handles_awkward_values(tmp_path):
     cfg = load_config(write(tmp_path, "c.toml", MINIMAL))
     cfg.model.kwargs = {
         "quote": 'say "hi"\\ back\nslash\ttab \x01 é ✓',
-        "tiny": 1e-300, "big": 1.5e300, "third": 1 / 3, "neg_zero": -0.0,
-        "pos_inf": math.inf, "neg_inf": -math.inf,
+        "tiny": 1e-300,
+        "big": 1.5e300,
+        "third": 1 / 3,
+        "neg_zero": -0.0,
+        "pos_inf": math.inf,
+        "neg_inf": -math.inf,
         "nested": {"a": {"b": [1, 2]}, "empty": {}},
         "tables_in_list": [{"x": 1, "y": "z"}, {}],
         "odd key.with dots": True,
@@ -246,7 +259,7 @@ BAD = [
     ("[checkpoint]\nmonitor = 'loss'", "checkpoint.monitor", "valid/<metric>"),
     ("[checkpoint]\nmonitor = 'valid/f1'", "checkpoint.monitor", "'valid/f1' is not logged"),
     ("[checkpoint]\nrevise_keys = [['(', '']]", "checkpoint.revise_keys[0]", "bad regex"),
-    ("[checkpoint]\nrevise_keys = ['a']", "checkpoint.revise_keys[0]", "expected [\"regex\""),
+    ("[checkpoint]\nrevise_keys = ['a']", "checkpoint.revise_keys[0]", 'expected ["regex"'),
     ("[early_stopping]\npatience = -2", "early_stopping.patience", "must be >= 0"),
     ("[early_stopping]\nmin_delta = nan", "early_stopping.min_delta", "finite"),
     ("[early_stopping]\nmonitor = 'train/f1'", "early_stopping.monitor", "is not logged"),
@@ -279,8 +292,7 @@ def test_bad_config_names_file_and_key(tmp_path, extra, key, message):
 
 
 def test_bad_data_loader_settings(tmp_path):
-    path = write(tmp_path, "c.toml", "[model]\ntarget = 'm:f'\n[data]\ntarget = 'm:d'\n"
-                 "batch_size = 0\n")
+    path = write(tmp_path, "c.toml", "[model]\ntarget = 'm:f'\n[data]\ntarget = 'm:d'\nbatch_size = 0\n")
     expect_error(path, "data.batch_size", "must be >= 1")
     path.write_text("[model]\ntarget = 'm:f'\n[data]\ntarget = 'm:d'\nshuffle = 'yes'\n")
     expect_error(path, "data.shuffle", "expected true or false")
@@ -314,6 +326,7 @@ def test_missing_file_and_folder(tmp_path):
 
 # -- --set overrides ---------------------------------------------------------------------------
 
+
 def test_override_values_are_toml_or_bare_strings():
     assert parse_value("3") == 3 and parse_value("1e-3") == 1e-3
     assert parse_value("true") is True
@@ -325,10 +338,18 @@ def test_override_values_are_toml_or_bare_strings():
 
 def test_overrides_apply_with_types(tmp_path):
     path = write(tmp_path, "c.toml", MINIMAL + "[train]\nepochs = 20\n")
-    cfg = load_config(path, [
-        "train.epochs=3", "optimizer.lr=1e-3", "train.strategy=ddp",
-        'metrics.train=["loss"]', "model.hidden=32", "experiment.name=2024", "train.epochs=4",
-    ])
+    cfg = load_config(
+        path,
+        [
+            "train.epochs=3",
+            "optimizer.lr=1e-3",
+            "train.strategy=ddp",
+            'metrics.train=["loss"]',
+            "model.hidden=32",
+            "experiment.name=2024",
+            "train.epochs=4",
+        ],
+    )
     assert cfg.train.epochs == 4  # the later --set wins
     assert cfg.optimizer.kwargs == {"lr": 1e-3}
     assert cfg.train.strategy == "ddp"
@@ -384,6 +405,7 @@ def test_config_from_dict_does_not_mutate_input():
 
 # -- target resolution -------------------------------------------------------------------------
 
+
 def test_config_folder_shadows_cwd(tmp_path, monkeypatch):
     mod = f"tt_shadow_{tmp_path.name}"
     conf_dir, cwd = tmp_path / "conf", tmp_path / "cwd"
@@ -406,13 +428,17 @@ def test_cwd_used_when_config_folder_lacks_module(tmp_path, monkeypatch):
 
 def test_nested_attribute_and_errors(tmp_path):
     mod = f"tt_nested_{tmp_path.name}"
-    write(tmp_path, mod + ".py", """
+    write(
+        tmp_path,
+        mod + ".py",
+        """
         class Net:
             @classmethod
             def small(cls):
                 return "small"
         VALUE = 3
-    """)
+    """,
+    )
     assert resolve_target(f"{mod}:Net.small", tmp_path, "model.target")() == "small"
     with pytest.raises(ConfigError) as info:
         resolve_target(f"{mod}:Nett", tmp_path, "model.target", file="c.toml")
@@ -446,6 +472,7 @@ def test_failing_user_module_is_reported_as_import_failure(tmp_path):
 
 # -- keyword argument checks -------------------------------------------------------------------
 
+
 def spiral_net(hidden=64, depth=2):
     pass
 
@@ -460,10 +487,11 @@ def takes_anything(a, **kwargs):
 
 def test_unexpected_keyword_suggests_near_name():
     with pytest.raises(ConfigError) as info:
-        check_kwargs(spiral_net, {"hidden_size": 3}, "model", file="spirals.toml",
-                     target="spirals:SpiralNet")
-    assert str(info.value) == ("spirals.toml: model.hidden_size: unexpected keyword argument "
-                               "for spirals:SpiralNet (did you mean 'hidden'?); it takes hidden, depth")
+        check_kwargs(spiral_net, {"hidden_size": 3}, "model", file="spirals.toml", target="spirals:SpiralNet")
+    assert str(info.value) == (
+        "spirals.toml: model.hidden_size: unexpected keyword argument "
+        "for spirals:SpiralNet (did you mean 'hidden'?); it takes hidden, depth"
+    )
 
 
 def test_required_and_provided_arguments():
@@ -480,11 +508,15 @@ def test_required_and_provided_arguments():
 
 # -- validate ----------------------------------------------------------------------------------
 
+
 def good_config(tmp_path: Path, extra: str = "") -> Path:
     mod = f"tt_model_{tmp_path.name}"
     write(tmp_path, mod + ".py", MODEL_MODULE)
     write(tmp_path, "mine.tcss", "Screen { }\n")
-    return write(tmp_path, "run.toml", f"""
+    return write(
+        tmp_path,
+        "run.toml",
+        f"""
 [model]
 target = "{mod}:Net"
 hidden = 8
@@ -498,7 +530,9 @@ lr = 0.01
 
 [dashboard]
 theme = "mine.tcss"
-""" + textwrap.dedent(extra))
+"""
+        + textwrap.dedent(extra),
+    )
 
 
 def test_validate_accepts_minimal_good_config(tmp_path):
@@ -507,7 +541,9 @@ def test_validate_accepts_minimal_good_config(tmp_path):
 
 def test_validate_accepts_scheduler_metrics_and_custom_optimizer(tmp_path):
     mod = f"tt_model_{tmp_path.name}"
-    path = good_config(tmp_path, f"""
+    path = good_config(
+        tmp_path,
+        f"""
         [scheduler]
         name = "OneCycleLR"
         max_lr = 0.1
@@ -518,7 +554,8 @@ def test_validate_accepts_scheduler_metrics_and_custom_optimizer(tmp_path):
         [checkpoint]
         monitor = "valid/acc3"
         mode = "max"
-    """)
+    """,
+    )
     validate(load_config(path))
     validate(load_config(path, ["optimizer.name=", f"optimizer.target={mod}:make_opt"]))
 
@@ -568,6 +605,7 @@ def test_metric_names():
 
 # -- themes ------------------------------------------------------------------------------------
 
+
 def test_find_theme_by_name_and_path(tmp_path, monkeypatch):
     shipped = tmp_path / "shipped"
     shipped.mkdir()
@@ -596,8 +634,12 @@ def test_theme_dirs_include_checkout_themes_folder():
 
 
 def test_config_imports_neither_torch_nor_textual():
-    code = ("import sys, tuitrain.config; "
-            "print(sorted(m for m in ('torch', 'textual') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         cwd=Path(__file__).resolve().parents[2], check=True)
+    code = "import sys, tuitrain.config; print(sorted(m for m in ('torch', 'textual') if m in sys.modules))"
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parents[2],
+        check=True,
+    )
     assert out.stdout.strip() == "[]"

@@ -26,8 +26,9 @@ def worker(rank: int, port: int, out: Path) -> None:
 
     from tuitrain.core.strategies.agreement import Agreement, SyncedInterrupter
 
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
-                            timeout=datetime.timedelta(seconds=60))
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2, timeout=datetime.timedelta(seconds=60)
+    )
     seen: dict = {"pid": os.getpid()}
     a = Agreement(width=5)
     seen["now"] = a.now([[1, 0, 5, 0, 2], [0, 3, 1, 0, 7]][rank])
@@ -53,8 +54,15 @@ def worker(rank: int, port: int, out: Path) -> None:
             if s.checkpoint_requested:
                 first.setdefault("checkpoint", tick)
         s.close()
-        seen["runs"].append({"stop_at": stop_at, "first": first, "source": s.stop_source, "reason": s.stop_reason,
-                             "log": [list(x) for x in s.take_log()]})
+        seen["runs"].append(
+            {
+                "stop_at": stop_at,
+                "first": first,
+                "source": s.stop_source,
+                "reason": s.stop_reason,
+                "log": [list(x) for x in s.take_log()],
+            }
+        )
 
     s = SyncedInterrupter(rank, None, every=EVERY)  # SIGUSR1 reaches rank 1 alone: a preemption everywhere
     for tick in range(1, TICKS + 1):
@@ -93,9 +101,16 @@ def ranks(tmp_path_factory) -> list[dict]:
     env = dict(os.environ, OMP_NUM_THREADS="1")
     for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(k, None)
-    procs = [subprocess.Popen([sys.executable, __file__, "--rank", str(r), "--port", str(port),
-                               "--out", str(tmp / f"rank-{r}.json")], env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True) for r in (0, 1)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, __file__, "--rank", str(r), "--port", str(port), "--out", str(tmp / f"rank-{r}.json")],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for r in (0, 1)
+    ]
     outputs = []
     try:
         for p in procs:

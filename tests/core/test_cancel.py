@@ -40,9 +40,16 @@ class Cancelling(nn.Linear):
 def _fit(error, at, epochs=2):
     model = Cancelling(error, at)
     events = []
-    learner = CoreLearner(model, torch.optim.SGD(model.parameters(), lr=0.1), device="cpu", batch_size=2,
-                      shuffle=False, epochs=epochs, train_metrics=["loss"],
-                      callbacks=[lambda e, s: events.append(e)])
+    learner = CoreLearner(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        device="cpu",
+        batch_size=2,
+        shuffle=False,
+        epochs=epochs,
+        train_metrics=["loss"],
+        callbacks=[lambda e, s: events.append(e)],
+    )
     return model, learner.fit(_data()), events
 
 
@@ -53,7 +60,7 @@ def _by_hand(batches: list[int]):
     x, y = _data().tensors
     losses = []
     for b in batches:
-        loss = nn.functional.mse_loss(model(x[2 * b:2 * b + 2]), y[2 * b:2 * b + 2])
+        loss = nn.functional.mse_loss(model(x[2 * b : 2 * b + 2]), y[2 * b : 2 * b + 2])
         losses.append(loss.item())
         opt.zero_grad()
         loss.backward()

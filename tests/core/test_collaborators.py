@@ -18,8 +18,15 @@ def _data(n=32):
 def _learner(cls=CoreLearner, **kw):
     torch.manual_seed(0)
     model = nn.Linear(4, 2)
-    return cls(model, torch.optim.SGD(model.parameters(), lr=0.1), loss_fn=nn.CrossEntropyLoss(), epochs=1,
-               batch_size=8, device="cpu", **kw)
+    return cls(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        loss_fn=nn.CrossEntropyLoss(),
+        epochs=1,
+        batch_size=8,
+        device="cpu",
+        **kw,
+    )
 
 
 def test_sections_and_the_flat_keywords_train_the_same_run():
@@ -28,9 +35,14 @@ def test_sections_and_the_flat_keywords_train_the_same_run():
     a = _learner(clip_grad_norm=1.0, log_every_n_steps=2)
     torch.manual_seed(0)
     model = nn.Linear(4, 2)
-    b = CoreLearner(model, torch.optim.SGD(model.parameters(), lr=0.1), loss_fn=nn.CrossEntropyLoss(),
-                    train=Train(epochs=1, clip_grad_norm=1.0, device="cpu"), data=Data(batch_size=8),
-                    log=Log(every_n_steps=2))
+    b = CoreLearner(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        loss_fn=nn.CrossEntropyLoss(),
+        train=Train(epochs=1, clip_grad_norm=1.0, device="cpu"),
+        data=Data(batch_size=8),
+        log=Log(every_n_steps=2),
+    )
     ra, rb = a.fit(_data()), b.fit(_data())
     assert ra.status == rb.status == "completed"
     assert ra.summary == rb.summary
@@ -83,12 +95,20 @@ def test_a_rollback_loads_through_the_learner_s_own_load_state_dict(tmp_path):
     g = torch.Generator().manual_seed(0)
     x = torch.randn(640, 4, generator=g)
     y = x @ torch.tensor([[1.0], [-2.0], [0.5], [3.0]])
-    x[30 * 8:31 * 8] *= 300.0  # batch 30 (step 31): a loss far above the 16 before it
+    x[30 * 8 : 31 * 8] *= 300.0  # batch 30 (step 31): a loss far above the 16 before it
     torch.manual_seed(0)
     model = nn.Linear(4, 1)
-    learner = Mine(model, torch.optim.SGD(model.parameters(), lr=0.01), loss_fn=nn.MSELoss(), epochs=1,
-                   batch_size=8, shuffle=False, device="cpu", watch={"loss_spike": "rollback", "spike_window": 32},
-                   checkpoint=ckpt.Checkpointer(tmp_path / "checkpoint", every_n_steps=10))
+    learner = Mine(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.01),
+        loss_fn=nn.MSELoss(),
+        epochs=1,
+        batch_size=8,
+        shuffle=False,
+        device="cpu",
+        watch={"loss_spike": "rollback", "spike_window": 32},
+        checkpoint=ckpt.Checkpointer(tmp_path / "checkpoint", every_n_steps=10),
+    )
     result = learner.fit(torch.utils.data.TensorDataset(x, y))
     assert result.status == "completed", result.error
     assert learner.health.rollbacks == 1 and learner.state.skip_batches == [[1, 30]]

@@ -14,7 +14,7 @@ from torch.utils.data import TensorDataset
 from tests.conftest import wait_for
 from tuitrain.core.checkpoint import Checkpointer, read_index
 from tuitrain.core.control import COMMANDS, ControlWatcher, FileControl, Interrupter, control_dir
-from tuitrain.core.events import (CheckpointSaved, ControlReceived, MetricsLogged, RunPaused, RunResumed)
+from tuitrain.core.events import CheckpointSaved, ControlReceived, MetricsLogged, RunPaused, RunResumed
 from tuitrain.core.learner import CoreLearner
 
 
@@ -97,9 +97,13 @@ def test_watcher_applies_each_command_and_deletes_its_file(tmp_path, command):
     assert list(watcher.dir.iterdir()) == []
     log = it.take_log()
     assert log and log[-1][1] == "cli"
-    expected = {"stop": lambda: it.stop_requested, "checkpoint": lambda: it.checkpoint_requested,
-                "pause": lambda: it.paused, "resume": lambda: not it.paused,
-                "toggle_pause": lambda: it.paused}[command]
+    expected = {
+        "stop": lambda: it.stop_requested,
+        "checkpoint": lambda: it.checkpoint_requested,
+        "pause": lambda: it.paused,
+        "resume": lambda: not it.paused,
+        "toggle_pause": lambda: it.paused,
+    }[command]
     assert expected()
 
 
@@ -129,14 +133,28 @@ def learner_with(callbacks, folder, interrupter, epochs=2):
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     g = torch.Generator().manual_seed(0)
     data = TensorDataset(torch.randn(64, 4, generator=g), torch.randint(0, 3, (64,), generator=g))
-    learner = CoreLearner(model, opt, loss_fn=nn.CrossEntropyLoss(), callbacks=callbacks, epochs=epochs,
-                      device="cpu", log_every_n_steps=1, seed=3, batch_size=16, interrupter=interrupter,
-                      checkpoint=Checkpointer(folder, keep_last=10, every_n_epochs=0))
+    learner = CoreLearner(
+        model,
+        opt,
+        loss_fn=nn.CrossEntropyLoss(),
+        callbacks=callbacks,
+        epochs=epochs,
+        device="cpu",
+        log_every_n_steps=1,
+        seed=3,
+        batch_size=16,
+        interrupter=interrupter,
+        checkpoint=Checkpointer(folder, keep_last=10, every_n_epochs=0),
+    )
     return learner, data
 
 
 def losses_of(events):
-    return [(e.step, e.metrics["loss"]) for e in events if isinstance(e, MetricsLogged) and e.split == "train" and e.scope == "step"]
+    return [
+        (e.step, e.metrics["loss"])
+        for e in events
+        if isinstance(e, MetricsLogged) and e.split == "train" and e.scope == "step"
+    ]
 
 
 def test_pause_checkpoint_and_resume_leave_the_results_unchanged(tmp_path):

@@ -31,8 +31,15 @@ def dataset(n=1000):
 
 def learner_with(data, **train):
     model = nn.Linear(3, 1)
-    return CoreLearner(model, torch.optim.SGD(model.parameters(), lr=0.1), loss_fn=nn.MSELoss(), epochs=1,
-                       device="cpu", data=data, **train)
+    return CoreLearner(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        loss_fn=nn.MSELoss(),
+        epochs=1,
+        device="cpu",
+        data=data,
+        **train,
+    )
 
 
 def test_every_field_has_a_probe():

@@ -77,8 +77,11 @@ def test_a_failing_batched_callback_is_reported_once_and_others_still_get_every_
     bus.subscribe(broken)
     bus.subscribe(good)
     bus.emit(logged(1))
-    bus.emit(CheckpointSaved(file="c.pt", epoch=1, step=1, metrics={}, bytes=1, best=False, reason="step",
-                             stall=0.0, write=0.0))
+    bus.emit(
+        CheckpointSaved(
+            file="c.pt", epoch=1, step=1, metrics={}, bytes=1, best=False, reason="step", stall=0.0, write=0.0
+        )
+    )
     assert [type(e).__name__ for e in good.seen][:2] == ["MetricsLogged", "CheckpointSaved"]
     assert len(bus.errors) == 1  # said once per callback and error, whatever kind of event it failed on
     bus.deliver()  # the report is printed output: it comes with the next batch
@@ -116,15 +119,23 @@ def test_sampled_callbacks_get_a_phase_s_first_steps_then_one_step_per_interval_
     model = nn.Linear(3, 1)
     phase = TrainPhase()
     monkeypatch.setattr(loop.Loop, "plain_epoch", lambda *a: used_plain.append(1) or plain(*a))
-    learner = CoreLearner(model, torch.optim.SGD(model.parameters(), lr=0.01), loss_fn=nn.MSELoss(), bus=bus,
-                      device="cpu", batch_size=4, epochs=2, train_phase=phase)
+    learner = CoreLearner(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.01),
+        loss_fn=nn.MSELoss(),
+        bus=bus,
+        device="cpu",
+        batch_size=4,
+        epochs=2,
+        train_phase=phase,
+    )
     assert learner.fit(ds).exit_code == 0
     assert used_plain == [1, 1]  # the fast loop ran in both epochs
     train = [e for e in got if e.phase == "train"]
     for epoch in (1, 2):
         steps = [e.step for e in train if e.epoch == epoch]
         first = (epoch - 1) * 100
-        assert steps[:StepSampler.FIRST] == [first + 1, first + 2, first + 3]
+        assert steps[: StepSampler.FIRST] == [first + 1, first + 2, first + 3]
         assert steps[-1] == first + 100  # the phase's last step too (a speed over the whole phase)
         assert len(steps) < 100  # sampled, not every step
         # every step's items are counted once: 100 steps of 4 items per epoch

@@ -8,11 +8,22 @@ import json
 from hypothesis import given, settings, strategies as st
 
 from tuitrain.core.events import (
-    EVENT_TYPES, MAX_LINE, DevicesSampled, Event, MetricsLogged, RunFinished, RunStarted, parse_line,
+    EVENT_TYPES,
+    MAX_LINE,
+    DevicesSampled,
+    Event,
+    MetricsLogged,
+    RunFinished,
+    RunStarted,
+    parse_line,
 )
 
 SCALAR = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8)
-JSON = SCALAR | st.lists(SCALAR, max_size=3) | st.dictionaries(st.text(max_size=6), SCALAR | st.lists(SCALAR, max_size=2), max_size=3)
+JSON = (
+    SCALAR
+    | st.lists(SCALAR, max_size=3)
+    | st.dictionaries(st.text(max_size=6), SCALAR | st.lists(SCALAR, max_size=2), max_size=3)
+)
 
 
 def good() -> dict:
@@ -26,9 +37,36 @@ def test_any_bytes(raw):
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.sampled_from(sorted(EVENT_TYPES)), st.dictionaries(st.sampled_from(
-    ["split", "epoch", "step", "metrics", "time", "text", "stream", "partial", "gpus", "cpu_per_core",
-     "summary", "best", "config", "env", "file", "status", "error", "batches", "phase", "event"]), JSON))
+@given(
+    st.sampled_from(sorted(EVENT_TYPES)),
+    st.dictionaries(
+        st.sampled_from(
+            [
+                "split",
+                "epoch",
+                "step",
+                "metrics",
+                "time",
+                "text",
+                "stream",
+                "partial",
+                "gpus",
+                "cpu_per_core",
+                "summary",
+                "best",
+                "config",
+                "env",
+                "file",
+                "status",
+                "error",
+                "batches",
+                "phase",
+                "event",
+            ]
+        ),
+        JSON,
+    ),
+)
 def test_any_json_in_the_shape_of_an_event(name, fields):
     line = json.dumps({"event": name, **fields})
     event = parse_line(line)
@@ -100,8 +138,16 @@ def test_what_readers_iterate_has_the_shape_they_expect():
     assert parse_line(json.dumps(base)) is not None
     assert parse_line(json.dumps({**base, "gpus": ["GPU0"]})) is None
     assert parse_line(json.dumps({**base, "cpu_per_core": ["12%"]})) is None
-    fin = RunFinished(status="completed", exit_code=0, epoch=1, step=1, reason="epochs", duration=1.0,
-                      summary={"train/loss": {"last": 1.0}}, best={}).to_dict()
+    fin = RunFinished(
+        status="completed",
+        exit_code=0,
+        epoch=1,
+        step=1,
+        reason="epochs",
+        duration=1.0,
+        summary={"train/loss": {"last": 1.0}},
+        best={},
+    ).to_dict()
     assert parse_line(json.dumps(fin)) is not None
     assert parse_line(json.dumps({**fin, "summary": {"train/loss": 1.0}})) is None
     started = RunStarted(run_dir="r", experiment="e", epochs=1, max_steps=0, steps_per_epoch=0, batch_size=1).to_dict()

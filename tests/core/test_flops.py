@@ -54,10 +54,20 @@ def data(n=96, seed=0):
 def fit(metrics, *, dropout=0.3, accum=1, epochs=2, device="cpu", model=None, **kw):
     model = model if model is not None else mlp(dropout=dropout)
     events = []
-    learner = CoreLearner(model, torch.optim.AdamW(model.parameters(), lr=1e-2), loss_fn=nn.CrossEntropyLoss(),
-                      device=device, train_metrics=metrics, epochs=epochs, batch_size=16, seed=3,
-                      grad_accumulation=accum, log_every_n_steps=1,
-                      callbacks=[lambda e, s: events.append(e)], **kw)
+    learner = CoreLearner(
+        model,
+        torch.optim.AdamW(model.parameters(), lr=1e-2),
+        loss_fn=nn.CrossEntropyLoss(),
+        device=device,
+        train_metrics=metrics,
+        epochs=epochs,
+        batch_size=16,
+        seed=3,
+        grad_accumulation=accum,
+        log_every_n_steps=1,
+        callbacks=[lambda e, s: events.append(e)],
+        **kw,
+    )
     result = learner.fit(data())
     assert result.exit_code == 0, result.error
     logged = [e for e in events if isinstance(e, MetricsLogged) and e.scope == "step" and e.split == "train"]
@@ -84,8 +94,9 @@ def test_first_batch_counted_times_accumulation(accum, test_device):
 @pytest.mark.parametrize("accum", [1, 2])
 def test_counting_does_not_change_training(accum, exact_device):
     """Dropout draws random numbers: the counted batch must draw exactly what it would have."""
-    a, with_metrics = fit(["loss", "tflops", "mfu", "max_memory"], accum=accum, train=Train(peak_tflops=1.0),
-                          device=exact_device)
+    a, with_metrics = fit(
+        ["loss", "tflops", "mfu", "max_memory"], accum=accum, train=Train(peak_tflops=1.0), device=exact_device
+    )
     b, without = fit(["loss"], accum=accum, device=exact_device)
     assert [e.step for e in with_metrics] == [e.step for e in without]
     assert [e.metrics["loss"] for e in with_metrics] == [e.metrics["loss"] for e in without]
@@ -94,8 +105,9 @@ def test_counting_does_not_change_training(accum, exact_device):
 
 
 def test_flops_per_step_given_is_used_as_is():
-    learner, logged = fit(["loss", "tflops", "mfu", "step_time"], train=Train(flops_per_step=2.5e9, peak_tflops=0.5),
-                          epochs=1)
+    learner, logged = fit(
+        ["loss", "tflops", "mfu", "step_time"], train=Train(flops_per_step=2.5e9, peak_tflops=0.5), epochs=1
+    )
     assert learner._step_flops is None  # nothing counted
     for e in logged:
         m = e.metrics
@@ -120,8 +132,16 @@ def test_manual_phase_counts_the_whole_step(test_device):
 
     a, b = mlp(seed=1), mlp(sizes=(4, 64, 3), seed=2)
     opts = {"a": torch.optim.SGD(a.parameters(), lr=0.1), "b": torch.optim.SGD(b.parameters(), lr=0.1)}
-    learner = CoreLearner({"a": a, "b": b}, opts, device=test_device, train_metrics=["loss", "tflops"], epochs=1,
-                      batch_size=16, train_phase=TwoModels(), log_every_n_steps=2)
+    learner = CoreLearner(
+        {"a": a, "b": b},
+        opts,
+        device=test_device,
+        train_metrics=["loss", "tflops"],
+        epochs=1,
+        batch_size=16,
+        train_phase=TwoModels(),
+        log_every_n_steps=2,
+    )
     assert learner.fit(data()).exit_code == 0
     assert learner._step_flops.flops == hand_count(SIZES, 16) + hand_count((4, 64, 3), 16)
     assert no_counting_left()
@@ -230,7 +250,9 @@ def test_mfu_needs_a_peak_on_a_cpu():
         CoreLearner(mlp(), torch.optim.SGD(mlp().parameters(), lr=0.1), device="cpu", train_metrics=["mfu"])
     for bad in (-1.0, float("nan"), "1", True):
         with pytest.raises(ValueError, match="flops_per_step"):
-            CoreLearner(mlp(), torch.optim.SGD(mlp().parameters(), lr=0.1), device="cpu", train=Train(flops_per_step=bad))
+            CoreLearner(
+                mlp(), torch.optim.SGD(mlp().parameters(), lr=0.1), device="cpu", train=Train(flops_per_step=bad)
+            )
 
 
 def test_step_flops_watches_only_while_training():
@@ -242,14 +264,28 @@ def test_step_flops_watches_only_while_training():
     assert learner._step_flops.flops is None and no_counting_left()
 
 
-@pytest.mark.parametrize("name,peak", [
-    ("NVIDIA H100 80GB HBM3", 989.0), ("NVIDIA H100 PCIe", 756.0), ("NVIDIA H100 NVL", 835.0),
-    ("NVIDIA H200", 989.0), ("NVIDIA A100-SXM4-80GB", 312.0), ("NVIDIA A100 80GB PCIe", 312.0),
-    ("NVIDIA A10G", 125.0), ("NVIDIA A10", 125.0), ("NVIDIA L4", 121.0), ("NVIDIA L40S", 362.0),
-    ("NVIDIA GeForce RTX 4090", 165.2), ("Tesla V100-SXM2-16GB", 125.0), ("Tesla T4", 65.0),
-    ("NVIDIA B200", 2250.0), ("AMD Instinct MI300X", 1307.4),
-    ("NVIDIA GeForce GTX 1080", None), ("Intel(R) Xeon(R) CPU", None),
-])
+@pytest.mark.parametrize(
+    "name,peak",
+    [
+        ("NVIDIA H100 80GB HBM3", 989.0),
+        ("NVIDIA H100 PCIe", 756.0),
+        ("NVIDIA H100 NVL", 835.0),
+        ("NVIDIA H200", 989.0),
+        ("NVIDIA A100-SXM4-80GB", 312.0),
+        ("NVIDIA A100 80GB PCIe", 312.0),
+        ("NVIDIA A10G", 125.0),
+        ("NVIDIA A10", 125.0),
+        ("NVIDIA L4", 121.0),
+        ("NVIDIA L40S", 362.0),
+        ("NVIDIA GeForce RTX 4090", 165.2),
+        ("Tesla V100-SXM2-16GB", 125.0),
+        ("Tesla T4", 65.0),
+        ("NVIDIA B200", 2250.0),
+        ("AMD Instinct MI300X", 1307.4),
+        ("NVIDIA GeForce GTX 1080", None),
+        ("Intel(R) Xeon(R) CPU", None),
+    ],
+)
 def test_peak_table(name, peak):
     assert peak_tflops_of(name) == peak
     assert all(p > 0 for _, p in PEAK_TFLOPS)

@@ -20,9 +20,13 @@ def _model(widths, dtype, frozen):
 
 
 @settings(max_examples=30, deadline=None)
-@given(widths=st.lists(st.integers(1, 40), min_size=2, max_size=5), dtype=st.sampled_from([torch.float32, torch.float64]),
-       frozen=st.sets(st.integers(0, 3), max_size=2), scale=st.sampled_from([1e-30, 1.0, 1e20]),
-       seed=st.integers(0, 2**16))
+@given(
+    widths=st.lists(st.integers(1, 40), min_size=2, max_size=5),
+    dtype=st.sampled_from([torch.float32, torch.float64]),
+    frozen=st.sets(st.integers(0, 3), max_size=2),
+    scale=st.sampled_from([1e-30, 1.0, 1e20]),
+    seed=st.integers(0, 2**16),
+)
 def test_the_norm_is_get_total_norm_s_bit_for_bit(test_device, widths, dtype, frozen, scale, seed):
     torch.manual_seed(seed)
     model = _model(widths, dtype, frozen).to(test_device)

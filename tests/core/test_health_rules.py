@@ -25,8 +25,11 @@ def _limit(kept: list[float], sigmas: float, ratio: float) -> float:
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.floats(-10.0, 10.0) | st.floats(0.001, 1e4), min_size=70, max_size=300), st.floats(2.0, 8.0),
-       st.floats(1.0, 8.0))
+@given(
+    st.lists(st.floats(-10.0, 10.0) | st.floats(0.001, 1e4), min_size=70, max_size=300),
+    st.floats(2.0, 8.0),
+    st.floats(1.0, 8.0),
+)
 def test_a_spike_is_far_above_the_windows_spread_and_its_largest_value_after_the_warm_up(values, sigmas, ratio):
     window = 128
     rule = Spike(window, sigmas, ratio)
@@ -88,10 +91,16 @@ def test_an_acting_rule_acts_on_every_spike_each_alert_naming_its_episode():
     assert found == [(100, 1), (101, 1), (140, 2), (200, 3)]
 
 
-@pytest.mark.parametrize("table, said", [
-    ({"loss_spike": "explode"}, "watch.loss_spike"), ({"stall": "soon"}, "watch.stall"),
-    ({"spike_window": 2}, "watch.spike_window"), ({"colour": 1}, "watch.colour"),
-    ({"rollback_lr_factor": 2.0}, "watch.rollback_lr_factor")])
+@pytest.mark.parametrize(
+    "table, said",
+    [
+        ({"loss_spike": "explode"}, "watch.loss_spike"),
+        ({"stall": "soon"}, "watch.stall"),
+        ({"spike_window": 2}, "watch.spike_window"),
+        ({"colour": 1}, "watch.colour"),
+        ({"rollback_lr_factor": 2.0}, "watch.rollback_lr_factor"),
+    ],
+)
 def test_a_wrong_watch_table_is_named_in_the_error(table, said):
     with pytest.raises(ValueError, match=said.replace(".", r"\.")):
         Watch.of(table)

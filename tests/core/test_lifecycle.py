@@ -71,8 +71,11 @@ def test_run_failed_says_each_cause_in_one_line():
     assert (mine.error, mine.cause, mine.exit_code) == ("ValueError: bad shape", "", 1)
     assert "raise ValueError" in mine.traceback
     disk = run_failed(RunDirUnwritable("runs/x: No space left on device", "the writer's traceback"))
-    assert (disk.error, disk.traceback, disk.cause) == ("runs/x: No space left on device",
-                                                        "the writer's traceback", "write_failed")
+    assert (disk.error, disk.traceback, disk.cause) == (
+        "runs/x: No space left on device",
+        "the writer's traceback",
+        "write_failed",
+    )
     oom = run_failed(RuntimeError("CUDA out of memory. Tried to allocate 2 GiB"))
     assert oom.cause == "out_of_memory"
     nan = run_failed(NonFiniteLoss(float("nan"), epoch=1, step=5))
@@ -91,8 +94,11 @@ def test_a_failed_run_reports_its_summary_and_last_checkpoint():
 
 
 def test_the_summary_keeps_min_max_last_and_their_epochs_and_leaves_nan_out():
-    history = {"train/loss": [[1, 3.0], [2, 1.0], [3, float("nan")]], "valid/acc": [[1, 0.5], [2, 0.75], [3, 0.75]],
-               "train/none": [[1, float("nan")]]}
+    history = {
+        "train/loss": [[1, 3.0], [2, 1.0], [3, float("nan")]],
+        "valid/acc": [[1, 0.5], [2, 0.75], [3, 0.75]],
+        "train/none": [[1, float("nan")]],
+    }
     table = Summary.of(history).table()
     assert table["valid/acc"] == {"min": 0.5, "min_epoch": 1, "max": 0.75, "max_epoch": 2, "last": 0.75}
     loss = table["train/loss"]

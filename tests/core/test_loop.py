@@ -46,8 +46,7 @@ def test_accumulation_equals_large_batch_including_partial_last_group(test_devic
 
 def test_accumulation_step_count():
     events = []
-    learner, _ = fit(linear(), data(n=10), events, batch_size=2, grad_accumulation=4, epochs=2,
-                     log_every_n_steps=1)
+    learner, _ = fit(linear(), data(n=10), events, batch_size=2, grad_accumulation=4, epochs=2, log_every_n_steps=1)
     assert learner.state.step == 4  # ceil(5 / 4) = 2 steps per epoch
     steps = [e.step for e in events if isinstance(e, MetricsLogged) and e.scope == "step"]
     assert steps == [1, 2, 3, 4]
@@ -67,8 +66,16 @@ def test_scheduler_interval(interval, expected_steps):
     model = linear()
     opt = torch.optim.SGD(model.parameters(), lr=1.0)
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
-    fit(model, data(n=4), batch_size=2, epochs=3, optimizer=opt, scheduler=sched, train=Train(scheduler_interval=interval))
-    assert opt.param_groups[0]["lr"] == pytest.approx(0.5 ** expected_steps)
+    fit(
+        model,
+        data(n=4),
+        batch_size=2,
+        epochs=3,
+        optimizer=opt,
+        scheduler=sched,
+        train=Train(scheduler_interval=interval),
+    )
+    assert opt.param_groups[0]["lr"] == pytest.approx(0.5**expected_steps)
 
 
 def test_epoch_metrics_weighted_by_batch_size(test_device):
@@ -78,8 +85,16 @@ def test_epoch_metrics_weighted_by_batch_size(test_device):
     model = nn.Linear(4, 3)
     opt = torch.optim.SGD(model.parameters(), lr=0.0)  # frozen: metrics are computable by hand
     events = []
-    learner = CoreLearner(model, opt, loss_fn=nn.CrossEntropyLoss(), device=test_device, shuffle=False, batch_size=3,
-                      train_metrics=["loss", "accuracy", "top2_accuracy"], callbacks=[lambda e, s: events.append(e)])
+    learner = CoreLearner(
+        model,
+        opt,
+        loss_fn=nn.CrossEntropyLoss(),
+        device=test_device,
+        shuffle=False,
+        batch_size=3,
+        train_metrics=["loss", "accuracy", "top2_accuracy"],
+        callbacks=[lambda e, s: events.append(e)],
+    )
     assert learner.fit(TensorDataset(x, y)).exit_code == 0
     x, y = x.to(test_device), y.to(test_device)  # by hand on the device the model trained on
     with torch.no_grad():
@@ -96,8 +111,17 @@ def test_epoch_metrics_weighted_by_batch_size(test_device):
 def test_step_metric_is_the_window_mean(test_device):
     ds = data(n=8)
     events = []
-    fit(linear(), ds, events, batch_size=2, epochs=1, log_every_n_steps=2, train_metrics=["loss", "lr"],
-        optimizer=None, device=test_device)
+    fit(
+        linear(),
+        ds,
+        events,
+        batch_size=2,
+        epochs=1,
+        log_every_n_steps=2,
+        train_metrics=["loss", "lr"],
+        optimizer=None,
+        device=test_device,
+    )
     # by hand: plain SGD on the same model and batches (on the same device), each batch's loss taken
     # before its update
     model = linear().to(test_device)
@@ -105,7 +129,7 @@ def test_step_metric_is_the_window_mean(test_device):
     x, y = (t.to(test_device) for t in ds.tensors)
     by_hand = []
     for i in range(0, 8, 2):
-        loss = nn.functional.mse_loss(model(x[i:i + 2]), y[i:i + 2])
+        loss = nn.functional.mse_loss(model(x[i : i + 2]), y[i : i + 2])
         by_hand.append(loss.item())
         opt.zero_grad()
         loss.backward()
@@ -115,7 +139,8 @@ def test_step_metric_is_the_window_mean(test_device):
     assert [e.step for e in logged] == [2, 4]
     assert all(e.metrics["lr"] == 0.1 for e in logged)
     assert [e.metrics["loss"] for e in logged] == pytest.approx(
-        [(by_hand[0] + by_hand[1]) / 2, (by_hand[2] + by_hand[3]) / 2], rel=1e-6)
+        [(by_hand[0] + by_hand[1]) / 2, (by_hand[2] + by_hand[3]) / 2], rel=1e-6
+    )
 
 
 def test_validation_runs_without_gradients():
@@ -156,9 +181,15 @@ def test_model_train_step_dict_and_user_dataloader(test_device):
     loader = DataLoader(TensorDataset(x, y), batch_size=4, shuffle=True)
     model = Own()
     events = []
-    learner = CoreLearner(model, torch.optim.AdamW(model.parameters()), device=test_device, seed=3,
-                      train_metrics=["loss", "accuracy"], valid_metrics=["accuracy"],
-                      callbacks=[lambda e, s: events.append(e)])
+    learner = CoreLearner(
+        model,
+        torch.optim.AdamW(model.parameters()),
+        device=test_device,
+        seed=3,
+        train_metrics=["loss", "accuracy"],
+        valid_metrics=["accuracy"],
+        callbacks=[lambda e, s: events.append(e)],
+    )
     result = learner.fit(loader, loader)
     assert result.exit_code == 0
     fin = [e for e in events if isinstance(e, RunFinished)][0]
@@ -181,8 +212,14 @@ def test_nonfinite_loss_fails_and_names_step():
 
     torch.manual_seed(0)
     model = Bad(3, 1)
-    learner = CoreLearner(model, torch.optim.SGD(model.parameters(), lr=0.1), loss_fn=nn.MSELoss(), device="cpu",
-                      batch_size=2, shuffle=False)
+    learner = CoreLearner(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        loss_fn=nn.MSELoss(),
+        device="cpu",
+        batch_size=2,
+        shuffle=False,
+    )
     result = learner.fit(data(n=10))
     assert result.exit_code == 1 and result.status == "failed"
     assert "step 3" in result.error and "nan" in result.error
@@ -210,8 +247,15 @@ def test_print_in_user_code_becomes_output_events():
 
     model = Talk(3, 1)
     events = []
-    learner = CoreLearner(model, torch.optim.SGD(model.parameters(), lr=0.1), loss_fn=nn.MSELoss(), device="cpu",
-                      batch_size=4, callbacks=[lambda e, s: events.append(e)], capture_output=True)
+    learner = CoreLearner(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        loss_fn=nn.MSELoss(),
+        device="cpu",
+        batch_size=4,
+        callbacks=[lambda e, s: events.append(e)],
+        capture_output=True,
+    )
     learner.fit(data(n=8))
     texts = [e.text for e in events if isinstance(e, OutputPrinted) and e.stream == "stdout"]
     assert texts == ["hello from forward"] * 2
@@ -230,24 +274,34 @@ def test_the_gradient_scalers_own_overflow_is_not_a_nonfinite_fault():
     CUDA's float16 one (16-mixed itself falls back to bf16 on a CPU)."""
     model = linear()
     events = []
-    learner = CoreLearner(model, torch.optim.SGD(model.parameters(), lr=0.1), loss_fn=nn.MSELoss(), device="cpu",
-                          shuffle=False, batch_size=2, epochs=4, log_every_n_steps=1,
-                          train_metrics=["loss", "grad_norm"], callbacks=[lambda e, s: events.append(e)])
-    learner.precision.scaler = scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 127)
+    learner = CoreLearner(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        loss_fn=nn.MSELoss(),
+        device="cpu",
+        shuffle=False,
+        batch_size=2,
+        epochs=4,
+        log_every_n_steps=1,
+        train_metrics=["loss", "grad_norm"],
+        callbacks=[lambda e, s: events.append(e)],
+    )
+    learner.precision.scaler = scaler = torch.amp.GradScaler("cpu", init_scale=2.0**127)
     before = model.weight.detach().clone()
     result = learner.fit(data())
     assert result.exit_code == 0 and result.status == "completed", result.error
     norms = [e.metrics["grad_norm"] for e in events if isinstance(e, MetricsLogged) and e.scope == "step"]
     overflowed = sum(1 for n in norms if not n < float("inf"))
     assert overflowed >= 1 and len(norms) == 20  # the scaler's overflows, every step logged
-    assert scaler.get_scale() < 2.0 ** 127 and not torch.equal(model.weight, before)  # it backed off and trained
+    assert scaler.get_scale() < 2.0**127 and not torch.equal(model.weight, before)  # it backed off and trained
 
 
 def test_16_mixed_on_cpu_falls_back_with_warning():
     model = linear()
     with pytest.warns(UserWarning, match="bf16-mixed"):
-        learner = CoreLearner(model, torch.optim.SGD(model.parameters(), lr=0.1), loss_fn=nn.MSELoss(),
-                          device="cpu", precision="16-mixed")
+        learner = CoreLearner(
+            model, torch.optim.SGD(model.parameters(), lr=0.1), loss_fn=nn.MSELoss(), device="cpu", precision="16-mixed"
+        )
     assert learner.precision.name == "bf16-mixed" and learner.scaler is None
 
 
@@ -258,9 +312,17 @@ def test_a_step_checkpoint_on_an_epoch_end_is_written_once(tmp_path, test_device
     events = []
     ckpt = Checkpointer(tmp_path, every_n_steps=5, every_n_epochs=1, keep_last=10, monitor="train/loss")
     model = linear()
-    learner = CoreLearner(model, torch.optim.SGD(model.parameters(), lr=0.1), loss_fn=nn.MSELoss(), device=test_device,
-                      batch_size=2, shuffle=False, epochs=3, checkpoint=ckpt,
-                      callbacks=[lambda e, s: events.append(e)])
+    learner = CoreLearner(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        loss_fn=nn.MSELoss(),
+        device=test_device,
+        batch_size=2,
+        shuffle=False,
+        epochs=3,
+        checkpoint=ckpt,
+        callbacks=[lambda e, s: events.append(e)],
+    )
     assert learner.fit(data(n=10)).exit_code == 0  # 5 steps per epoch: every step checkpoint is an epoch end
     saved = [(e.step, e.reason) for e in events if isinstance(e, CheckpointSaved)]
     assert saved == [(5, "epoch"), (10, "epoch"), (15, "end")]
@@ -272,9 +334,19 @@ def test_epoch_started_after_a_midepoch_resume_names_the_epochs_first_step(tmp_p
 
     def make(callbacks=()):
         model = linear()
-        return CoreLearner(model, torch.optim.SGD(model.parameters(), lr=0.1), loss_fn=nn.MSELoss(), device=test_device,
-                       batch_size=2, shuffle=False, epochs=2, grad_accumulation=2, seed=0,
-                       checkpoint=Checkpointer(tmp_path, every_n_steps=4), callbacks=list(callbacks))
+        return CoreLearner(
+            model,
+            torch.optim.SGD(model.parameters(), lr=0.1),
+            loss_fn=nn.MSELoss(),
+            device=test_device,
+            batch_size=2,
+            shuffle=False,
+            epochs=2,
+            grad_accumulation=2,
+            seed=0,
+            checkpoint=Checkpointer(tmp_path, every_n_steps=4),
+            callbacks=list(callbacks),
+        )
 
     # 20 samples, batch 2, accumulation 2: 5 steps per epoch; stop after step 7 (epoch 2, 2 steps in)
     stopper = make()
@@ -313,9 +385,19 @@ def test_the_plain_loop_and_the_general_loop_train_and_log_the_same(monkeypatch,
         ds = TensorDataset(torch.randn(22, 3, generator=g), torch.randint(0, 4, (22,), generator=g))
         torch.manual_seed(0)
         model = nn.Sequential(nn.Linear(3, 8), nn.ReLU(), nn.Linear(8, 4))
-        learner = CoreLearner(model, torch.optim.AdamW(model.parameters(), lr=0.01), loss_fn=nn.CrossEntropyLoss(),
-                          train_metrics=["loss", "lr"], valid_metrics=["loss", "accuracy"], callbacks=[record],
-                          device=exact_device, batch_size=4, epochs=2, seed=5, log_every_n_steps=2)
+        learner = CoreLearner(
+            model,
+            torch.optim.AdamW(model.parameters(), lr=0.01),
+            loss_fn=nn.CrossEntropyLoss(),
+            train_metrics=["loss", "lr"],
+            valid_metrics=["loss", "accuracy"],
+            callbacks=[record],
+            device=exact_device,
+            batch_size=4,
+            epochs=2,
+            seed=5,
+            log_every_n_steps=2,
+        )
         result = learner.fit(ds, ds)
         assert result.exit_code == 0, result.error
         logged = [(type(e).__name__, e.split, e.step, e.metrics, getattr(e, "items", None)) for e in seen]
@@ -355,8 +437,16 @@ def test_fit_freezes_the_heap_while_training_and_unfreezes_it_after():
     g = torch.Generator().manual_seed(0)
     ds = TensorDataset(torch.randn(64, 3, generator=g), torch.randn(64, 1, generator=g))
     model = nn.Linear(3, 1)
-    learner = CoreLearner(model, torch.optim.SGD(model.parameters(), lr=0.01), loss_fn=nn.MSELoss(), device="cpu",
-                      batch_size=8, epochs=1, log_every_n_steps=2, callbacks=[watch])
+    learner = CoreLearner(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.01),
+        loss_fn=nn.MSELoss(),
+        device="cpu",
+        batch_size=8,
+        epochs=1,
+        log_every_n_steps=2,
+        callbacks=[watch],
+    )
     assert learner.fit(ds).exit_code == 0
     assert frozen_during and min(frozen_during) > max(before, 1000)  # the model, torch, ... at least
     assert gc.get_freeze_count() == 0

@@ -151,9 +151,11 @@ def test_under_deterministic_algorithms_a_gpu_histogram_counts_by_bincount_the_s
     from tuitrain.core.media import _histc
 
     g = torch.Generator().manual_seed(0)
-    for values, (low, high) in ((torch.randn(10000, generator=g), (-2.5, 3.0)),
-                                (torch.rand(5000, generator=g) * 7 - 1, (-1.0, 6.0)),
-                                (torch.tensor([-1.0, 0.0, 0.5, 1.0]), (-1.0, 1.0))):  # both edges
+    for values, (low, high) in (
+        (torch.randn(10000, generator=g), (-2.5, 3.0)),
+        (torch.rand(5000, generator=g) * 7 - 1, (-1.0, 6.0)),
+        (torch.tensor([-1.0, 0.0, 0.5, 1.0]), (-1.0, 1.0)),
+    ):  # both edges
         v = values.clamp(low, high)
         want = torch.histc(v, bins=48, min=low, max=high)
         assert torch.equal(_histc(v, 48, low, high, deterministic=True), want)
@@ -189,10 +191,17 @@ def test_learner_logs_samples_and_histograms_at_their_steps(tmp_path):
         return {"text": f"at {step}", "picture": torch.rand(2, 3, 4, 4)}
 
     learner = CoreLearner(
-        model, torch.optim.SGD(model.parameters(), lr=0.1), loss_fn=torch.nn.CrossEntropyLoss(), epochs=2,
-        batch_size=16, run_dir=tmp_path / "run", callbacks=[lambda e, s: events.append(e)],
-        log=Log(samples={"target": samples, "every_n_steps": 5}, histograms=["weights", "grads"],
-                histograms_every_n_steps=4))
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        loss_fn=torch.nn.CrossEntropyLoss(),
+        epochs=2,
+        batch_size=16,
+        run_dir=tmp_path / "run",
+        callbacks=[lambda e, s: events.append(e)],
+        log=Log(
+            samples={"target": samples, "every_n_steps": 5}, histograms=["weights", "grads"], histograms_every_n_steps=4
+        ),
+    )
     result = learner.fit(data)
     assert result.status == "completed"
     assert seen == [(5, False, False), (10, False, False), (15, False, False)]

@@ -12,11 +12,39 @@ from tuitrain.core.output import PARTIAL_INTERVAL, LineWriter
 from tuitrain.core.text import cell_width, collapse_redraws, safe_name, safe_text, shorten_middle
 
 # anything a terminal acts on: C0 but \n, DEL, C1, bidi controls, lone surrogates, line separators
-OBEYED = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff\u2028\u2029]")
+OBEYED = re.compile(
+    "[\x00-\x09\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff\u2028\u2029]"
+)
 # text made of the pieces that break screens, mixed with ordinary characters
-PIECES = st.sampled_from(["\x1b[2J", "\x1b]0;title\x07", "\x1b]8;;http://x\x1b\\", "\x1bP1$r\x1b\\", "\x1b[31m",
-                          "\x9b2J", "\x1bc", "\x1b(0", "\r", "\n", "\t", "\x07", "\x08", "\x7f", "\u202e", "[b]",
-                          "\ud800", "\u2028", "a", "é", "损", " ", "\x1b", "\x1b[", "\x1b]"])
+PIECES = st.sampled_from(
+    [
+        "\x1b[2J",
+        "\x1b]0;title\x07",
+        "\x1b]8;;http://x\x1b\\",
+        "\x1bP1$r\x1b\\",
+        "\x1b[31m",
+        "\x9b2J",
+        "\x1bc",
+        "\x1b(0",
+        "\r",
+        "\n",
+        "\t",
+        "\x07",
+        "\x08",
+        "\x7f",
+        "\u202e",
+        "[b]",
+        "\ud800",
+        "\u2028",
+        "a",
+        "é",
+        "损",
+        " ",
+        "\x1b",
+        "\x1b[",
+        "\x1b]",
+    ]
+)
 HOSTILE = st.one_of(st.text(), st.lists(PIECES, max_size=30).map("".join))
 
 
@@ -99,7 +127,10 @@ def test_a_flushed_line_without_its_newline_is_completed_later_and_at_the_end():
     w.write("left without a newline\r")
     w.finish()
     assert [(e.text, e.partial) for e in events] == [
-        ("loading...", True), ("loading... done", False), ("left without a newline", False)]
+        ("loading...", True),
+        ("loading... done", False),
+        ("left without a newline", False),
+    ]
 
 
 def test_a_bar_that_never_ends_its_line_keeps_only_its_newest_state():

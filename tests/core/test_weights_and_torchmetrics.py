@@ -45,9 +45,16 @@ def test_torchmetrics_metric_matches_hand_computation():
     model = nn.Linear(4, 3)
     f1 = TorchMetric(tm.classification.MulticlassF1Score(num_classes=3, average="macro"), "f1")
     events = []
-    learner = CoreLearner(model, torch.optim.SGD(model.parameters(), lr=0.0), loss_fn=nn.CrossEntropyLoss(),
-                      device="cpu", batch_size=7, shuffle=False, train_metrics=["loss", f1],
-                      callbacks=[lambda e, s: events.append(e)])
+    learner = CoreLearner(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.0),
+        loss_fn=nn.CrossEntropyLoss(),
+        device="cpu",
+        batch_size=7,
+        shuffle=False,
+        train_metrics=["loss", f1],
+        callbacks=[lambda e, s: events.append(e)],
+    )
     assert learner.fit(TensorDataset(x, y)).exit_code == 0
     with torch.no_grad():
         want = tm.functional.classification.multiclass_f1_score(model(x), y, num_classes=3, average="macro")

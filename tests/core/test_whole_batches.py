@@ -26,8 +26,11 @@ def datasets():
     g = torch.Generator().manual_seed(0)
     yield TensorDataset(torch.randn(103, 7, generator=g), torch.randint(0, 5, (103,), generator=g))
     yield TensorDataset(torch.arange(50.0))  # one tensor: batches are one-element lists
-    yield TensorDataset(torch.randn(40, 3, 4, 4, generator=g), torch.randn(40, 2, generator=g),
-                        torch.randint(0, 2, (40,), generator=g, dtype=torch.uint8))
+    yield TensorDataset(
+        torch.randn(40, 3, 4, 4, generator=g),
+        torch.randn(40, 2, generator=g),
+        torch.randint(0, 2, (40,), generator=g, dtype=torch.uint8),
+    )
 
 
 @pytest.mark.parametrize("ds", list(datasets()), ids=["xy", "one", "images"])
@@ -65,15 +68,18 @@ def test_other_data_keeps_the_item_by_item_fetch():
         def __getitem__(self, i):
             return self.tensors[0][i] * 2, self.tensors[1][i]
 
-    kept = [TensorDataset(x.t().contiguous().t(), y),  # not contiguous
-            Sub(x, y),  # its own __getitem__
-            TensorDataset(x.clone().requires_grad_(), y),  # a stacked batch's grad_fn would differ
-            TensorDataset(torch.nn.Parameter(x.clone()), y)]  # a Tensor subclass
+    kept = [
+        TensorDataset(x.t().contiguous().t(), y),  # not contiguous
+        Sub(x, y),  # its own __getitem__
+        TensorDataset(x.clone().requires_grad_(), y),  # a stacked batch's grad_fn would differ
+        TensorDataset(torch.nn.Parameter(x.clone()), y),
+    ]  # a Tensor subclass
     for ds in kept:
         loader = build_loader(ds, batch_size=4, shuffle=True)
         assert loader.loader.dataset is ds
-    assert not isinstance(build_loader(TensorDataset(x, y), batch_size=4, shuffle=True,
-                                       num_workers=1).loader.dataset, WholeBatches)
+    assert not isinstance(
+        build_loader(TensorDataset(x, y), batch_size=4, shuffle=True, num_workers=1).loader.dataset, WholeBatches
+    )
     own_collate = DataLoader(TensorDataset(x, y), batch_size=4, shuffle=True, collate_fn=lambda b: b)
     assert not isinstance(build_loader(own_collate, batch_size=4, shuffle=True).loader.dataset, WholeBatches)
     sub = build_loader(Sub(x, y), batch_size=4, shuffle=False)

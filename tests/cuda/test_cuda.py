@@ -17,8 +17,8 @@ import torch
 from tests.conftest import read_events
 from tests.health.test_health import project  # noqa: F401 (the fixture: healthproj in a folder of its own)
 
-pytestmark = [pytest.mark.cuda,
-              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+
 
 def train(config: Path, *sets: str):
     from tuitrain.run.runner import prepare_run
@@ -29,8 +29,11 @@ def train(config: Path, *sets: str):
 
 
 def losses(events: list[dict]) -> list[float]:
-    return [e["metrics"]["loss"] for e in events
-            if e["event"] == "MetricsLogged" and e["scope"] == "step" and e["split"] == "train"]
+    return [
+        e["metrics"]["loss"]
+        for e in events
+        if e["event"] == "MetricsLogged" and e["scope"] == "step" and e["split"] == "train"
+    ]
 
 
 @pytest.mark.parametrize("precision", ["bf16-mixed", "16-mixed"])
@@ -45,8 +48,14 @@ def test_mixed_precision_trains_on_cuda(project, precision):
 
 def test_a_spike_is_skipped_under_the_gradient_scaler(project):
     """16-mixed on CUDA has a GradScaler: a skipped step leaves it consistent (the next steps train)."""
-    code, run_dir, events = train(project, "train.precision=16-mixed", "data.scale_batch=100",
-                                  "watch.loss_spike=skip", "watch.grad_spike=skip", "log.every_n_steps=1")
+    code, run_dir, events = train(
+        project,
+        "train.precision=16-mixed",
+        "data.scale_batch=100",
+        "watch.loss_spike=skip",
+        "watch.grad_spike=skip",
+        "log.every_n_steps=1",
+    )
     assert code == 0
     skipped = [e for e in events if e["event"] == "StepSkipped"]
     assert skipped and skipped[0]["step"] == 101
@@ -83,9 +92,19 @@ def test_no_hidden_syncs_on_steps_that_log_nothing(project):
     from tuitrain.run.build import build_learner
     from tuitrain.run.runner import prepare_run
 
-    run = prepare_run(project, ["train.device=cuda", "watch.loss_spike=skip", "watch.grad_spike=skip",
-                                "watch.nonfinite=skip", "metrics.train=[\"loss\"]", "train.max_steps=60",
-                                "checkpoint.every_n_steps=0", "log.every_n_steps=10"])
+    run = prepare_run(
+        project,
+        [
+            "train.device=cuda",
+            "watch.loss_spike=skip",
+            "watch.grad_spike=skip",
+            "watch.nonfinite=skip",
+            'metrics.train=["loss"]',
+            "train.max_steps=60",
+            "checkpoint.every_n_steps=0",
+            "log.every_n_steps=10",
+        ],
+    )
     learner, train_loader, _ = build_learner(run.cfg, run.run_dir, EventBus(), Interrupter())
     syncs: list[int] = []
     real = warnings.showwarning
@@ -135,9 +154,11 @@ def test_media_from_cuda_tensors_are_the_cpu_ones_and_sync_only_at_a_names_first
         finally:
             torch.cuda.set_sync_debug_mode(0)
         log.close()
-        out[device] = ((tmp_path / device / "media/x/2.png").read_bytes(),
-                       [e.counts for e in events if isinstance(e, HistogramLogged)],
-                       [e.path for e in events if isinstance(e, MediaLogged)])
+        out[device] = (
+            (tmp_path / device / "media/x/2.png").read_bytes(),
+            [e.counts for e in events if isinstance(e, HistogramLogged)],
+            [e.path for e in events if isinstance(e, MediaLogged)],
+        )
     assert out["cuda"][0] == out["cpu"][0]
     assert out["cuda"][2] == out["cpu"][2] == ["media/x/2.png"]
     for cpu, gpu in zip(out["cpu"][1], out["cuda"][1]):  # histc on a GPU may put a value at an edge apart

@@ -26,19 +26,84 @@ from tuitrain.dashboard.app import DashboardApp
 
 #: key name -> the character a terminal sends for it (None: an escape sequence, no character)
 CHARACTERS = {
-    "space": " ", "question_mark": "?", "slash": "/", "left_square_bracket": "[", "right_square_bracket": "]",
-    "enter": "\r", "escape": "\x1b", "tab": "\t", "backspace": "\x7f", "ctrl+c": "\x03", "ctrl+z": "\x1a",
-    "ctrl+q": "\x11", "full_stop": ".", "minus": "-", "equals_sign": "=", "asterisk": "*",
-    "shift+tab": None, "up": None, "down": None, "left": None, "right": None, "pageup": None, "pagedown": None,
-    "home": None, "end": None,
+    "space": " ",
+    "question_mark": "?",
+    "slash": "/",
+    "left_square_bracket": "[",
+    "right_square_bracket": "]",
+    "enter": "\r",
+    "escape": "\x1b",
+    "tab": "\t",
+    "backspace": "\x7f",
+    "ctrl+c": "\x03",
+    "ctrl+z": "\x1a",
+    "ctrl+q": "\x11",
+    "full_stop": ".",
+    "minus": "-",
+    "equals_sign": "=",
+    "asterisk": "*",
+    "shift+tab": None,
+    "up": None,
+    "down": None,
+    "left": None,
+    "right": None,
+    "pageup": None,
+    "pagedown": None,
+    "home": None,
+    "end": None,
 }
 
 #: the dashboard's keys and the dialogs', weighted toward those that open and close screens
-KEYS = (["q"] * 2 + ["y"] * 3 + ["n"] * 3 + ["question_mark"] * 4 + ["slash"] * 3 + ["enter"] * 6
-        + ["escape"] * 6 + ["d"] * 3 + ["R"] * 3 + ["P"] * 3 + ["r"] * 3 + ["c"] * 3 + ["p"] * 2
-        + ["i", "l", "s", "x", "w", "tab", "shift+tab", "up", "down", "left", "right", "pageup", "pagedown",
-           "home", "end", "space", "left_square_bracket", "right_square_bracket", "o", "a", "v", "backspace",
-           "b", "z", "1", "full_stop", "asterisk", "minus", "equals_sign", "k", "m", "l", "A"])
+KEYS = (
+    ["q"] * 2
+    + ["y"] * 3
+    + ["n"] * 3
+    + ["question_mark"] * 4
+    + ["slash"] * 3
+    + ["enter"] * 6
+    + ["escape"] * 6
+    + ["d"] * 3
+    + ["R"] * 3
+    + ["P"] * 3
+    + ["r"] * 3
+    + ["c"] * 3
+    + ["p"] * 2
+    + [
+        "i",
+        "l",
+        "s",
+        "x",
+        "w",
+        "tab",
+        "shift+tab",
+        "up",
+        "down",
+        "left",
+        "right",
+        "pageup",
+        "pagedown",
+        "home",
+        "end",
+        "space",
+        "left_square_bracket",
+        "right_square_bracket",
+        "o",
+        "a",
+        "v",
+        "backspace",
+        "b",
+        "z",
+        "1",
+        "full_stop",
+        "asterisk",
+        "minus",
+        "equals_sign",
+        "k",
+        "m",
+        "l",
+        "A",
+    ]
+)
 #: keys that end a round when they mean it (a stop, a leave): rarer, so that rounds last
 RARE = ["ctrl+c", "ctrl+z", "e", "ctrl+q"]
 SIZES = [(40, 12), (60, 20), (80, 24), (100, 30), (120, 40), (160, 50), (200, 60), (250, 80)]
@@ -129,8 +194,9 @@ async def play(scenario: Scenario, folder: Path, actions: list[tuple]) -> Outcom
     return out
 
 
-async def _play_once(scenario: Scenario, folder: Path, actions: list[tuple], size: tuple[int, int],
-                     out: Outcome) -> tuple[list[tuple], tuple[int, int]]:
+async def _play_once(
+    scenario: Scenario, folder: Path, actions: list[tuple], size: tuple[int, int], out: Outcome
+) -> tuple[list[tuple], tuple[int, int]]:
     """The actions on one opening of the app, until it leaves: (the actions left, the size)."""
     app = scenario.make(folder)
     _watch_errors(app, out.errors)
@@ -173,8 +239,13 @@ async def _play_once(scenario: Scenario, folder: Path, actions: list[tuple], siz
     return left, size
 
 
-def shrink(scenario: Scenario, folder_of: Callable[[], Path], actions: list[tuple],
-           fails: Callable[[Outcome], bool] = lambda o: o.failed, budget: int = 60) -> list[tuple]:
+def shrink(
+    scenario: Scenario,
+    folder_of: Callable[[], Path],
+    actions: list[tuple],
+    fails: Callable[[Outcome], bool] = lambda o: o.failed,
+    budget: int = 60,
+) -> list[tuple]:
     """The shortest round found that still fails: whole actions dropped, then single keys of the bursts."""
 
     def still_fails(candidate: list[tuple]) -> bool:
@@ -186,7 +257,7 @@ def shrink(scenario: Scenario, folder_of: Callable[[], Path], actions: list[tupl
     while chunk >= 1 and tries < budget:
         i, changed = 1, False  # the first action (the size) stays
         while i < len(current) and tries < budget:
-            candidate = current[:i] + current[i + chunk:]
+            candidate = current[:i] + current[i + chunk :]
             tries += 1
             if still_fails(candidate):
                 current, changed = candidate, True
@@ -200,9 +271,9 @@ def shrink(scenario: Scenario, folder_of: Callable[[], Path], actions: list[tupl
         keys = list(arg)
         j = 0
         while j < len(keys) and len(keys) > 1 and tries < budget:
-            candidate_keys = keys[:j] + keys[j + 1:]
+            candidate_keys = keys[:j] + keys[j + 1 :]
             tries += 1
-            if still_fails(current[:i] + [("keys", candidate_keys)] + current[i + 1:]):
+            if still_fails(current[:i] + [("keys", candidate_keys)] + current[i + 1 :]):
                 keys = candidate_keys
             else:
                 j += 1

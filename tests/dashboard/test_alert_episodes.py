@@ -14,8 +14,19 @@ from .test_app import make_app, shown, sync, until
 
 def skips(first: int, n: int, episode: int, rule: str = "loss_spike") -> list[AlertRaised]:
     """A rule that skips: an alert for each of n spikes in a row, one episode."""
-    return [AlertRaised(rule=rule, level="warning", title=f"loss spike at step {s}", text=f"loss 9.1 at step {s}",
-                        step=s, value=9.1, action="skip", episode=episode) for s in range(first, first + n)]
+    return [
+        AlertRaised(
+            rule=rule,
+            level="warning",
+            title=f"loss spike at step {s}",
+            text=f"loss 9.1 at step {s}",
+            step=s,
+            value=9.1,
+            action="skip",
+            episode=episode,
+        )
+        for s in range(first, first + n)
+    ]
 
 
 def test_five_alerts_of_one_episode_are_one_episode_marked_at_its_first_step():
@@ -32,19 +43,45 @@ def test_five_alerts_of_one_episode_are_one_episode_marked_at_its_first_step():
 def test_episodes_are_told_apart_by_rule_and_number_and_episode_0_counts_on_its_own():
     state = DashboardState()
     state.apply(skips(30, 3, episode=1) + skips(31, 2, episode=1, rule="grad_spike") + skips(50, 2, episode=2))
-    state.apply([AlertRaised(rule="stall", level="warning", title="stalled", text="no step for 10m", step=60),
-                 AlertRaised(rule="stall", level="warning", title="stalled", text="no step for 10m", step=70)])
+    state.apply(
+        [
+            AlertRaised(rule="stall", level="warning", title="stalled", text="no step for 10m", step=60),
+            AlertRaised(rule="stall", level="warning", title="stalled", text="no step for 10m", step=70),
+        ]
+    )
     assert [(r, s) for (r, *_), s in zip(state.episodes, state.alert_steps())] == [
-        ("loss_spike", 30), ("grad_spike", 31), ("loss_spike", 50), ("stall", 60), ("stall", 70)]
+        ("loss_spike", 30),
+        ("grad_spike", 31),
+        ("loss_spike", 50),
+        ("stall", 60),
+        ("stall", 70),
+    ]
 
 
 def test_spikes_held_since_the_previous_alert_are_said_once():
     state = DashboardState()
-    state.apply([AlertRaised(rule="loss_spike", level="warning", title="loss spike at step 90", step=90,
-                             text="loss 9 at step 90 is above 2", episode=4, held=3),
-                 AlertRaised(rule="grad_spike", level="warning", title="gradient spike at step 95", step=95,
-                             text="grad_norm 80 at step 95 is above 5; 2 more spike(s) since the previous alert",
-                             episode=2, held=2)])
+    state.apply(
+        [
+            AlertRaised(
+                rule="loss_spike",
+                level="warning",
+                title="loss spike at step 90",
+                step=90,
+                text="loss 9 at step 90 is above 2",
+                episode=4,
+                held=3,
+            ),
+            AlertRaised(
+                rule="grad_spike",
+                level="warning",
+                title="gradient spike at step 95",
+                step=95,
+                text="grad_norm 80 at step 95 is above 5; 2 more spike(s) since the previous alert",
+                episode=2,
+                held=2,
+            ),
+        ]
+    )
     lines = [text for _, text, _ in state.take_lines()]
     assert lines[0].endswith("loss 9 at step 90 is above 2 (+3 more spikes since the previous alert)")
     assert lines[1].count("more spike") == 1  # the rule's text says it already

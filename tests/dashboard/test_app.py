@@ -142,7 +142,7 @@ async def test_new_events_are_drained_while_running():
     app = make_app(events, source=source)
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: len(loss_chart(app).points["train"][0]) == 20)
-        more = recorded_run(epochs=2, total_epochs=3, end="running")[len(events):]
+        more = recorded_run(epochs=2, total_epochs=3, end="running")[len(events) :]
         threading.Thread(target=source.push, args=tuple(more)).start()  # from another thread, like training
         await until(pilot, lambda: app.state.step == 40)
         await until(pilot, lambda: len(loss_chart(app).points["train"][0]) == 40)
@@ -199,9 +199,19 @@ async def test_q_then_y_stops_and_leaves_once_training_ended():
         assert app.is_running and app.leave_when_done  # waits for the graceful stop
         await pilot.pause()
         assert "leaving when stopped" in shown(app.query_one(ProgressPanel))
-        source.push(ControlReceived(command="stop", source="dashboard", detail="quit"),
-                    RunFinished(status="interrupted", exit_code=130, epoch=2, step=40, reason="stopped",
-                                duration=40.0, summary={}, best={}))
+        source.push(
+            ControlReceived(command="stop", source="dashboard", detail="quit"),
+            RunFinished(
+                status="interrupted",
+                exit_code=130,
+                epoch=2,
+                step=40,
+                reason="stopped",
+                duration=40.0,
+                summary={},
+                best={},
+            ),
+        )
         source.finish()
         await until(pilot, lambda: not app.is_running)
     assert app.return_value == 130
@@ -340,8 +350,9 @@ class FakeRun:
             return 0
         while not self.interrupter.stop_requested:
             threading.Event().wait(0.01)
-        stop = RunFinished(status="interrupted", exit_code=130, epoch=1, step=20, reason="stopped",
-                           duration=1.0, summary={}, best={})
+        stop = RunFinished(
+            status="interrupted", exit_code=130, epoch=1, step=20, reason="stopped", duration=1.0, summary={}, best={}
+        )
         for cb in self.callbacks:
             cb(stop, None)
         return 130
@@ -407,8 +418,7 @@ async def test_a_failing_screen_ends_itself_quietly_and_training_goes_on(capsys)
 @sync
 async def test_watching_a_finished_run_from_its_files(tmp_path):
     write_jsonl(tmp_path / "events.jsonl", recorded_run(epochs=3, end="completed"))
-    app = DashboardApp(FileSource(tmp_path, poll=0.02), None, watch=True, notice="finished run",
-                       clock=lambda: T0)
+    app = DashboardApp(FileSource(tmp_path, poll=0.02), None, watch=True, notice="finished run", clock=lambda: T0)
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: isinstance(app.screen, ResultScreen))
         # the charts are mounted as their metrics arrive, and drawn once mounted
@@ -431,7 +441,7 @@ async def test_watching_a_live_run_steers_it_through_the_controller(tmp_path):
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: app.state.step == 20)
         with open(path, "a") as f:
-            for e in recorded_run(epochs=2, total_epochs=3, end="running")[len(events):]:
+            for e in recorded_run(epochs=2, total_epochs=3, end="running")[len(events) :]:
                 if e.persistent:
                     f.write(e.to_json() + "\n")
         await until(pilot, lambda: app.state.step == 40)
@@ -461,8 +471,19 @@ async def test_a_viewer_that_owns_its_run_stops_it_on_ctrl_c_and_leaves_once_it_
         await pilot.pause(0.3)
         assert app.is_running and "leaving when stopped" in shown(app.query_one(ProgressPanel))
         with open(path, "a") as f:  # the loop saw the stop and ended
-            f.write(RunFinished(status="interrupted", exit_code=130, epoch=1, step=20, reason="stopped",
-                                duration=1.0, summary={}, best={}).to_json() + "\n")
+            f.write(
+                RunFinished(
+                    status="interrupted",
+                    exit_code=130,
+                    epoch=1,
+                    step=20,
+                    reason="stopped",
+                    duration=1.0,
+                    summary={},
+                    best={},
+                ).to_json()
+                + "\n"
+            )
         await until(pilot, lambda: not app.is_running)
 
 
@@ -566,7 +587,7 @@ async def test_redraws_give_way_when_the_screen_takes_more_than_its_share_of_a_c
         assert app.pacer.slow == pytest.approx(app_module.MAX_SLOW)
         app.pacer.last_plot = now[0]  # the plot was just drawn
         plot = loss_chart(app)
-        more = recorded_run(epochs=2, total_epochs=3, end="running")[len(events):]
+        more = recorded_run(epochs=2, total_epochs=3, end="running")[len(events) :]
         source.push(*more)
         await until(pilot, lambda: app.state.step == 40)
         await pilot.pause()
@@ -616,7 +637,7 @@ async def test_the_screen_wakes_less_often_while_training_runs_and_at_once_when_
         assert app.feed.timer is not timer and drain_timers[-1] == app.drain_interval
         source.push(RunResumed(epoch=1, step=20, paused_for=1.0))
         await until(pilot, lambda: app.feed.every == app_module.BUSY_DRAIN_INTERVAL)
-        more = recorded_run(epochs=2, total_epochs=3, end="running")[len(events):]
+        more = recorded_run(epochs=2, total_epochs=3, end="running")[len(events) :]
         source.push(*more)  # still drained, a quarter of a second apart
         await until(pilot, lambda: app.state.step == 40)
 
@@ -629,8 +650,10 @@ async def test_devices_panel_shows_one_row_per_rank_with_its_cpu_and_throughput(
 
     events = recorded_run(epochs=1, total_epochs=3, end="running")
     t = last_time(events)
-    ranks = [replace(devices(t), rank=0, process_cpu=98.0, steps_per_s=50.0, items_per_s=1600.0, rss=300 * 2**20),
-             replace(devices(t), rank=1, process_cpu=97.0, steps_per_s=50.0, items_per_s=15000.0, rss=280 * 2**20)]
+    ranks = [
+        replace(devices(t), rank=0, process_cpu=98.0, steps_per_s=50.0, items_per_s=1600.0, rss=300 * 2**20),
+        replace(devices(t), rank=1, process_cpu=97.0, steps_per_s=50.0, items_per_s=15000.0, rss=280 * 2**20),
+    ]
     app = make_app(events + ranks)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()

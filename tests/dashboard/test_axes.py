@@ -19,13 +19,21 @@ from .fixtures import recorded_run
 from .test_app import make_app, shown, sync, until
 from .test_chart_keys import four_metrics, grid
 
-BG, FG, GRID, EPOCH, TRAIN, VALID, PROBE = (0, 0, 0), (200, 200, 200), (50, 50, 50), (90, 90, 90), \
-    (60, 150, 230), (240, 160, 50), (255, 0, 255)
+BG, FG, GRID, EPOCH, TRAIN, VALID, PROBE = (
+    (0, 0, 0),
+    (200, 200, 200),
+    (50, 50, 50),
+    (90, 90, 90),
+    (60, 150, 230),
+    (240, 160, 50),
+    (255, 0, 255),
+)
 PALETTE = Palette(BG, FG, GRID, EPOCH, FG)
 NICE = (1.0, 2.0, 2.5, 5.0)
 
 
 # --- reading a drawn chart back ----------------------------------------------------------------
+
 
 def cells(strip) -> list[tuple[str, tuple | None]]:
     """(char, its colour as an (r, g, b) triplet) for each cell of a drawn line."""
@@ -60,17 +68,17 @@ class Read:
         self.left = lines[axis_row].index("└") + 1
         self.rows = axis_row - top
         self.width = len(lines[axis_row]) - self.left
-        canvas = [line[self.left:] for line in lines[top:axis_row]][::-1]  # bottom row first
+        canvas = [line[self.left :] for line in lines[top:axis_row]][::-1]  # bottom row first
         self.canvas = canvas
-        self.colors = [row[self.left:] for row in colors[top:axis_row]][::-1] if colors else None
+        self.colors = [row[self.left :] for row in colors[top:axis_row]][::-1] if colors else None
         self.y: dict[int, str] = {}
         for r, line in enumerate(lines[top:axis_row][::-1]):
-            mark, label = line[self.left - 1], line[:self.left - 1].strip()
+            mark, label = line[self.left - 1], line[: self.left - 1].strip()
             assert mark in "┤│", line
             assert (mark == "┤") == bool(label), f"a label without its tick or a tick without its label: {line!r}"
             if label:
                 self.y[r] = label
-        self.x_ticks = [c for c, ch in enumerate(lines[axis_row][self.left:]) if ch == "┬"]
+        self.x_ticks = [c for c, ch in enumerate(lines[axis_row][self.left :]) if ch == "┬"]
         self.x: dict[int, str] = {}
         label_line = lines[axis_row + 1]
         for m in re.finditer(r"\S+", label_line):
@@ -83,15 +91,22 @@ class Read:
         free = lambda cells: [ch for ch in cells if not (0x2800 <= ord(ch) <= 0x28FF or ch in "•┊┃")]  # noqa: E731
         self.covered_rows = {r for r, row in enumerate(canvas) if not free(row)}
         self.covered_cols = {c for c in range(self.width) if not free([row[c] for row in canvas])}
-        self.grid_rows = {r for r, row in enumerate(canvas)
-                          if free(row) and sum(ch in "─┼" for ch in free(row)) > len(free(row)) / 2}
-        self.grid_cols = {c for c in range(self.width) if free([row[c] for row in canvas]) and
-                          sum(ch in "│┼" for ch in free([row[c] for row in canvas])) > len(free([row[c] for row in canvas])) / 2}
+        self.grid_rows = {
+            r for r, row in enumerate(canvas) if free(row) and sum(ch in "─┼" for ch in free(row)) > len(free(row)) / 2
+        }
+        self.grid_cols = {
+            c
+            for c in range(self.width)
+            if free([row[c] for row in canvas])
+            and sum(ch in "│┼" for ch in free([row[c] for row in canvas])) > len(free([row[c] for row in canvas])) / 2
+        }
 
     def grid_at_ticks(self) -> bool:
         """Grid lines at the labelled rows and columns and nowhere else (not at column 0: the y axis)."""
-        return (self.grid_rows == set(self.y) - self.covered_rows
-                and self.grid_cols == set(self.x_ticks) - {0} - self.covered_cols)
+        return (
+            self.grid_rows == set(self.y) - self.covered_rows
+            and self.grid_cols == set(self.x_ticks) - {0} - self.covered_cols
+        )
 
     def where(self, color: tuple) -> list[tuple[int, int]]:
         """(row, column) of the canvas cells drawn in this colour."""
@@ -144,6 +159,7 @@ def chart(train_y, xs, width, height, *, log=False, kind="step", probes=(), vali
 
 # --- property tests over random data and sizes ---------------------------------------------------
 
+
 @st.composite
 def data(draw, log: bool = False):
     n = draw(st.integers(1, 80))
@@ -152,7 +168,7 @@ def data(draw, log: bool = False):
         hi = lo * 10 ** draw(st.floats(0, 9))
     else:
         e = draw(st.integers(-9, 8))
-        lo = draw(st.floats(-1000, 1000)) * 10.0 ** e
+        lo = draw(st.floats(-1000, 1000)) * 10.0**e
         hi = lo + draw(st.floats(0, 100)) * 10.0 ** draw(st.integers(e - 4, e))
     ys = [draw(st.floats(lo, hi)) if hi > lo else lo for _ in range(n)]
     ys[draw(st.integers(0, n - 1))] = lo
@@ -176,15 +192,17 @@ def check_chart(xs, ys, width, height, log=False, kind="step"):
     drawn_rows = sorted({r for r, _ in got.where(TRAIN)})
     assert drawn_rows, "the series is not drawn"
     for row, v in ((drawn_rows[-1], max(ys)), (drawn_rows[0], min(ys))):
-        assert abs(lo + row * per_row - value(v)) <= 0.5 * per_row * (1 + 1e-9) + 1e-12 * abs(value(v)), \
+        assert abs(lo + row * per_row - value(v)) <= 0.5 * per_row * (1 + 1e-9) + 1e-12 * abs(value(v)), (
             f"{v} drawn on row {row}, which stands for {lo + row * per_row}"
+        )
     # x: labels under their columns, grid lines at the labelled ticks only (not at column 0: the y axis)
     x0, per_col = assert_even(got.x, kind=kind)
     assert got.grid_at_ticks(), (got.grid_rows, got.y, got.grid_cols, got.x_ticks)
     cols = sorted({c for _, c in got.where(TRAIN)})
     for col, x in ((cols[0], xs[0]), (cols[-1], xs[-1])):
-        assert abs(x0 + col * per_col - x) <= 0.5 * per_col * (1 + 1e-9), \
+        assert abs(x0 + col * per_col - x) <= 0.5 * per_col * (1 + 1e-9), (
             f"x {x} drawn at column {col}, which stands for {x0 + col * per_col}"
+        )
     # the probes: a line at each labelled value inside the data's range lies on that label's row
     inside = {row: label for row, label in got.y.items() if min(ys) <= number(label) <= max(ys)}
     again = read(chart(ys, xs, width, height, log=log, kind=kind, probes=[number(v) for v in inside.values()]))
@@ -216,13 +234,18 @@ def test_other_x_axes_label_their_columns(points, size, kind, scale):
 
 
 @settings(derandomize=True, max_examples=200, deadline=None, database=None)
-@given(st.floats(-1e9, 1e9), st.floats(0, 1), st.integers(-12, 9), st.integers(2, 60),
-       st.sampled_from(["", "step", "samples", "epoch", "time", "log"]))
+@given(
+    st.floats(-1e9, 1e9),
+    st.floats(0, 1),
+    st.integers(-12, 9),
+    st.integers(2, 60),
+    st.sampled_from(["", "step", "samples", "epoch", "time", "log"]),
+)
 def test_snapped_ticks_fall_on_whole_cells_and_labels_differ(lo, frac, e, cells, kind):
     if kind == "log":
         lo, span = lo / 1e8, frac * 20
     else:
-        span = frac * 10.0 ** e
+        span = frac * 10.0**e
     assume(math.isfinite(lo + span))
     axis = snap_axis(lo, lo + span, cells, kind)
     # within float noise: snap_axis forgives 1e-9 of a cell (-1e-8 on an axis of 20-decade cells is 0)
@@ -275,6 +298,7 @@ def test_an_empty_chart_says_it_waits():
 
 
 # --- the widget, on the dashboard --------------------------------------------------------------
+
 
 def read_widget(chart) -> Read:
     """A chart on screen, its border taken off."""

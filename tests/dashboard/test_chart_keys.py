@@ -24,16 +24,42 @@ FOUR = ["loss", "accuracy", "lr", "grad_norm"]
 
 def four_metrics(steps: int = 40, run_dir: str = "runs/x/1") -> list:
     """A run logging four metrics, valid loss and accuracy per epoch of 10 steps, no output lines."""
-    ev = [RunStarted(run_dir=run_dir, experiment="four", epochs=4, max_steps=0, steps_per_epoch=10,
-                     batch_size=32, config={"checkpoint": {"monitor": "valid/loss", "mode": "min"}}, time=T0)]
+    ev = [
+        RunStarted(
+            run_dir=run_dir,
+            experiment="four",
+            epochs=4,
+            max_steps=0,
+            steps_per_epoch=10,
+            batch_size=32,
+            config={"checkpoint": {"monitor": "valid/loss", "mode": "min"}},
+            time=T0,
+        )
+    ]
     for s in range(1, steps + 1):
         loss = 0.69 * math.exp(-s / 8) + 3.2e-05
-        ev.append(MetricsLogged(split="train", epoch=(s - 1) // 10 + 1, step=s, batch=(s - 1) % 10 + 1, batches=10,
-                                metrics={"loss": loss, "accuracy": 1 - loss, "lr": 1e-3, "grad_norm": 2.0 / s},
-                                time=T0 + s))
+        ev.append(
+            MetricsLogged(
+                split="train",
+                epoch=(s - 1) // 10 + 1,
+                step=s,
+                batch=(s - 1) % 10 + 1,
+                batches=10,
+                metrics={"loss": loss, "accuracy": 1 - loss, "lr": 1e-3, "grad_norm": 2.0 / s},
+                time=T0 + s,
+            )
+        )
         if s % 10 == 0:
-            ev.append(MetricsLogged(split="valid", epoch=s // 10, step=s, scope="epoch",
-                                    metrics={"loss": loss * 1.5, "accuracy": 1 - loss * 1.5}, time=T0 + s))
+            ev.append(
+                MetricsLogged(
+                    split="valid",
+                    epoch=s // 10,
+                    step=s,
+                    scope="epoch",
+                    metrics={"loss": loss * 1.5, "accuracy": 1 - loss * 1.5},
+                    time=T0 + s,
+                )
+            )
     return ev
 
 
@@ -82,8 +108,9 @@ async def test_small_values_stay_readable_in_titles():
 async def test_titles_fit_their_chart_with_three_digits_when_four_do_not():
     ev = four_metrics()
     ev.append(MetricsLogged(split="train", epoch=4, step=41, metrics={"accuracy": 0.99687}, time=T0 + 41))
-    ev.append(MetricsLogged(split="valid", epoch=4, step=41, scope="epoch", metrics={"accuracy": 0.99317},
-                            time=T0 + 41))
+    ev.append(
+        MetricsLogged(split="valid", epoch=4, step=41, scope="epoch", metrics={"accuracy": 0.99317}, time=T0 + 41)
+    )
     app = make_app(ev)
     async with app.run_test(size=(118, 40)) as pilot:
         await until(pilot, lambda: "accuracy" in grid(app).charts and grid(app).charts["accuracy"].points)
@@ -152,8 +179,9 @@ async def test_l_toggles_log_scale_and_leaves_out_nan_inf_and_non_positive_value
     ev = four_metrics(20)
     bad = [float("nan"), float("inf"), -1.0, 0.0, float("-inf"), 1e-300]
     for i, v in enumerate(bad):
-        ev.append(MetricsLogged(split="train", epoch=2, step=21 + i, metrics={"loss": v, "grad_norm": -v},
-                                time=T0 + 21 + i))
+        ev.append(
+            MetricsLogged(split="train", epoch=2, step=21 + i, metrics={"loss": v, "grad_norm": -v}, time=T0 + 21 + i)
+        )
     app = make_app(ev)
     async with app.run_test(size=(120, 40)) as pilot:
         await until(pilot, lambda: len(grid(app).charts) == 4 and grid(app).charts["loss"].points)
@@ -176,8 +204,10 @@ async def test_l_toggles_log_scale_and_leaves_out_nan_inf_and_non_positive_value
 @sync
 async def test_log_scale_on_a_series_with_nothing_positive_draws_an_empty_chart():
     ev = four_metrics(5)
-    ev += [MetricsLogged(split="train", epoch=1, step=6 + i, metrics={"margin": -1.0 - i}, time=T0 + 6 + i)
-           for i in range(5)]
+    ev += [
+        MetricsLogged(split="train", epoch=1, step=6 + i, metrics={"margin": -1.0 - i}, time=T0 + 6 + i)
+        for i in range(5)
+    ]
     app = make_app(ev)
     async with app.run_test(size=(200, 60)) as pilot:
         await until(pilot, lambda: "margin" in grid(app).charts and grid(app).charts["margin"].points)
@@ -285,8 +315,14 @@ async def test_e_exports_the_screen_and_every_series_and_the_csv_reads_back(tmp_
         svg = (folder / "screen.svg").read_text()
         assert svg.startswith("<svg") and "loss" in svg
         names = sorted(p.name for p in folder.glob("*.csv"))
-        assert names == ["train-step-accuracy.csv", "train-step-grad_norm.csv", "train-step-loss.csv",
-                         "train-step-lr.csv", "valid-epoch-accuracy.csv", "valid-epoch-loss.csv"]
+        assert names == [
+            "train-step-accuracy.csv",
+            "train-step-grad_norm.csv",
+            "train-step-loss.csv",
+            "train-step-lr.csv",
+            "valid-epoch-accuracy.csv",
+            "valid-epoch-loss.csv",
+        ]
         with open(folder / "train-step-loss.csv", newline="") as f:
             rows = list(csv.DictReader(f))
         assert list(rows[0]) == ["step", "epoch", "time", "samples", "loss"]
@@ -312,8 +348,10 @@ async def test_export_without_a_run_directory_says_so():
 @sync
 async def test_metrics_sharing_a_suffix_share_a_chart():
     ev = [RunStarted(run_dir="", experiment="gan", epochs=1, max_steps=0, steps_per_epoch=10, batch_size=8, time=T0)]
-    ev += [MetricsLogged(split="train", epoch=1, step=s, metrics={"g_loss": 1.0 / s, "d_loss": 0.5}, time=T0 + s)
-           for s in range(1, 11)]
+    ev += [
+        MetricsLogged(split="train", epoch=1, step=s, metrics={"g_loss": 1.0 / s, "d_loss": 0.5}, time=T0 + s)
+        for s in range(1, 11)
+    ]
     app = make_app(ev)
     async with app.run_test(size=(120, 40)) as pilot:
         await until(pilot, lambda: grid(app).charts and all(c.points for c in grid(app).charts.values()))

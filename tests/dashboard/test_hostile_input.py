@@ -11,8 +11,16 @@ import threading
 from hypothesis import given, settings, strategies as st
 
 from tuitrain.core.events import (
-    CheckpointSaved, DevicesSampled, EpochCompleted, MetricsLogged, OutputPrinted, PhaseStarted, RunFailed,
-    RunFinished, RunStarted, parse_line,
+    CheckpointSaved,
+    DevicesSampled,
+    EpochCompleted,
+    MetricsLogged,
+    OutputPrinted,
+    PhaseStarted,
+    RunFailed,
+    RunFinished,
+    RunStarted,
+    parse_line,
 )
 from tuitrain.dashboard.app import DashboardApp
 from tuitrain.dashboard.model import DashboardState
@@ -32,16 +40,46 @@ OBEYED = re.compile(r"\x1b(?!\[[0-?]*[ -/]*[@-~])|[\x00-\x09\x0b-\x1a\x1c-\x1f\x
 
 
 def hostile_run() -> list:
-    ev = [RunStarted(run_dir="runs/x/1", experiment="spirals" + OSC_TITLE, epochs=2, max_steps=0, steps_per_epoch=5,
-                     batch_size=4, config={"checkpoint": {"monitor": f"valid/{HOSTILE_NAME}"}}, time=T0),
-          PhaseStarted(phase="train" + OSC_TITLE, split="train", epoch=1, step=0, batches=5, time=T0)]
+    ev = [
+        RunStarted(
+            run_dir="runs/x/1",
+            experiment="spirals" + OSC_TITLE,
+            epochs=2,
+            max_steps=0,
+            steps_per_epoch=5,
+            batch_size=4,
+            config={"checkpoint": {"monitor": f"valid/{HOSTILE_NAME}"}},
+            time=T0,
+        ),
+        PhaseStarted(phase="train" + OSC_TITLE, split="train", epoch=1, step=0, batches=5, time=T0),
+    ]
     for step in range(1, 6):
-        ev.append(MetricsLogged(split="train", epoch=1, step=step, batch=step, batches=5,
-                                metrics={HOSTILE_NAME: 1.0 / step, "n" * 300: float(step), "[red]x[/": 1.0},
-                                time=T0 + step))
+        ev.append(
+            MetricsLogged(
+                split="train",
+                epoch=1,
+                step=step,
+                batch=step,
+                batches=5,
+                metrics={HOSTILE_NAME: 1.0 / step, "n" * 300: float(step), "[red]x[/": 1.0},
+                time=T0 + step,
+            )
+        )
     ev.append(OutputPrinted(text=f"{OSC_TITLE}hello\x1b[2J", time=T0 + 6))
-    ev.append(CheckpointSaved(file="checkpoint/" + HOSTILE_NAME + ".pt", epoch=1, step=5, metrics={}, bytes=10,
-                              best=True, reason="epoch", stall=0.0, write=0.0, time=T0 + 6))
+    ev.append(
+        CheckpointSaved(
+            file="checkpoint/" + HOSTILE_NAME + ".pt",
+            epoch=1,
+            step=5,
+            metrics={},
+            bytes=10,
+            best=True,
+            reason="epoch",
+            stall=0.0,
+            write=0.0,
+            time=T0 + 6,
+        )
+    )
     return ev
 
 
@@ -87,14 +125,18 @@ async def test_the_first_row_survives_hostile_names_and_prints():
 async def test_watching_a_damaged_events_file_shows_what_it_can_with_one_notice(tmp_path):
     path = write_jsonl(tmp_path / "events.jsonl", recorded_run(epochs=2, end="completed"))
     good = path.read_bytes().splitlines(keepends=True)
-    bad = [b'{"event":"MetricsLogged","split":"train","epoch":1,"step":"7","metrics":{"loss":1}}\n',
-           b'{"event":"MetricsLogged","split":"train","epoch":1,"step":7,"metrics":[1]}\n',
-           b'{"event":7}\n', b"\xff\xfe\x00garbage\n", b"[" * 100_000 + b"\n",
-           b'{"event":"OutputPrinted","text":"' + b"x" * (5 << 20) + b'"}\n', b"not json\n"]
+    bad = [
+        b'{"event":"MetricsLogged","split":"train","epoch":1,"step":"7","metrics":{"loss":1}}\n',
+        b'{"event":"MetricsLogged","split":"train","epoch":1,"step":7,"metrics":[1]}\n',
+        b'{"event":7}\n',
+        b"\xff\xfe\x00garbage\n",
+        b"[" * 100_000 + b"\n",
+        b'{"event":"OutputPrinted","text":"' + b"x" * (5 << 20) + b'"}\n',
+        b"not json\n",
+    ]
     path.write_bytes(b"".join(good[:10] + bad + good[10:]))
     (tmp_path / "run.json").write_text("{ not json")
-    app = DashboardApp(FileSource(tmp_path, poll=0.02), None, watch=True, notice="finished run",
-                       clock=lambda: T0)
+    app = DashboardApp(FileSource(tmp_path, poll=0.02), None, watch=True, notice="finished run", clock=lambda: T0)
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: app.state.ended, timeout=60)
         await pilot.pause(0.2)
@@ -124,23 +166,67 @@ def test_the_file_reader_drops_an_endless_line_and_goes_on(tmp_path):
 
 EXAMPLES = [e.to_dict() for e in hostile_run()] + [
     EpochCompleted(epoch=1, epochs=2, step=5, metrics={"train/loss": 1.0}, duration=1.0).to_dict(),
-    DevicesSampled(cpu=1.0, cpu_per_core=[1.0], memory=1.0, memory_used=1, memory_total=2, rss=1,
-                   gpus=[{"index": 0, "util": 5.0, "mem_used": 1, "mem_total": 2, "temp": 40.0}]).to_dict(),
-    RunFinished(status="completed", exit_code=0, epoch=1, step=5, reason="epochs", duration=1.0,
-                summary={"train/loss": {"min": 1.0, "last": 1.0}}, best={"file": "f", "value": 1.0}).to_dict(),
+    DevicesSampled(
+        cpu=1.0,
+        cpu_per_core=[1.0],
+        memory=1.0,
+        memory_used=1,
+        memory_total=2,
+        rss=1,
+        gpus=[{"index": 0, "util": 5.0, "mem_used": 1, "mem_total": 2, "temp": 40.0}],
+    ).to_dict(),
+    RunFinished(
+        status="completed",
+        exit_code=0,
+        epoch=1,
+        step=5,
+        reason="epochs",
+        duration=1.0,
+        summary={"train/loss": {"min": 1.0, "last": 1.0}},
+        best={"file": "f", "value": 1.0},
+    ).to_dict(),
     RunFailed(error="E", traceback="T", epoch=1, step=1, summary={"train/x": {"last": 1.0}}).to_dict(),
 ]
-JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=10),
-                    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
-                    max_leaves=6)
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=10),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=6,
+)
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(range(len(EXAMPLES))),
-                          st.dictionaries(st.sampled_from(["metrics", "config", "env", "gpus", "summary", "best",
-                                                           "step", "epoch", "file", "text", "phase", "status",
-                                                           "batches", "batch", "stream", "monitor"]), JSON,
-                                          max_size=3)), max_size=6))
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(range(len(EXAMPLES))),
+            st.dictionaries(
+                st.sampled_from(
+                    [
+                        "metrics",
+                        "config",
+                        "env",
+                        "gpus",
+                        "summary",
+                        "best",
+                        "step",
+                        "epoch",
+                        "file",
+                        "text",
+                        "phase",
+                        "status",
+                        "batches",
+                        "batch",
+                        "stream",
+                        "monitor",
+                    ]
+                ),
+                JSON,
+                max_size=3,
+            ),
+        ),
+        max_size=6,
+    )
+)
 def test_any_event_the_parser_lets_through_folds_and_formats(changes):
     state = DashboardState(clock=lambda: T0)
     for i, fields in changes:

@@ -6,15 +6,21 @@ import sys
 
 
 def _modules_after(code: str) -> set[str]:
-    out = subprocess.run([sys.executable, "-c", code + "\nimport sys\nprint(' '.join(sys.modules))"],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", code + "\nimport sys\nprint(' '.join(sys.modules))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     return set(out.split())
 
 
 def test_dashboard_package_and_data_side_do_not_import_textual():
-    mods = _modules_after("import tuitrain.dashboard, tuitrain.dashboard.model, tuitrain.dashboard.bridge, "
-                          "tuitrain.dashboard.sources, tuitrain.dashboard.series, tuitrain.run.directories, "
-                          "tuitrain.core.devices")
+    mods = _modules_after(
+        "import tuitrain.dashboard, tuitrain.dashboard.model, tuitrain.dashboard.bridge, "
+        "tuitrain.dashboard.sources, tuitrain.dashboard.series, tuitrain.run.directories, "
+        "tuitrain.core.devices"
+    )
     assert "tuitrain.dashboard.model" in mods
     assert not any(m == "textual" or m.startswith("textual.") for m in mods)
     assert "torch" not in mods

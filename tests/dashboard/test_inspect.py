@@ -129,11 +129,29 @@ async def test_compared_runs_each_show_their_value_at_the_cursor():
     names = ["run-a", "run-b"]
     events = []
     for i, name in enumerate(names):
-        events.append(Tagged(RunStarted(run_dir="", experiment="cmp", epochs=1, max_steps=0, steps_per_epoch=30,
-                                        batch_size=8, time=T0), name))
+        events.append(
+            Tagged(
+                RunStarted(
+                    run_dir="", experiment="cmp", epochs=1, max_steps=0, steps_per_epoch=30, batch_size=8, time=T0
+                ),
+                name,
+            )
+        )
         for s in range(1, 31, 1 + i):  # run-b logs every other step: its value is the one before
-            events.append(Tagged(MetricsLogged(split="train", epoch=1, step=s, batch=s, batches=30,
-                                               metrics={"loss": (i + 1) * math.exp(-s / 10)}, time=T0 + s), name))
+            events.append(
+                Tagged(
+                    MetricsLogged(
+                        split="train",
+                        epoch=1,
+                        step=s,
+                        batch=s,
+                        batches=30,
+                        metrics={"loss": (i + 1) * math.exp(-s / 10)},
+                        time=T0 + s,
+                    ),
+                    name,
+                )
+            )
     app = make_app(events)
     app.state = CompareState(names, clock=app.clock)
     async with app.run_test(size=(120, 40)) as pilot:
@@ -160,14 +178,37 @@ def long_run(run_dir, slope: float, noise: int, steps: int = 30_000) -> None:
 
     from .test_scale import write_with_columns
 
-    events = [RunStarted(run_dir=str(run_dir), experiment="long", epochs=1, max_steps=0, steps_per_epoch=steps,
-                         batch_size=8, time=T0)]
+    events = [
+        RunStarted(
+            run_dir=str(run_dir), experiment="long", epochs=1, max_steps=0, steps_per_epoch=steps, batch_size=8, time=T0
+        )
+    ]
     for s in range(1, steps + 1):
         wiggle = ((s * 7919) % 101) * noise
-        events.append(MetricsLogged(split="train", epoch=1, step=s, batch=s, batches=steps,
-                                    metrics={"loss": slope * s + wiggle}, time=T0 + s / 100))
-    events.append(RunFinished(status="completed", exit_code=0, reason="completed", duration=steps / 100, summary={},
-                              best={}, epoch=1, step=steps, time=T0 + steps / 100 + 1))
+        events.append(
+            MetricsLogged(
+                split="train",
+                epoch=1,
+                step=s,
+                batch=s,
+                batches=steps,
+                metrics={"loss": slope * s + wiggle},
+                time=T0 + s / 100,
+            )
+        )
+    events.append(
+        RunFinished(
+            status="completed",
+            exit_code=0,
+            reason="completed",
+            duration=steps / 100,
+            summary={},
+            best={},
+            epoch=1,
+            step=steps,
+            time=T0 + steps / 100 + 1,
+        )
+    )
     write_with_columns(run_dir, events, batch=250)
 
 
@@ -182,8 +223,16 @@ async def test_on_long_compared_runs_each_value_is_read_exactly_at_the_cursors_s
     long_run(runs[1], 1e-5, 0)
     app = compare_app(runs, None)
     async with app.run_test(size=(120, 40)) as pilot:
-        await until(pilot, lambda: app.state.runs["run-b"].final and app.state.runs["run-a"].final
-                    and "loss" in grid(app).charts and len(grid(app).charts["loss"].points) == 2, timeout=60)
+        await until(
+            pilot,
+            lambda: (
+                app.state.runs["run-b"].final
+                and app.state.runs["run-a"].final
+                and "loss" in grid(app).charts
+                and len(grid(app).charts["loss"].points) == 2
+            ),
+            timeout=60,
+        )
         await pilot.pause(0.3)
         loss = grid(app).charts["loss"]
         loss.focus()

@@ -55,14 +55,21 @@ def _live(end: str):
         app.fuzz_run.interrupter.request_stop("test")  # its thread never outlives the round
         app.live.thread.join(10) if app.live.thread.ident else None
 
-    ready = (lambda app: app.state.step == 40) if end == "running" else (lambda app: isinstance(app.screen, ResultScreen))
+    ready = (
+        (lambda app: app.state.step == 40) if end == "running" else (lambda app: isinstance(app.screen, ResultScreen))
+    )
     return make, ready, cleanup
 
 
 def _watched(folder: Path) -> DashboardApp:
     write_jsonl(folder / "run" / "events.jsonl", recorded_run(epochs=3, end="completed"))
-    return DashboardApp(FileSource(folder / "run", poll=0.02), None, watch=True, clock=lambda: T0 + 60,
-                        notice="finished run: keys that steer are off")
+    return DashboardApp(
+        FileSource(folder / "run", poll=0.02),
+        None,
+        watch=True,
+        clock=lambda: T0 + 60,
+        notice="finished run: keys that steer are off",
+    )
 
 
 def _watched_live(folder: Path) -> DashboardApp:
@@ -71,8 +78,9 @@ def _watched_live(folder: Path) -> DashboardApp:
     from tuitrain.core.control import FileControl
 
     run_dir = write_trial(folder, 0, 0.01, 32, [0.6, 0.7], None)
-    return DashboardApp(FileSource(run_dir, live=True, poll=0.02), FileControl(run_dir), None, watch=True,
-                        clock=lambda: T0 + 60)
+    return DashboardApp(
+        FileSource(run_dir, live=True, poll=0.02), FileControl(run_dir), None, watch=True, clock=lambda: T0 + 60
+    )
 
 
 def _compared(folder: Path) -> DashboardApp:
@@ -179,14 +187,17 @@ def test_fuzz_random_seeds_for_a_while(here):
 # --- regressions: the rounds that failed, shrunk -----------------------------------------------
 
 
-@pytest.mark.parametrize("name,actions", [
-    ("live", [("resize", (120, 40)), ("keys", ["q"]), ("keys", ["n", "n"])]),  # the dialog dismissed twice
-    ("live", [("resize", (120, 40)), ("keys", ["question_mark"]), ("keys", ["a", "b"])]),  # help, twice
-    ("compare", [("resize", (120, 40)), ("keys", ["slash"]), ("keys", ["enter", "enter"])]),  # the filter
-    ("summary", [("resize", (120, 40)), ("keys", ["escape"]), ("keys", ["question_mark"]), ("keys", ["d", "p"])]),
-    ("watch", [("resize", (80, 24)), ("keys", ["escape", "question_mark", "d", "p", "escape", "escape"])]),
-    ("sweep", [("resize", (80, 24)), ("keys", ["P", "P", "P", "escape", "q"])]),
-])
+@pytest.mark.parametrize(
+    "name,actions",
+    [
+        ("live", [("resize", (120, 40)), ("keys", ["q"]), ("keys", ["n", "n"])]),  # the dialog dismissed twice
+        ("live", [("resize", (120, 40)), ("keys", ["question_mark"]), ("keys", ["a", "b"])]),  # help, twice
+        ("compare", [("resize", (120, 40)), ("keys", ["slash"]), ("keys", ["enter", "enter"])]),  # the filter
+        ("summary", [("resize", (120, 40)), ("keys", ["escape"]), ("keys", ["question_mark"]), ("keys", ["d", "p"])]),
+        ("watch", [("resize", (80, 24)), ("keys", ["escape", "question_mark", "d", "p", "escape", "escape"])]),
+        ("sweep", [("resize", (80, 24)), ("keys", ["P", "P", "P", "escape", "q"])]),
+    ],
+)
 def test_keys_queued_behind_a_closing_dialog_break_nothing(here, name, actions):
     outcome = asyncio.run(play(SCENARIOS[name], here(), actions))
     assert not outcome.failed, report(name, actions, outcome)
@@ -205,7 +216,10 @@ async def test_q_y_y_asks_for_one_stop_and_c_held_down_for_one_checkpoint(tmp_pa
     asked: list[str] = []
     checkpoint, stop = run.interrupter.request_checkpoint, run.interrupter.request_stop
     run.interrupter.request_checkpoint = lambda source="api": (asked.append("checkpoint"), checkpoint(source))
-    run.interrupter.request_stop = lambda source="api", detail="": (asked.append(f"stop by {source}"), stop(source, detail))
+    run.interrupter.request_stop = lambda source="api", detail="": (
+        asked.append(f"stop by {source}"),
+        stop(source, detail),
+    )
     try:
         async with app.run_test(size=SIZE) as pilot:
             await until(pilot, lambda: app.state.step == 20)

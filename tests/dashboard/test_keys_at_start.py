@@ -23,8 +23,13 @@ def opened(how: str, tmp_path) -> DashboardApp:
     if how == "watched-finished":
         events = four_metrics(run_dir=str(tmp_path)) + recorded_run(epochs=1)[-1:]  # its RunFinished
         write_jsonl(tmp_path / "events.jsonl", events)
-        return DashboardApp(FileSource(tmp_path, poll=0.02), None, watch=True, clock=lambda: T0 + 60,
-                            notice="finished run: keys that steer are off")
+        return DashboardApp(
+            FileSource(tmp_path, poll=0.02),
+            None,
+            watch=True,
+            clock=lambda: T0 + 60,
+            notice="finished run: keys that steer are off",
+        )
     return make_app(four_metrics(run_dir=str(tmp_path)), controller=RecordingController())
 
 
@@ -74,9 +79,15 @@ async def test_enter_at_once_shows_the_first_chart_alone_full_size(how, tmp_path
 
 
 @pytest.mark.parametrize("how", OPENINGS)
-@pytest.mark.parametrize("key, tool, before, after", [
-    ("s", "smoothing", 0.0, 0.6), ("x", "x_axis", "step", "epoch"), ("w", "window", "full", "recent"),
-    ("l", "log_scale", False, True)])
+@pytest.mark.parametrize(
+    "key, tool, before, after",
+    [
+        ("s", "smoothing", 0.0, 0.6),
+        ("x", "x_axis", "step", "epoch"),
+        ("w", "window", "full", "recent"),
+        ("l", "log_scale", False, True),
+    ],
+)
 @sync
 async def test_a_reading_tool_at_once_changes_the_first_chart_only(how, key, tool, before, after, tmp_path):
     app = opened(how, tmp_path)

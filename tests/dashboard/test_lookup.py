@@ -11,18 +11,32 @@ from .test_scale import write_with_columns
 
 
 def run(tmp_path, steps: int = 5_000):
-    events = [RunStarted(run_dir=str(tmp_path), experiment="x", epochs=1, max_steps=0, steps_per_epoch=steps,
-                         batch_size=8, time=T0)]
+    events = [
+        RunStarted(
+            run_dir=str(tmp_path), experiment="x", epochs=1, max_steps=0, steps_per_epoch=steps, batch_size=8, time=T0
+        )
+    ]
     for s in range(1, steps + 1):
         if s % 3 == 0:  # accuracy every third step only
             metrics = {"loss": s / 1000, "accuracy": s / 10_000}
         else:
             metrics = {"loss": s / 1000}
-        events.append(MetricsLogged(split="train", epoch=1, step=s, batch=s, batches=steps, metrics=metrics,
-                                    time=T0 + s))
+        events.append(
+            MetricsLogged(split="train", epoch=1, step=s, batch=s, batches=steps, metrics=metrics, time=T0 + s)
+        )
         if s % 1000 == 0:
-            events.append(MetricsLogged(split="valid", epoch=1, step=s, scope="epoch", batch=1, batches=1,
-                                        metrics={"loss": s / 2000}, time=T0 + s))
+            events.append(
+                MetricsLogged(
+                    split="valid",
+                    epoch=1,
+                    step=s,
+                    scope="epoch",
+                    batch=1,
+                    batches=1,
+                    metrics={"loss": s / 2000},
+                    time=T0 + s,
+                )
+            )
     write_with_columns(tmp_path, events, batch=100)
 
 
@@ -43,7 +57,7 @@ def test_a_side_file_that_events_jsonl_no_longer_matches_is_not_believed(tmp_pat
     jsonl = tmp_path / "events.jsonl"
     data = jsonl.read_bytes()
     at = data.index(b'"step":1234,')
-    jsonl.write_bytes(data[:at] + b'"step":1235,' + data[at + len(b'"step":1234,'):])  # same length, other bytes
+    jsonl.write_bytes(data[:at] + b'"step":1235,' + data[at + len(b'"step":1234,') :])  # same length, other bytes
     look = StepLookup(tmp_path)
     assert look.value("train", "loss", 1234) is None  # the readout falls back to the chart's own points
     assert look.value("train", "loss", 4321) == (4321.0, 4.321)  # other records still match

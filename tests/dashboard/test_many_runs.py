@@ -42,16 +42,26 @@ def many_runs(tmp_path_factory):
         run_dir = root / name
         failed = i % 10 == 9
         events = recorded_run(epochs=3, steps_per_epoch=20, end="failed" if failed else "completed")
-        config = {"experiment": {"name": "exp", "seed": 0}, "optimizer": {"name": "AdamW", "lr": lr_of(i)},
-                  "checkpoint": {"monitor": "valid/loss", "mode": "min"}, "train": {"validate_every": 1}}
+        config = {
+            "experiment": {"name": "exp", "seed": 0},
+            "optimizer": {"name": "AdamW", "lr": lr_of(i)},
+            "checkpoint": {"monitor": "valid/loss", "mode": "min"},
+            "train": {"validate_every": 1},
+        }
         scale = 1 + i / RUNS  # each run its own curve
-        events = [dataclasses.replace(e, config=config, run_dir=str(run_dir)) if isinstance(e, RunStarted)
-                  else dataclasses.replace(e, metrics={k: v * scale for k, v in e.metrics.items()})
-                  if isinstance(e, (MetricsLogged, CheckpointSaved)) else e for e in events]
+        events = [
+            dataclasses.replace(e, config=config, run_dir=str(run_dir))
+            if isinstance(e, RunStarted)
+            else dataclasses.replace(e, metrics={k: v * scale for k, v in e.metrics.items()})
+            if isinstance(e, (MetricsLogged, CheckpointSaved))
+            else e
+            for e in events
+        ]
         write_jsonl(run_dir / "events.jsonl", events)
         (run_dir / "config.toml").write_text(
             f'[experiment]\nname = "exp"\nseed = 0\n\n[optimizer]\nname = "AdamW"\nlr = {lr_of(i)!r}\n\n'
-            '[checkpoint]\nmonitor = "valid/loss"\nmode = "min"\n')
+            '[checkpoint]\nmonitor = "valid/loss"\nmode = "min"\n'
+        )
         (run_dir / "run.json").write_text(json.dumps({"status": "failed" if failed else "completed", "pid": 0}))
         dirs.append(run_dir)
     return dirs
@@ -61,8 +71,12 @@ def loaded(app) -> bool:
     """Every run read to its end and drawn in the loss chart."""
     grid = app.query_one(ChartGrid)
     loss = grid.charts.get("loss")
-    return (loss is not None and all(rs.final for rs in app.state.runs.values()) and not app.bridge.pending()
-            and sum(k.startswith("train/") for k in loss.points) == len(app.state.shown_runs()))
+    return (
+        loss is not None
+        and all(rs.final for rs in app.state.runs.values())
+        and not app.bridge.pending()
+        and sum(k.startswith("train/") for k in loss.points) == len(app.state.shown_runs())
+    )
 
 
 def drawn_runs(app) -> set[str]:
@@ -226,8 +240,13 @@ async def test_a_pinned_run_stays_shown_under_a_filter_that_leaves_it_out(many_r
 
 
 def test_run_filter_terms():
-    cfg = {"optimizer": {"name": "AdamW", "lr": 0.001}, "model": {"hidden": 64, "act": "gelu"},
-           "experiment": {"name": "exp"}, "metrics": {"train": ["loss", "acc"]}, "ema": {"on": True}}
+    cfg = {
+        "optimizer": {"name": "AdamW", "lr": 0.001},
+        "model": {"hidden": 64, "act": "gelu"},
+        "experiment": {"name": "exp"},
+        "metrics": {"train": ["loss", "acc"]},
+        "ema": {"on": True},
+    }
     assert RunFilter("optimizer.lr=1e-3").matches("r", cfg)
     assert RunFilter("optimizer.lr=0.001000").matches("r", cfg)
     assert not RunFilter("optimizer.lr=1e-2").matches("r", cfg)

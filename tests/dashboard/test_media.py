@@ -34,8 +34,12 @@ def png(width: int, height: int, rows: list[list[tuple[int, int, int]]]) -> byte
     def chunk(kind: bytes, data: bytes) -> bytes:
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
 
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
-            + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+        + chunk(b"IDAT", zlib.compress(raw))
+        + chunk(b"IEND", b"")
+    )
 
 
 def media_events(run_dir: Path) -> list:
@@ -49,18 +53,46 @@ def media_events(run_dir: Path) -> list:
         text = f"generated at step {step}: once upon a time"
         if step == 15:
             text += " \x1b[31mred\x1b[0m [bold]not bold[/bold]\nsecond line"
-        out.append(MediaLogged(key="sample", step=step, kind="text", path=f"media/sample/{step}.txt", text=text,
-                               time=T0 + step * 0.5 + 0.1))
+        out.append(
+            MediaLogged(
+                key="sample",
+                step=step,
+                kind="text",
+                path=f"media/sample/{step}.txt",
+                text=text,
+                time=T0 + step * 0.5 + 0.1,
+            )
+        )
     for step in (10, 20):
-        out.append(MediaLogged(key="samples", step=step, kind="image", path=f"media/samples/{step}.png",
-                               width=4, height=4, time=T0 + step * 0.5 + 0.1))
+        out.append(
+            MediaLogged(
+                key="samples",
+                step=step,
+                kind="image",
+                path=f"media/samples/{step}.png",
+                width=4,
+                height=4,
+                time=T0 + step * 0.5 + 0.1,
+            )
+        )
     for step in range(5, 21, 5):
         for key, spread in (("weights/fc1", 0), ("grads/fc1", 2)):
             counts = [0] * 8
             counts[3 + spread % 4] = 50 + step
             counts[4] = 20
-            out.append(HistogramLogged(key=key, step=step, low=-1.0, high=1.0, counts=counts, min=-0.4, max=0.3,
-                                       mean=0.01 * step, time=T0 + step * 0.5 + 0.2))
+            out.append(
+                HistogramLogged(
+                    key=key,
+                    step=step,
+                    low=-1.0,
+                    high=1.0,
+                    counts=counts,
+                    min=-0.4,
+                    max=0.3,
+                    mean=0.01 * step,
+                    time=T0 + step * 0.5 + 0.2,
+                )
+            )
     return out
 
 
@@ -213,8 +245,10 @@ def test_export_writes_histograms_and_the_samples_list(tmp_path):
     assert rows[0][:7] == ["step", "epoch", "min", "max", "mean", "low", "high"] and len(rows) == 5
     assert rows[1][:1] == ["5"] and rows[1][7:] == ["0", "0", "0", "55", "20", "0", "0", "0"]
     listed = list(csv.DictReader(open(tmp_path / "media.csv", encoding="utf-8")))
-    assert [(r["key"], r["step"], r["kind"]) for r in listed][-2:] == [("samples", "10", "image"),
-                                                                       ("samples", "20", "image")]
+    assert [(r["key"], r["step"], r["kind"]) for r in listed][-2:] == [
+        ("samples", "10", "image"),
+        ("samples", "20", "image"),
+    ]
     assert write_media(DashboardState(), tmp_path) == []
 
 

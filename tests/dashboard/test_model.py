@@ -7,7 +7,14 @@ import threading
 
 from tests.conftest import wait_for
 from tuitrain.core.events import (
-    CheckpointStarted, ControlReceived, MetricsLogged, PhaseCompleted, PhaseStarted, RunPaused, RunResumed, RunStarted,
+    CheckpointStarted,
+    ControlReceived,
+    MetricsLogged,
+    PhaseCompleted,
+    PhaseStarted,
+    RunPaused,
+    RunResumed,
+    RunStarted,
     StepCompleted,
     StepStarted,
 )
@@ -25,13 +32,13 @@ from .fixtures import T0, recorded_run, write_jsonl
 def test_a_spike_survives_a_million_points_in_bounded_memory():
     s = Series(capacity=512, recent=100)
     for step in range(1, 1_000_001):
-        s.append(step, 1000.0 if step == 777_777 else 1.0 / step ** 0.5)
+        s.append(step, 1000.0 if step == 777_777 else 1.0 / step**0.5)
     xs, ys = s.points()
     assert s.stored() <= 2 * 512 + 100 + 2
     assert len(xs) <= 2 * 512 + 1
     assert max(ys) == 1000.0 and xs[ys.index(1000.0)] == 777_777
     assert xs[0] == 1 and ys[0] == 1.0  # the first point is kept
-    assert (xs[-1], ys[-1]) == (1_000_000, 1.0 / 1_000_000 ** 0.5)  # the newest is exact
+    assert (xs[-1], ys[-1]) == (1_000_000, 1.0 / 1_000_000**0.5)  # the newest is exact
     assert min(ys) == s.min and xs == sorted(xs)
 
 
@@ -58,8 +65,16 @@ def folded(**kw) -> DashboardState:
 def test_state_collects_metrics_epochs_and_checkpoints():
     st = folded(epochs=3, steps_per_epoch=20, total_epochs=5, end="running")
     # the fixture's device samples are charted too, after the metrics
-    assert st.metric_names == ["loss", "accuracy", "lr", "device/cpu", "device/memory", "device/rss_mib",
-                               "device/gpu0_util", "device/gpu0_memory"]
+    assert st.metric_names == [
+        "loss",
+        "accuracy",
+        "lr",
+        "device/cpu",
+        "device/memory",
+        "device/rss_mib",
+        "device/gpu0_util",
+        "device/gpu0_memory",
+    ]
     assert st.metric_series("loss", "train").count == 60
     assert st.metric_series("loss", "valid").count == 3  # epoch aggregates
     assert st.epoch_steps == [20, 40, 60]
@@ -87,8 +102,12 @@ def test_live_step_events_drive_progress_and_rates():
     st.apply(recorded_run(epochs=1, steps_per_epoch=10, step_events=True, end="running")[:3])
     assert st.rates() == (None, None)  # warm-up
     for i in range(10):
-        st.apply([StepStarted(phase="train", epoch=1, step=i + 1, batch=i, time=T0 + i),
-                  StepCompleted(phase="train", epoch=1, step=i + 1, batch=i, items=16, time=T0 + i + 0.25)])
+        st.apply(
+            [
+                StepStarted(phase="train", epoch=1, step=i + 1, batch=i, time=T0 + i),
+                StepCompleted(phase="train", epoch=1, step=i + 1, batch=i, items=16, time=T0 + i + 0.25),
+            ]
+        )
     assert (st.step, st.batch) == (10, 10)
     assert st.rates() == (16.0, 1.0)
 
@@ -221,8 +240,11 @@ def test_rate_of_the_last_phase_stands_until_the_next_one_is_measured():
     st = folded(epochs=2, steps_per_epoch=20, total_epochs=5, end="running")
     before = st.rates()
     assert before == (64.0, 2.0)
-    st.apply(recorded_run(epochs=3, steps_per_epoch=20, total_epochs=5, end="running")[len(recorded_run(
-        epochs=2, steps_per_epoch=20, total_epochs=5, end="running")):][:4])  # epoch 3: start, 1 step
+    st.apply(
+        recorded_run(epochs=3, steps_per_epoch=20, total_epochs=5, end="running")[
+            len(recorded_run(epochs=2, steps_per_epoch=20, total_epochs=5, end="running")) :
+        ][:4]
+    )  # epoch 3: start, 1 step
     assert st.rates() == before  # one step of a new stretch: the rate of the steps before it stands
 
 

@@ -23,7 +23,7 @@ PRINTED = [
     "/usr/lib/python3.11/site-packages/lightning/pytorch/trainer/connectors/data_connector.py:424: "
     "The 'train_dataloader' does not have many workers which may be a bottleneck. Consider increasing "
     "the value of the `num_workers` argument` to `num_workers=15` in the `DataLoader` to improve performance.",
-    "Traceback (most recent call last):\n  File \"/home/user/project/train_with_a_long_name.py\", line 42, "
+    'Traceback (most recent call last):\n  File "/home/user/project/train_with_a_long_name.py", line 42, '
     "in <module>\n    main()\nRuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; "
     "79.15 GiB total capacity)",
     "resumed from checkpoint/step-000000790-with-a-long-name.pt at step 790",
@@ -83,8 +83,13 @@ def printed(draw) -> list[tuple[str, str]]:
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 # a panel one cell wide (a terminal of 2 with the scrollbar) cannot show a two-cell character at all
-@given(lines=printed(), width=st.integers(3, 140), height=st.integers(5, 40),
-       resized=st.none() | st.integers(3, 140), before_layout=st.booleans())
+@given(
+    lines=printed(),
+    width=st.integers(3, 140),
+    height=st.integers(5, 40),
+    resized=st.none() | st.integers(3, 140),
+    before_layout=st.booleans(),
+)
 def test_the_panel_shows_every_character_printed_at_any_width(lines, width, height, resized, before_layout):
     async def body() -> str:
         app = LogApp()
@@ -108,8 +113,11 @@ def test_the_panel_shows_every_character_printed_at_any_width(lines, width, heig
 async def test_long_lines_are_whole_on_the_dashboard_at_80x24_and_120x40():
     for size in [(80, 24), (120, 40)]:
         events = recorded_run(epochs=1, total_epochs=3, end="running")
-        events += [OutputPrinted(text=text, stream=stream, time=T0 + 100)
-                   for text in PRINTED for stream in ("stdout", "stderr")]
+        events += [
+            OutputPrinted(text=text, stream=stream, time=T0 + 100)
+            for text in PRINTED
+            for stream in ("stdout", "stderr")
+        ]
         app = make_app(events)
         async with app.run_test(size=size) as pilot:
             log = app.query_one(OutputLog)

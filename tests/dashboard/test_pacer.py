@@ -5,8 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from tuitrain.dashboard.pacing import (BUSY_DRAIN_INTERVAL, LOADING_PLOT_INTERVAL, MAX_SLOW, PACE_WINDOW, PLOT_SHARE,
-                                       PROGRESS_INTERVAL, Pacer)
+from tuitrain.dashboard.pacing import (
+    BUSY_DRAIN_INTERVAL,
+    LOADING_PLOT_INTERVAL,
+    MAX_SLOW,
+    PACE_WINDOW,
+    PLOT_SHARE,
+    PROGRESS_INTERVAL,
+    Pacer,
+)
 
 
 def windows(pacer: Pacer, share: float, n: int, relaxed: bool = False, start: tuple = (0.0, 0.0)) -> tuple:

@@ -44,11 +44,17 @@ async def test_a_full_disk_ends_on_one_line_and_the_last_checkpoint_not_a_traceb
     events = recorded_run(epochs=2, end="failed")
     failed = events[-1]
     assert isinstance(failed, RunFailed)
-    line = ("cannot write runs/spirals/20240101-000000/checkpoint/epoch-0003.pt: No space left on device "
-            "(errno 28); the run stops")
-    events[-1] = dataclasses.replace(failed, error=line, cause="write_failed",
-                                     checkpoint="runs/spirals/20240101-000000/checkpoint/epoch-0002.pt",
-                                     traceback="Traceback (most recent call last):\n  OSError: [Errno 28]")
+    line = (
+        "cannot write runs/spirals/20240101-000000/checkpoint/epoch-0003.pt: No space left on device "
+        "(errno 28); the run stops"
+    )
+    events[-1] = dataclasses.replace(
+        failed,
+        error=line,
+        cause="write_failed",
+        checkpoint="runs/spirals/20240101-000000/checkpoint/epoch-0002.pt",
+        traceback="Traceback (most recent call last):\n  OSError: [Errno 28]",
+    )
     app = make_app(events, source=ReplaySource(events, exit_code=1, wait=False))
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: isinstance(app.screen, ResultScreen))

@@ -21,8 +21,18 @@ def run_with(*more):
 
 @sync
 async def test_a_checkpoint_asked_for_is_marked_in_the_panel():
-    asked = CheckpointSaved(file="checkpoint/epoch-0003-step-00000055.pt", epoch=3, step=55, metrics={},
-                            bytes=1000, best=False, reason="request", stall=0.0, write=0.1, requested="dashboard")
+    asked = CheckpointSaved(
+        file="checkpoint/epoch-0003-step-00000055.pt",
+        epoch=3,
+        step=55,
+        metrics={},
+        bytes=1000,
+        best=False,
+        reason="request",
+        stall=0.0,
+        write=0.1,
+        requested="dashboard",
+    )
     app = make_app(run_with(asked))
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
@@ -49,5 +59,6 @@ async def test_an_info_alert_is_shown_without_the_alarm():
         assert not bar.has_class("-alerting") and not rings
         assert app.state.alerts == [] and [a.title for a in app.state.infos] == ["halfway"]
         assert app.query_one(OutputLog).count >= 1
-        assert any("[info] step 30: halfway" in text for _, text, _ in app.state.lines) or \
-            "halfway" in shown(app.query_one(OutputLog))
+        assert any("[info] step 30: halfway" in text for _, text, _ in app.state.lines) or "halfway" in shown(
+            app.query_one(OutputLog)
+        )

@@ -30,25 +30,72 @@ GAP = 3600.0  # an hour between the sessions
 SPE = 10  # steps per epoch
 
 
-def session(first: int, last: int, t: float, epochs: int, end: bool = True, step_events: bool = False,
-            alert_at: int | None = None) -> list:
+def session(
+    first: int,
+    last: int,
+    t: float,
+    epochs: int,
+    end: bool = True,
+    step_events: bool = False,
+    alert_at: int | None = None,
+) -> list:
     """One session's events: steps first..last, a second apart from `t`; its RunFinished unless `end` is False."""
-    ev = [RunStarted(run_dir="runs/x/1", experiment="x", epochs=epochs, max_steps=0, steps_per_epoch=SPE,
-                     batch_size=8, start_epoch=(first - 1) // SPE + 1, start_step=first - 1,
-                     resumed_from="checkpoint/a.pt" if first > 1 else "", time=t)]
+    ev = [
+        RunStarted(
+            run_dir="runs/x/1",
+            experiment="x",
+            epochs=epochs,
+            max_steps=0,
+            steps_per_epoch=SPE,
+            batch_size=8,
+            start_epoch=(first - 1) // SPE + 1,
+            start_step=first - 1,
+            resumed_from="checkpoint/a.pt" if first > 1 else "",
+            time=t,
+        )
+    ]
     for step in range(first, last + 1):
         t += 1.0
         epoch = (step - 1) // SPE + 1
         if step_events:
             ev.append(StepCompleted(phase="train", epoch=epoch, step=step, batch=(step - 1) % SPE, items=8, time=t))
-        ev.append(MetricsLogged(split="train", epoch=epoch, step=step, batch=(step - 1) % SPE + 1, batches=SPE,
-                                metrics={"loss": 1.0 / step}, time=t))
+        ev.append(
+            MetricsLogged(
+                split="train",
+                epoch=epoch,
+                step=step,
+                batch=(step - 1) % SPE + 1,
+                batches=SPE,
+                metrics={"loss": 1.0 / step},
+                time=t,
+            )
+        )
         if step == alert_at:
-            ev.append(AlertRaised(rule="loss_spike", level="warning", title=f"spike at {step}", text="x",
-                                  step=step, episode=step, time=t))
+            ev.append(
+                AlertRaised(
+                    rule="loss_spike",
+                    level="warning",
+                    title=f"spike at {step}",
+                    text="x",
+                    step=step,
+                    episode=step,
+                    time=t,
+                )
+            )
     if end:
-        ev.append(RunFinished(status="completed", exit_code=0, epoch=(last - 1) // SPE + 1, step=last,
-                              reason="epochs", duration=float(last - first + 1), summary={}, best={}, time=t))
+        ev.append(
+            RunFinished(
+                status="completed",
+                exit_code=0,
+                epoch=(last - 1) // SPE + 1,
+                step=last,
+                reason="epochs",
+                duration=float(last - first + 1),
+                summary={},
+                best={},
+                time=t,
+            )
+        )
     return ev
 
 

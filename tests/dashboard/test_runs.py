@@ -19,24 +19,54 @@ def dead_pid() -> int:
 def make_run(root, experiment, stamp, **info):
     d = root / experiment / stamp
     d.mkdir(parents=True)
-    data = {"status": "completed", "exit_code": 0, "started": None, "ended": None, "epoch": 3, "step": 21,
-            "best": {}, "env": {}, "experiment": experiment, "pid": os.getpid()}
+    data = {
+        "status": "completed",
+        "exit_code": 0,
+        "started": None,
+        "ended": None,
+        "epoch": 3,
+        "step": 21,
+        "best": {},
+        "env": {},
+        "experiment": experiment,
+        "pid": os.getpid(),
+    }
     data.update(info)
     (d / "run.json").write_text(json.dumps(data))
     return d
 
 
 def test_list_runs_newest_first_with_killed_runs(tmp_path):
-    make_run(tmp_path, "spirals", "20240101-000000", started="2024-01-01T00:00:00+00:00",
-             best={"file": "checkpoint/epoch-2.pt", "monitor": "valid/loss", "value": 0.123456})
-    make_run(tmp_path, "spirals", "20240301-000000", started="2024-03-01T00:00:00+00:00", status="running",
-             exit_code=None, pid=dead_pid(), epoch=1, step=4)
-    make_run(tmp_path, "mnist", "20240201-000000", started="2024-02-01T00:00:00+00:00", status="running",
-             exit_code=None, pid=os.getpid())
+    make_run(
+        tmp_path,
+        "spirals",
+        "20240101-000000",
+        started="2024-01-01T00:00:00+00:00",
+        best={"file": "checkpoint/epoch-2.pt", "monitor": "valid/loss", "value": 0.123456},
+    )
+    make_run(
+        tmp_path,
+        "spirals",
+        "20240301-000000",
+        started="2024-03-01T00:00:00+00:00",
+        status="running",
+        exit_code=None,
+        pid=dead_pid(),
+        epoch=1,
+        step=4,
+    )
+    make_run(
+        tmp_path,
+        "mnist",
+        "20240201-000000",
+        started="2024-02-01T00:00:00+00:00",
+        status="running",
+        exit_code=None,
+        pid=os.getpid(),
+    )
     (tmp_path / "not-a-run").mkdir()
     rows = list_runs(tmp_path)
-    assert [r["name"] for r in rows] == ["spirals/20240301-000000", "mnist/20240201-000000",
-                                         "spirals/20240101-000000"]
+    assert [r["name"] for r in rows] == ["spirals/20240301-000000", "mnist/20240201-000000", "spirals/20240101-000000"]
     assert [r["status"] for r in rows] == ["killed", "running", "completed"]
     lines = format_runs(rows).splitlines()
     assert len(lines) == 3

@@ -36,7 +36,7 @@ def test_a_lone_spike_among_200k_points_reaches_the_plotted_points_one_by_one_an
     for x, y in zip(xs.tolist(), ys.tolist()):
         one.append(x, y)
     for lo in range(0, xs.size, 7_919):  # blocks of an odd size, as a file's chunks come
-        bulk.extend(xs[lo:lo + 7_919], ys[lo:lo + 7_919])
+        bulk.extend(xs[lo : lo + 7_919], ys[lo : lo + 7_919])
     for s in (one, bulk):
         px, py = s.points()
         assert len(px) <= 2 * 1024 + 1  # bounded whatever the history
@@ -72,8 +72,12 @@ def test_a_20k_step_run_read_in_blocks_folds_as_its_events_one_by_one(tmp_path):
     events = recorded_run(epochs=10, steps_per_epoch=2_000, end="completed", spike_at=7_777)
     path = write_jsonl(tmp_path / "events.jsonl", events)
     with open(path, "a") as f:  # lines the fast path leaves to the general one, amid the others
-        f.write('{"event":"MetricsLogged","split":"train","epoch":10,"step":20001,"metrics":{"loss":NaN,"lr":"x"},"time":1700090000.0}\n')
-        f.write('{"event":"MetricsLogged","split":"train","epoch":10,"step":20002,"metrics":{"loss":0.25},"time":1700090001.0}\n')
+        f.write(
+            '{"event":"MetricsLogged","split":"train","epoch":10,"step":20001,"metrics":{"loss":NaN,"lr":"x"},"time":1700090000.0}\n'
+        )
+        f.write(
+            '{"event":"MetricsLogged","split":"train","epoch":10,"step":20002,"metrics":{"loss":0.25},"time":1700090001.0}\n'
+        )
         f.write('{"event":"MetricsLogged","split":"train","epoch":10,"step":99999999999999999999,"metrics":{}}\n')
         f.write("not json\n")
     blocks, src, got = read_back(tmp_path, blocks=True)
@@ -137,8 +141,9 @@ def from_columns(got) -> int:
 
 
 def test_a_run_read_from_its_side_file_folds_as_its_json(tmp_path):
-    events = [e for e in recorded_run(epochs=10, steps_per_epoch=2_000, end="completed", spike_at=7_777)
-              if e.persistent]
+    events = [
+        e for e in recorded_run(epochs=10, steps_per_epoch=2_000, end="completed", spike_at=7_777) if e.persistent
+    ]
     write_with_columns(tmp_path, events)
     fast, src, got = read_back(tmp_path, blocks=True)
     assert from_columns(got) > 0
@@ -188,9 +193,9 @@ def test_a_stale_or_damaged_side_file_is_not_believed(tmp_path):
     text = jsonl.read_bytes()
     at = text.index(b'"step":777,')
     line_end = text.index(b"\n", at)
-    line = text[text.rindex(b"\n", 0, at) + 1:line_end]
-    value = line[line.index(b'"loss":') + 7:].split(b",")[0]
-    changed = text[:line_end - len(line)] + line.replace(value, b"9" * len(value), 1) + text[line_end:]
+    line = text[text.rindex(b"\n", 0, at) + 1 : line_end]
+    value = line[line.index(b'"loss":') + 7 :].split(b",")[0]
+    changed = text[: line_end - len(line)] + line.replace(value, b"9" * len(value), 1) + text[line_end:]
     jsonl.write_bytes(changed)
     edited, _, got = read_back(tmp_path, blocks=True)
     assert from_columns(got) > 0  # the other records are still used
@@ -202,8 +207,13 @@ def test_a_stale_or_damaged_side_file_is_not_believed(tmp_path):
     damaged[len(good_side) // 2] ^= 0x55
     other = tmp_path / "other"
     write_with_columns(other, [e for e in recorded_run(epochs=4, steps_per_epoch=500, spike_at=3) if e.persistent])
-    for bad in (bytes(damaged), good_side[:40] + b"\0" * 8 + good_side[48:], good_side[:-100],
-                (other / "events.columns").read_bytes(), b"not a side file"):
+    for bad in (
+        bytes(damaged),
+        good_side[:40] + b"\0" * 8 + good_side[48:],
+        good_side[:-100],
+        (other / "events.columns").read_bytes(),
+        b"not a side file",
+    ):
         side.write_bytes(bad)
         state, src, _ = read_back(tmp_path, blocks=True)
         assert_same(state, expected)
@@ -240,8 +250,15 @@ def test_a_live_run_with_its_side_file_is_followed_to_the_last_step(tmp_path):
 
 
 @settings(max_examples=200, deadline=None, derandomize=True)
-@given(st.lists(st.tuples(st.integers(0, 40), st.one_of(st.floats(-1e6, 1e6), st.sampled_from([math.nan, math.inf, -math.inf]))), max_size=60),
-       st.integers(1, 4))
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 40), st.one_of(st.floats(-1e6, 1e6), st.sampled_from([math.nan, math.inf, -math.inf]))
+        ),
+        max_size=60,
+    ),
+    st.integers(1, 4),
+)
 def test_anchors_extended_in_bulk_map_steps_as_anchors_added_one_by_one(points, parts):
     """A block's anchors (repeated, older and non-finite steps among them) give the map that adding
     each gives: the highest value at a repeated step, a clock that never runs backwards."""
@@ -250,7 +267,7 @@ def test_anchors_extended_in_bulk_map_steps_as_anchors_added_one_by_one(points, 
         one.add(float(step), value)
     cut = max(1, len(points) // parts)
     for i in range(0, len(points), cut):
-        chunk = points[i:i + cut]
+        chunk = points[i : i + cut]
         bulk.extend([p[0] for p in chunk], [p[1] for p in chunk])
     assert bulk.steps == one.steps
     assert bulk.values == one.values

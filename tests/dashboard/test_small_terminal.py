@@ -26,14 +26,42 @@ from .test_chart_keys import four_metrics
 
 ALERT = "loss spike at step 57: 9.12 is above 2.05, five times the median of the last 200 steps"
 # every word the footer may show, whole (the long ones and their short forms)
-FOOTER_WORDS = {"Stop now", "Stop", "Checkpoint", "Ckpt", "Pause", "Quit", "Log", "Smooth", "X axis", "Axis",
-                "Window", "Win", "Filter", "Export", "Inspect", "Keys", "Leave", "Runs"}
+FOOTER_WORDS = {
+    "Stop now",
+    "Stop",
+    "Checkpoint",
+    "Ckpt",
+    "Pause",
+    "Quit",
+    "Log",
+    "Smooth",
+    "X axis",
+    "Axis",
+    "Window",
+    "Win",
+    "Filter",
+    "Export",
+    "Inspect",
+    "Keys",
+    "Leave",
+    "Runs",
+}
 
 
 def alerting_run() -> list:
     events = recorded_run(epochs=3, total_epochs=5, end="running")
-    events.append(AlertRaised(rule="loss_spike", level="warning", title=ALERT, text="skipped", step=57, value=9.12,
-                              action="skip", episode=1))
+    events.append(
+        AlertRaised(
+            rule="loss_spike",
+            level="warning",
+            title=ALERT,
+            text="skipped",
+            step=57,
+            value=9.12,
+            action="skip",
+            episode=1,
+        )
+    )
     return events
 
 
@@ -43,11 +71,30 @@ def title_bar(app) -> str:
 
 def seven_metrics(steps: int = 30) -> list:
     names = ["loss", "perplexity", "accuracy", "lr", "throughput", "grad_norm", "data_wait"]
-    ev = [RunStarted(run_dir="runs/charlm/1", experiment="charlm", epochs=6, max_steps=0, steps_per_epoch=10,
-                     batch_size=32, config={}, time=T0)]
+    ev = [
+        RunStarted(
+            run_dir="runs/charlm/1",
+            experiment="charlm",
+            epochs=6,
+            max_steps=0,
+            steps_per_epoch=10,
+            batch_size=32,
+            config={},
+            time=T0,
+        )
+    ]
     for s in range(1, steps + 1):
-        ev.append(MetricsLogged(split="train", epoch=(s - 1) // 10 + 1, step=s, batch=(s - 1) % 10 + 1, batches=10,
-                                metrics={n: math.exp(-s / 9) + i for i, n in enumerate(names)}, time=T0 + s))
+        ev.append(
+            MetricsLogged(
+                split="train",
+                epoch=(s - 1) // 10 + 1,
+                step=s,
+                batch=(s - 1) % 10 + 1,
+                batches=10,
+                metrics={n: math.exp(-s / 9) + i for i, n in enumerate(names)},
+                time=T0 + s,
+            )
+        )
     return ev
 
 
@@ -101,10 +148,20 @@ def test_the_environment_line_leaves_out_whole_parts():
 
 @sync
 async def test_before_the_first_metric_the_chart_area_says_what_it_waits_for():
-    events = [RunStarted(run_dir="runs/x/1", experiment="x", epochs=2, max_steps=0, steps_per_epoch=100,
-                         batch_size=32, config={}, time=T0),
-              PhaseStarted(phase="train", split="train", epoch=1, step=0, batches=100, time=T0),
-              *[StepCompleted(phase="train", epoch=1, step=s, batch=s - 1, items=32, time=T0 + s) for s in range(1, 8)]]
+    events = [
+        RunStarted(
+            run_dir="runs/x/1",
+            experiment="x",
+            epochs=2,
+            max_steps=0,
+            steps_per_epoch=100,
+            batch_size=32,
+            config={},
+            time=T0,
+        ),
+        PhaseStarted(phase="train", split="train", epoch=1, step=0, batches=100, time=T0),
+        *[StepCompleted(phase="train", epoch=1, step=s, batch=s - 1, items=32, time=T0 + s) for s in range(1, 8)],
+    ]
     app = DashboardApp(ReplaySource(events, wait=True), RecordingController(), clock=lambda: T0 + 10)
     async with app.run_test(size=(80, 24)) as pilot:
         note = app.query_one(ChartNote)
@@ -189,8 +246,9 @@ async def test_the_run_s_progress_bar_beside_the_phase_s_reads_the_run_s_totals(
 @sync
 async def test_a_run_of_unknown_steps_shows_its_epochs_as_the_run_s_bar():
     events = recorded_run(epochs=2, total_epochs=4, end="running")
-    events[0] = RunStarted(run_dir="runs/x/1", experiment="x", epochs=4, max_steps=0, steps_per_epoch=0,
-                           batch_size=32, config={}, time=T0)
+    events[0] = RunStarted(
+        run_dir="runs/x/1", experiment="x", epochs=4, max_steps=0, steps_per_epoch=0, batch_size=32, config={}, time=T0
+    )
     app = make_app(events)
     async with app.run_test(size=(120, 40)) as pilot:
         progress = app.query_one(ProgressPanel)
@@ -209,8 +267,9 @@ async def test_a_monitor_run_in_its_own_terminal_is_live_and_tuitrain_watch_is_w
     run_dir = tmp_path / "run"
     write_jsonl(run_dir / "events.jsonl", recorded_run(epochs=2, total_epochs=5, end="running"))
     for owned, says in ((True, "[live]"), (False, "[watching · live]")):
-        app = DashboardApp(FileSource(run_dir, live=True), RecordingController(), watch=True, owned=owned,
-                           clock=lambda: T0 + 100)
+        app = DashboardApp(
+            FileSource(run_dir, live=True), RecordingController(), watch=True, owned=owned, clock=lambda: T0 + 100
+        )
         async with app.run_test(size=(120, 40)) as pilot:
             await until(pilot, lambda: app.state.step == 40 and says in title_bar(app))
             assert ("watching" in title_bar(app)) is not owned, title_bar(app)

@@ -24,8 +24,7 @@ THEMES = Path(__file__).resolve().parents[2] / "themes"
 def dashboard(end: str = "running", theme: str = "dark", epochs: int = 3) -> DashboardApp:
     events = recorded_run(epochs=epochs, total_epochs=5, end=end)
     frozen = last_time(events) + 30
-    source = ReplaySource(events, exit_code={"running": 0, "completed": 0, "failed": 1}[end],
-                          wait=end == "running")
+    source = ReplaySource(events, exit_code={"running": 0, "completed": 0, "failed": 1}[end], wait=end == "running")
     return DashboardApp(source, RecordingController(), THEMES / f"{theme}.tcss", clock=lambda: frozen)
 
 

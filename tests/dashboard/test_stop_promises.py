@@ -53,7 +53,7 @@ async def test_the_q_dialog_says_what_a_stop_does_to_this_kind_of_run(loop):
         assert says in line and (never is None or never not in line), line
         # the whole line on the screen at 80x24: wrapped in the box, nothing cut off
         box = app.screen.query_one("#confirm-box").content_region
-        rows = [s.crop(box.x, box.right).text for s in app.screen._compositor.render_strips()[box.y:box.bottom]]
+        rows = [s.crop(box.x, box.right).text for s in app.screen._compositor.render_strips()[box.y : box.bottom]]
         assert squeezed(line) in squeezed("".join(rows)), rows
 
 

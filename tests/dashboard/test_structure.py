@@ -17,8 +17,25 @@ from tuitrain.dashboard.widgets.metric_plot import MetricPlot
 from .test_app import RecordingController, make_app, sync, until
 from .test_chart_keys import four_metrics, grid
 
-CHART_KEYS = {"l", "s", "x", "w", "slash", "e", "i", "enter", "escape", "left", "right", "up", "down",
-              "tab", "shift+tab", "pagedown", "pageup"}
+CHART_KEYS = {
+    "l",
+    "s",
+    "x",
+    "w",
+    "slash",
+    "e",
+    "i",
+    "enter",
+    "escape",
+    "left",
+    "right",
+    "up",
+    "down",
+    "tab",
+    "shift+tab",
+    "pagedown",
+    "pageup",
+}
 RUN_KEYS = {"c", "p", "q", "ctrl+c", "ctrl+z", "r", "question_mark", "R", "d", "P"}
 # the footer as it was when every key was the app's
 FOOTER = ["ctrl+c", "c", "p", "q", "l", "s", "x", "w", "slash", "e", "i", "question_mark"]
@@ -50,9 +67,19 @@ async def test_the_feed_works_from_what_it_is_given_and_tells_its_host_the_end_b
         def __init__(self) -> None:
             super().__init__()
             self.bridge = EventBridge()
-            self.feed = Feed(self, self.bridge, ReplaySource(live=False), Pacer(0.0, 0.0), tick=self.tick,
-                             interval=1 / 15, watching=True, watching_label=True, note=lambda: "",
-                             pace_clock=time.monotonic, cpu_clock=time.thread_time)
+            self.feed = Feed(
+                self,
+                self.bridge,
+                ReplaySource(live=False),
+                Pacer(0.0, 0.0),
+                tick=self.tick,
+                interval=1 / 15,
+                watching=True,
+                watching_label=True,
+                note=lambda: "",
+                pace_clock=time.monotonic,
+                cpu_clock=time.thread_time,
+            )
 
         def get_default_screen(self) -> DashboardScreen:
             return DashboardScreen(clock=lambda: T0)

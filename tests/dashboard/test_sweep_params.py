@@ -48,11 +48,23 @@ def plots(app) -> dict[str, ParamPlot]:
 
 
 async def open_view(app, pilot) -> None:
-    await until(pilot, lambda: app.state.best_trial() == "trial-0000" and len(app.state.runs) == 3
-                and app.state.best_value("trial-0002") is not None)
+    await until(
+        pilot,
+        lambda: (
+            app.state.best_trial() == "trial-0000"
+            and len(app.state.runs) == 3
+            and app.state.best_value("trial-0002") is not None
+        ),
+    )
     await pilot.press("P")
-    await until(pilot, lambda: isinstance(app.screen, ParamsScreen) and all(p.text for p in plots(app).values())
-                and app.screen.query_one(ParallelPlot).text)
+    await until(
+        pilot,
+        lambda: (
+            isinstance(app.screen, ParamsScreen)
+            and all(p.text for p in plots(app).values())
+            and app.screen.query_one(ParallelPlot).text
+        ),
+    )
 
 
 @sync
@@ -72,7 +84,7 @@ async def test_p_shows_the_metric_against_each_parameter_the_best_trial_marked(s
         assert lr.text.count("★") == 1 and "·" in lr.text and "○" in lr.text  # best, pruned, running
         star_row = next(r for r in lr_rows if "★" in r)
         # the best (0.83) is the highest point, and stands left of the running trial (0.02 > 0.0031)
-        assert not any(mark in r for r in lr_rows[:lr_rows.index(star_row)] for mark in "•○·")
+        assert not any(mark in r for r in lr_rows[: lr_rows.index(star_row)] for mark in "•○·")
         running_row = next(r for r in lr_rows if "○" in r)
         assert star_row.index("★") < running_row.index("○")
 
@@ -148,8 +160,11 @@ def point(n: int, value: float | None, status: str = "completed", **values) -> T
 
 
 def test_without_the_config_the_values_decide_each_axis(tmp_path):
-    points = [point(0, 0.8, lr=1e-4, hidden=16, act="relu"), point(1, 0.7, lr=0.05, hidden=64, act="gelu"),
-              point(2, None, "running", lr=0.002, hidden=32, act="relu")]
+    points = [
+        point(0, 0.8, lr=1e-4, hidden=16, act="relu"),
+        point(1, 0.7, lr=0.05, hidden=64, act="gelu"),
+        point(2, None, "running", lr=0.002, hidden=32, act="relu"),
+    ]
     axes = param_axes(["lr", "hidden", "act"], points)
     # lr spans 2.7 decades, all above zero: log; hidden only 4x: linear; words: choices, in order
     assert [(a.key, a.kind) for a in axes] == [("lr", "log"), ("hidden", "linear"), ("act", "choice")]
@@ -164,8 +179,12 @@ def test_without_the_config_the_values_decide_each_axis(tmp_path):
 
 def test_parallel_coordinates_put_each_trial_between_its_axes_ends():
     axes = [ParamAxis("lr", "log", low=1e-4, high=1e-1), ParamAxis("hidden", "choice", (16, 32, 64))]
-    points = [point(0, 0.9, lr=1e-1, hidden=32), point(1, 0.5, lr=1e-4, hidden=64),
-              point(2, None, "running", lr=1e-2, hidden=16), point(3, 0.6, lr=1e-2, hidden=128)]
+    points = [
+        point(0, 0.9, lr=1e-1, hidden=32),
+        point(1, 0.5, lr=1e-4, hidden=64),
+        point(2, None, "running", lr=1e-2, hidden=16),
+        point(3, 0.6, lr=1e-2, hidden=128),
+    ]
     columns, lines = parallel(axes, points, "valid/accuracy")
     assert [name for name, _ in columns] == ["lr", "hidden", "accuracy"]
     assert [label for _, label in columns[1][1]] == ["16", "32", "64"]

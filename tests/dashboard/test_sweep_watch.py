@@ -17,8 +17,16 @@ from pathlib import Path
 import pytest
 
 from tuitrain.core.events import (
-    CheckpointSaved, CheckpointStarted, ControlReceived, EpochCompleted, EpochStarted, MetricsLogged,
-    PhaseCompleted, PhaseStarted, RunFinished, RunStarted,
+    CheckpointSaved,
+    CheckpointStarted,
+    ControlReceived,
+    EpochCompleted,
+    EpochStarted,
+    MetricsLogged,
+    PhaseCompleted,
+    PhaseStarted,
+    RunFinished,
+    RunStarted,
 )
 from tuitrain.dashboard.entry import sweep_app
 from tuitrain.dashboard.compare import RunAdded
@@ -36,9 +44,21 @@ STEPS = 25  # steps per epoch, as demo/spirals.toml's 2000 points in batches of 
 
 def write_sweep(folder: Path) -> None:
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "sweep.json").write_text(json.dumps({
-        "name": "spirals", "config": "/tmp/sweep.toml", "metric": "valid/accuracy", "mode": "max", "trials": 3,
-        "params": ["optimizer.lr", "model.hidden"], "storage": str(folder / "study.journal")}, indent=2) + "\n")
+    (folder / "sweep.json").write_text(
+        json.dumps(
+            {
+                "name": "spirals",
+                "config": "/tmp/sweep.toml",
+                "metric": "valid/accuracy",
+                "mode": "max",
+                "trials": 3,
+                "params": ["optimizer.lr", "model.hidden"],
+                "storage": str(folder / "study.journal"),
+            },
+            indent=2,
+        )
+        + "\n"
+    )
 
 
 def write_trial(folder: Path, number: int, lr: float, hidden: int, valid: list[float], end: str | None) -> Path:
@@ -47,16 +67,19 @@ def write_trial(folder: Path, number: int, lr: float, hidden: int, valid: list[f
     run.json's pid is this process)."""
     run_dir = folder / f"trial-{number:04d}"
     run_dir.mkdir(parents=True)
-    config = {"experiment": {"name": "spirals", "dir": "runs", "seed": 42},
-              "model": {"target": "spirals:SpiralNet", "hidden": hidden, "depth": 3},
-              "optimizer": {"name": "AdamW", "lr": lr, "weight_decay": 0.01},
-              "train": {"epochs": 5, "validate_every": 1},
-              "checkpoint": {"monitor": "valid/accuracy", "mode": "max"}}
+    config = {
+        "experiment": {"name": "spirals", "dir": "runs", "seed": 42},
+        "model": {"target": "spirals:SpiralNet", "hidden": hidden, "depth": 3},
+        "optimizer": {"name": "AdamW", "lr": lr, "weight_decay": 0.01},
+        "train": {"epochs": 5, "validate_every": 1},
+        "checkpoint": {"monitor": "valid/accuracy", "mode": "max"},
+    }
     (run_dir / "config.toml").write_text(
         '[experiment]\nname = "spirals"\ndir = "runs"\nseed = 42\n\n'
         f'[model]\ntarget = "spirals:SpiralNet"\nhidden = {hidden}\ndepth = 3\n\n'
         f'[optimizer]\nname = "AdamW"\nlr = {lr!r}\nweight_decay = 0.01\n\n'
-        '[train]\nepochs = 5\nvalidate_every = 1\n\n[checkpoint]\nmonitor = "valid/accuracy"\nmode = "max"\n')
+        '[train]\nepochs = 5\nvalidate_every = 1\n\n[checkpoint]\nmonitor = "valid/accuracy"\nmode = "max"\n'
+    )
     jsonl, status = JsonlWriter(run_dir, background=False), RunStatusWriter(run_dir)
     t = T0 + 100 * number
 
@@ -64,40 +87,100 @@ def write_trial(folder: Path, number: int, lr: float, hidden: int, valid: list[f
         jsonl(event)
         status(event)
 
-    emit(RunStarted(run_dir=str(run_dir), experiment="spirals", epochs=5, max_steps=0, steps_per_epoch=STEPS,
-                    batch_size=64, pid=os.getpid(), env={"python": "3.11.7", "device": "cpu"}, config=config, time=t))
+    emit(
+        RunStarted(
+            run_dir=str(run_dir),
+            experiment="spirals",
+            epochs=5,
+            max_steps=0,
+            steps_per_epoch=STEPS,
+            batch_size=64,
+            pid=os.getpid(),
+            env={"python": "3.11.7", "device": "cpu"},
+            config=config,
+            time=t,
+        )
+    )
     step, best = 0, None
     for epoch, accuracy in enumerate(valid, start=1):
         emit(EpochStarted(epoch=epoch, epochs=5, step=step, time=t))
         emit(PhaseStarted(phase="train", split="train", epoch=epoch, step=step, batches=STEPS, time=t))
         for batch in range(10, STEPS + 1, 10):
             t += 0.1
-            emit(MetricsLogged(split="train", epoch=epoch, step=step + batch, batch=batch, batches=STEPS,
-                               metrics={"loss": 0.7 - 0.01 * (step + batch) / STEPS, "accuracy": accuracy - 0.02},
-                               time=t))
+            emit(
+                MetricsLogged(
+                    split="train",
+                    epoch=epoch,
+                    step=step + batch,
+                    batch=batch,
+                    batches=STEPS,
+                    metrics={"loss": 0.7 - 0.01 * (step + batch) / STEPS, "accuracy": accuracy - 0.02},
+                    time=t,
+                )
+            )
         step += STEPS
-        emit(PhaseCompleted(phase="train", split="train", epoch=epoch, step=step, metrics={}, duration=1.0,
-                            items=STEPS * 64, time=t))
+        emit(
+            PhaseCompleted(
+                phase="train", split="train", epoch=epoch, step=step, metrics={}, duration=1.0, items=STEPS * 64, time=t
+            )
+        )
         emit(PhaseStarted(phase="valid", split="valid", epoch=epoch, step=step, batches=7, time=t))
         metrics = {"loss": 0.69 - accuracy / 10, "accuracy": accuracy}
         emit(MetricsLogged(split="valid", epoch=epoch, step=step, scope="epoch", metrics=metrics, time=t))
-        emit(PhaseCompleted(phase="valid", split="valid", epoch=epoch, step=step, metrics=metrics, duration=0.1,
-                            items=400, time=t))
-        emit(EpochCompleted(epoch=epoch, epochs=5, step=step, metrics={"valid/accuracy": accuracy}, duration=1.1,
-                            time=t))
+        emit(
+            PhaseCompleted(
+                phase="valid", split="valid", epoch=epoch, step=step, metrics=metrics, duration=0.1, items=400, time=t
+            )
+        )
+        emit(
+            EpochCompleted(epoch=epoch, epochs=5, step=step, metrics={"valid/accuracy": accuracy}, duration=1.1, time=t)
+        )
         emit(CheckpointStarted(epoch=epoch, step=step, reason="epoch", time=t))
         is_best = best is None or accuracy > best
         best = accuracy if is_best else best
-        emit(CheckpointSaved(file=f"checkpoint/epoch-{epoch:04d}-step-{step:08d}.pt", epoch=epoch, step=step,
-                             metrics={"valid/accuracy": accuracy}, bytes=133693, best=is_best, reason="epoch",
-                             stall=0.001, write=0.004, time=t))
+        emit(
+            CheckpointSaved(
+                file=f"checkpoint/epoch-{epoch:04d}-step-{step:08d}.pt",
+                epoch=epoch,
+                step=step,
+                metrics={"valid/accuracy": accuracy},
+                bytes=133693,
+                best=is_best,
+                reason="epoch",
+                stall=0.001,
+                write=0.004,
+                time=t,
+            )
+        )
     if end == "completed":
-        emit(RunFinished(status="completed", exit_code=0, epoch=len(valid), step=step, reason="epochs", duration=5.0,
-                         summary={}, best={}, time=t))
+        emit(
+            RunFinished(
+                status="completed",
+                exit_code=0,
+                epoch=len(valid),
+                step=step,
+                reason="epochs",
+                duration=5.0,
+                summary={},
+                best={},
+                time=t,
+            )
+        )
     elif end == "pruned":
         emit(ControlReceived(command="stop", source="pruned", time=t))
-        emit(RunFinished(status="interrupted", exit_code=130, epoch=len(valid), step=step, reason="pruned",
-                         duration=3.0, summary={}, best={}, time=t))
+        emit(
+            RunFinished(
+                status="interrupted",
+                exit_code=130,
+                epoch=len(valid),
+                step=step,
+                reason="pruned",
+                duration=3.0,
+                summary={},
+                best={},
+                time=t,
+            )
+        )
     jsonl.close()
     status.close()
     return run_dir
@@ -127,16 +210,24 @@ async def test_a_trial_that_starts_while_watching_joins_with_its_values_status_a
     write_trial(sweep_dir, 1, lr=0.02, hidden=16, valid=[0.55], end=None)
     app = sweep_app(sweep_dir, None)
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: [(n, r.status) for n, r in rows(app).items()] == [(0, "completed"), (1, "running")]
-                    and rows(app)[1].value is not None)
+        await until(
+            pilot,
+            lambda: (
+                [(n, r.status) for n, r in rows(app).items()] == [(0, "completed"), (1, "running")]
+                and rows(app)[1].value is not None
+            ),
+        )
         assert rows(app)[0].values == ("0.0031", "64") and rows(app)[0].value == pytest.approx(0.83)
         assert rows(app)[0].best  # the best completed trial is starred
 
         # a third trial, pruned at its second validation, starts (and ends) while the dashboard is open
         write_trial(sweep_dir, 2, lr=0.000123, hidden=16, valid=[0.5, 0.52], end="pruned")
         began = time.monotonic()
-        await until(pilot, lambda: 2 in rows(app) and rows(app)[2].status == "pruned"
-                    and rows(app)[2].value is not None, timeout=10)
+        await until(
+            pilot,
+            lambda: 2 in rows(app) and rows(app)[2].status == "pruned" and rows(app)[2].value is not None,
+            timeout=10,
+        )
         assert time.monotonic() - began < 5  # the sweep source looks every second
         new = rows(app)[2]
         assert new.values == ("0.000123", "16") and new.value == pytest.approx(0.52) and not new.best

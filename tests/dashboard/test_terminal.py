@@ -20,8 +20,19 @@ def test_sigterm_under_the_dashboard_stops_gracefully_and_restores_the_terminal(
     from tests.conftest import cli_env, read_pty, wait_exit
 
     run_dir = tiny.root / "run"
-    cmd = [sys.executable, "-m", "tuitrain", "run", str(tiny.config), "--run-dir", str(run_dir),
-           "--set", "train.epochs=200", "--set", "model.sleep=0.01"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "tuitrain",
+        "run",
+        str(tiny.config),
+        "--run-dir",
+        str(run_dir),
+        "--set",
+        "train.epochs=200",
+        "--set",
+        "model.sleep=0.01",
+    ]
     env = dict(cli_env(), TERM="xterm-256color", COLUMNS="100", LINES="30")
     pid, fd = pty.fork()
     if pid == 0:

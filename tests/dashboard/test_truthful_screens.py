@@ -86,8 +86,14 @@ async def test_the_summary_modal_shows_a_table_not_markdown():
         body = shown(app.screen.query_one("#result-body"))
     assert "| Split" not in body and "|---" not in body and "|-------|" not in body
     lines = [line.strip() for line in body.splitlines()]
-    assert lines[lines.index(next(x for x in lines if x.startswith("Split")))].split() == \
-        ["Split", "Metric", "Min.", "Epoch", "Max.", "Epoch"]
+    assert lines[lines.index(next(x for x in lines if x.startswith("Split")))].split() == [
+        "Split",
+        "Metric",
+        "Min.",
+        "Epoch",
+        "Max.",
+        "Epoch",
+    ]
     assert any(line.split()[:2] == ["valid", "loss"] for line in lines if line)
 
 
@@ -127,8 +133,10 @@ async def test_the_config_differences_keep_each_run_s_name_on_one_line(runs, siz
     from tuitrain.dashboard.widgets.diff_screen import DiffScreen
 
     names = [f"20261128-0643{i:02d}" for i in range(runs)]
-    rows = [("optimizer.lr", [f"0.00{i + 1}" for i in range(runs)]),
-            ("scheduler.max_lr", [f"0.0{i + 3}" for i in range(runs)])]
+    rows = [
+        ("optimizer.lr", [f"0.00{i + 1}" for i in range(runs)]),
+        ("scheduler.max_lr", [f"0.0{i + 3}" for i in range(runs)]),
+    ]
     app = App()
     async with app.run_test(size=size) as pilot:
         app.push_screen(DiffScreen(names, rows, [run_color(i) for i in range(runs)]))
@@ -189,8 +197,12 @@ async def test_the_help_screen_explains_every_mark_and_fits_the_screen(size, how
         app = DashboardApp(ReplaySource(events), None, watch=True, clock=lambda: last_time(events))
         app.state = CompareState(["a", "b"], {}, clock=app.clock)
     else:
-        app = DashboardApp(ReplaySource(events), RecordingController() if how == "run" else None,
-                           watch=how == "watch", clock=lambda: last_time(events))
+        app = DashboardApp(
+            ReplaySource(events),
+            RecordingController() if how == "run" else None,
+            watch=how == "watch",
+            clock=lambda: last_time(events),
+        )
     async with app.run_test(size=size) as pilot:
         await pilot.pause(0.3)
         await pilot.press("question_mark")
@@ -202,8 +214,7 @@ async def test_the_help_screen_explains_every_mark_and_fits_the_screen(size, how
         marks = shown(app.screen.query_one("#help-marks"))
         close = shown(app.screen.query_one("#help-close"))
     assert "any key closes this" in close
-    for mark, words in (("┊", "epoch"), ("▼", "alert"), ("★", "best"), ("██", "CPU"), ("█", "core"),
-                        ("•", "valid")):
+    for mark, words in (("┊", "epoch"), ("▼", "alert"), ("★", "best"), ("██", "CPU"), ("█", "core"), ("•", "valid")):
         assert mark in marks and words in marks, (mark, marks)
     assert "dozen" in marks and "every k-th" in marks  # why only some epochs have their line
 
@@ -215,9 +226,23 @@ def test_a_run_that_has_not_logged_its_monitored_metric_shows_no_other_metric_in
     from tuitrain.dashboard.compare import CompareState, Tagged
 
     state = CompareState(["a"], {"a": {"checkpoint": {"monitor": "valid/accuracy", "mode": "max"}}})
-    state.apply([Tagged(RunStarted(run_dir="a", experiment="x", epochs=3, max_steps=0, steps_per_epoch=10,
-                                   batch_size=8, pid=1,
-                                   config={"checkpoint": {"monitor": "valid/accuracy", "mode": "max"}}), "a"),
-                 Tagged(MetricsLogged(split="train", epoch=1, step=5, metrics={"loss": 0.6895}), "a")])
+    state.apply(
+        [
+            Tagged(
+                RunStarted(
+                    run_dir="a",
+                    experiment="x",
+                    epochs=3,
+                    max_steps=0,
+                    steps_per_epoch=10,
+                    batch_size=8,
+                    pid=1,
+                    config={"checkpoint": {"monitor": "valid/accuracy", "mode": "max"}},
+                ),
+                "a",
+            ),
+            Tagged(MetricsLogged(split="train", epoch=1, step=5, metrics={"loss": 0.6895}), "a"),
+        ]
+    )
     assert state.runs["a"].latest  # the loss is in
     assert state.monitored("a") == (None, False)

@@ -22,7 +22,7 @@ import pytest
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="needs a pty")
 
 #: `tuitrain run` with a widget that fails: what a bug in a widget does to the screen
-FAILING = '''
+FAILING = """
 import os, sys
 from tuitrain.dashboard.widgets import progress_panel
 
@@ -38,7 +38,7 @@ def failing(self, *args, **kwargs):
 progress_panel.ProgressPanel.show = failing
 from tuitrain.cli import main
 sys.exit(main(sys.argv[1:]))
-'''
+"""
 
 
 def start(tiny, fail_after: int, *extra: str) -> tuple[int, int, Path]:
@@ -46,8 +46,19 @@ def start(tiny, fail_after: int, *extra: str) -> tuple[int, int, Path]:
 
     (tiny.root / "failing.py").write_text(FAILING)
     run_dir = tiny.root / "run"
-    cmd = [sys.executable, str(tiny.root / "failing.py"), "run", str(tiny.config), "--run-dir", str(run_dir),
-           "--set", "train.epochs=400", "--set", "model.sleep=0.005", *extra]
+    cmd = [
+        sys.executable,
+        str(tiny.root / "failing.py"),
+        "run",
+        str(tiny.config),
+        "--run-dir",
+        str(run_dir),
+        "--set",
+        "train.epochs=400",
+        "--set",
+        "model.sleep=0.005",
+        *extra,
+    ]
     env = dict(cli_env(), TERM="xterm-256color", COLUMNS="100", LINES="30", FAIL_AFTER=str(fail_after))
     pid, fd = pty.fork()
     if pid == 0:
@@ -183,7 +194,7 @@ def test_q_n_n_typed_fast_then_ctrl_c_stops_with_the_checkpoint(tiny):
 
 
 #: a user's loop under `Monitor`: its dashboard is `tuitrain watch --owned` in a process of its own
-MONITOR_LOOP = '''
+MONITOR_LOOP = """
 import sys, time
 from tuitrain import Monitor
 
@@ -196,10 +207,10 @@ with Monitor(experiment="loop", run_dir=sys.argv[1], max_steps=100000) as mon:
         if mon.stop_requested:
             mon.save_checkpoint({"step": step})
             break
-'''
+"""
 
 #: imported by every Python process started with this folder on PYTHONPATH: the viewer's widget fails
-SITECUSTOMIZE = '''
+SITECUSTOMIZE = """
 import os
 if os.environ.get("FAIL_AFTER"):
     from tuitrain.dashboard.widgets import progress_panel
@@ -213,7 +224,7 @@ if os.environ.get("FAIL_AFTER"):
         return show(self, *args, **kwargs)
 
     progress_panel.ProgressPanel.show = failing
-'''
+"""
 
 
 def test_a_monitors_dashboard_that_fails_leaves_the_loop_its_lines_and_ctrl_c(tmp_path):
@@ -226,8 +237,14 @@ def test_a_monitors_dashboard_that_fails_leaves_the_loop_its_lines_and_ctrl_c(tm
     hooks.mkdir()
     (hooks / "sitecustomize.py").write_text(SITECUSTOMIZE)
     run_dir = tmp_path / "run"
-    env = dict(cli_env(), TERM="xterm-256color", COLUMNS="100", LINES="30", FAIL_AFTER="3",
-               PYTHONPATH=os.pathsep.join([str(hooks), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+    env = dict(
+        cli_env(),
+        TERM="xterm-256color",
+        COLUMNS="100",
+        LINES="30",
+        FAIL_AFTER="3",
+        PYTHONPATH=os.pathsep.join([str(hooks), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+    )
     pid, fd = pty.fork()
     if pid == 0:
         os.chdir(tmp_path)
@@ -258,8 +275,14 @@ def test_a_watch_whose_screen_fails_exits_1_with_one_line(tmp_path):
     hooks = tmp_path / "hooks"
     hooks.mkdir()
     (hooks / "sitecustomize.py").write_text(SITECUSTOMIZE)
-    env = dict(cli_env(), TERM="xterm-256color", COLUMNS="100", LINES="30", FAIL_AFTER="2",
-               PYTHONPATH=os.pathsep.join([str(hooks), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+    env = dict(
+        cli_env(),
+        TERM="xterm-256color",
+        COLUMNS="100",
+        LINES="30",
+        FAIL_AFTER="2",
+        PYTHONPATH=os.pathsep.join([str(hooks), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+    )
     pid, fd = pty.fork()
     if pid == 0:
         os.execvpe(sys.executable, [sys.executable, "-m", "tuitrain", "watch", str(tmp_path / "run")], env)

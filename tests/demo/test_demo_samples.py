@@ -73,16 +73,27 @@ def test_autoencoder_toml_logs_its_samples_and_histograms(tmp_path, monkeypatch)
     shutil.copy(DEMO / "autoencoder.py", tmp_path / "autoencoder.py")
     shutil.copy(DEMO / "autoencoder.toml", tmp_path / "autoencoder.toml")
     monkeypatch.chdir(tmp_path)
-    small = ["data.n=320", "data.batch_size=32", "train.epochs=1", "train.max_steps=4", "model.width=4",
-             "log.samples.every_n_steps=2", "log.histograms_every_n_steps=2", "checkpoint.every_n_epochs=0"]
+    small = [
+        "data.n=320",
+        "data.batch_size=32",
+        "train.epochs=1",
+        "train.max_steps=4",
+        "model.width=4",
+        "log.samples.every_n_steps=2",
+        "log.histograms_every_n_steps=2",
+        "checkpoint.every_n_epochs=0",
+    ]
     run = prepare_run(tmp_path / "autoencoder.toml", small, run_dir=str(tmp_path / "run"))
     assert run.execute() == 0
     events = [json.loads(line) for line in (tmp_path / "run" / "events.jsonl").read_text().splitlines()]
     media = [e for e in events if e["event"] == "MediaLogged"]
     assert [(e["key"], e["step"], e["kind"], e["path"]) for e in media] == [
-        ("samples", 2, "image", "media/samples/2.png"), ("samples", 4, "image", "media/samples/4.png")]
+        ("samples", 2, "image", "media/samples/2.png"),
+        ("samples", 4, "image", "media/samples/4.png"),
+    ]
     w, h, _ = read_png((tmp_path / "run" / "media" / "samples" / "4.png").read_bytes())
     assert (w, h) == (media[-1]["width"], media[-1]["height"]) == (135, 33)
     hists = {(e["key"], e["step"]) for e in events if e["event"] == "HistogramLogged"}
-    assert hists == {(f"{kind}/{part}", step) for kind in ("weights", "grads") for part in ("encoder", "decoder")
-                     for step in (2, 4)}
+    assert hists == {
+        (f"{kind}/{part}", step) for kind in ("weights", "grads") for part in ("encoder", "decoder") for step in (2, 4)
+    }

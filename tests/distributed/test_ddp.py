@@ -18,13 +18,13 @@ import pytest
 import torch
 
 
-
 def cli_env() -> dict:  # as tests/conftest.py runs the CLI
     import os
 
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     env.pop("PYTHONHASHSEED", None)
     return env
+
 
 DDP = ("--set", "train.strategy=ddp", "--set", "train.devices=2")
 
@@ -129,8 +129,15 @@ def test_ddp_run_completes_with_a_full_run_dir(tiny):
     r = tiny.cli("run", tiny.config, *DDP)
     assert r.returncode == 0, r.stdout + r.stderr
     (run,) = tiny.run_dirs()
-    for name in ("config.toml", "run.json", "events.jsonl", "experiment.log", "model.pt",
-                 "train/epoch-3/loss.log", "checkpoint/index.json"):
+    for name in (
+        "config.toml",
+        "run.json",
+        "events.jsonl",
+        "experiment.log",
+        "model.pt",
+        "train/epoch-3/loss.log",
+        "checkpoint/index.json",
+    ):
         assert (run / name).is_file(), name
     assert not (run / "ranks").exists()  # the ranks wrote nothing below Python
     info = json.loads((run / "run.json").read_text())
@@ -149,14 +156,19 @@ def test_two_ranks_match_one_process_with_the_same_global_batch(tiny, accum, own
     common: tuple = ("--set", f"train.grad_accumulation={accum}")
     if own_step:
         (tiny.root / "stepproj.py").write_text(STEP_MODULE)
-        config = tiny.write_config("step.toml", tiny.config_text().replace("tinyproj:Net", "stepproj:Net")
-                                   .replace("hidden = 16\n", "").replace("dropout = 0.3\n", ""))
+        config = tiny.write_config(
+            "step.toml",
+            tiny.config_text()
+            .replace("tinyproj:Net", "stepproj:Net")
+            .replace("hidden = 16\n", "")
+            .replace("dropout = 0.3\n", ""),
+        )
     else:
         common += ("--set", "model.dropout=0.0")
-    one = tiny.cli("run", config, *common, "--set", f"data.batch_size={16 // accum}",
-                   "--run-dir", tiny.root / "one")
-    two = tiny.cli("run", config, *common, *DDP, "--set", f"data.batch_size={8 // accum}",
-                   "--run-dir", tiny.root / "two")
+    one = tiny.cli("run", config, *common, "--set", f"data.batch_size={16 // accum}", "--run-dir", tiny.root / "one")
+    two = tiny.cli(
+        "run", config, *common, *DDP, "--set", f"data.batch_size={8 // accum}", "--run-dir", tiny.root / "two"
+    )
     assert one.returncode == 0, one.stderr
     assert two.returncode == 0, two.stdout + two.stderr
     _assert_same_params(_params(tiny.root / "one"), _params(tiny.root / "two"), atol=1e-6)
@@ -170,8 +182,7 @@ def test_two_ranks_match_one_process_with_the_same_global_batch(tiny, accum, own
 
 def test_stop_and_checkpoint_commands_then_resume_latest_is_exact(tiny):
     run = tiny.root / "runs" / "tiny" / "stopped"
-    p = tiny.cli_bg("run", tiny.config, *DDP, "--set", "model.sleep=0.03", "--set", "train.epochs=40",
-                    "--run-dir", run)
+    p = tiny.cli_bg("run", tiny.config, *DDP, "--set", "model.sleep=0.03", "--set", "train.epochs=40", "--run-dir", run)
     try:
         tiny.wait_for(lambda: tiny.last_train_step(run) >= 3, what="step 3")
         assert tiny.cli("checkpoint", run).returncode == 0
@@ -203,8 +214,7 @@ def test_pause_then_sigterm_stops_every_rank_with_a_checkpoint(tiny):
     from tuitrain.core.control import FileControl
 
     run = tiny.root / "runs" / "tiny" / "term"
-    p = tiny.cli_bg("run", tiny.config, *DDP, "--set", "model.sleep=0.03", "--set", "train.epochs=40",
-                    "--run-dir", run)
+    p = tiny.cli_bg("run", tiny.config, *DDP, "--set", "model.sleep=0.03", "--set", "train.epochs=40", "--run-dir", run)
     try:
         tiny.wait_for(lambda: tiny.last_train_step(run) >= 2, what="step 2")
         ranks = psutil.Process(p.pid).children(recursive=True)
@@ -225,8 +235,13 @@ def test_pause_then_sigterm_stops_every_rank_with_a_checkpoint(tiny):
 
 def test_a_crashing_rank_ends_the_run_within_seconds(tiny):
     (tiny.root / "crashproj.py").write_text(CRASH_MODULE)
-    cfg = tiny.write_config("crash.toml", tiny.config_text().replace("tinyproj:Net", "crashproj:Net")
-                            .replace("hidden = 16\n", "").replace("dropout = 0.3\n", ""))
+    cfg = tiny.write_config(
+        "crash.toml",
+        tiny.config_text()
+        .replace("tinyproj:Net", "crashproj:Net")
+        .replace("hidden = 16\n", "")
+        .replace("dropout = 0.3\n", ""),
+    )
     run = tiny.root / "runs" / "tiny" / "crash"
     p = tiny.cli_bg("run", cfg, *DDP, "--run-dir", run)
     seen: set = set()
@@ -259,9 +274,19 @@ def test_a_crashing_rank_ends_the_run_within_seconds(tiny):
 def test_ranks_end_when_the_launcher_is_killed_while_they_start(tiny):
     """kill -9 of `tuitrain run` while its ranks still import torch: they notice their parent is gone
     once they can, and end, instead of training on as orphans."""
-    p = tiny.cli_bg("run", tiny.config, *DDP, "--set", "model.sleep=0.03", "--set", "train.epochs=40",
-                    "--run-dir", tiny.root / "runs" / "tiny" / "orphans")
+    p = tiny.cli_bg(
+        "run",
+        tiny.config,
+        *DDP,
+        "--set",
+        "model.sleep=0.03",
+        "--set",
+        "train.epochs=40",
+        "--run-dir",
+        tiny.root / "runs" / "tiny" / "orphans",
+    )
     try:
+
         def ranks_started():
             found = [c for c in psutil.Process(p.pid).children() if "--multiprocessing-fork" in c.cmdline()]
             return found if len(found) == 2 else None
@@ -275,9 +300,27 @@ def test_ranks_end_when_the_launcher_is_killed_while_they_start(tiny):
 
 
 def test_torchrun_rank_0_owns_the_run_dir(tiny):
-    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m", "tuitrain",
-                        "run", str(tiny.config), "--set", "model.dropout=0.0", "--set", "data.batch_size=8"],
-                       cwd=tiny.root, env=cli_env(), capture_output=True, text=True)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node",
+            "2",
+            "-m",
+            "tuitrain",
+            "run",
+            str(tiny.config),
+            "--set",
+            "model.dropout=0.0",
+            "--set",
+            "data.batch_size=8",
+        ],
+        cwd=tiny.root,
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     (run,) = tiny.run_dirs()  # rank 1 made no run directory of its own
     info = json.loads((run / "run.json").read_text())
@@ -300,4 +343,6 @@ def test_each_rank_reports_its_own_cpu_throughput_and_memory(tiny, monkeypatch):
         rated = [s for s in mine if s["steps_per_s"] is not None]
         assert rated and max(s["steps_per_s"] for s in rated) > 0
         # 16 samples a step on each rank (batch 16 per process, no accumulation)
-        assert all(s["items_per_s"] == pytest.approx(16 * s["steps_per_s"]) for s in rated), [(s["steps_per_s"], s["items_per_s"]) for s in rated]
+        assert all(s["items_per_s"] == pytest.approx(16 * s["steps_per_s"]) for s in rated), [
+            (s["steps_per_s"], s["items_per_s"]) for s in rated
+        ]

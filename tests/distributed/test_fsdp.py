@@ -22,9 +22,22 @@ from tuitrain.core.checkpoint import INDEX, STATE_FILE, CheckpointError, load_ch
 FSDP = ("--set", "train.strategy=fsdp", "--set", "train.devices=2")
 # accumulation and clipping on DTensor gradients; 33 validation items: 17 and 16 per rank, so with batch
 # 4 one rank runs 5 validation batches and the other 4
-SAME = ("--set", "model.dropout=0.0", "--set", "train.grad_accumulation=2", "--set", "train.clip_grad_norm=0.5",
-        "--set", "data.valid_n=33", "--set", "checkpoint.keep_last=1", "--set", "checkpoint.keep_best=1",
-        "--set", 'metrics.train=["loss", "accuracy", "grad_norm"]')
+SAME = (
+    "--set",
+    "model.dropout=0.0",
+    "--set",
+    "train.grad_accumulation=2",
+    "--set",
+    "train.clip_grad_norm=0.5",
+    "--set",
+    "data.valid_n=33",
+    "--set",
+    "checkpoint.keep_last=1",
+    "--set",
+    "checkpoint.keep_best=1",
+    "--set",
+    'metrics.train=["loss", "accuracy", "grad_norm"]',
+)
 
 
 def _events(run_dir, name: str | None = None) -> list[dict]:
@@ -92,13 +105,25 @@ def test_two_fsdp_ranks_match_one_process_with_the_same_global_batch(same_batch)
     assert a.keys() == b.keys()
     for k in a:
         torch.testing.assert_close(a[k], b[k], atol=1e-6, rtol=0, msg=lambda m: f"{k}: {m}")
-    losses = [{e["step"]: e["metrics"]["loss"] for e in _events(d, "MetricsLogged")
-               if e["split"] == "train" and e["scope"] == "step"} for d in (one, two)]
+    losses = [
+        {
+            e["step"]: e["metrics"]["loss"]
+            for e in _events(d, "MetricsLogged")
+            if e["split"] == "train" and e["scope"] == "step"
+        }
+        for d in (one, two)
+    ]
     assert losses[0].keys() == losses[1].keys() and len(losses[0]) == 21
     assert all(abs(losses[0][s] - losses[1][s]) < 1e-6 for s in losses[0])
     # grad_norm: the norm of the whole gradient before clipping, not of one rank's shard of it
-    norms = [{e["step"]: e["metrics"]["grad_norm"] for e in _events(d, "MetricsLogged")
-              if e["split"] == "train" and e["scope"] == "step"} for d in (one, two)]
+    norms = [
+        {
+            e["step"]: e["metrics"]["grad_norm"]
+            for e in _events(d, "MetricsLogged")
+            if e["split"] == "train" and e["scope"] == "step"
+        }
+        for d in (one, two)
+    ]
     assert norms[0].keys() == losses[0].keys() and max(norms[0].values()) > 0.5  # before clipping at 0.5
     assert all(abs(norms[0][s] - norms[1][s]) < 1e-5 * norms[0][s] for s in norms[0]), (norms[0], norms[1])
     # validation split exactly (the rank with fewer batches repeats a forward, uncounted)
@@ -116,8 +141,9 @@ def test_a_sharded_checkpoint_loads_into_one_process(same_batch):
     assert data["sharded_dir"].endswith("epoch-0003-step-00000021")
     final = _params(run)
     model = torch.nn.Module()
-    model.net = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.ReLU(), torch.nn.Dropout(0.0),
-                                    torch.nn.Linear(16, 3))
+    model.net = torch.nn.Sequential(
+        torch.nn.Linear(4, 16), torch.nn.ReLU(), torch.nn.Dropout(0.0), torch.nn.Linear(16, 3)
+    )
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     load_shards(model, {"model": opt}, data["sharded_dir"])
     for k, v in model.state_dict().items():
@@ -154,8 +180,9 @@ def stopped(make_tiny):
     and a copy of its run directory taken before anything resumes it."""
     tiny = make_tiny("fsdp-stop")
     run = tiny.runs / "tiny" / "stopped"
-    p = tiny.cli_bg("run", tiny.config, *FSDP, "--set", "model.sleep=0.03", "--set", "train.epochs=40",
-                    "--run-dir", run)
+    p = tiny.cli_bg(
+        "run", tiny.config, *FSDP, "--set", "model.sleep=0.03", "--set", "train.epochs=40", "--run-dir", run
+    )
     try:
         tiny.wait_for(lambda: tiny.last_train_step(run) >= 5, what="step 5")
         assert tiny.cli("stop", run).returncode == 0
@@ -194,8 +221,16 @@ def test_another_world_size_resumes_from_a_checkpoint_directory(stopped):
     tiny, _, copy = stopped
     newest = max(_index(copy), key=lambda e: e["step"])
     state = load_checkpoint(copy / "checkpoint" / newest["file"])
-    r = tiny.cli("run", tiny.config, "--set", "train.epochs=40", "--set", f"train.max_steps={newest['step'] + 3}",
-                 "--resume", copy / "checkpoint" / newest["file"])
+    r = tiny.cli(
+        "run",
+        tiny.config,
+        "--set",
+        "train.epochs=40",
+        "--set",
+        f"train.max_steps={newest['step'] + 3}",
+        "--resume",
+        copy / "checkpoint" / newest["file"],
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     info = json.loads((copy / "run.json").read_text())
     assert info["status"] == "completed" and info["step"] == newest["step"] + 3

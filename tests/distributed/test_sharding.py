@@ -33,9 +33,9 @@ def test_ranks_interleave_the_one_process_order(n):
     assert len({len(r) for r in pad}) == 1  # every rank runs the same number of steps
     k = len(pad[0])
     merged = [pad[i % 3][i // 3] for i in range(3 * k)]
-    assert merged[:n] == full and merged[n:] == full[:3 * k - n]  # padded by wrapping around
+    assert merged[:n] == full and merged[n:] == full[: 3 * k - n]  # padded by wrapping around
     drop = _slices(n, 3, "drop")
-    assert [len(r) for r in drop] == [n // 3] * 3 and sorted(sum(drop, [])) == sorted(full[:n // 3 * 3])
+    assert [len(r) for r in drop] == [n // 3] * 3 and sorted(sum(drop, [])) == sorted(full[: n // 3 * 3])
     uneven = _slices(n, 3, "uneven")
     assert sorted(sum(uneven, [])) == list(range(n))  # validation: every item exactly once
 

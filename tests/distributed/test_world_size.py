@@ -18,9 +18,18 @@ def _learner(folder, **kw) -> tuple[CoreLearner, list]:
     model = nn.Linear(4, 3)
     seen: list = []
     callbacks = [lambda e, s: seen.append(e), *kw.pop("callbacks", [])]
-    lr = CoreLearner(model, torch.optim.SGD(model.parameters(), lr=0.1), loss_fn=nn.CrossEntropyLoss(), device="cpu",
-                 batch_size=16, seed=3, checkpoint=Checkpointer(folder, every_n_epochs=0),
-                 callbacks=callbacks, capture_output=True, **kw)
+    lr = CoreLearner(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        loss_fn=nn.CrossEntropyLoss(),
+        device="cpu",
+        batch_size=16,
+        seed=3,
+        checkpoint=Checkpointer(folder, every_n_epochs=0),
+        callbacks=callbacks,
+        capture_output=True,
+        **kw,
+    )
     return lr, seen
 
 

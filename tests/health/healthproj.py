@@ -4,6 +4,7 @@
 `scale`, as a corrupt shard would be), `nan_at` (one item of NaN), `sleep_at` (an item that takes
 `sleep` seconds to load: a network read that hangs). Items are found by index, with shuffle off.
 """
+
 import math
 import time
 
@@ -40,14 +41,16 @@ class Regression(Dataset):
         return self.x[i], self.y[i].reshape(1)
 
 
-def datasets(n=2048, batch_size=16, scale_batch=-1, scale=300.0, nan_item=-1, sleep_item=-1, sleep=0.0,
-             drop_batch=-1, slow=0.0):
+def datasets(
+    n=2048, batch_size=16, scale_batch=-1, scale=300.0, nan_item=-1, sleep_item=-1, sleep=0.0, drop_batch=-1, slow=0.0
+):
     """`drop_batch`: that batch's items left out of the data altogether (what a skip should equal);
     `slow`: seconds every item takes to load (starved data)."""
     scale_at = range(scale_batch * batch_size, (scale_batch + 1) * batch_size) if scale_batch >= 0 else ()
     drop = range(drop_batch * batch_size, (drop_batch + 1) * batch_size) if drop_batch >= 0 else ()
-    train = Regression(n, 0, scale_at=scale_at, scale=scale, nan_at=nan_item, sleep_at=sleep_item, sleep=sleep,
-                       drop=drop, slow=slow)
+    train = Regression(
+        n, 0, scale_at=scale_at, scale=scale, nan_at=nan_item, sleep_at=sleep_item, sleep=sleep, drop=drop, slow=slow
+    )
     return train, Regression(256, 100)
 
 

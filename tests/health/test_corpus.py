@@ -59,11 +59,15 @@ def corpus(tmp_path, monkeypatch):
 
     def run(kind: str, fault: str = "", *sets: str):
         cls = kind == "classify"
-        text = CONFIG.format(name=kind, inputs=16 if cls else 8, outputs=4 if cls else 1,
-                             data="blobs" if cls else "regression", fault=fault,
-                             loss="torch.nn:CrossEntropyLoss" if cls else "torch.nn:MSELoss",
-                             optimizer='target = "torch.optim:Adam"\nlr = 1e-3' if cls
-                             else 'target = "torch.optim:SGD"\nlr = 0.02')
+        text = CONFIG.format(
+            name=kind,
+            inputs=16 if cls else 8,
+            outputs=4 if cls else 1,
+            data="blobs" if cls else "regression",
+            fault=fault,
+            loss="torch.nn:CrossEntropyLoss" if cls else "torch.nn:MSELoss",
+            optimizer='target = "torch.optim:Adam"\nlr = 1e-3' if cls else 'target = "torch.optim:SGD"\nlr = 0.02',
+        )
         path = tmp_path / f"{kind}.toml"
         path.write_text(text)
         r = prepare_run(path, list(sets))
@@ -81,8 +85,11 @@ def test_a_healthy_classifier_near_convergence_raises_no_alert(corpus):
     code, _, alerts, events = corpus("classify")
     assert code == 0
     assert alerts == []
-    losses = [e["metrics"]["loss"] for e in events if e["event"] == "MetricsLogged" and e["split"] == "train"
-              and e["scope"] == "step"]
+    losses = [
+        e["metrics"]["loss"]
+        for e in events
+        if e["event"] == "MetricsLogged" and e["split"] == "train" and e["scope"] == "step"
+    ]
     tail = sorted(losses[-500:])
     assert tail[-1] > 50 * tail[len(tail) // 2]  # the heavy tail the rule must live with is there
 
@@ -97,8 +104,9 @@ def test_a_batch_scaled_x10_is_caught_at_its_step_and_at_no_step_before(corpus):
 
 
 def test_rollback_on_one_bad_batch_rolls_back_once_and_completes(corpus):
-    code, run_dir, alerts, events = corpus("regression", f"scale_batch = {FAULT - 1}\nscale = 300.0",
-                                           "watch.loss_spike=rollback")
+    code, run_dir, alerts, events = corpus(
+        "regression", f"scale_batch = {FAULT - 1}\nscale = 300.0", "watch.loss_spike=rollback"
+    )
     assert code == 0
     back = [e for e in events if e["event"] == "RolledBack"]
     assert [(b["from_step"], b["to_step"]) for b in back] == [(FAULT, 1100)]

@@ -57,8 +57,11 @@ def device_sets(device: str) -> list[str]:
 
 def step_losses(events: list[dict]) -> dict[int, float]:
     """The last logged train loss of each step (a rollback logs some steps again)."""
-    return {e["step"]: e["metrics"]["loss"] for e in events
-            if e["event"] == "MetricsLogged" and e["scope"] == "step" and e["split"] == "train"}
+    return {
+        e["step"]: e["metrics"]["loss"]
+        for e in events
+        if e["event"] == "MetricsLogged" and e["scope"] == "step" and e["split"] == "train"
+    }
 
 
 # --- trouble in real training ------------------------------------------------------------------
@@ -68,10 +71,27 @@ def test_the_x300_batch_raises_one_alert_at_its_step_on_the_console_in_the_event
     receiver = Receiver()
     try:
         env = dict(os.environ, TUITRAIN_ALERTS_WEBHOOK=receiver.url)
-        done = subprocess.run([sys.executable, "-m", "tuitrain", "run", str(project), "--headless",
-                               "--set", f"data.scale_batch={SPIKE_BATCH}", "--set", "watch.loss_spike=skip",
-                               "--set", "train.max_steps=110"],
-                              capture_output=True, text=True, timeout=120, env=env, cwd=project.parent)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "tuitrain",
+                "run",
+                str(project),
+                "--headless",
+                "--set",
+                f"data.scale_batch={SPIKE_BATCH}",
+                "--set",
+                "watch.loss_spike=skip",
+                "--set",
+                "train.max_steps=110",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+            cwd=project.parent,
+        )
         assert done.returncode == 0, done.stderr
         alerts = [line for line in done.stderr.splitlines() if line.startswith("ALERT")]
         assert len(alerts) == 1 and "loss_spike" in alerts[0] and f"step {SPIKE_BATCH + 1}" in alerts[0], alerts
@@ -96,11 +116,18 @@ def test_the_x300_batch_raises_one_alert_at_its_step_on_the_console_in_the_event
 
 def test_skip_trains_as_if_the_batch_had_not_come(project, exact_device):
     """Skipping the x300 batch gives bit for bit the weights of a run whose data never held it."""
-    code, run_dir, events = train(project, f"data.scale_batch={SPIKE_BATCH}", "watch.loss_spike=skip",
-                                  "train.max_steps=150", *device_sets(exact_device))
+    code, run_dir, events = train(
+        project,
+        f"data.scale_batch={SPIKE_BATCH}",
+        "watch.loss_spike=skip",
+        "train.max_steps=150",
+        *device_sets(exact_device),
+    )
     assert code == 0
     assert [(s["step"], s["batch"]) for s in of(events, "StepSkipped")] == [(SPIKE_BATCH + 1, SPIKE_BATCH)]
-    code, clean_dir, _ = train(project, f"data.drop_batch={SPIKE_BATCH}", "train.max_steps=150", *device_sets(exact_device))
+    code, clean_dir, _ = train(
+        project, f"data.drop_batch={SPIKE_BATCH}", "train.max_steps=150", *device_sets(exact_device)
+    )
     assert code == 0
     skipped, clean = torch.load(run_dir / "model.pt"), torch.load(clean_dir / "model.pt")
     assert all(torch.equal(skipped[k], clean[k]) for k in clean)
@@ -126,8 +153,13 @@ def test_a_nan_still_fails_the_run_by_default(project):
 def test_rollback_recovers_to_within_a_quarter_of_the_clean_run(project):
     code, clean_dir, clean = train(project, "train.epochs=2")
     assert code == 0
-    code, run_dir, events = train(project, "train.epochs=2", f"data.scale_batch={SPIKE_BATCH}",
-                                  "watch.loss_spike=rollback", "watch.rollback_lr_factor=0.5")
+    code, run_dir, events = train(
+        project,
+        "train.epochs=2",
+        f"data.scale_batch={SPIKE_BATCH}",
+        "watch.loss_spike=rollback",
+        "watch.rollback_lr_factor=0.5",
+    )
     assert code == 0
     back = of(events, "RolledBack")
     # the x300 batch comes once an epoch: epoch 1 at step 101, epoch 2 (one step behind) at step 228
@@ -143,8 +175,13 @@ def test_rollback_recovers_to_within_a_quarter_of_the_clean_run(project):
 
 
 def test_a_run_stopped_after_a_rollback_resumes_bitwise(project, exact_device):
-    sets = [f"data.scale_batch={SPIKE_BATCH}", "watch.loss_spike=rollback", "log.every_n_steps=1", "train.epochs=2",
-            f"train.device={exact_device}"]
+    sets = [
+        f"data.scale_batch={SPIKE_BATCH}",
+        "watch.loss_spike=rollback",
+        "log.every_n_steps=1",
+        "train.epochs=2",
+        f"train.device={exact_device}",
+    ]
     code, _, whole = train(project, *sets)
     assert code == 0
     # the same run, stopped at step 150 (after its first rollback), then resumed
@@ -160,7 +197,7 @@ def test_a_run_stopped_after_a_rollback_resumes_bitwise(project, exact_device):
     assert code == 0
     starts = [i for i, e in enumerate(events) if e["event"] == "RunStarted"]
     assert len(starts) == 2 and events[starts[1]]["start_step"] == 150
-    resumed = events[starts[1]:]  # the resumed session appends to the same events.jsonl
+    resumed = events[starts[1] :]  # the resumed session appends to the same events.jsonl
     after = {s: v for s, v in step_losses(resumed).items() if s > 150}
     assert after and after == {s: v for s, v in step_losses(whole).items() if s > 150}
     assert [b["from_step"] for b in of(resumed, "RolledBack")] == [228]
@@ -177,10 +214,28 @@ def test_stop_ends_the_run_gracefully_with_the_weights_from_before_the_spike(pro
 
 def test_a_data_loader_stuck_for_40s_is_aborted_in_seconds_with_its_stack_in_the_log(project):
     t0 = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "tuitrain", "run", str(project), "--headless",
-                           "--set", "data.sleep_item=1600", "--set", "data.sleep=40",
-                           "--set", 'watch.stall="2s"', "--set", "watch.stall_action=abort"],
-                          capture_output=True, text=True, timeout=60, cwd=project.parent)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tuitrain",
+            "run",
+            str(project),
+            "--headless",
+            "--set",
+            "data.sleep_item=1600",
+            "--set",
+            "data.sleep=40",
+            "--set",
+            'watch.stall="2s"',
+            "--set",
+            "watch.stall_action=abort",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=project.parent,
+    )
     took = time.monotonic() - t0
     assert done.returncode == 1, done.stderr
     assert took < 25, took  # stall 2 s after step 100; the item would hold the run for 40 s
@@ -194,8 +249,9 @@ def test_a_data_loader_stuck_for_40s_is_aborted_in_seconds_with_its_stack_in_the
 
 
 def test_a_stall_alert_names_the_stack_and_training_goes_on(project):
-    code, run_dir, events = train(project, "data.sleep_item=1600", "data.sleep=3", 'watch.stall="1s"',
-                                  "train.max_steps=110")
+    code, run_dir, events = train(
+        project, "data.sleep_item=1600", "data.sleep=3", 'watch.stall="1s"', "train.max_steps=110"
+    )
     assert code == 0
     raised = of(events, "AlertRaised")
     assert [(a["rule"], a["step"], a["action"]) for a in raised] == [("stall", 100, "alert")]
@@ -203,8 +259,9 @@ def test_a_stall_alert_names_the_stack_and_training_goes_on(project):
 
 
 def test_starved_data_raises_one_alert(project):
-    code, run_dir, events = train(project, "data.slow=0.004", "metrics.train=[\"loss\", \"data_wait\"]",
-                                  "train.max_steps=60", "watch.data_wait=0.3")
+    code, run_dir, events = train(
+        project, "data.slow=0.004", 'metrics.train=["loss", "data_wait"]', "train.max_steps=60", "watch.data_wait=0.3"
+    )
     assert code == 0
     raised = [a for a in of(events, "AlertRaised") if a["rule"] == "data_wait"]
     assert len(raised) == 1 and raised[0]["value"] > 0.3
@@ -217,8 +274,17 @@ def test_no_rule_reads_the_device_on_a_step_that_logs_nothing(project, monkeypat
     from tuitrain.core.control import Interrupter
     from tuitrain.run.build import build_learner
 
-    run = prepare_run(project, ["watch.loss_spike=skip", "watch.grad_spike=skip", "watch.nonfinite=skip",
-                                "metrics.train=[\"loss\"]", "train.max_steps=60", "checkpoint.every_n_steps=0"])
+    run = prepare_run(
+        project,
+        [
+            "watch.loss_spike=skip",
+            "watch.grad_spike=skip",
+            "watch.nonfinite=skip",
+            'metrics.train=["loss"]',
+            "train.max_steps=60",
+            "checkpoint.every_n_steps=0",
+        ],
+    )
     learner, train_loader, _ = build_learner(run.cfg, run.run_dir, EventBus(), Interrupter())
     learner.guard.check_every_step = False  # what a CUDA device sets
     calls: list[int] = []
@@ -235,7 +301,9 @@ def test_no_rule_reads_the_device_on_a_step_that_logs_nothing(project, monkeypat
     every = learner.log_every_n_steps
     assert calls, "the logged steps read the loss"
     # a logged step N reads before its update (the rules, at N - 1 steps done) and after it (its log)
-    assert all(s % every in (0, every - 1) for s in calls), sorted(set(s for s in calls if s % every not in (0, every - 1)))
+    assert all(s % every in (0, every - 1) for s in calls), sorted(
+        set(s for s in calls if s % every not in (0, every - 1))
+    )
 
 
 def test_a_monitor_alerts_on_what_it_is_given_and_a_stop_rule_sets_stop_requested(tmp_path):
@@ -243,8 +311,13 @@ def test_a_monitor_alerts_on_what_it_is_given_and_a_stop_rule_sets_stop_requeste
 
     receiver = Receiver()
     try:
-        mon = Monitor("mine", run_dir=tmp_path / "run", dashboard=False,
-                      watch={"loss_spike": "stop", "spike_window": 20}, alerts={"webhook": receiver.url}).start()
+        mon = Monitor(
+            "mine",
+            run_dir=tmp_path / "run",
+            dashboard=False,
+            watch={"loss_spike": "stop", "spike_window": 20},
+            alerts={"webhook": receiver.url},
+        ).start()
         stopped_at = None
         for step in range(1, 60):
             loss = 1.0 + 0.01 * (step % 3) if step != 40 else 50.0
@@ -262,7 +335,9 @@ def test_a_monitor_alerts_on_what_it_is_given_and_a_stop_rule_sets_stop_requeste
         events = read_events(tmp_path / "run")
         raised = of(events, "AlertRaised")
         assert [(a["rule"], a["step"], a["action"], a["level"]) for a in raised] == [
-            ("user", 20, "alert", "error"), ("loss_spike", 40, "stop", "warning")]
+            ("user", 20, "alert", "error"),
+            ("loss_spike", 40, "stop", "warning"),
+        ]
         assert json.loads((tmp_path / "run" / "run.json").read_text())["status"] == "interrupted"
         deadline = time.monotonic() + 10
         while len(receiver.got) < 2 and time.monotonic() < deadline:
@@ -273,8 +348,13 @@ def test_a_monitor_alerts_on_what_it_is_given_and_a_stop_rule_sets_stop_requeste
 
 
 def test_a_webhook_that_fails_is_said_once_and_never_stops_training(project):
-    code, run_dir, events = train(project, "alerts.webhook=\"http://127.0.0.1:9/nothing-listens\"",
-                                  f"data.scale_batch={SPIKE_BATCH}", "train.epochs=2", "watch.loss_spike=skip")
+    code, run_dir, events = train(
+        project,
+        'alerts.webhook="http://127.0.0.1:9/nothing-listens"',
+        f"data.scale_batch={SPIKE_BATCH}",
+        "train.epochs=2",
+        "watch.loss_spike=skip",
+    )
     assert code == 0
     assert len(of(events, "AlertRaised")) == 2
     said = [e["text"] for e in of(events, "OutputPrinted") if "alerts: the webhook" in e["text"]]
@@ -285,11 +365,32 @@ def test_under_ddp_a_rank_stuck_in_a_step_aborts_the_run_within_the_stall_time(p
     """Two gloo ranks: rank 0 hangs loading an item, rank 1 waits in the all-reduce. The watchdog ends the
     run in seconds (not at the collective's timeout), failed with reason stalled and the stuck stack."""
     t0 = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "tuitrain", "run", str(project), "--headless",
-                           "--set", "train.strategy=ddp", "--set", "train.devices=2",
-                           "--set", "data.sleep_item=1600", "--set", "data.sleep=120",
-                           "--set", 'watch.stall="3s"', "--set", "watch.stall_action=abort"],
-                          capture_output=True, text=True, timeout=100, cwd=project.parent)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tuitrain",
+            "run",
+            str(project),
+            "--headless",
+            "--set",
+            "train.strategy=ddp",
+            "--set",
+            "train.devices=2",
+            "--set",
+            "data.sleep_item=1600",
+            "--set",
+            "data.sleep=120",
+            "--set",
+            'watch.stall="3s"',
+            "--set",
+            "watch.stall_action=abort",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=100,
+        cwd=project.parent,
+    )
     took = time.monotonic() - t0
     assert done.returncode == 1, done.stderr
     assert took < 60, took
@@ -305,8 +406,9 @@ def test_the_dashboard_model_lists_alerts_and_logs_them(project):
     from tuitrain.dashboard.model import DashboardState
     from tuitrain.core.events import from_dict
 
-    code, run_dir, events = train(project, f"data.scale_batch={SPIKE_BATCH}", "watch.loss_spike=rollback",
-                                  "train.epochs=1")
+    code, run_dir, events = train(
+        project, f"data.scale_batch={SPIKE_BATCH}", "watch.loss_spike=rollback", "train.epochs=1"
+    )
     assert code == 0
     state = DashboardState()
     changed = set()
@@ -323,8 +425,13 @@ def test_an_alert_command_gets_the_alert_as_json_on_stdin(project, tmp_path):
     out = tmp_path / "alert.json"
     script = tmp_path / "receive.py"
     script.write_text(f"import sys\nopen({str(out)!r}, 'w').write(sys.stdin.read())\n")
-    code, run_dir, events = train(project, f"data.scale_batch={SPIKE_BATCH}", "watch.loss_spike=skip",
-                                  "train.max_steps=120", f'alerts.command="{sys.executable} {script}"')
+    code, run_dir, events = train(
+        project,
+        f"data.scale_batch={SPIKE_BATCH}",
+        "watch.loss_spike=skip",
+        "train.max_steps=120",
+        f'alerts.command="{sys.executable} {script}"',
+    )
     assert code == 0
     body = json.loads(out.read_text())  # the run's end waits for the alert's delivery
     assert body["rule"] == "loss_spike" and body["step"] == SPIKE_BATCH + 1 and body["action"] == "skip"

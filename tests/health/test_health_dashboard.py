@@ -12,8 +12,17 @@ from tuitrain.dashboard.widgets.chart_grid import ChartGrid
 @sync
 async def test_an_alert_colours_the_header_marks_the_charts_and_is_listed():
     events = recorded_run(epochs=3, total_epochs=5, end="running")
-    events.append(AlertRaised(rule="loss_spike", level="warning", title="loss spike at step 30",
-                              text="loss 9.1 at step 30 is above 2.0", step=30, value=9.1, action="skip"))
+    events.append(
+        AlertRaised(
+            rule="loss_spike",
+            level="warning",
+            title="loss spike at step 30",
+            text="loss 9.1 at step 30 is above 2.0",
+            step=30,
+            value=9.1,
+            action="skip",
+        )
+    )
     app = make_app(events)
     async with app.run_test(size=(120, 40)) as pilot:
         grid = app.query_one(ChartGrid)
@@ -48,9 +57,23 @@ def test_a_stall_abort_under_the_dashboard_gives_the_terminal_back_and_says_why(
     shutil.copy(here / "healthproj.py", tmp_path / "healthproj.py")
     config = tmp_path / "health.toml"
     config.write_text(CONFIG.format(runs=tmp_path / "runs"))
-    cmd = [sys.executable, "-m", "tuitrain", "run", str(config), "--run-dir", str(tmp_path / "run"),
-           "--set", "data.sleep_item=1600", "--set", "data.sleep=60", "--set", 'watch.stall="2s"',
-           "--set", "watch.stall_action=abort"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "tuitrain",
+        "run",
+        str(config),
+        "--run-dir",
+        str(tmp_path / "run"),
+        "--set",
+        "data.sleep_item=1600",
+        "--set",
+        "data.sleep=60",
+        "--set",
+        'watch.stall="2s"',
+        "--set",
+        "watch.stall_action=abort",
+    ]
     env = dict(cli_env(), TERM="xterm-256color", COLUMNS="100", LINES="30", PYTHONPATH=str(tmp_path))
     pid, fd = pty.fork()
     if pid == 0:
@@ -64,7 +87,7 @@ def test_a_stall_abort_under_the_dashboard_gives_the_terminal_back_and_says_why(
         assert time.monotonic() - t0 < 40
         after = termios.tcgetattr(fd)
         assert after[3] == before[3]  # cooked mode is back
-        tail = screen[screen.rfind(b"\x1b[?1049l"):]  # after the alternate screen was left
+        tail = screen[screen.rfind(b"\x1b[?1049l") :]  # after the alternate screen was left
         assert b"the run is aborted (exit 1)" in tail, screen[-1500:]
         info = json.loads((tmp_path / "run" / "run.json").read_text())
         assert info["status"] == "failed" and info["reason"] == "stalled"

@@ -48,8 +48,15 @@ TinyNet = fit_script.module_class(L)
 
 def trainer(callbacks, **kw) -> L.Trainer:
     kw = {"max_epochs": 2, "log_every_n_steps": 1, **kw}
-    return L.Trainer(callbacks=callbacks, logger=False, enable_checkpointing=False, enable_model_summary=False,
-                     enable_progress_bar=False, accelerator="cpu", **kw)
+    return L.Trainer(
+        callbacks=callbacks,
+        logger=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        enable_progress_bar=False,
+        accelerator="cpu",
+        **kw,
+    )
 
 
 class AtStep(L.Callback):
@@ -84,12 +91,22 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-@pytest.mark.parametrize("key, split, name", [
-    ("train_loss", "train", "loss"), ("val_loss", "valid", "loss"), ("valid_acc", "valid", "acc"),
-    ("train/acc", "train", "acc"), ("val/acc", "valid", "acc"), ("loss/val", "valid", "loss"),
-    ("loss/train", "train", "loss"), ("eval_f1", "valid", "f1"), ("loss", "train", "loss"),
-    ("value_loss", "train", "value_loss"), ("val_loss/dataloader_idx_1", "valid", "loss/dataloader_idx_1"),
-])
+@pytest.mark.parametrize(
+    "key, split, name",
+    [
+        ("train_loss", "train", "loss"),
+        ("val_loss", "valid", "loss"),
+        ("valid_acc", "valid", "acc"),
+        ("train/acc", "train", "acc"),
+        ("val/acc", "valid", "acc"),
+        ("loss/val", "valid", "loss"),
+        ("loss/train", "train", "loss"),
+        ("eval_f1", "valid", "f1"),
+        ("loss", "train", "loss"),
+        ("value_loss", "train", "value_loss"),
+        ("val_loss/dataloader_idx_1", "valid", "loss/dataloader_idx_1"),
+    ],
+)
 def test_metric_names_split_into_train_and_valid(key, split, name):
     assert split_name(key) == (split, name)
 
@@ -116,8 +133,9 @@ class Samples(L.Callback):
 
 def test_fit_writes_the_run_and_takes_a_checkpoint_request(tmp_path):
     cb = TuitrainCallback(dashboard=False, dir=tmp_path / "runs")
-    ask = AtStep(3, lambda: FileControl(cb.monitor.run_dir).request_checkpoint(),
-                 lambda: cb.monitor.checkpoint_requested)
+    ask = AtStep(
+        3, lambda: FileControl(cb.monitor.run_dir).request_checkpoint(), lambda: cb.monitor.checkpoint_requested
+    )
     t = trainer([ask, cb, Samples()], log_every_n_steps=2)
     t.fit(fit_script.module_class(L, on_epoch_too=True)(), *fit_script.loaders())
 
@@ -135,8 +153,12 @@ def test_fit_writes_the_run_and_takes_a_checkpoint_request(tmp_path):
     assert started["loop"] == "lightning"  # what the dashboard's q dialog words a stop by
 
     media = [(e["key"], e["step"], e["path"]) for e in read_events(run_dir) if e["event"] == "MediaLogged"]
-    assert sorted(media) == [("note", 8, "media/note/8.txt"), ("note", 16, "media/note/16.txt"),
-                             ("samples", 8, "media/samples/8.png"), ("samples", 16, "media/samples/16.png")]
+    assert sorted(media) == [
+        ("note", 8, "media/note/8.txt"),
+        ("note", 16, "media/note/16.txt"),
+        ("samples", 8, "media/samples/8.png"),
+        ("samples", 16, "media/samples/16.png"),
+    ]
     assert (run_dir / "media/note/16.txt").read_text() == "epoch 1"
     assert (run_dir / "media/samples/8.png").read_bytes()[:4] == b"\x89PNG"
     logged = metrics_by_split(run_dir)
@@ -202,13 +224,36 @@ def test_ddp_two_ranks_one_run_checkpoint_and_stop_at_the_same_step(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     log = open(tmp_path / "fit.out", "w+")
-    proc = subprocess.Popen([sys.executable, str(FIT), "--out", str(out), "--root", str(tmp_path / "runs"),
-                             "--devices", "2", "--max-epochs", "1000", "--sleep", "0.05"],
-                            cwd=tmp_path, env=cli_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            str(FIT),
+            "--out",
+            str(out),
+            "--root",
+            str(tmp_path / "runs"),
+            "--devices",
+            "2",
+            "--max-epochs",
+            "1000",
+            "--sleep",
+            "0.05",
+        ],
+        cwd=tmp_path,
+        env=cli_env(),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
 
     def tuitrain(command: str, run_dir: Path) -> None:
-        r = subprocess.run([sys.executable, "-m", "tuitrain", command, str(run_dir)], env=cli_env(),
-                           capture_output=True, text=True, timeout=WAIT)
+        r = subprocess.run(
+            [sys.executable, "-m", "tuitrain", command, str(run_dir)],
+            env=cli_env(),
+            capture_output=True,
+            text=True,
+            timeout=WAIT,
+        )
         assert r.returncode == 0, r.stdout + r.stderr
 
     def index() -> list:
@@ -219,8 +264,9 @@ def test_ddp_two_ranks_one_run_checkpoint_and_stop_at_the_same_step(tmp_path):
 
     try:
         experiment = tmp_path / "runs" / "tinynet"
-        run_dir = wait_for(lambda: experiment.is_dir() and next(experiment.iterdir(), None), timeout=WAIT,
-                           what="the run directory")
+        run_dir = wait_for(
+            lambda: experiment.is_dir() and next(experiment.iterdir(), None), timeout=WAIT, what="the run directory"
+        )
         wait_for(lambda: last_train_step(run_dir) >= 3, timeout=WAIT, what="training under DDP")
         tuitrain("checkpoint", run_dir)
         wait_for(index, timeout=WAIT, what="the requested checkpoint")
@@ -259,8 +305,22 @@ def test_dashboard_in_a_terminal_with_pytorch_lightning_and_no_progress_bar(tmp_
     pytest.importorskip("pytorch_lightning")
     out = tmp_path / "out"
     out.mkdir()
-    cmd = [sys.executable, str(FIT), "--out", str(out), "--root", str(tmp_path / "runs"), "--package",
-           "pytorch_lightning", "--max-epochs", "1000", "--sleep", "0.03", "--dashboard", "auto"]
+    cmd = [
+        sys.executable,
+        str(FIT),
+        "--out",
+        str(out),
+        "--root",
+        str(tmp_path / "runs"),
+        "--package",
+        "pytorch_lightning",
+        "--max-epochs",
+        "1000",
+        "--sleep",
+        "0.03",
+        "--dashboard",
+        "auto",
+    ]
     env = dict(cli_env(), TERM="xterm-256color", COLUMNS="120", LINES="40")
     pid, fd = pty.fork()
     if pid == 0:
@@ -303,8 +363,20 @@ def test_headless_lines_count_epochs_as_run_json_does_and_no_progress_bar_follow
     run.json said 10, and Lightning's bar was printed once more after the run's last line)."""
     out = tmp_path / "out"
     out.mkdir()
-    cmd = [sys.executable, str(FIT), "--out", str(out), "--root", str(tmp_path / "runs"), "--max-epochs", "3",
-           "--sleep", "0.1", "--dashboard", "auto"]
+    cmd = [
+        sys.executable,
+        str(FIT),
+        "--out",
+        str(out),
+        "--root",
+        str(tmp_path / "runs"),
+        "--max-epochs",
+        "3",
+        "--sleep",
+        "0.1",
+        "--dashboard",
+        "auto",
+    ]
     r = subprocess.run(cmd, cwd=tmp_path, env=cli_env(), capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     (run_dir,) = (tmp_path / "runs" / "tinynet").iterdir()

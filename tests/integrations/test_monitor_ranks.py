@@ -33,8 +33,21 @@ def free_port() -> int:
 
 
 def torchrun_cmd(tmp: Path, *args: str) -> list[str]:
-    return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
-            str(free_port()), str(LOOP), "--out", str(tmp), "--root", str(tmp / "runs"), *args]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "--master-port",
+        str(free_port()),
+        str(LOOP),
+        "--out",
+        str(tmp),
+        "--root",
+        str(tmp / "runs"),
+        *args,
+    ]
 
 
 class Ranks:
@@ -43,8 +56,14 @@ class Ranks:
     def __init__(self, tmp: Path, *args: str) -> None:
         self.tmp = tmp
         self.log = open(tmp / "torchrun.out", "w+")
-        self.proc = subprocess.Popen(torchrun_cmd(tmp, *args), cwd=tmp, env=cli_env(), stdout=self.log,
-                                     stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc = subprocess.Popen(
+            torchrun_cmd(tmp, *args),
+            cwd=tmp,
+            env=cli_env(),
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
     def output(self) -> str:
         return (self.tmp / "torchrun.out").read_text()
@@ -60,15 +79,24 @@ class Ranks:
             return 0
 
     def steps(self) -> tuple[int, int]:
-        return wait_for(lambda: (lambda s: s if 0 not in s else None)((self.step(0), self.step(1))),
-                        timeout=5, interval=0.01, what="both step files")
+        return wait_for(
+            lambda: (lambda s: s if 0 not in s else None)((self.step(0), self.step(1))),
+            timeout=5,
+            interval=0.01,
+            what="both step files",
+        )
 
     def final(self, rank: int) -> int:
         return int((self.tmp / f"final-{rank}").read_text())
 
     def pid(self, rank: int) -> int:
-        return int(wait_for(lambda: (self.tmp / f"pid-{rank}").exists() and (self.tmp / f"pid-{rank}").read_text(),
-                            timeout=WAIT, what=f"rank {rank}'s pid"))
+        return int(
+            wait_for(
+                lambda: (self.tmp / f"pid-{rank}").exists() and (self.tmp / f"pid-{rank}").read_text(),
+                timeout=WAIT,
+                what=f"rank {rank}'s pid",
+            )
+        )
 
     def wait(self) -> int:
         try:
@@ -130,8 +158,9 @@ def assert_ended_together(r: Ranks, run_dir: Path) -> int:
 
 
 def cli(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tuitrain", *map(str, args)], env=cli_env(),
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "tuitrain", *map(str, args)], env=cli_env(), capture_output=True, text=True, timeout=120
+    )
 
 
 def test_checkpoint_pause_and_stop_from_outside_reach_both_ranks(ranks):
@@ -146,8 +175,11 @@ def test_checkpoint_pause_and_stop_from_outside_reach_both_ranks(ranks):
     done = cli("checkpoint", run)
     assert done.returncode == 0, done.stderr
     index = run / "checkpoint" / "index.json"
-    entries = wait_for(lambda: index.exists() and json.loads(index.read_text()), timeout=WAIT,
-                       what="the requested checkpoint in index.json")
+    entries = wait_for(
+        lambda: index.exists() and json.loads(index.read_text()),
+        timeout=WAIT,
+        what="the requested checkpoint in index.json",
+    )
     assert len(entries) == 1 and entries[0]["reason"] == "request", entries
     file = run / "checkpoint" / entries[0]["file"]
     assert entries[0]["sha256"] == hashlib.sha256(file.read_bytes()).hexdigest()
@@ -159,7 +191,7 @@ def test_checkpoint_pause_and_stop_from_outside_reach_both_ranks(ranks):
 
     def events_after_pause() -> list[str] | None:
         names = [e["event"] for e in read_events(run, torn_ok=True)]
-        return names[names.index("RunPaused"):] if "RunPaused" in names else None
+        return names[names.index("RunPaused") :] if "RunPaused" in names else None
 
     wait_for(events_after_pause, timeout=WAIT, what="RunPaused in events.jsonl")
     held = r.steps()
@@ -198,8 +230,11 @@ def test_an_exception_in_a_top_level_loop_without_finish_fails_the_run(ranks):
     r = ranks("--fail-at", "30")
     run = r.run_dir()
     assert r.wait() != 0
-    info = wait_for(lambda: run_json(run).get("status") not in (None, "running") and run_json(run),
-                    timeout=5, what="run.json's final status")
+    info = wait_for(
+        lambda: run_json(run).get("status") not in (None, "running") and run_json(run),
+        timeout=5,
+        what="run.json's final status",
+    )
     assert info["status"] == "failed", info
     assert "RuntimeError: the loop exploded on purpose at step 30" in info["error"], info
     names = [e["event"] for e in read_events(run)]
@@ -212,8 +247,9 @@ def test_one_process_start_finish_is_the_with_form_and_an_uncaught_exception_fai
         run = tmp_path / form
         cmd = [sys.executable, str(SCRIPTS / "single.py"), "--form", form, "--run-dir", str(run)]
         env = {k: v for k, v in cli_env().items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-        return subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True), run
+        return subprocess.Popen(
+            cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        ), run
 
     procs = {form: launch(form) for form in ("with", "start", "raise")}  # side by side: each imports torch
     results = {form: (p.communicate(timeout=WAIT), p.returncode, run) for form, (p, run) in procs.items()}
@@ -254,6 +290,7 @@ def test_the_dashboard_of_a_torchrun_script_shows_rank_0_and_q_y_stops_both(tmp_
     screen = b""
     code = None
     try:
+
         def read() -> bytes:
             nonlocal screen
             screen += read_pty(fd, 0.1)
@@ -262,8 +299,11 @@ def test_the_dashboard_of_a_torchrun_script_shows_rank_0_and_q_y_stops_both(tmp_
         run = wait_for(lambda: read() and run_dirs(tmp_path), timeout=WAIT, what="the run directory")[0]
         rank1_log = run / "ranks" / "rank-1.log"
         # the dashboard is up (its loss chart), and rank 1 has printed markers meanwhile
-        wait_for(lambda: b"loss" in read() and rank1_log.exists() and rank1_log.read_text().count("RANK1-MARKER") >= 2,
-                 timeout=WAIT, what="the dashboard's loss chart and rank 1's markers")
+        wait_for(
+            lambda: b"loss" in read() and rank1_log.exists() and rank1_log.read_text().count("RANK1-MARKER") >= 2,
+            timeout=WAIT,
+            what="the dashboard's loss chart and rank 1's markers",
+        )
         assert b"\x1b[?1049h" in screen  # a full-screen app
         os.write(fd, b"q")
         read_pty(fd, 0.5)

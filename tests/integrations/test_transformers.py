@@ -20,7 +20,7 @@ pytest.importorskip("transformers")
 
 from transformers import TrainerCallback  # noqa: E402
 
-from tests.conftest import cli_env, last_train_step, read_events, read_pty, wait_for  , wait_exit, end_pty# noqa: E402
+from tests.conftest import cli_env, last_train_step, read_events, read_pty, wait_for, wait_exit, end_pty  # noqa: E402
 from tests.integrations.transformers_scripts.tiny_gpt2 import trainer_for  # noqa: E402
 from tuitrain.core.control import FileControl  # noqa: E402
 from tuitrain.core.fsutil import tree_sha256  # noqa: E402
@@ -51,15 +51,41 @@ def _script_env() -> dict:
 
 def test_the_trainers_log_keys_split_into_train_and_valid():
     assert split_metrics({"loss": 3.9, "grad_norm": 1.5, "learning_rate": 5e-5, "epoch": 0.25}) == (
-        {"loss": 3.9, "grad_norm": 1.5, "lr": 5e-5}, {})
-    assert split_metrics({"eval_loss": 3.1, "eval_runtime": 0.1, "eval_samples_per_second": 80.0,
-                          "eval_steps_per_second": 20.0, "epoch": 1.0}) == ({}, {"loss": 3.1})
+        {"loss": 3.9, "grad_norm": 1.5, "lr": 5e-5},
+        {},
+    )
+    assert split_metrics(
+        {
+            "eval_loss": 3.1,
+            "eval_runtime": 0.1,
+            "eval_samples_per_second": 80.0,
+            "eval_steps_per_second": 20.0,
+            "epoch": 1.0,
+        }
+    ) == ({}, {"loss": 3.1})
     # the end-of-training summary: a mean loss over the run and timings, no point of any curve
-    assert split_metrics({"train_runtime": 1.2, "train_samples_per_second": 9.0, "train_steps_per_second": 2.0,
-                          "total_flos": 1e9, "train_loss": 3.5, "epoch": 2.0}) == ({}, {})
-    assert split_metrics({"val/acc": 0.5, "loss/valid": 2.0, "train/loss": 3.0, "valid_f1": 0.25,
-                          "eval_wiki_loss": 4.0, "train_acc": 0.75, "name": "x", "flag": True}) == (
-        {"loss": 3.0, "acc": 0.75}, {"acc": 0.5, "loss": 2.0, "f1": 0.25, "wiki_loss": 4.0})
+    assert split_metrics(
+        {
+            "train_runtime": 1.2,
+            "train_samples_per_second": 9.0,
+            "train_steps_per_second": 2.0,
+            "total_flos": 1e9,
+            "train_loss": 3.5,
+            "epoch": 2.0,
+        }
+    ) == ({}, {})
+    assert split_metrics(
+        {
+            "val/acc": 0.5,
+            "loss/valid": 2.0,
+            "train/loss": 3.0,
+            "valid_f1": 0.25,
+            "eval_wiki_loss": 4.0,
+            "train_acc": 0.75,
+            "name": "x",
+            "flag": True,
+        }
+    ) == ({"loss": 3.0, "acc": 0.75}, {"acc": 0.5, "loss": 2.0, "f1": 0.25, "wiki_loss": 4.0})
 
 
 class Histograms(TrainerCallback):
@@ -165,8 +191,13 @@ def test_checkpoint_and_stop_requests_are_obeyed_in_one_process(tmp_path):
 
 
 def test_an_exception_in_train_ends_the_run_failed(tmp_path):
-    r = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path), "--max-steps", "20", "--fail-at", "3",
-                        "--dashboard", "false"], env=_script_env(), capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, str(SCRIPT), str(tmp_path), "--max-steps", "20", "--fail-at", "3", "--dashboard", "false"],
+        env=_script_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 1 and "failed on purpose at step 3" in r.stderr, r.stderr[-3000:]
     (run_dir,) = (tmp_path / "runs" / "gpt2").iterdir()
     info = _run_json(run_dir)
@@ -203,15 +234,31 @@ def test_a_train_that_raised_is_failed_when_the_next_train_begins(tmp_path):
 
 
 def test_torchrun_two_ranks_obey_checkpoint_and_stop_at_the_same_step(tmp_path):
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-           str(SCRIPT), str(tmp_path), "--max-steps", "400", "--save-steps", "1000", "--sleep", "0.05",
-           "--dashboard", "auto"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        str(SCRIPT),
+        str(tmp_path),
+        "--max-steps",
+        "400",
+        "--save-steps",
+        "1000",
+        "--sleep",
+        "0.05",
+        "--dashboard",
+        "auto",
+    ]
     log = open(tmp_path / "torchrun.log", "w+")
     proc = subprocess.Popen(cmd, env=_script_env(), stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path)
     try:
         runs = tmp_path / "runs" / "gpt2"
-        run_dir = wait_for(lambda: next(iter(runs.iterdir()), None) if runs.is_dir() else None, timeout=300,
-                           what="the run directory")
+        run_dir = wait_for(
+            lambda: next(iter(runs.iterdir()), None) if runs.is_dir() else None, timeout=300, what="the run directory"
+        )
         wait_for(lambda: last_train_step(run_dir) >= 3 or proc.poll() is not None, timeout=300, what="step 3")
         FileControl(run_dir).request_checkpoint()
         wait_for(lambda: _index(run_dir) or proc.poll() is not None, timeout=120, what="the requested checkpoint")

@@ -63,28 +63,50 @@ def test_set_reaches_into_named_tables(project):
     assert cfg.model.named["discriminator"].kwargs["hidden"] == 16
 
 
-@pytest.mark.parametrize("old, new, key, message", [
-    ('target = "gan:Generator"', "", "model.generator.target", "required"),
-    ('target = "gan:Generator"', 'target = "gan.Generator"', "model.generator.target", "gan:Generator"),
-    ("latent = 8", "latnt = 8", "model.generator.latnt", "did you mean 'latent'"),
-    ('[optimizer.generator]\nname = "Adam"', '[optimizer.generator]\nname = "Adamm"', "optimizer.generator.name",
-     "did you mean 'Adam'"),
-    ("[optimizer.discriminator]", "[optimizer.discriminatr]", "optimizer.discriminatr",
-     "no model named 'discriminatr'"),
-    ("betas = [0.5, 0.999]\n\n[optimizer.discriminator]", "betas = [0.5, 0.999]\nmomentum = 0.9\n\n"
-     "[optimizer.discriminator]", "optimizer.generator.momentum", "unexpected keyword argument"),
-    ('phase = "gan:GANPhase"', "", "train.phase", "several models"),
-    ('phase = "gan:GANPhase"', 'phase = "gan:GANPhse"', "train.phase", "did you mean 'GANPhase'"),
-    ('phase = "gan:GANPhase"', 'phase = "gan:Generator"', "train.phase", "not a Phase class"),
-    ('phase = "gan:GANPhase"', 'phase = "gan:GANValidPhase"', "train.phase", "validation phase"),
-    ('valid_phase = "gan:GANValidPhase"', 'valid_phase = "gan:GANPhase"', "train.valid_phase",
-     "training phase"),
-    ('valid_phase = "gan:GANValidPhase"', 'valid_phase = "GANValidPhase"', "train.valid_phase", "module:callable"),
-    ('valid = ["loss", "mode_distance", "modes_covered"]', 'valid = ["loss", "mode distance"]',
-     "metrics.valid[1]", "needs a name like"),
-    ("[model.discriminator]", "[model]\nhidden = 3\n\n[model.discriminator]", "model.hidden",
-     "every key of [model] must be a [model.NAME] table"),
-])
+@pytest.mark.parametrize(
+    "old, new, key, message",
+    [
+        ('target = "gan:Generator"', "", "model.generator.target", "required"),
+        ('target = "gan:Generator"', 'target = "gan.Generator"', "model.generator.target", "gan:Generator"),
+        ("latent = 8", "latnt = 8", "model.generator.latnt", "did you mean 'latent'"),
+        (
+            '[optimizer.generator]\nname = "Adam"',
+            '[optimizer.generator]\nname = "Adamm"',
+            "optimizer.generator.name",
+            "did you mean 'Adam'",
+        ),
+        (
+            "[optimizer.discriminator]",
+            "[optimizer.discriminatr]",
+            "optimizer.discriminatr",
+            "no model named 'discriminatr'",
+        ),
+        (
+            "betas = [0.5, 0.999]\n\n[optimizer.discriminator]",
+            "betas = [0.5, 0.999]\nmomentum = 0.9\n\n[optimizer.discriminator]",
+            "optimizer.generator.momentum",
+            "unexpected keyword argument",
+        ),
+        ('phase = "gan:GANPhase"', "", "train.phase", "several models"),
+        ('phase = "gan:GANPhase"', 'phase = "gan:GANPhse"', "train.phase", "did you mean 'GANPhase'"),
+        ('phase = "gan:GANPhase"', 'phase = "gan:Generator"', "train.phase", "not a Phase class"),
+        ('phase = "gan:GANPhase"', 'phase = "gan:GANValidPhase"', "train.phase", "validation phase"),
+        ('valid_phase = "gan:GANValidPhase"', 'valid_phase = "gan:GANPhase"', "train.valid_phase", "training phase"),
+        ('valid_phase = "gan:GANValidPhase"', 'valid_phase = "GANValidPhase"', "train.valid_phase", "module:callable"),
+        (
+            'valid = ["loss", "mode_distance", "modes_covered"]',
+            'valid = ["loss", "mode distance"]',
+            "metrics.valid[1]",
+            "needs a name like",
+        ),
+        (
+            "[model.discriminator]",
+            "[model]\nhidden = 3\n\n[model.discriminator]",
+            "model.hidden",
+            "every key of [model] must be a [model.NAME] table",
+        ),
+    ],
+)
 def test_errors_in_the_new_tables_name_the_key(project, old, new, key, message):
     path = gan_config(project, lambda t: t.replace(old, new, 1))
     err = error_of(path)
@@ -107,7 +129,8 @@ def test_a_named_scheduler_kwarg_is_checked(project):
 
 def test_unknown_metric_without_a_phase_of_ones_own_is_still_an_error(tmp_path):
     path = tmp_path / "c.toml"
-    path.write_text(textwrap.dedent('''
+    path.write_text(
+        textwrap.dedent("""
         [model]
         target = "torch.nn:Linear"
         in_features = 2
@@ -116,7 +139,8 @@ def test_unknown_metric_without_a_phase_of_ones_own_is_still_an_error(tmp_path):
         target = "x:y"
         [metrics]
         train = ["loss", "acuracy"]
-    '''))
+    """)
+    )
     err = error_of(path, full=False)
     assert err.key == "metrics.train[1]" and "did you mean 'accuracy'" in err.message
 
@@ -139,8 +163,14 @@ def test_gan_toml_runs_headless_and_resumes(project, monkeypatch):
 
     monkeypatch.chdir(project)
     path = gan_config(project)
-    small = ["data.n=2304", "train.epochs=3", "checkpoint.every_n_steps=5", "log.every_n_steps=2", "model.generator.hidden=32",
-             "model.discriminator.hidden=32"]
+    small = [
+        "data.n=2304",
+        "train.epochs=3",
+        "checkpoint.every_n_steps=5",
+        "log.every_n_steps=2",
+        "model.generator.hidden=32",
+        "model.discriminator.hidden=32",
+    ]
     run = prepare_run(path, small + ["train.max_steps=8"], run_dir=str(project / "run"))
     assert run.execute() == 0
     logged = [e for e in events_of(project / "run") if e["event"] == "MetricsLogged" and e["split"] == "train"]

@@ -50,13 +50,24 @@ def make_learner(folder, stop=None, epochs=EPOCHS) -> tuple[CoreLearner, Recorde
     sched_g = torch.optim.lr_scheduler.StepLR(opt_g, step_size=3, gamma=0.9)  # per step: its state matters
     it = Interrupter()
     rec = Recorder(it, stop)
-    learner = CoreLearner({"generator": G, "discriminator": D}, {"generator": opt_g, "discriminator": opt_d},
-                      scheduler={"generator": sched_g}, train=Train(scheduler_interval={"generator": "step"}),
-                      train_phase=gan.GANPhase(), valid_phase=gan.GANValidPhase(),
-                      train_metrics=("loss", "g_loss", "d_loss", "lr"),
-                      valid_metrics=("loss", "mode_distance", "modes_covered"),
-                      callbacks=[rec], epochs=epochs, device="cpu", log_every_n_steps=1, seed=3, batch_size=64,
-                      interrupter=it, checkpoint=Checkpointer(folder, keep_last=2, keep_best=0))
+    learner = CoreLearner(
+        {"generator": G, "discriminator": D},
+        {"generator": opt_g, "discriminator": opt_d},
+        scheduler={"generator": sched_g},
+        train=Train(scheduler_interval={"generator": "step"}),
+        train_phase=gan.GANPhase(),
+        valid_phase=gan.GANValidPhase(),
+        train_metrics=("loss", "g_loss", "d_loss", "lr"),
+        valid_metrics=("loss", "mode_distance", "modes_covered"),
+        callbacks=[rec],
+        epochs=epochs,
+        device="cpu",
+        log_every_n_steps=1,
+        seed=3,
+        batch_size=64,
+        interrupter=it,
+        checkpoint=Checkpointer(folder, keep_last=2, keep_best=0),
+    )
     return learner, rec
 
 
@@ -184,8 +195,16 @@ def test_custom_phase_with_one_optimizer_needs_no_name(tmp_path):
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     x = torch.randn(64, 2)
     ds = torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True))
-    learner = CoreLearner(model, opt, train_phase=Plain(), train_metrics=("loss",), valid_metrics=(), epochs=20,
-                      batch_size=16, device="cpu")
+    learner = CoreLearner(
+        model,
+        opt,
+        train_phase=Plain(),
+        train_metrics=("loss",),
+        valid_metrics=(),
+        epochs=20,
+        batch_size=16,
+        device="cpu",
+    )
     result = learner.fit(ds)
     assert result.status == "completed", result.error
     assert result.summary["train/loss"]["last"] < 0.01
@@ -214,11 +233,23 @@ def test_in_step_points_reach_step_callbacks_only():
     torch.manual_seed(0)
     model = nn.Linear(2, 1)
     seen, files = [], []
-    learner = Learner(model, torch.optim.SGD(model.parameters(), lr=0.1), device="cpu", batch_size=4,
-                      train_phase=Fired(), callbacks=[lambda e, s: seen.append(e)])
+    learner = Learner(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        device="cpu",
+        batch_size=4,
+        train_phase=Fired(),
+        callbacks=[lambda e, s: seen.append(e)],
+    )
     learner.bus.subscribe(lambda e, s: files.append(e), steps=False)  # as the file sinks are
     assert learner.fit(TensorDataset(torch.randn(8, 2), torch.randn(8, 1))).exit_code == 0
     points = [(e.point, e.step, e.detail) for e in seen if isinstance(e, StepPoint)]
-    assert points == [("loss", 1, ""), ("backward_completed", 1, ""), ("optimizer_stepped", 1, "model"),
-                      ("loss", 2, ""), ("backward_completed", 2, ""), ("optimizer_stepped", 2, "model")]
+    assert points == [
+        ("loss", 1, ""),
+        ("backward_completed", 1, ""),
+        ("optimizer_stepped", 1, "model"),
+        ("loss", 2, ""),
+        ("backward_completed", 2, ""),
+        ("optimizer_stepped", 2, "model"),
+    ]
     assert not any(isinstance(e, StepPoint) for e in files)

@@ -31,8 +31,9 @@ def _data(n=64, seed=0):
 def _learner(**kw):
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
-    return tuitrain.Learner(model, torch.optim.SGD(model.parameters(), lr=0.1), loss_fn=nn.CrossEntropyLoss(),
-                            batch_size=16, **kw)
+    return tuitrain.Learner(
+        model, torch.optim.SGD(model.parameters(), lr=0.1), loss_fn=nn.CrossEntropyLoss(), batch_size=16, **kw
+    )
 
 
 def test_fit_without_a_terminal_prints_the_headless_console_lines(capsys, tmp_path):
@@ -101,7 +102,7 @@ def test_fit_under_the_dashboard_returns_after_the_user_leaves(monkeypatch, tmp_
     assert json.loads((tmp_path / "run" / "run.json").read_text())["status"] == "completed"
 
 
-SCRIPT = '''
+SCRIPT = """
 import json, sys, time
 import torch
 from torch import nn
@@ -125,7 +126,7 @@ learner = tuitrain.Learner(model, torch.optim.SGD(model.parameters(), lr=0.1), l
 result = learner.fit(data, dashboard=sys.argv[2] if sys.argv[2] == "auto" else sys.argv[2] == "True")
 with open(sys.argv[1] + ".result", "w") as f:
     json.dump({"status": result.status, "exit_code": result.exit_code}, f)
-'''
+"""
 
 
 def _script(tmp_path):
@@ -142,8 +143,14 @@ def _steps(run_dir) -> int:
 
 
 def _tuitrain(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "tuitrain", *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd, env=cli_env(), timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "tuitrain", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=cli_env(),
+        timeout=300,
+    )
 
 
 def _asked_for(run_dir) -> bool:
@@ -158,15 +165,28 @@ def _asked_for(run_dir) -> bool:
 
 def test_a_script_learner_obeys_tuitrain_checkpoint_and_stop(tmp_path):
     run_dir = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, str(_script(tmp_path)), str(run_dir), "False"], cwd=tmp_path,
-                            env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(_script(tmp_path)), str(run_dir), "False"],
+        cwd=tmp_path,
+        env=cli_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         wait_for(lambda: _steps(run_dir) >= 3, timeout=240, what="the script to train")  # torch imports first
         r = _tuitrain("checkpoint", run_dir, cwd=tmp_path)
         assert r.returncode == 0 and "took the request" in r.stdout, r.stderr
-        wait_for(lambda: any(e["event"] == "CheckpointSaved" and e["reason"] == "request"
-                             for e in read_events(run_dir, torn_ok=True)) or _asked_for(run_dir),
-                 what="the requested checkpoint")
+        wait_for(
+            lambda: (
+                any(
+                    e["event"] == "CheckpointSaved" and e["reason"] == "request"
+                    for e in read_events(run_dir, torn_ok=True)
+                )
+                or _asked_for(run_dir)
+            ),
+            what="the requested checkpoint",
+        )
         r = _tuitrain("stop", run_dir, cwd=tmp_path)
         assert r.returncode == 0, r.stderr
         assert proc.wait(timeout=300) == 0
@@ -220,8 +240,9 @@ def test_a_script_in_a_terminal_shows_the_dashboard_and_stops_from_outside(tmp_p
         assert b"checkpoints" in screen and b"progress" in screen
         r = _tuitrain("stop", run_dir, cwd=tmp_path)
         assert r.returncode == 0, r.stderr
-        wait_for(lambda: json.loads((run_dir / "run.json").read_text())["status"] == "interrupted",
-                 what="the run to stop")
+        wait_for(
+            lambda: json.loads((run_dir / "run.json").read_text())["status"] == "interrupted", what="the run to stop"
+        )
         screen = read_pty(fd, 1.0)
         os.write(fd, b"q")  # the dashboard stays on the summary until the user leaves
         code, _ = wait_exit(pid, fd, 30)

@@ -45,8 +45,9 @@ def test_init_from_starts_the_run_from_those_weights(tiny, forget_tinyproj):
     x, y = tinyproj.datasets(n=100, seed=0)[1].tensors
     with torch.no_grad():
         want = nn.functional.cross_entropy(net(x), y).item()
-    (got,) = [e["metrics"]["loss"] for e in _events(run.run_dir)
-              if e["event"] == "PhaseCompleted" and e["split"] == "valid"]
+    (got,) = [
+        e["metrics"]["loss"] for e in _events(run.run_dir) if e["event"] == "PhaseCompleted" and e["split"] == "valid"
+    ]
     assert got == pytest.approx(want, rel=1e-5)
 
 

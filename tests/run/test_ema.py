@@ -25,9 +25,17 @@ def _data(n=48, seed=0):
 def _fit(run_dir, epochs=4, stop_at=0, resume=None, decay=0.9, device="auto"):
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 2))
-    learner = tuitrain.Learner(model, torch.optim.SGD(model.parameters(), lr=0.2), loss_fn=nn.CrossEntropyLoss(),
-                               batch_size=8, epochs=epochs, run_dir=run_dir, log_every_n_steps=1, seed=1,
-                               train=Train(ema_decay=decay, device=device))
+    learner = tuitrain.Learner(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.2),
+        loss_fn=nn.CrossEntropyLoss(),
+        batch_size=8,
+        epochs=epochs,
+        run_dir=run_dir,
+        log_every_n_steps=1,
+        seed=1,
+        train=Train(ema_decay=decay, device=device),
+    )
     valid = {}
 
     def record(event, state):
@@ -84,15 +92,26 @@ def test_the_average_is_decay_times_itself_plus_the_rest_times_the_new_weights(t
     opt = torch.optim.SGD(model.parameters(), lr=0.2)
     after_each_step = []  # the model's state after every optimizer step (on the CPU), read by a hook of our own
     opt.register_step_post_hook(
-        lambda *_: after_each_step.append({k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}))
-    learner = tuitrain.Learner(model, opt, loss_fn=nn.CrossEntropyLoss(), batch_size=8, epochs=2,
-                               run_dir=tmp_path / "run", seed=1, train=Train(ema_decay=decay, device=test_device))
+        lambda *_: after_each_step.append({k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()})
+    )
+    learner = tuitrain.Learner(
+        model,
+        opt,
+        loss_fn=nn.CrossEntropyLoss(),
+        batch_size=8,
+        epochs=2,
+        run_dir=tmp_path / "run",
+        seed=1,
+        train=Train(ema_decay=decay, device=test_device),
+    )
     assert learner.fit(_data(), dashboard=False).status == "completed"
     # by hand, in float64: avg <- decay * avg + (1 - decay) * weights; integer buffers are copied
     avg = {k: v.double() if v.is_floating_point() else v for k, v in start.items()}
     for weights in after_each_step:
-        avg = {k: decay * a + (1 - decay) * weights[k].double() if a.is_floating_point() else weights[k]
-               for k, a in avg.items()}
+        avg = {
+            k: decay * a + (1 - decay) * weights[k].double() if a.is_floating_point() else weights[k]
+            for k, a in avg.items()
+        }
     assert len(after_each_step) == learner.ema.updates == 2 * 6
     assert learner.ema.average.keys() == avg.keys()
     for k, want in avg.items():

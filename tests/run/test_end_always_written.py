@@ -39,8 +39,15 @@ class Net(nn.Module):
 
 
 def fit(run_dir: Path, model: Net, callbacks=()):
-    learner = Learner(model, torch.optim.SGD(model.parameters(), lr=0.1), loss_fn=nn.CrossEntropyLoss(), epochs=2,
-                      batch_size=32, run_dir=run_dir, callbacks=list(callbacks))
+    learner = Learner(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        loss_fn=nn.CrossEntropyLoss(),
+        epochs=2,
+        batch_size=32,
+        run_dir=run_dir,
+        callbacks=list(callbacks),
+    )
     return learner.fit(data(), dashboard=False)
 
 
@@ -87,7 +94,7 @@ def test_a_sink_that_fails_every_write_leaves_the_run_and_its_files_whole(tmp_pa
     assert log.count(".sink failed on ") == 1 and "No space left on device" in log  # said once
 
 
-FAILING_SUMMARY = '''
+FAILING_SUMMARY = """
 import sys
 from tuitrain.dashboard.widgets import result_screen
 
@@ -98,7 +105,7 @@ def compose(self):
 result_screen.ResultScreen.compose = compose
 from tuitrain.cli import main
 sys.exit(main(sys.argv[1:]))
-'''
+"""
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="needs a pty")
@@ -107,8 +114,16 @@ def test_the_dashboard_failing_on_the_summary_leaves_the_run_completed(tiny):
 
     (tiny.root / "failing.py").write_text(FAILING_SUMMARY)
     run_dir = tiny.root / "run"
-    cmd = [sys.executable, str(tiny.root / "failing.py"), "run", str(tiny.config), "--run-dir", str(run_dir),
-           "--set", "train.epochs=2"]
+    cmd = [
+        sys.executable,
+        str(tiny.root / "failing.py"),
+        "run",
+        str(tiny.config),
+        "--run-dir",
+        str(run_dir),
+        "--set",
+        "train.epochs=2",
+    ]
     pid, fd = pty.fork()
     if pid == 0:
         os.chdir(tiny.root)

@@ -26,8 +26,7 @@ def test_run_logs_tflops_mfu_max_memory(tiny):
     assert plain.returncode == 0, plain.stderr
     counted, reference = tiny.run_dirs()
     events = tiny.read_events(counted)
-    logged = [e for e in events if e.get("event") == "MetricsLogged" and e["split"] == "train"
-              and e["scope"] == "step"]
+    logged = [e for e in events if e.get("event") == "MetricsLogged" and e["split"] == "train" and e["scope"] == "step"]
     assert len(logged) == 21
     per_step = hand_count((4, 16, 3), 16)  # tinyproj's Net: 4 -> 16 -> 3, batches of 16
     for e in logged:
@@ -48,9 +47,14 @@ def test_mfu_on_a_cpu_without_peak_is_a_config_error(tiny):
     assert tiny.run_dirs() == []
 
 
-@pytest.mark.parametrize("line,key", [("peak_tflops = -1", "train.peak_tflops"),
-                                      ('flops_per_step = "lots"', "train.flops_per_step"),
-                                      ("flops_per_step = -5e9", "train.flops_per_step")])
+@pytest.mark.parametrize(
+    "line,key",
+    [
+        ("peak_tflops = -1", "train.peak_tflops"),
+        ('flops_per_step = "lots"', "train.flops_per_step"),
+        ("flops_per_step = -5e9", "train.flops_per_step"),
+    ],
+)
 def test_bad_amounts_are_config_errors(tiny, forget_tinyproj, line, key):
     from tuitrain.config import ConfigError, load_config
     from tuitrain.run.preflight import preflight

@@ -9,8 +9,7 @@ import pytest
 
 from tuitrain.core import heap
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux") or heap._glibc() is None,
-                                reason="glibc's mallopt")
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux") or heap._glibc() is None, reason="glibc's mallopt")
 
 # a short fit, then page faults while 24 MB blocks are taken four at a time and freed, as a step's
 # activations and gradients are. 96 MB freed at once is over the most glibc's defaults ever keep
@@ -36,8 +35,9 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before, heap._kept)
 
 def faults(mode: str, **env) -> tuple[int, bool]:
     e = {k: v for k, v in os.environ.items() if k not in heap.USER_KNOBS}
-    out = subprocess.run([sys.executable, "-c", PROBE, mode], env={**e, **env}, capture_output=True, text=True,
-                         check=True).stdout.split()
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE, mode], env={**e, **env}, capture_output=True, text=True, check=True
+    ).stdout.split()
     return int(out[0]), out[1] == "True"
 
 

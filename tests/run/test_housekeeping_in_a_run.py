@@ -22,7 +22,8 @@ def threads_now() -> frozenset:
 
 
 def test_a_headless_run_trains_with_no_helper_thread_yet_samples_devices_and_obeys_control(
-        tiny, forget_tinyproj, monkeypatch):
+    tiny, forget_tinyproj, monkeypatch
+):
     monkeypatch.setenv("TUITRAIN_DEVICES_INTERVAL", "0.05")
     # a loaded machine can stall a process for a second, which rightly moves the chores to threads;
     # this test is about the loop doing them, so only a minute's gap would
@@ -54,8 +55,9 @@ def test_a_headless_run_trains_with_no_helper_thread_yet_samples_devices_and_obe
 def test_slow_steps_move_the_chores_to_threads_which_keep_their_pace(tiny, forget_tinyproj, monkeypatch):
     monkeypatch.setenv("TUITRAIN_DEVICES_INTERVAL", "0.05")
     monkeypatch.setattr(housekeeping_module, "MAX_GAP", 0.15)
-    run = prepare_run(tiny.config, ["model.sleep=1.0", "train.epochs=1", "train.max_steps=4",
-                                    "checkpoint.every_n_epochs=0"])
+    run = prepare_run(
+        tiny.config, ["model.sleep=1.0", "train.epochs=1", "train.max_steps=4", "checkpoint.every_n_epochs=0"]
+    )
     order: list[str] = []
     threads_at: dict[int, list[str]] = {}
     before = threads_now()
@@ -75,5 +77,5 @@ def test_slow_steps_move_the_chores_to_threads_which_keep_their_pace(tiny, forge
     assert "tuitrain-devices" in threads_at[3] and "tuitrain-control" in threads_at[3]
     # while steps 2-4 slept (3 s) the device thread kept sampling: every 0.05 s on a quiet machine (60
     # samples); a loaded one oversleeps a 0.05 s wait by up to 0.6 s (seen here), so at least one a step
-    between = order[order.index("step1") + 1:order.index("step4")]
+    between = order[order.index("step1") + 1 : order.index("step4")]
     assert between.count("devices") >= 3, order

@@ -30,8 +30,14 @@ class Slow(nn.Module):
 def _learner(run_dir, max_time):
     torch.manual_seed(0)
     model = Slow()
-    return tuitrain.Learner(model, torch.optim.SGD(model.parameters(), lr=0.1), loss_fn=nn.CrossEntropyLoss(),
-                            batch_size=8, run_dir=run_dir, train=Train(epochs=10_000, max_time=max_time))
+    return tuitrain.Learner(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        loss_fn=nn.CrossEntropyLoss(),
+        batch_size=8,
+        run_dir=run_dir,
+        train=Train(epochs=10_000, max_time=max_time),
+    )
 
 
 def _data():
@@ -73,8 +79,9 @@ def test_a_resumed_run_counts_the_time_already_used(tmp_path):
     assert json.loads((run_dir / "run.json").read_text())["step"] <= step + 1
 
 
-@pytest.mark.parametrize("text, seconds", [("2h30m", 9000), ("45m", 2700), ("90s", 90), ("1.5h", 5400),
-                                           ("", 0), ("1d", 86400)])
+@pytest.mark.parametrize(
+    "text, seconds", [("2h30m", 9000), ("45m", 2700), ("90s", 90), ("1.5h", 5400), ("", 0), ("1d", 86400)]
+)
 def test_durations_read_as_people_write_them(text, seconds):
     assert parse_duration(text) == seconds
 

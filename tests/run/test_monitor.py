@@ -181,7 +181,7 @@ def test_the_dashboard_shows_a_monitored_loop_by_its_steps_without_epochs(tmp_pa
         Monitor(run_dir=tmp_path / "bad", dashboard=False, max_steps=-1)
 
 
-MONITORED_LOOP = '''
+MONITORED_LOOP = """
 import sys, time
 from tuitrain import Monitor
 
@@ -193,7 +193,7 @@ with Monitor(run_dir=sys.argv[1], max_steps=100000, batch_size=4) as mon:
         mon.log(step, loss=1.0 / step)
         if mon.checkpoint_requested:
             mon.save_checkpoint({"step": step})
-'''
+"""
 
 
 @pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs a pty")
@@ -228,15 +228,20 @@ def test_ctrl_c_in_the_dashboard_of_a_monitored_loop_stops_the_loop(tmp_path):
         while time.time() < deadline and not (logged() >= 3 and b"progress" in screen):
             screen += read_pty(fd, 0.2)
         assert b"\x1b[?1049h" in screen and b"progress" in screen  # the dashboard, in its own screen
-        r = subprocess.run([sys.executable, "-m", "tuitrain", "checkpoint", str(run_dir)], env=cli_env(),
-                           capture_output=True, text=True, timeout=600)
+        r = subprocess.run(
+            [sys.executable, "-m", "tuitrain", "checkpoint", str(run_dir)],
+            env=cli_env(),
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert r.returncode == 0, r.stderr  # from another shell: the loop answers it
         wait_for(lambda: (run_dir / "checkpoint" / "index.json").exists(), what="the requested checkpoint")
         os.write(fd, b"p")  # pause: the loop waits inside its next mon.log
         wait_for(lambda: _run_json(run_dir).get("paused"), what="the pause")
         screen += read_pty(fd, 1.0)
         names = [e["event"] for e in read_events(run_dir, torn_ok=True)]
-        assert "MetricsLogged" not in names[names.index("RunPaused"):]  # the loop waits
+        assert "MetricsLogged" not in names[names.index("RunPaused") :]  # the loop waits
         os.write(fd, b"\x03")  # Ctrl+C: a key to the dashboard, which holds the terminal in raw mode
         code, more = wait_exit(pid, fd, 300)
         screen += more
@@ -265,7 +270,10 @@ def test_a_checkpoint_saved_for_a_request_is_marked_requested_and_outlives_keep_
                 mon.save_checkpoint({"step": torch.tensor(step)}, step=step)
     rows = json.loads((run_dir / "checkpoint" / "index.json").read_text())
     assert [(r["step"], r["reason"], r.get("requested_by")) for r in rows] == [
-        (2, "request", "command"), (9, "api", None), (12, "api", None)]
+        (2, "request", "command"),
+        (9, "api", None),
+        (12, "api", None),
+    ]
     assert rows[0]["requested"] is True and (run_dir / "checkpoint" / rows[0]["file"]).is_file()
     saved = [e for e in read_events(run_dir) if e["event"] == "CheckpointSaved"]
     assert [(e["step"], e["requested"]) for e in saved] == [(2, "command"), (3, ""), (6, ""), (9, ""), (12, "")]
@@ -287,8 +295,12 @@ def test_alert_levels_info_warn_and_a_bogus_one_never_raise(tmp_path):
         mon.alert("err", level="error")
     raised = [e for e in read_events(run_dir) if e["event"] == "AlertRaised"]
     assert [(a["title"], a["level"], a["rule"]) for a in raised] == [
-        ("halfway", "info", "user"), ("slow", "warning", "user"), ("42", "warning", "user"),
-        ("again", "warning", "user"), ("err", "error", "user")]
+        ("halfway", "info", "user"),
+        ("slow", "warning", "user"),
+        ("42", "warning", "user"),
+        ("again", "warning", "user"),
+        ("err", "error", "user"),
+    ]
     assert [a["text"] for a in raised[:4]] == ["half the steps are done", "a slow batch", "<Unprintable>", "again"]
     said = [e["text"] for e in read_events(run_dir) if e["event"] == "OutputPrinted" and "'loud'" in e["text"]]
     assert len(said) == 1 and "warning" in said[0]  # the unknown level said once, not once per alert

@@ -51,8 +51,9 @@ def words(svg: str) -> str:
 def test_fit_and_a_monitor_loop_each_show_one_picture_that_stays_in_the_saved_notebook(tmp_path):
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(code) for code in (SETUP, FIT, MONITOR)]
-    nbclient.NotebookClient(nb, timeout=240, kernel_name="python3",
-                            resources={"metadata": {"path": str(tmp_path)}}).execute()
+    nbclient.NotebookClient(
+        nb, timeout=240, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    ).execute()
     saved = tmp_path / "run.ipynb"
     nbformat.write(nb, saved)
     reopened = nbformat.read(saved, as_version=4)  # no kernel from here on
@@ -71,7 +72,9 @@ def test_fit_and_a_monitor_loop_each_show_one_picture_that_stays_in_the_saved_no
     assert "grad_norm" in mon and "Step  40 / 40" in mon and "a line of mine" in mon  # prints: the output panel
 
 
-LONG = SETUP + """
+LONG = (
+    SETUP
+    + """
 import time
 def slow_loss(out, y):  # `pause` seconds a step
     time.sleep(pause)
@@ -80,6 +83,7 @@ pause = {pause}
 result = {wait}Learner(model, torch.optim.SGD(model.parameters(), lr=0.1), loss_fn=slow_loss, epochs=10**5,
                  batch_size=8, log_every_n_steps={every}, run_dir="runs/long").{fit}(TensorDataset(x, y))
 print("status", result.status, result.reason)"""
+)
 
 
 def training(run: Path, steps: int = 100) -> None:
@@ -197,8 +201,9 @@ def test_the_buttons_under_an_awaited_fit_stop_pause_and_checkpoint_the_run(tmp_
         assert set(kernel.buttons) == {"Stop", "Pause", "Checkpoint"}
 
         def events(kind: str) -> list[dict]:
-            return [e for e in map(json.loads, (run / "events.jsonl").read_text().splitlines())
-                    if e.get("event") == kind]
+            return [
+                e for e in map(json.loads, (run / "events.jsonl").read_text().splitlines()) if e.get("event") == kind
+            ]
 
         def wait_for(check) -> None:
             deadline = time.monotonic() + 60
@@ -252,14 +257,18 @@ def test_lightning_and_the_hf_trainer_show_the_picture_and_no_bars_of_their_own(
     root = Path(__file__).resolve().parents[2]
     nb = nbformat.v4.new_notebook()
     script = str(root / "tests" / "integrations" / "lightning_scripts" / "fit.py")
-    nb.cells = [nbformat.v4.new_code_cell(LIGHTNING.format(script=script)),
-                nbformat.v4.new_code_cell(TRANSFORMERS.format(root=str(root)))]
-    nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
-                            resources={"metadata": {"path": str(tmp_path)}}).execute()
+    nb.cells = [
+        nbformat.v4.new_code_cell(LIGHTNING.format(script=script)),
+        nbformat.v4.new_code_cell(TRANSFORMERS.format(root=str(root))),
+    ]
+    nbclient.NotebookClient(
+        nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    ).execute()
     for cell, run, chart in ((nb.cells[0], "light", "training step 23"), (nb.cells[1], "hf", "grad_norm")):
         shown = [o for o in cell.outputs if o.output_type == "display_data"]
-        assert len(shown) == 1 and sorted(shown[0]["data"]) == ["text/html", "text/plain"], \
-            [list(o["data"]) for o in shown]
+        assert len(shown) == 1 and sorted(shown[0]["data"]) == ["text/html", "text/plain"], [
+            list(o["data"]) for o in shown
+        ]
         drawn = words(picture(shown[0]["data"]))
         assert chart in drawn and "completed" in drawn, drawn[:400]
         assert json.loads((tmp_path / "runs" / run / "run.json").read_text())["status"] == "completed"

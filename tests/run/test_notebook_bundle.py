@@ -31,17 +31,21 @@ def drawn(svg: str) -> tuple[dict, dict]:
     {(row, col): fill} for the backgrounds (later rectangles over earlier ones)."""
     rules = dict(re.findall(r"\.[\w-]+?-(r\d+) \{ ([^}]*) \}", svg))
     chars = {}
-    for cls, x, y, content in re.findall(r'<text class="[\w-]+?-(r\d+)" x="([\d.]+)" y="([\d.]+)"[^>]*>(.*?)</text>',
-                                         svg, re.S):
+    for cls, x, y, content in re.findall(
+        r'<text class="[\w-]+?-(r\d+)" x="([\d.]+)" y="([\d.]+)"[^>]*>(.*?)</text>', svg, re.S
+    ):
         row, col = round((float(y) - BASELINE) / CELL_H), round(float(x) / CELL_W)
         for ch in html.unescape(content).replace("\xa0", " "):
             if not ch.isspace():
                 chars[row, col] = (ch, rules[cls].strip())
             col += cell_len(ch)
     fills = {}
-    body = svg[svg.find("clip-terminal)"):]
-    for fill, x, y, w, h in re.findall(r'<rect fill="(#\w+)" x="([\d.]+)" y="([\d.]+)" width="([\d.]+)" '
-                                       r'height="([\d.]+)"', body):
+    body = svg[svg.find("clip-terminal)") :]
+    for fill, x, y, w, h in re.findall(
+        r'<rect fill="(#\w+)" x="([\d.]+)" y="([\d.]+)" width="([\d.]+)" '
+        r'height="([\d.]+)"',
+        body,
+    ):
         r0, r1 = round((float(y) - 1.5) / CELL_H), round((float(y) - 1.5 + float(h) - 0.25) / CELL_H)
         c0, c1 = round(float(x) / CELL_W), round((float(x) + float(w)) / CELL_W)
         for row in range(r0, r1):
@@ -86,8 +90,11 @@ def test_the_kept_output_is_an_img_of_a_data_url_in_html_which_an_untrusted_note
     bundle = picture_bundle(svg, "tuitrain: the dashboard of runs/<x>")
     assert set(bundle) == {"text/html", "text/plain"}  # no image/svg+xml: untrusted, it is not drawn
     page = bundle["text/html"]
-    assert re.fullmatch(r'<img src="data:image/svg\+xml;base64,[A-Za-z0-9+/=]+" alt="[^"<>]*" width="1482" '
-                        r'style="max-width: 100%; height: auto">', page), page[:200]
+    assert re.fullmatch(
+        r'<img src="data:image/svg\+xml;base64,[A-Za-z0-9+/=]+" alt="[^"<>]*" width="1482" '
+        r'style="max-width: 100%; height: auto">',
+        page,
+    ), page[:200]
     assert picture_svg(bundle) == svg
     assert bundle["text/plain"] == "tuitrain: the dashboard of runs/<x>" and "runs/&lt;x&gt;" in page
 

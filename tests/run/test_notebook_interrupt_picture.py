@@ -24,8 +24,13 @@ def test_an_interrupt_sent_to_the_kernels_process_group_leaves_the_runs_end_in_t
     try:
         kernel.execute(LONG.format(pause=0, wait="", fit="fit", every=10))
         training(run, steps=20)
-        kernel.read(until=lambda: any("State running" in words(picture_svg(d[-1])) for d in kernel.displays.values()
-                                      if "<img" in d[-1].get("text/html", "") or "image/svg+xml" in d[-1]))
+        kernel.read(
+            until=lambda: any(
+                "State running" in words(picture_svg(d[-1]))
+                for d in kernel.displays.values()
+                if "<img" in d[-1].get("text/html", "") or "image/svg+xml" in d[-1]
+            )
+        )
         os.killpg(os.getpgid(kernel.km.provisioner.pid), signal.SIGINT)  # as JupyterLab's stop button does
         kernel.read()
     finally:
@@ -49,8 +54,13 @@ def test_a_second_interrupt_to_the_group_leaves_the_runs_end_in_the_picture_too(
     try:
         kernel.execute(LONG.format(pause=0.5, wait="", fit="fit", every=1))
         training(run, steps=2)
-        kernel.read(until=lambda: any("State running" in words(picture_svg(d[-1])) for d in kernel.displays.values()
-                                      if "<img" in d[-1].get("text/html", "") or "image/svg+xml" in d[-1]))
+        kernel.read(
+            until=lambda: any(
+                "State running" in words(picture_svg(d[-1]))
+                for d in kernel.displays.values()
+                if "<img" in d[-1].get("text/html", "") or "image/svg+xml" in d[-1]
+            )
+        )
         group = os.getpgid(kernel.km.provisioner.pid)
         os.killpg(group, signal.SIGINT)
         time.sleep(0.1)

@@ -25,8 +25,15 @@ def _data(n=64, seed=0):
 def _learner(run_dir, epochs=2):
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
-    return tuitrain.Learner(model, torch.optim.SGD(model.parameters(), lr=0.1), loss_fn=nn.CrossEntropyLoss(),
-                            batch_size=16, epochs=epochs, log_every_n_steps=1, run_dir=run_dir)
+    return tuitrain.Learner(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        loss_fn=nn.CrossEntropyLoss(),
+        batch_size=16,
+        epochs=epochs,
+        log_every_n_steps=1,
+        run_dir=run_dir,
+    )
 
 
 def _starts(run_dir: Path) -> list[dict]:
@@ -82,8 +89,10 @@ def test_a_learner_fitted_twice_on_one_run_dir_makes_two_runs(tmp_path):
 
     resumed = _learner(first_dir, epochs=3)
     index = json.loads((first_dir / "checkpoint" / "index.json").read_text())
-    assert resumed.fit(_data(), _data(seed=1), resume=first_dir / "checkpoint" / index[-1]["file"],
-                       dashboard=False).status == "completed"
+    assert (
+        resumed.fit(_data(), _data(seed=1), resume=first_dir / "checkpoint" / index[-1]["file"], dashboard=False).status
+        == "completed"
+    )
     assert resumed.run_dir == first_dir and len(_starts(first_dir)) == 2
     assert _steps(first_dir / "train" / "epoch-3" / "loss.log") == [9, 10, 11, 12]
     assert not list(tmp_path.glob("api-demo-3"))

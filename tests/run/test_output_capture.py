@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-LOUD = '''
+LOUD = """
 import logging
 import warnings
 
@@ -21,14 +21,25 @@ class Loud(Net):
             log.warning("loudproj warning through logging")
             warnings.warn("loudproj deprecated on purpose", DeprecationWarning)
         return super().forward(x)
-'''
+"""
 
 
 def test_logging_and_warnings_of_the_user_s_code_reach_the_events_and_experiment_log(tiny):
     (tiny.root / "loudproj.py").write_text(LOUD)
     run = tiny.root / "run"
-    r = tiny.cli("run", tiny.config, "--headless", "--run-dir", run, "--set", "model.target=loudproj:Loud",
-                 "--set", "train.epochs=1", "--set", "model.dropout=0.0")
+    r = tiny.cli(
+        "run",
+        tiny.config,
+        "--headless",
+        "--run-dir",
+        run,
+        "--set",
+        "model.target=loudproj:Loud",
+        "--set",
+        "train.epochs=1",
+        "--set",
+        "model.dropout=0.0",
+    )
     assert r.returncode == 0, r.stderr + r.stdout
     printed = [(e["stream"], e["text"]) for e in tiny.read_events(run) if e["event"] == "OutputPrinted"]
     # logging: INFO too (an unconfigured root logger would drop it), with level and logger name

@@ -27,8 +27,9 @@ def test_git_info_of_a_repository_and_of_a_plain_folder(tmp_path):
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
     (tmp_path / "a.txt").write_text("x")
     subprocess.run(["git", "-C", str(tmp_path), "add", "a.txt"], check=True)
-    subprocess.run(["git", "-C", str(tmp_path), "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "x"],
-                   check=True)
+    subprocess.run(
+        ["git", "-C", str(tmp_path), "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "x"], check=True
+    )
     info = git_info(tmp_path)
     assert len(info["git_commit"]) == 40 and info["git_dirty"] is False
     (tmp_path / "a.txt").write_text("y")
@@ -60,8 +61,9 @@ def test_compile_where_unsupported_is_a_config_error(tiny, monkeypatch):
     assert not tiny.runs.exists()
 
 
-CHAIN = ('scheduler.chain=[{ name = "LinearLR", end = 4, start_factor = 0.25 }, '
-         '{ name = "CosineAnnealingLR", begin = 4 }]')
+CHAIN = (
+    'scheduler.chain=[{ name = "LinearLR", end = 4, start_factor = 0.25 }, { name = "CosineAnnealingLR", begin = 4 }]'
+)
 
 
 def _lrs(run_dir):
@@ -72,8 +74,17 @@ def _lrs(run_dir):
 
 
 def test_scheduler_chain_warms_up_then_anneals(tiny, forget_tinyproj):
-    run = prepare_run(tiny.config, [CHAIN, "optimizer.name=SGD", "optimizer.lr=1.0", "scheduler.interval=step",
-                                    'metrics.train=["loss", "lr"]', "train.epochs=2"])
+    run = prepare_run(
+        tiny.config,
+        [
+            CHAIN,
+            "optimizer.name=SGD",
+            "optimizer.lr=1.0",
+            "scheduler.interval=step",
+            'metrics.train=["loss", "lr"]',
+            "train.epochs=2",
+        ],
+    )
     assert run.execute() == 0
     lrs = _lrs(run.run_dir)
     total = max(lrs)
@@ -85,8 +96,15 @@ def test_scheduler_chain_warms_up_then_anneals(tiny, forget_tinyproj):
 def test_scheduler_chain_resumes_exactly(tiny, forget_tinyproj):
     from tuitrain.core.checkpoint import latest_checkpoint
 
-    sets = [CHAIN, "optimizer.name=SGD", "optimizer.lr=1.0", "scheduler.interval=step",
-            'metrics.train=["loss", "lr"]', "train.epochs=3", "checkpoint.every_n_steps=3"]
+    sets = [
+        CHAIN,
+        "optimizer.name=SGD",
+        "optimizer.lr=1.0",
+        "scheduler.interval=step",
+        'metrics.train=["loss", "lr"]',
+        "train.epochs=3",
+        "checkpoint.every_n_steps=3",
+    ]
     whole = prepare_run(tiny.config, sets, run_dir=str(tiny.root / "whole"))
     assert whole.execute() == 0
     part = prepare_run(tiny.config, sets, run_dir=str(tiny.root / "part"))
@@ -97,13 +115,16 @@ def test_scheduler_chain_resumes_exactly(tiny, forget_tinyproj):
     assert _lrs(tiny.root / "part") == _lrs(tiny.root / "whole")
 
 
-@pytest.mark.parametrize("chain,key", [
-    ('[{ name = "LinearLR", begin = 2 }]', "chain[0].begin"),
-    ('[{ name = "LinearLR", end = 4 }, { name = "CosineAnnealingLR", begin = 2 }]', "chain[1].begin"),
-    ('["LinearLR"]', "chain[0]"),
-    ('[{ name = "LinerLR" }]', "chain[0].name"),
-    ('[{ name = "LinearLR", start_factr = 0.1 }]', "start_factr"),
-])
+@pytest.mark.parametrize(
+    "chain,key",
+    [
+        ('[{ name = "LinearLR", begin = 2 }]', "chain[0].begin"),
+        ('[{ name = "LinearLR", end = 4 }, { name = "CosineAnnealingLR", begin = 2 }]', "chain[1].begin"),
+        ('["LinearLR"]', "chain[0]"),
+        ('[{ name = "LinerLR" }]', "chain[0].name"),
+        ('[{ name = "LinearLR", start_factr = 0.1 }]', "start_factr"),
+    ],
+)
 def test_scheduler_chain_errors_name_the_window(tiny, chain, key):
     with pytest.raises(ConfigError) as err:
         prepare_run(tiny.config, [f"scheduler.chain={chain}"])
@@ -113,8 +134,13 @@ def test_scheduler_chain_errors_name_the_window(tiny, chain, key):
 
 @pytest.mark.parametrize("ddp", [False, True], ids=["one process", "ddp rank 0"])
 def test_what_the_model_prints_while_it_is_built_reaches_experiment_log(tiny, ddp):
-    (tiny.root / "tinyproj.py").write_text((tiny.root / "tinyproj.py").read_text().replace(
-        "        super().__init__()\n", "        super().__init__()\n        print('building the net now')\n", 1))
+    (tiny.root / "tinyproj.py").write_text(
+        (tiny.root / "tinyproj.py")
+        .read_text()
+        .replace(
+            "        super().__init__()\n", "        super().__init__()\n        print('building the net now')\n", 1
+        )
+    )
     extra = ("--set", "train.strategy=ddp", "--set", "train.devices=2") if ddp else ()
     r = tiny.cli("run", tiny.config, "--headless", *extra)
     assert r.returncode == 0, r.stderr[-2000:]

@@ -50,8 +50,16 @@ def _fit(run_dir, stream, stop_at=0, resume=None):
     torch.manual_seed(0)
     model = Net()
     losses = {}
-    learner = tuitrain.Learner(model, torch.optim.AdamW(model.parameters(), lr=1e-2), loss_fn=nn.CrossEntropyLoss(),
-                               batch_size=8, epochs=3, run_dir=run_dir, log_every_n_steps=1, seed=3)
+    learner = tuitrain.Learner(
+        model,
+        torch.optim.AdamW(model.parameters(), lr=1e-2),
+        loss_fn=nn.CrossEntropyLoss(),
+        batch_size=8,
+        epochs=3,
+        run_dir=run_dir,
+        log_every_n_steps=1,
+        seed=3,
+    )
 
     def record(event, state):
         if isinstance(event, MetricsLogged) and event.split == "train" and event.scope == "step":

@@ -25,9 +25,18 @@ def _data(n, seed):
 def _fit(run_dir, lr=0.1, stop_at=0, resume=None, **kw):
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Dropout(0.2), nn.Linear(16, 2))
-    learner = tuitrain.Learner(model, torch.optim.SGD(model.parameters(), lr=lr), loss_fn=nn.CrossEntropyLoss(),
-                               batch_size=8, epochs=3, run_dir=run_dir, log_every_n_steps=1, seed=2,
-                               train=Train(validate_every_n_steps=5, limit_valid_batches=2), **kw)
+    learner = tuitrain.Learner(
+        model,
+        torch.optim.SGD(model.parameters(), lr=lr),
+        loss_fn=nn.CrossEntropyLoss(),
+        batch_size=8,
+        epochs=3,
+        run_dir=run_dir,
+        log_every_n_steps=1,
+        seed=2,
+        train=Train(validate_every_n_steps=5, limit_valid_batches=2),
+        **kw,
+    )
     seen = {"train": {}, "valid": {}, "valid_batches": []}
 
     def record(event, state):
@@ -68,16 +77,18 @@ def test_a_run_stopped_between_validations_resumes_bitwise(tmp_path):
 
 def test_early_stopping_and_best_checkpoints_follow_the_step_validations(tmp_path):
     # lr = 0: the weights never change, so valid/loss never improves after the first validation
-    learner, result, seen = _fit(tmp_path / "run", lr=0.0,
-                                 early_stopping=EarlyStopping("valid/loss", "min", patience=1))
+    learner, result, seen = _fit(
+        tmp_path / "run", lr=0.0, early_stopping=EarlyStopping("valid/loss", "min", patience=1)
+    )
     assert result.status == "completed" and result.reason == "early_stopping"
     assert sorted(seen["valid"]) == [5, 10]  # stopped at the second validation, mid-epoch 2
     # a step checkpoint taken where a validation ran carries its valid metrics: "best" follows them
     from tuitrain.core.checkpoint import Checkpointer
 
     run_dir = tmp_path / "best"
-    ck = Checkpointer(run_dir / "checkpoint", keep_last=10, keep_best=1, monitor="valid/loss", every_n_steps=5,
-                      every_n_epochs=0)
+    ck = Checkpointer(
+        run_dir / "checkpoint", keep_last=10, keep_best=1, monitor="valid/loss", every_n_steps=5, every_n_epochs=0
+    )
     _, result, seen = _fit(run_dir, checkpoint=ck)
     rows = {e.step: e for e in read_index(run_dir / "checkpoint")}
     assert {5, 10, 15} <= set(rows)

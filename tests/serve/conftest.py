@@ -61,8 +61,13 @@ class Served:
 def start_serve(cwd: Path, *args, timeout: float = 30) -> Served:
     port = free_port()
     out = cwd / f"serve-{port}.out"
-    proc = subprocess.Popen([sys.executable, "-m", "tuitrain", "serve", *map(str, args), "--port", str(port)],
-                            cwd=cwd, env=cli_env(), stdout=open(out, "w"), stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tuitrain", "serve", *map(str, args), "--port", str(port)],
+        cwd=cwd,
+        env=cli_env(),
+        stdout=open(out, "w"),
+        stderr=subprocess.STDOUT,
+    )
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         m = URL.search(out.read_text())

@@ -59,10 +59,22 @@ async def open_page(session, devtools: int, url: str) -> Page:
 def test_chromium_shows_the_dashboard_with_the_token_and_the_refusal_without(finished_run, serve, tmp_path):
     tiny, run = finished_run
     served = serve(tiny.root, run)
-    browser = subprocess.Popen([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-                                "--remote-debugging-port=0", f"--user-data-dir={tmp_path / 'profile'}",
-                                "--window-size=1280,860", "about:blank"],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    browser = subprocess.Popen(
+        [
+            chromium,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--remote-debugging-port=0",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            "--window-size=1280,860",
+            "about:blank",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         devtools = None
         for line in browser.stderr:  # "DevTools listening on ws://127.0.0.1:PORT/devtools/browser/..."
@@ -74,8 +86,10 @@ def test_chromium_shows_the_dashboard_with_the_token_and_the_refusal_without(fin
         async def browse() -> bytes:
             async with aiohttp.ClientSession() as session:
                 refused = await open_page(session, devtools, f"{served.base}/")
-                text = await refused.wait("location.href.startsWith('http') && document.readyState === 'complete' "
-                                          "&& document.body.innerText", "the page without the token")
+                text = await refused.wait(
+                    "location.href.startsWith('http') && document.readyState === 'complete' && document.body.innerText",
+                    "the page without the token",
+                )
                 assert "403" in text and "token" in text
                 assert served.viewers() == []
 

@@ -68,10 +68,24 @@ def test_only_the_printed_token_opens_the_page_its_files_and_its_websocket(finis
     assert len(tok) >= 32 and served.out.read_text().count("http") == 1  # one URL, and that one
 
     wrong = "x" * len(tok)
-    refused = ["/", "/ws", "/static/js/textual.js", "/static/css/xterm.css", "/static/", "/download/x",
-               "/favicon.ico", f"/?token={tok}", f"/static/{tok}/js/textual.js",
-               f"/{wrong}/", f"/{wrong}/ws", f"/{wrong}/static/js/textual.js",
-               f"/{tok[:-1]}/", f"/{tok}x/", f"/x{tok}/", f"/{tok.upper()}/static/js/textual.js"]
+    refused = [
+        "/",
+        "/ws",
+        "/static/js/textual.js",
+        "/static/css/xterm.css",
+        "/static/",
+        "/download/x",
+        "/favicon.ico",
+        f"/?token={tok}",
+        f"/static/{tok}/js/textual.js",
+        f"/{wrong}/",
+        f"/{wrong}/ws",
+        f"/{wrong}/static/js/textual.js",
+        f"/{tok[:-1]}/",
+        f"/{tok}x/",
+        f"/x{tok}/",
+        f"/{tok.upper()}/static/js/textual.js",
+    ]
     for path in refused:
         code, _ = get(base + path)
         assert code in (401, 403), f"{path}: {code}"
@@ -89,8 +103,11 @@ def test_only_the_printed_token_opens_the_page_its_files_and_its_websocket(finis
 
     async def websockets() -> None:
         async with aiohttp.ClientSession() as session:
-            for url in (f"ws://127.0.0.1:{served.port}/ws?width=80&height=24", served.ws_url(token=wrong),
-                        served.ws_url(token=tok[:-1])):
+            for url in (
+                f"ws://127.0.0.1:{served.port}/ws?width=80&height=24",
+                served.ws_url(token=wrong),
+                served.ws_url(token=tok[:-1]),
+            ):
                 with pytest.raises(aiohttp.WSServerHandshakeError) as refused_ws:
                     await session.ws_connect(url)
                 assert refused_ws.value.status in (401, 403), url
@@ -159,8 +176,19 @@ def index(run) -> list[dict]:
 
 def test_keys_in_the_browser_steer_a_live_run(tiny, serve):
     run = tiny.root / "live-run"
-    proc = tiny.cli_bg("run", tiny.config, "--headless", "--run-dir", run, "--set", "model.sleep=0.02",
-                       "--set", "train.epochs=2000", "--set", "checkpoint.every_n_epochs=1000")
+    proc = tiny.cli_bg(
+        "run",
+        tiny.config,
+        "--headless",
+        "--run-dir",
+        run,
+        "--set",
+        "model.sleep=0.02",
+        "--set",
+        "train.epochs=2000",
+        "--set",
+        "checkpoint.every_n_epochs=1000",
+    )
     try:
         tiny.wait_for(lambda: tiny.last_train_step(run) >= 2, timeout=120, what="the run to train")
         served = serve(tiny.root, run)
@@ -207,17 +235,25 @@ def test_bad_input_is_one_line_and_exit_2(finished_run, tmp_path):
     tiny, run = finished_run
 
     def serve_cli(*args) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "tuitrain", "serve", *map(str, args)], cwd=tmp_path,
-                              env=cli_env(), capture_output=True, text=True, timeout=60)
+        return subprocess.run(
+            [sys.executable, "-m", "tuitrain", "serve", *map(str, args)],
+            cwd=tmp_path,
+            env=cli_env(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
 
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        cases = {"no run": serve_cli(tmp_path / "nothing-here"),
-                 "port in use": serve_cli(run, "--port", port),
-                 "not a port": serve_cli(run, "--port", "99999"),
-                 "unknown host": serve_cli(run, "--host", "no-such-host.invalid")}
+        cases = {
+            "no run": serve_cli(tmp_path / "nothing-here"),
+            "port in use": serve_cli(run, "--port", port),
+            "not a port": serve_cli(run, "--port", "99999"),
+            "unknown host": serve_cli(run, "--host", "no-such-host.invalid"),
+        }
     for what, r in cases.items():
         assert r.returncode == 2, (what, r.stderr)
         assert "Traceback" not in r.stderr and "http" not in r.stdout, (what, r.stdout, r.stderr)
@@ -231,6 +267,7 @@ def test_help_does_not_load_the_web_server():
     code = "import sys, tuitrain.cli; print(sorted(m for m in ('aiohttp', 'textual_serve', 'textual') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=cli_env())
     assert out.stdout.strip() == "[]"
-    r = subprocess.run([sys.executable, "-m", "tuitrain", "serve", "--help"], capture_output=True, text=True,
-                       env=cli_env(), check=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "tuitrain", "serve", "--help"], capture_output=True, text=True, env=cli_env(), check=True
+    )
     assert "--port" in r.stdout and "--host" in r.stdout

@@ -22,8 +22,15 @@ def receiver():
 
 
 def alert(rule: str, step: int) -> AlertRaised:
-    return AlertRaised(rule=rule, level="warning", title=f"{rule} at step {step}", text=f"value at step {step}",
-                       step=step, value=float(step), action="skip")
+    return AlertRaised(
+        rule=rule,
+        level="warning",
+        title=f"{rule} at step {step}",
+        text=f"value at step {step}",
+        step=step,
+        value=float(step),
+        action="skip",
+    )
 
 
 def wait_for(condition, timeout: float = 10.0) -> None:

@@ -12,8 +12,15 @@ from tuitrain.sinks.jsonl import JsonlWriter
 
 
 def logged(step: int, **metrics) -> MetricsLogged:
-    return MetricsLogged(split="train", epoch=1 + step // 100, step=step, batch=step % 100, batches=100,
-                         time=1_700_000_000.0 + step / 8, metrics=metrics or {"loss": 1 / step, "lr": 3e-4})
+    return MetricsLogged(
+        split="train",
+        epoch=1 + step // 100,
+        step=step,
+        batch=step % 100,
+        batches=100,
+        time=1_700_000_000.0 + step / 8,
+        metrics=metrics or {"loss": 1 / step, "lr": 3e-4},
+    )
 
 
 def write(run_dir, events, batch: int = 7, **kw) -> None:
@@ -32,7 +39,7 @@ def records(run_dir):
     out = []
     for r in reader.refresh():
         ints, floats = reader.columns(r)
-        lines = data[r.start:r.end]
+        lines = data[r.start : r.end]
         assert zlib.crc32(lines) == r.crc
         out.append((r, ints, floats, [parse_line(x) for x in lines.splitlines()]))
     reader.close()
@@ -40,19 +47,28 @@ def records(run_dir):
 
 
 def test_records_hold_each_logged_lines_numbers_exactly(tmp_path):
-    events = [RunStarted(run_dir=str(tmp_path), experiment="x", epochs=1, max_steps=0, steps_per_epoch=100,
-                         batch_size=8, time=1.0)]
+    events = [
+        RunStarted(
+            run_dir=str(tmp_path), experiment="x", epochs=1, max_steps=0, steps_per_epoch=100, batch_size=8, time=1.0
+        )
+    ]
     events += [logged(s) for s in range(1, 40)]
     events[20] = logged(20, loss=0.1 + 0.2, lr=3, count=7)  # another kind of row: a record of its own
-    events.insert(30, DevicesSampled(cpu=1.0, cpu_per_core=[1.0], memory=2.0, memory_used=1, memory_total=2, rss=3, time=2.0))
+    events.insert(
+        30, DevicesSampled(cpu=1.0, cpu_per_core=[1.0], memory=2.0, memory_used=1, memory_total=2, rss=3, time=2.0)
+    )
     write(tmp_path, events)
     got = records(tmp_path)
     covered = [e for _, _, _, evs in got for e in evs]
     assert covered == [e for e in events if isinstance(e, MetricsLogged)]  # every logged line, each once
     for r, ints, floats, evs in got:
         assert r.rows == len(evs) and all(tuple(e.metrics) == r.names and e.split == r.split for e in evs)
-        assert ints.tolist() == [[e.step for e in evs], [e.epoch for e in evs], [e.batch for e in evs],
-                                 [e.batches for e in evs]]
+        assert ints.tolist() == [
+            [e.step for e in evs],
+            [e.epoch for e in evs],
+            [e.batch for e in evs],
+            [e.batches for e in evs],
+        ]
         assert floats[0].tolist() == [e.time for e in evs]
         for j, name in enumerate(r.names):
             assert floats[1 + j].tolist() == [e.metrics[name] for e in evs]
@@ -60,9 +76,13 @@ def test_records_hold_each_logged_lines_numbers_exactly(tmp_path):
 
 
 def test_values_the_columns_cannot_hold_exactly_are_left_to_the_json(tmp_path):
-    odd = [logged(1, loss=float("nan")), logged(2, loss=True), logged(3, loss="x"),
-           MetricsLogged(split="train", epoch=1, step=2 ** 64, metrics={"loss": 1.0}, time=1.0),
-           MetricsLogged(split="train", epoch=1, step=6, metrics={}, time=1.0)]
+    odd = [
+        logged(1, loss=float("nan")),
+        logged(2, loss=True),
+        logged(3, loss="x"),
+        MetricsLogged(split="train", epoch=1, step=2**64, metrics={"loss": 1.0}, time=1.0),
+        MetricsLogged(split="train", epoch=1, step=6, metrics={}, time=1.0),
+    ]
     write(tmp_path, odd + [logged(7)])
     (only,) = records(tmp_path)
     assert only[3] == [logged(7)]

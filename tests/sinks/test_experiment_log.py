@@ -3,7 +3,12 @@ import time
 
 from sink_run import T0, feed, run_events
 from tuitrain.core.events import (
-    CheckpointFailed, ControlReceived, OutputPrinted, RunFailed, RunPaused, RunResumed,
+    CheckpointFailed,
+    ControlReceived,
+    OutputPrinted,
+    RunFailed,
+    RunPaused,
+    RunResumed,
 )
 from tuitrain.sinks.experiment_log import ExperimentLog
 from tuitrain.sinks.summary import format_summary_table
@@ -26,17 +31,21 @@ def test_a_completed_run_reads_well(tmp_path):
     m = messages(tmp_path / "experiment.log")
     assert f"INFO  run started: experiment 'spirals' in {tmp_path} (pid " in m[0]
     assert m[2] == 'INFO  env: python=3.11.4, torch=2.13.0, devices=["cpu"]'
-    assert ("INFO  epoch 2/2 done in 0:00:20 at step 8: train/loss 0.3021 · train/accuracy 0.9453 · "
-            "valid/loss 0.3000 · valid/accuracy 0.8000") in m
+    assert (
+        "INFO  epoch 2/2 done in 0:00:20 at step 8: train/loss 0.3021 · train/accuracy 0.9453 · "
+        "valid/loss 0.3000 · valid/accuracy 0.8000"
+    ) in m
     assert "INFO  [stdout] epoch 1 says hi" in m and "INFO  [stdout] second line" in m
-    assert ("INFO  checkpoint saved: checkpoint/epoch-2.pt (2.0 KB, epoch 2, step 8, epoch, best; "
-            "stall 0.010s, write 0.250s)") in m
+    assert (
+        "INFO  checkpoint saved: checkpoint/epoch-2.pt (2.0 KB, epoch 2, step 8, epoch, best; "
+        "stall 0.010s, write 0.250s)"
+    ) in m
     assert "INFO  checkpoint deleted: checkpoint/epoch-0.pt" in m
     end = m.index("INFO  run completed (epochs) at epoch 2, step 8 after 0:00:45, exit code 0")
     assert m[end + 1] == "INFO  best checkpoint: checkpoint/epoch-2.pt (valid/loss 0.3000)"
     assert m[end + 2] == "INFO  summary:"
     table = format_summary_table(run_events(tmp_path)[-1].summary).splitlines()
-    assert m[end + 3:] == ["    " + line for line in table]
+    assert m[end + 3 :] == ["    " + line for line in table]
 
 
 def test_failure_control_and_append(tmp_path):

@@ -2,8 +2,18 @@ import io
 
 from sink_run import SUMMARY, run_events
 from tuitrain.core.events import (
-    CheckpointFailed, ControlReceived, EpochStarted, MetricsLogged, OutputPrinted, PhaseStarted,
-    RunFailed, RunPaused, RunResumed, RunStarted, StepCompleted, StepStarted,
+    CheckpointFailed,
+    ControlReceived,
+    EpochStarted,
+    MetricsLogged,
+    OutputPrinted,
+    PhaseStarted,
+    RunFailed,
+    RunPaused,
+    RunResumed,
+    RunStarted,
+    StepCompleted,
+    StepStarted,
 )
 from tuitrain.sinks.console import HeadlessConsole, plain
 from tuitrain.sinks.summary import format_summary_table
@@ -35,9 +45,9 @@ def test_a_run_prints_throttled_progress_epoch_lines_and_the_summary(tmp_path):
     assert "checkpoint saved: checkpoint/epoch-2.pt (epoch 2, step 8) · best" in lines
     end = lines.index("training completed: all 2 epochs done")
     table = format_summary_table(SUMMARY).splitlines()
-    assert lines[end + 1:end + 1 + len(table)] == table
+    assert lines[end + 1 : end + 1 + len(table)] == table
     assert "| valid | loss     |    0.3000 |     2 | 0.7000 |     1 |" in table
-    assert lines[end + 1 + len(table):] == [
+    assert lines[end + 1 + len(table) :] == [
         "status completed · exit code 0 · epoch 2 · step 8 · duration 0:00:45",
         f"best checkpoint: {tmp_path}/checkpoint/epoch-2.pt (valid/loss 0.3000)",  # absolute (issue 51)
     ]
@@ -46,8 +56,17 @@ def test_a_run_prints_throttled_progress_epoch_lines_and_the_summary(tmp_path):
 
 
 def start(c, max_steps=0, steps_per_epoch=100):
-    c(RunStarted(run_dir="runs/x/1", experiment="x", epochs=3, max_steps=max_steps,
-                 steps_per_epoch=steps_per_epoch, batch_size=8, time=0.0))
+    c(
+        RunStarted(
+            run_dir="runs/x/1",
+            experiment="x",
+            epochs=3,
+            max_steps=max_steps,
+            steps_per_epoch=steps_per_epoch,
+            batch_size=8,
+            time=0.0,
+        )
+    )
     c(EpochStarted(epoch=1, epochs=3, step=0, time=0.0))
     c(PhaseStarted(phase="train", split="train", epoch=1, step=0, batches=steps_per_epoch, time=0.0))
 
@@ -100,7 +119,11 @@ def test_output_control_pause_and_failure_lines():
     c(CheckpointFailed(epoch=1, step=3, error="OSError: disk full", reason="request"))
     c(RunFailed(error="ValueError: bad shape", traceback="Traceback ...", epoch=1, step=3))
     assert out.getvalue().splitlines()[1:] == [
-        "bold", "100%", "stop requested (signal: SIGINT)", "paused at epoch 1, step 3", "resumed after 0:00:03",
+        "bold",
+        "100%",
+        "stop requested (signal: SIGINT)",
+        "paused at epoch 1, step 3",
+        "resumed after 0:00:03",
     ]
     assert err.getvalue().splitlines() == [
         "a warning",

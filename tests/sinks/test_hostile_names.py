@@ -19,8 +19,27 @@ from tuitrain.sinks.console import HeadlessConsole
 from tuitrain.sinks.experiment_log import ExperimentLog
 from tuitrain.sinks.metric_files import NAMES_FILE, MetricFileLogger, parse_line, safe_stem
 
-HOSTILE = ["a\x1b[2Jb", "n" * 300, "grad/layer.0/norm", "../x", "..", ".", "", "a b", "a_b", "Loss", "loss",
-           "x.epoch", "\x1b]0;pwned\x07", "\\", "损失", "nul\x00byte", "/etc/passwd", "~", "a~b"]
+HOSTILE = [
+    "a\x1b[2Jb",
+    "n" * 300,
+    "grad/layer.0/norm",
+    "../x",
+    "..",
+    ".",
+    "",
+    "a b",
+    "a_b",
+    "Loss",
+    "loss",
+    "x.epoch",
+    "\x1b]0;pwned\x07",
+    "\\",
+    "损失",
+    "nul\x00byte",
+    "/etc/passwd",
+    "~",
+    "a~b",
+]
 ESC = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f]")
 
 
@@ -32,7 +51,9 @@ def files_of(run_dir: Path) -> dict[str, Path]:
 def test_any_metric_name_keeps_its_values_in_a_file_of_its_own(tmp_path):
     sink = MetricFileLogger(tmp_path)
     for step in (1, 2):
-        sink(MetricsLogged(split="train", epoch=1, step=step, metrics={n: i + step / 10 for i, n in enumerate(HOSTILE)}))
+        sink(
+            MetricsLogged(split="train", epoch=1, step=step, metrics={n: i + step / 10 for i, n in enumerate(HOSTILE)})
+        )
     sink(MetricsLogged(split="train", epoch=1, step=2, metrics={"x": 7.0}, scope="epoch"))  # x.epoch.log
     sink.close()
     files = files_of(tmp_path)
@@ -76,12 +97,20 @@ def test_experiment_log_and_console_show_names_and_prints_never_obey_them(tmp_pa
     log = ExperimentLog(tmp_path)
     out, err = io.StringIO(), io.StringIO()
     console = HeadlessConsole(stream=out, err=err)
-    events = [RunStarted(run_dir=str(tmp_path), experiment="exp\x1b]0;pwned\x07", epochs=1, max_steps=0,
-                         steps_per_epoch=0, batch_size=1),
-              OutputPrinted(text="preparing 3/30", stream="stderr", partial=True),
-              OutputPrinted(text="preparing 29/30", stream="stderr", partial=True),
-              OutputPrinted(text="preparing 26/30\rpreparing 30/30", stream="stderr"),
-              OutputPrinted(text="a\x1b[2Jb [bold]as typed[/]\x1b[31m")]
+    events = [
+        RunStarted(
+            run_dir=str(tmp_path),
+            experiment="exp\x1b]0;pwned\x07",
+            epochs=1,
+            max_steps=0,
+            steps_per_epoch=0,
+            batch_size=1,
+        ),
+        OutputPrinted(text="preparing 3/30", stream="stderr", partial=True),
+        OutputPrinted(text="preparing 29/30", stream="stderr", partial=True),
+        OutputPrinted(text="preparing 26/30\rpreparing 30/30", stream="stderr"),
+        OutputPrinted(text="a\x1b[2Jb [bold]as typed[/]\x1b[31m"),
+    ]
     for e in events:
         log(e)
         console(e)
@@ -89,7 +118,7 @@ def test_experiment_log_and_console_show_names_and_prints_never_obey_them(tmp_pa
     text = (tmp_path / "experiment.log").read_text()
     for shown in (text, out.getvalue(), err.getvalue()):
         assert not ESC.search(shown.replace("\n", "")), repr(shown)
-    assert "pwned" not in out.getvalue()  # experiment.log names the experiment by its repr: '\x1b]0;pwned\x07' 
+    assert "pwned" not in out.getvalue()  # experiment.log names the experiment by its repr: '\x1b]0;pwned\x07'
     assert text.count("preparing") == 1 and "preparing 30/30" in text  # one line per bar: its end
     assert err.getvalue() == "preparing 30/30\n"
     assert "ab [bold]as typed[/]" in text and "ab [bold]as typed[/]" in out.getvalue()

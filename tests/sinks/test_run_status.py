@@ -39,8 +39,13 @@ def test_a_completed_run(tmp_path):
 def test_best_comes_from_the_best_checkpoint_before_the_end(tmp_path):
     w, _ = writer(tmp_path)
     feed(w, run_events(tmp_path)[:-1])
-    assert read_run(tmp_path)["best"] == {"file": "checkpoint/epoch-2.pt", "monitor": "valid/loss",
-                                          "value": 0.1 + 0.2, "epoch": 2, "step": 8}
+    assert read_run(tmp_path)["best"] == {
+        "file": "checkpoint/epoch-2.pt",
+        "monitor": "valid/loss",
+        "value": 0.1 + 0.2,
+        "epoch": 2,
+        "step": 8,
+    }
 
 
 def test_step_progress_is_written_at_most_every_interval(tmp_path):
@@ -82,8 +87,9 @@ def test_a_resumed_run_keeps_started_and_counts_resumes(tmp_path):
 
 
 def test_a_killed_run_is_not_live(tmp_path):
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True, check=True)
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True
+    )
     run = {"status": "running", "pid": int(dead.stdout), "exit_code": None}
     (tmp_path / "run.json").write_text(json.dumps(run))
     assert live_status(tmp_path) == "killed" and not is_live(tmp_path)

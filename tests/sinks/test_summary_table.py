@@ -4,14 +4,16 @@ from tuitrain.sinks.summary import format_duration, format_summary_table, format
 
 def test_table_matches_burn_layout_with_train_rows_first():
     summary = {"valid/loss": SUMMARY["valid/loss"], **SUMMARY}
-    assert format_summary_table(summary) == "\n".join([
-        "| Split | Metric   | Min.      | Epoch | Max.   | Epoch |",
-        "|-------|----------|-----------|-------|--------|-------|",
-        "| train | loss     | 1.000e-07 |     1 | 2.5000 |     1 |",
-        "| train | accuracy |    0.2500 |     1 | 1.0000 |     2 |",
-        "| valid | loss     |    0.3000 |     2 | 0.7000 |     1 |",
-        "| valid | accuracy |    0.6000 |     1 | 0.8000 |     2 |",
-    ])
+    assert format_summary_table(summary) == "\n".join(
+        [
+            "| Split | Metric   | Min.      | Epoch | Max.   | Epoch |",
+            "|-------|----------|-----------|-------|--------|-------|",
+            "| train | loss     | 1.000e-07 |     1 | 2.5000 |     1 |",
+            "| train | accuracy |    0.2500 |     1 | 1.0000 |     2 |",
+            "| valid | loss     |    0.3000 |     2 | 0.7000 |     1 |",
+            "| valid | accuracy |    0.6000 |     1 | 0.8000 |     2 |",
+        ]
+    )
 
 
 def test_table_edge_cases():
@@ -37,8 +39,9 @@ def test_value_and_duration_formats():
 
 def test_a_summary_without_epochs_has_no_epoch_columns():
     """Monitor's loop has no epochs: its table is split, metric, min and max."""
-    table = format_summary_table({"train/loss": {"min": 0.5, "max": 2.0, "last": 0.5},
-                                  "valid/loss": {"min": 0.7, "max": 1.9, "last": 0.7}}).splitlines()
+    table = format_summary_table(
+        {"train/loss": {"min": 0.5, "max": 2.0, "last": 0.5}, "valid/loss": {"min": 0.7, "max": 1.9, "last": 0.7}}
+    ).splitlines()
     assert table[0] == "| Split | Metric | Min.   | Max.   |"
     assert table[2:] == ["| train | loss   | 0.5000 | 2.0000 |", "| valid | loss   | 0.7000 | 1.9000 |"]
 

@@ -71,26 +71,30 @@ def media_events(run_dir):
         MediaLogged(key="samples", step=5, kind="image", path="media/samples/5.png", width=10, height=6),
         MediaLogged(key="samples", step=6, kind="image", path="media/samples/6.png", width=10, height=6),  # thinned
         MediaLogged(key="sample", step=5, kind="text", path="media/sample/5.txt", text="def f():\n    return '```'"),
-        HistogramLogged(key="weights/fc1", step=5, low=-2.0, high=2.0, counts=[0, 3, 1, 0], min=-0.9, max=0.4,
-                        mean=-0.5),
+        HistogramLogged(
+            key="weights/fc1", step=5, low=-2.0, high=2.0, counts=[0, 3, 1, 0], min=-0.9, max=0.4, mean=-0.5
+        ),
         HistogramLogged(key="weights/fc1", step=6, low=-2.0, high=2.0, counts=[0, 0, 0, 0]),  # nothing counted
     ]
 
 
 def test_histogram_buckets_keep_the_counted_bins_behind_an_empty_one():
-    raw = tb.histogram_buckets(HistogramLogged(key="w", step=1, low=-2.0, high=2.0, counts=[0, 3, 1, 0],
-                                               min=-0.9, max=0.4, mean=-0.2))
+    raw = tb.histogram_buckets(
+        HistogramLogged(key="w", step=1, low=-2.0, high=2.0, counts=[0, 3, 1, 0], min=-0.9, max=0.4, mean=-0.2)
+    )
     assert raw["bucket_limits"] == [-0.9, 0.0, 0.4] and raw["bucket_counts"] == [0, 3, 1]
     assert raw["num"] == 4 and raw["sum"] == pytest.approx(-0.8) and (raw["min"], raw["max"]) == (-0.9, 0.4)
     # from the centres -0.45 and 0.2, less Sheppard's correction for bins 1 wide
-    assert raw["sum_squares"] == pytest.approx(3 * 0.45 ** 2 + 0.2 ** 2 - 4 / 12)
+    assert raw["sum_squares"] == pytest.approx(3 * 0.45**2 + 0.2**2 - 4 / 12)
     # never below what the mean alone implies (all values equal)
-    raw = tb.histogram_buckets(HistogramLogged(key="w", step=1, low=0.0, high=4.0, counts=[0, 0, 2, 0],
-                                               min=2.5, max=2.5, mean=2.5))
-    assert raw["bucket_limits"] == [2.5, 2.5] and raw["sum_squares"] == pytest.approx(2 * 2.5 ** 2)
+    raw = tb.histogram_buckets(
+        HistogramLogged(key="w", step=1, low=0.0, high=4.0, counts=[0, 0, 2, 0], min=2.5, max=2.5, mean=2.5)
+    )
+    assert raw["bucket_limits"] == [2.5, 2.5] and raw["sum_squares"] == pytest.approx(2 * 2.5**2)
     # values past the range were clamped into the end bins: those bins reach min and max
-    raw = tb.histogram_buckets(HistogramLogged(key="w", step=1, low=0.0, high=1.0, counts=[2, 0, 0, 5],
-                                               min=-3.0, max=9.0, mean=1.0))
+    raw = tb.histogram_buckets(
+        HistogramLogged(key="w", step=1, low=0.0, high=1.0, counts=[2, 0, 0, 5], min=-3.0, max=9.0, mean=1.0)
+    )
     assert raw["bucket_limits"] == [-3.0, 0.25, 0.5, 0.75, 9.0] and raw["bucket_counts"] == [0, 2, 0, 0, 5]
     assert tb.histogram_buckets(HistogramLogged(key="w", step=1, low=0.0, high=1.0, counts=[0, 0])) is None
 
@@ -102,8 +106,11 @@ def test_histogram_sum_squares_estimate_is_close_for_many_values():
 
     values = torch.randn(20000, generator=torch.Generator().manual_seed(0)) * 0.5 + 0.2
     counts = histogram_counts([values], -2.0, 2.5).tolist()
-    raw = tb.histogram_buckets(HistogramLogged(key="w", step=1, low=-2.0, high=2.5, counts=counts[:BINS],
-                                               min=counts[-3], max=counts[-2], mean=counts[-1]))
+    raw = tb.histogram_buckets(
+        HistogramLogged(
+            key="w", step=1, low=-2.0, high=2.5, counts=counts[:BINS], min=counts[-3], max=counts[-2], mean=counts[-1]
+        )
+    )
     assert raw["num"] == 20000
     assert raw["sum"] == pytest.approx(float(values.sum()), rel=1e-4)
     assert raw["sum_squares"] == pytest.approx(float((values.double() ** 2).sum()), rel=1e-3)

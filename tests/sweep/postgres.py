@@ -77,8 +77,9 @@ def find_driver() -> Driver:
         except ImportError:
             continue
         return Driver(module, dialect)
-    raise PostgresUnavailable("no PostgreSQL driver for Python (psycopg2 or psycopg): "
-                              "pip install psycopg2-binary (the test extra has it)")
+    raise PostgresUnavailable(
+        "no PostgreSQL driver for Python (psycopg2 or psycopg): pip install psycopg2-binary (the test extra has it)"
+    )
 
 
 def _version_key(bindir: str) -> tuple:
@@ -97,8 +98,10 @@ def find_bindir() -> Path:
     for bindir in candidates:
         if all(os.access(os.path.join(bindir, tool), os.X_OK) for tool in ("initdb", "pg_ctl", "postgres")):
             return Path(bindir)
-    raise PostgresUnavailable("no PostgreSQL server binaries (initdb, pg_ctl, postgres) on PATH or under "
-                              "/usr/lib/postgresql/*/bin: install Debian's postgresql package (.ci/run does)")
+    raise PostgresUnavailable(
+        "no PostgreSQL server binaries (initdb, pg_ctl, postgres) on PATH or under "
+        "/usr/lib/postgresql/*/bin: install Debian's postgresql package (.ci/run does)"
+    )
 
 
 def _runas_prefix() -> tuple[list[str], pwd.struct_passwd | None]:
@@ -112,8 +115,9 @@ def _runas_prefix() -> tuple[list[str], pwd.struct_passwd | None]:
             user = pwd.getpwnam(name)
             break
     if user is None or user.pw_uid == 0:
-        raise PostgresUnavailable("running as root, and PostgreSQL will not; "
-                                  "no 'postgres' or 'nobody' user to run it as")
+        raise PostgresUnavailable(
+            "running as root, and PostgreSQL will not; no 'postgres' or 'nobody' user to run it as"
+        )
     if shutil.which("runuser"):
         return ["runuser", "-u", user.pw_name, "--"], user
     if shutil.which("setpriv"):
@@ -122,8 +126,9 @@ def _runas_prefix() -> tuple[list[str], pwd.struct_passwd | None]:
         # su runs a shell command line: "$0" "$@" is the command after it; -s: nobody's shell is
         # nologin; "--" before the user, or su would take the tool's options (-w, -D) as its own
         return ["su", "-s", "/bin/sh", "-c", '"$0" "$@"', "--", user.pw_name], user
-    raise PostgresUnavailable("running as root, and PostgreSQL will not; "
-                              f"no runuser, setpriv or su to run it as {user.pw_name}")
+    raise PostgresUnavailable(
+        f"running as root, and PostgreSQL will not; no runuser, setpriv or su to run it as {user.pw_name}"
+    )
 
 
 def _clean_env() -> dict[str, str]:
@@ -159,8 +164,16 @@ class _Server:
         out = stdout_file.open("ab") if stdout_file else subprocess.PIPE
         try:
             # cwd: the unprivileged user may not be able to enter ours (/root)
-            proc = subprocess.run(cmd, cwd=self.root, env=self.env, stdin=subprocess.DEVNULL, stdout=out,
-                                  stderr=subprocess.STDOUT, timeout=timeout, check=False)
+            proc = subprocess.run(
+                cmd,
+                cwd=self.root,
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                timeout=timeout,
+                check=False,
+            )
         finally:
             if stdout_file:
                 out.close()
@@ -169,8 +182,18 @@ class _Server:
             raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}:\n{said[-3000:]}")
 
     def initdb(self) -> None:
-        self.run("initdb", "-D", str(self.data), "-U", SUPERUSER, "--auth=trust", "--encoding=UTF8",
-                 "--locale=C", "--no-sync", timeout=120)
+        self.run(
+            "initdb",
+            "-D",
+            str(self.data),
+            "-U",
+            SUPERUSER,
+            "--auth=trust",
+            "--encoding=UTF8",
+            "--locale=C",
+            "--no-sync",
+            timeout=120,
+        )
         settings = dict(_SETTINGS, unix_socket_directories=f"'{self.root}'")
         with (self.data / "postgresql.conf").open("a") as f:  # as root: the file stays the user's
             f.write("\n# tests/sweep/postgres.py\n")
@@ -184,9 +207,19 @@ class _Server:
                 f.write(f"port = {self.port}\n")  # the last setting of a name wins
             try:
                 # -l: the server's output goes to the log, so it holds none of our pipes
-                self.run("pg_ctl", "start", "-D", str(self.data), "-l", str(self.log), "-w",
-                         "-t", str(START_TIMEOUT_S), timeout=START_TIMEOUT_S + 30,
-                         stdout_file=self.root / "pg_ctl.out")
+                self.run(
+                    "pg_ctl",
+                    "start",
+                    "-D",
+                    str(self.data),
+                    "-l",
+                    str(self.log),
+                    "-w",
+                    "-t",
+                    str(START_TIMEOUT_S),
+                    timeout=START_TIMEOUT_S + 30,
+                    stdout_file=self.root / "pg_ctl.out",
+                )
                 return
             except RuntimeError as e:
                 log = _tail(self.log)
@@ -227,10 +260,12 @@ def postgres_server(database: str = DATABASE) -> Iterator[str]:
             except OSError as e:
                 raise PostgresUnavailable(f"cannot give {root} to the {user.pw_name} user: {e}") from None
             os.chmod(root, 0o755)
-            if subprocess.run([*prefix, "test", "-w", str(root)], stdin=subprocess.DEVNULL,
-                              capture_output=True, check=False).returncode:
-                raise PostgresUnavailable(f"the {user.pw_name} user cannot write {root} "
-                                          "(a folder above it is closed to it?)")
+            if subprocess.run(
+                [*prefix, "test", "-w", str(root)], stdin=subprocess.DEVNULL, capture_output=True, check=False
+            ).returncode:
+                raise PostgresUnavailable(
+                    f"the {user.pw_name} user cannot write {root} (a folder above it is closed to it?)"
+                )
         server = _Server(bindir, prefix, user, root)
         server.initdb()
         server.start()
@@ -241,8 +276,9 @@ def postgres_server(database: str = DATABASE) -> Iterator[str]:
                 break
             except driver.error:
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"the server on port {server.port} accepts no connection:\n"
-                                       f"{_tail(server.log)}") from None
+                    raise RuntimeError(
+                        f"the server on port {server.port} accepts no connection:\n{_tail(server.log)}"
+                    ) from None
                 time.sleep(0.1)
         try:
             conn.autocommit = True

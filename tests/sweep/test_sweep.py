@@ -85,13 +85,34 @@ class SlowNet(SpiralNet):  # the spirals demo's model, `pause` seconds a forward
 """
 
 
-def project(tmp_path: Path, *, epochs=3, trials=4, parallel=2, sampler="grid", pruner="median", storage="",
-            params=LR, n=640, pause=0.0, seed=0) -> Path:
+def project(
+    tmp_path: Path,
+    *,
+    epochs=3,
+    trials=4,
+    parallel=2,
+    sampler="grid",
+    pruner="median",
+    storage="",
+    params=LR,
+    n=640,
+    pause=0.0,
+    seed=0,
+) -> Path:
     shutil.copy(ROOT / "demo" / "spirals.py", tmp_path / "spirals.py")
     (tmp_path / "slownet.py").write_text(SLOW_NET)
     config = tmp_path / "sweep.toml"
-    text = CONFIG.format(epochs=epochs, trials=trials, parallel=parallel, sampler=sampler, pruner=pruner,
-                         storage=storage, params=params, n=n, seed=seed)
+    text = CONFIG.format(
+        epochs=epochs,
+        trials=trials,
+        parallel=parallel,
+        sampler=sampler,
+        pruner=pruner,
+        storage=storage,
+        params=params,
+        n=n,
+        seed=seed,
+    )
     if pause:
         text = text.replace('target = "spirals:SpiralNet"', f'target = "slownet:SlowNet"\npause = {pause}')
     config.write_text(text)
@@ -99,14 +120,26 @@ def project(tmp_path: Path, *, epochs=3, trials=4, parallel=2, sampler="grid", p
 
 
 def sweep(tmp_path: Path, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tuitrain", "sweep", "sweep.toml", *args], cwd=tmp_path,
-                          env=cli_env(), capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "tuitrain", "sweep", "sweep.toml", *args],
+        cwd=tmp_path,
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def start(tmp_path: Path, *args: str, session: bool = False) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "tuitrain", "sweep", "sweep.toml", *args], cwd=tmp_path,
-                            env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=session)
+    return subprocess.Popen(
+        [sys.executable, "-m", "tuitrain", "sweep", "sweep.toml", *args],
+        cwd=tmp_path,
+        env=cli_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=session,
+    )
 
 
 def run_json(run_dir: Path) -> dict:
@@ -134,24 +167,35 @@ def study(folder: Path, storage: str = ""):
 SWEEP = Path("runs") / "spirals" / "sweep-spirals"
 
 
-@pytest.mark.parametrize("table, key, said", [
-    ('"optimzer.lr" = { low = 1e-4, high = 1e-1 }', 'sweep.params."optimzer.lr"', "unknown table"),
-    ('"optimizer.lr" = { low = 0.1, high = 0.01 }', 'sweep.params."optimizer.lr"', "must be below high"),
-    ('"optimizer.lr" = { low = 0.0, high = 0.1, log = true }', 'sweep.params."optimizer.lr".low', "above 0"),
-    ('"train.epochs" = { low = -2, high = 3 }', 'sweep.params."train.epochs"', "-2 is refused"),
-    ('"optimizer.lr" = { choices = [] }', 'sweep.params."optimizer.lr".choices', "expected a list"),
-    ('"optimizer.lr" = { low = 1e-4, high = 1e-1, lg = true }', 'sweep.params."optimizer.lr".lg',
-     "did you mean 'log'"),
-    # keys the target refuses, found from its signature as `tuitrain run --set` finds them (issue 51): no
-    # trial starts, where each of them would have failed with the same error
-    ('"optimizer.lrr" = { low = 1e-4, high = 1e-1, log = true }', 'sweep.params."optimizer.lrr"',
-     "unexpected keyword argument for torch.optim:AdamW (did you mean 'lr'?)"),
-    ('"model.hiden" = { choices = [8, 16] }', 'sweep.params."model.hiden"',
-     "unexpected keyword argument for spirals:SpiralNet (did you mean 'hidden'?)"),
-    ('"optimizer.betas" = { choices = [0.9, 0.99] }', 'sweep.params."optimizer.betas"', "0.9 is refused"),
-])
-def test_a_bad_sweep_table_is_exit_2_naming_the_key_and_nothing_runs(tmp_path, monkeypatch, capsys, table, key,
-                                                                      said):
+@pytest.mark.parametrize(
+    "table, key, said",
+    [
+        ('"optimzer.lr" = { low = 1e-4, high = 1e-1 }', 'sweep.params."optimzer.lr"', "unknown table"),
+        ('"optimizer.lr" = { low = 0.1, high = 0.01 }', 'sweep.params."optimizer.lr"', "must be below high"),
+        ('"optimizer.lr" = { low = 0.0, high = 0.1, log = true }', 'sweep.params."optimizer.lr".low', "above 0"),
+        ('"train.epochs" = { low = -2, high = 3 }', 'sweep.params."train.epochs"', "-2 is refused"),
+        ('"optimizer.lr" = { choices = [] }', 'sweep.params."optimizer.lr".choices', "expected a list"),
+        (
+            '"optimizer.lr" = { low = 1e-4, high = 1e-1, lg = true }',
+            'sweep.params."optimizer.lr".lg',
+            "did you mean 'log'",
+        ),
+        # keys the target refuses, found from its signature as `tuitrain run --set` finds them (issue 51): no
+        # trial starts, where each of them would have failed with the same error
+        (
+            '"optimizer.lrr" = { low = 1e-4, high = 1e-1, log = true }',
+            'sweep.params."optimizer.lrr"',
+            "unexpected keyword argument for torch.optim:AdamW (did you mean 'lr'?)",
+        ),
+        (
+            '"model.hiden" = { choices = [8, 16] }',
+            'sweep.params."model.hiden"',
+            "unexpected keyword argument for spirals:SpiralNet (did you mean 'hidden'?)",
+        ),
+        ('"optimizer.betas" = { choices = [0.9, 0.99] }', 'sweep.params."optimizer.betas"', "0.9 is refused"),
+    ],
+)
+def test_a_bad_sweep_table_is_exit_2_naming_the_key_and_nothing_runs(tmp_path, monkeypatch, capsys, table, key, said):
     from tuitrain.cli import main
 
     project(tmp_path, params=table, sampler="random")
@@ -184,8 +228,16 @@ def test_a_sweep_prunes_the_bad_trials_and_prints_the_best(tmp_path, postgres_ur
     """On a real PostgreSQL study."""
     # 50 ms a step: a trial lives on for seconds after its first validation, for the pruner's stop
     # the grid has 3 values, the bad one last with this seed: the median of the first two judges it
-    project(tmp_path, epochs=5, trials=6, parallel=1, pause=0.05, seed=1, storage=postgres_url,
-            params='"optimizer.lr" = { choices = [0.03, 0.00001, 0.02] }')  # 6 trials asked, the grid has 3
+    project(
+        tmp_path,
+        epochs=5,
+        trials=6,
+        parallel=1,
+        pause=0.05,
+        seed=1,
+        storage=postgres_url,
+        params='"optimizer.lr" = { choices = [0.03, 0.00001, 0.02] }',
+    )  # 6 trials asked, the grid has 3
     done = sweep(tmp_path, "--headless")
     assert done.returncode == 0, done.stdout + done.stderr
     folder = tmp_path / SWEEP
@@ -232,8 +284,16 @@ def wait_for(check, timeout: float = 120.0, what: str = "") -> None:
 def test_two_workers_share_one_study_on_postgresql(tmp_path, postgres_url):  # noqa: F811
     """The same command from two shells on one PostgreSQL storage: the trials are shared out, the study
     holds `trials` of them, not twice as many."""
-    project(tmp_path, epochs=2, trials=4, parallel=1, sampler="random", pruner="none",
-            params='"optimizer.lr" = { low = 1e-3, high = 1e-1, log = true }', storage=postgres_url)
+    project(
+        tmp_path,
+        epochs=2,
+        trials=4,
+        parallel=1,
+        sampler="random",
+        pruner="none",
+        params='"optimizer.lr" = { low = 1e-3, high = 1e-1, log = true }',
+        storage=postgres_url,
+    )
     first = start(tmp_path, "--headless")
     time.sleep(1.0)
     second = sweep(tmp_path, "--headless")
@@ -252,17 +312,43 @@ def test_stop_then_the_same_command_continues_the_study(tmp_path, how):
     """`tuitrain stop SWEEP_DIR`, or a cluster's "time is up" (SIGUSR1 to the job's every process, as
     Slurm's --signal sends it): each trial stops with a checkpoint; the same command continues them."""
     storage = ""
-    project(tmp_path, epochs=20, trials=2, parallel=2, sampler="random", pruner="none", n=6400, storage=storage,
-            params='"optimizer.lr" = { low = 1e-3, high = 1e-1, log = true }')
+    project(
+        tmp_path,
+        epochs=20,
+        trials=2,
+        parallel=2,
+        sampler="random",
+        pruner="none",
+        n=6400,
+        storage=storage,
+        params='"optimizer.lr" = { low = 1e-3, high = 1e-1, log = true }',
+    )
     worker = start(tmp_path, "--headless", session=True)
     folder = tmp_path / SWEEP
-    wait_for(lambda: len([t for t in folder.glob("trial-0*") if t.is_dir() and (t / "checkpoint").exists()
-                          and list((t / "checkpoint").glob("*.pt"))]) == 2, what="two trials with a checkpoint")
+    wait_for(
+        lambda: (
+            len(
+                [
+                    t
+                    for t in folder.glob("trial-0*")
+                    if t.is_dir() and (t / "checkpoint").exists() and list((t / "checkpoint").glob("*.pt"))
+                ]
+            )
+            == 2
+        ),
+        what="two trials with a checkpoint",
+    )
     if how == "SIGUSR1":
         os.killpg(worker.pid, signal.SIGUSR1)  # the worker and its trials: one process group, as a job step
     else:
-        stop = subprocess.run([sys.executable, "-m", "tuitrain", "stop", str(folder)], cwd=tmp_path,
-                              env=cli_env(), capture_output=True, text=True, timeout=60)
+        stop = subprocess.run(
+            [sys.executable, "-m", "tuitrain", "stop", str(folder)],
+            cwd=tmp_path,
+            env=cli_env(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert stop.returncode == 0 and "2 running trial(s) asked to stop" in stop.stdout, stop.stdout + stop.stderr
     out = worker.communicate(timeout=120)[0]
     assert worker.returncode == 130, out
@@ -286,13 +372,23 @@ def test_a_trial_of_a_worker_killed_with_kill_9_finishes_in_another_equal_to_an_
     """kill -9 of the worker: its trial's run is sent SIGTERM by the kernel (it dies with its worker) and
     stops gracefully with a checkpoint; the next worker marks the trial failed, queues it again and
     continues its run directory from that checkpoint. Every step's loss equals an uninterrupted run's."""
-    project(tmp_path, epochs=8, trials=1, parallel=1, sampler="random", pruner="none", n=6400,
-            params='"optimizer.lr" = { low = 1e-3, high = 1e-1, log = true }')
+    project(
+        tmp_path,
+        epochs=8,
+        trials=1,
+        parallel=1,
+        sampler="random",
+        pruner="none",
+        n=6400,
+        params='"optimizer.lr" = { low = 1e-3, high = 1e-1, log = true }',
+    )
     folder = tmp_path / SWEEP
     worker = start(tmp_path, "--headless")
     run_dir = folder / "trial-0000"
-    wait_for(lambda: (run_dir / "run.json").exists() and run_json(run_dir).get("epoch", 0) >= 3,
-             what="trial 0 in its third epoch")
+    wait_for(
+        lambda: (run_dir / "run.json").exists() and run_json(run_dir).get("epoch", 0) >= 3,
+        what="trial 0 in its third epoch",
+    )
     os.kill(worker.pid, signal.SIGKILL)
     worker.wait(timeout=30)
     wait_for(lambda: run_json(run_dir)["status"] != "running", what="the trial's run to stop")
@@ -304,9 +400,24 @@ def test_a_trial_of_a_worker_killed_with_kill_9_finishes_in_another_equal_to_an_
     assert [(t.state.name, t.user_attrs.get("resume_of")) for t in trials] == [("FAIL", None), ("COMPLETE", 0)]
     assert trials[1].user_attrs["run_dir"] == "trial-0000" and run_json(run_dir)["status"] == "completed"
     lr = trials[0].params["optimizer.lr"]
-    ref = subprocess.run([sys.executable, "-m", "tuitrain", "run", "sweep.toml", "--headless", "--run-dir", "ref",
-                          f"--set=optimizer.lr={lr!r}"], cwd=tmp_path, env=cli_env(), capture_output=True,
-                         text=True, timeout=300)
+    ref = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tuitrain",
+            "run",
+            "sweep.toml",
+            "--headless",
+            "--run-dir",
+            "ref",
+            f"--set=optimizer.lr={lr!r}",
+        ],
+        cwd=tmp_path,
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert ref.returncode == 0, ref.stderr
     resumed, whole = losses(run_dir), losses(tmp_path / "ref")
     assert len(whole) == 8 * 80 and resumed == whole
@@ -319,8 +430,16 @@ def test_on_a_terminal_the_trials_are_compared_live_and_q_stops_the_sweep(tmp_pa
 
     from tests.conftest import read_pty
 
-    project(tmp_path, epochs=40, trials=3, parallel=2, sampler="grid", pruner="none", pause=0.02,
-            params='"model.hidden" = { choices = [8, 24, 40] }')
+    project(
+        tmp_path,
+        epochs=40,
+        trials=3,
+        parallel=2,
+        sampler="grid",
+        pruner="none",
+        pause=0.02,
+        params='"model.hidden" = { choices = [8, 24, 40] }',
+    )
     env = dict(cli_env(), TERM="xterm-256color", COLUMNS="120", LINES="40")
     cmd = [sys.executable, "-m", "tuitrain", "sweep", "sweep.toml"]
     pid, fd = pty.fork()
@@ -329,6 +448,7 @@ def test_on_a_terminal_the_trials_are_compared_live_and_q_stops_the_sweep(tmp_pa
         os.execvpe(cmd[0], cmd, env)
     screen = b""
     try:
+
         def shows(*texts: bytes) -> bool:
             nonlocal screen
             screen += read_pty(fd, 0.1)
@@ -337,8 +457,10 @@ def test_on_a_terminal_the_trials_are_compared_live_and_q_stops_the_sweep(tmp_pa
         # the title counts the trials; two run at once, each listed with its value and status
         wait_for(lambda: shows(b"sweep spirals", b"2 trials", b"running"), timeout=120, what="two trials on screen")
         folder = tmp_path / SWEEP
-        wait_for(lambda: all((folder / t / "checkpoint").is_dir() for t in ("trial-0000", "trial-0001")),
-                 what="both trials training")
+        wait_for(
+            lambda: all((folder / t / "checkpoint").is_dir() for t in ("trial-0000", "trial-0001")),
+            what="both trials training",
+        )
         os.write(fd, b"q")
 
         def exited():
@@ -379,8 +501,16 @@ class BrokenNet(SpiralNet):  # a model that cannot train: every trial fails alik
 def test_a_study_whose_first_trials_fail_alike_stops_and_says_so(tmp_path):
     """Issue 51: the first 3 trials failed with the same error: the other 7 are not started; the error said
     once, with what was not started; exit 1."""
-    project(tmp_path, epochs=1, trials=10, parallel=1, sampler="random", pruner="none", n=200,
-            params='"optimizer.lr" = { low = 1e-4, high = 1e-1, log = true }')
+    project(
+        tmp_path,
+        epochs=1,
+        trials=10,
+        parallel=1,
+        sampler="random",
+        pruner="none",
+        n=200,
+        params='"optimizer.lr" = { low = 1e-4, high = 1e-1, log = true }',
+    )
     (tmp_path / "broken.py").write_text(BROKEN_NET)
     config = tmp_path / "sweep.toml"
     config.write_text(config.read_text().replace('"spirals:SpiralNet"', '"broken:BrokenNet"'))
@@ -404,8 +534,16 @@ def test_leaving_the_dashboard_of_an_ended_sweep_prints_the_study_alone(tmp_path
 
     from tests.conftest import read_pty
 
-    project(tmp_path, epochs=1, trials=2, parallel=1, sampler="grid", pruner="none", n=200,
-            params='"model.hidden" = { choices = [8, 16] }')
+    project(
+        tmp_path,
+        epochs=1,
+        trials=2,
+        parallel=1,
+        sampler="grid",
+        pruner="none",
+        n=200,
+        params='"model.hidden" = { choices = [8, 16] }',
+    )
     env = dict(cli_env(), TERM="xterm-256color", COLUMNS="120", LINES="40")
     cmd = [sys.executable, "-m", "tuitrain", "sweep", "sweep.toml"]
     pid, fd = pty.fork()
@@ -415,6 +553,7 @@ def test_leaving_the_dashboard_of_an_ended_sweep_prints_the_study_alone(tmp_path
     screen = b""
     log = tmp_path / SWEEP / "sweep.log"
     try:
+
         def shows(*texts: bytes) -> bool:
             nonlocal screen
             screen += read_pty(fd, 0.1)
@@ -448,8 +587,15 @@ def test_leaving_the_dashboard_of_an_ended_sweep_prints_the_study_alone(tmp_path
 def test_the_pruner_waits_prune_after_epochs(tmp_path):
     """Issue 51: `prune_after = 3`: a bad trial is judged from its validation after 3 epochs (step 24 here),
     not at its first (step 8), where a curve on a plateau would be stopped."""
-    config = project(tmp_path, epochs=8, trials=3, parallel=1, pause=0.1, seed=1,
-                     params='"optimizer.lr" = { choices = [0.03, 0.00001, 0.02] }')
+    config = project(
+        tmp_path,
+        epochs=8,
+        trials=3,
+        parallel=1,
+        pause=0.1,
+        seed=1,
+        params='"optimizer.lr" = { choices = [0.03, 0.00001, 0.02] }',
+    )
     config.write_text(config.read_text().replace('pruner = "median"', 'pruner = "median"\nprune_after = 3'))
     done = sweep(tmp_path, "--headless")
     out = done.stdout

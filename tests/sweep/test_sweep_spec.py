@@ -29,22 +29,46 @@ epochs = 2
 valid = ["loss"]
 """
 
-scalars = st.one_of(st.integers(-5, 200), st.floats(allow_nan=True, allow_infinity=True), st.booleans(),
-                    st.text(max_size=6))
-values = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=3),
-                                                        st.dictionaries(st.text(max_size=5), inner, max_size=3)),
-                      max_leaves=6)
-KEYS = st.sampled_from(["optimizer.lr", "train.epochs", "model.out_features", "nope.key", "train", "optimizer.lr.x",
-                        "data.batch_size", "train.precision"])
+scalars = st.one_of(
+    st.integers(-5, 200), st.floats(allow_nan=True, allow_infinity=True), st.booleans(), st.text(max_size=6)
+)
+values = st.recursive(
+    scalars,
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=5), inner, max_size=3)),
+    max_leaves=6,
+)
+KEYS = st.sampled_from(
+    [
+        "optimizer.lr",
+        "train.epochs",
+        "model.out_features",
+        "nope.key",
+        "train",
+        "optimizer.lr.x",
+        "data.batch_size",
+        "train.precision",
+    ]
+)
 param = st.one_of(
     st.fixed_dictionaries({"low": scalars, "high": scalars}, optional={"log": scalars, "step": scalars}),
     st.fixed_dictionaries({"choices": st.lists(scalars, max_size=4)}),
-    values)
-tables = st.fixed_dictionaries({}, optional={
-    "params": st.one_of(st.dictionaries(KEYS, param, max_size=3), values),
-    "trials": values, "parallel": values, "sampler": st.sampled_from(["tpe", "grid", "x", "random"]),
-    "pruner": values, "metric": st.sampled_from(["valid/loss", "train/loss", "valid/f1", "loss", ""]),
-    "mode": values, "seed": values, "name": values, "extra": values})
+    values,
+)
+tables = st.fixed_dictionaries(
+    {},
+    optional={
+        "params": st.one_of(st.dictionaries(KEYS, param, max_size=3), values),
+        "trials": values,
+        "parallel": values,
+        "sampler": st.sampled_from(["tpe", "grid", "x", "random"]),
+        "pruner": values,
+        "metric": st.sampled_from(["valid/loss", "train/loss", "valid/f1", "loss", ""]),
+        "mode": values,
+        "seed": values,
+        "name": values,
+        "extra": values,
+    },
+)
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -32,8 +32,15 @@ def _data(n=64):
 def _learner(run_dir, epochs=6, model=None):
     torch.manual_seed(0)
     model = model or nn.Linear(4, 2)
-    return tuitrain.Learner(model, torch.optim.SGD(model.parameters(), lr=0.1), loss_fn=nn.CrossEntropyLoss(),
-                            batch_size=8, epochs=epochs, run_dir=run_dir, log_every_n_steps=1)
+    return tuitrain.Learner(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        loss_fn=nn.CrossEntropyLoss(),
+        batch_size=8,
+        epochs=epochs,
+        run_dir=run_dir,
+        log_every_n_steps=1,
+    )
 
 
 def _every_checkpoint_loads(run_dir: Path) -> list[str]:
@@ -102,15 +109,25 @@ def test_run_json_gets_its_final_status_on_a_disk_with_no_room_for_a_new_file(tm
     from tuitrain.sinks import run_status
 
     writer = run_status.RunStatusWriter(tmp_path)
-    writer(RunStarted(run_dir=str(tmp_path), experiment="x", epochs=1, max_steps=0, steps_per_epoch=1,
-                      batch_size=1, pid=os.getpid()))
+    writer(
+        RunStarted(
+            run_dir=str(tmp_path),
+            experiment="x",
+            epochs=1,
+            max_steps=0,
+            steps_per_epoch=1,
+            batch_size=1,
+            pid=os.getpid(),
+        )
+    )
 
     def no_room(path, obj):  # a temporary file cannot be written any more
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(run_status, "atomic_write_json", no_room)
-    writer(RunFailed(error="cannot write x: No space left on device", traceback="", epoch=1, step=3,
-                     cause="write_failed"))
+    writer(
+        RunFailed(error="cannot write x: No space left on device", traceback="", epoch=1, step=3, cause="write_failed")
+    )
     info = json.loads((tmp_path / "run.json").read_text())
     assert info["status"] == "failed" and info["reason"] == "write_failed" and info["step"] == 3
     assert fsutil.WRITE_FAULTS[errno.ENOSPC] == "the disk is full"
@@ -129,9 +146,13 @@ def test_a_real_full_disk_under_the_cli_ends_in_one_line_and_a_failed_run(tiny, 
     if not _mount_tmpfs(disk, "3m"):
         pytest.skip("cannot mount a tmpfs here (needs root)")
     try:
-        cfg = tiny.write_config("full.toml", tiny.config_text().replace(
-            f'dir = "{tiny.runs.as_posix()}"', f'dir = "{disk.as_posix()}"').replace(
-            "epochs = 3", "epochs = 1000").replace("hidden = 16", "hidden = 512"))
+        cfg = tiny.write_config(
+            "full.toml",
+            tiny.config_text()
+            .replace(f'dir = "{tiny.runs.as_posix()}"', f'dir = "{disk.as_posix()}"')
+            .replace("epochs = 3", "epochs = 1000")
+            .replace("hidden = 16", "hidden = 512"),
+        )
         r = tiny.cli("run", cfg, "--headless")
         assert r.returncode == 1, r.stderr[-2000:]
         assert "Traceback" not in r.stdout + r.stderr
@@ -149,12 +170,19 @@ def test_a_real_full_disk_under_the_cli_ends_in_one_line_and_a_failed_run(tiny, 
 
 
 def test_out_of_memory_in_a_step_names_the_batch_size_and_the_keys_to_change(tiny):
-    cfg = tiny.write_config("oom.toml", tiny.config_text().replace(
-        'target = "tinyproj:Net"', 'target = "tinyproj:Net"\nfail_at_step = 10').replace(
-        "[data]", "[data]"))
-    (tiny.root / "tinyproj.py").write_text((tiny.root / "tinyproj.py").read_text().replace(
-        'raise RuntimeError(f"tinyproj exploded on purpose at call {self.train_calls}")',
-        'raise MemoryError()'))
+    cfg = tiny.write_config(
+        "oom.toml",
+        tiny.config_text()
+        .replace('target = "tinyproj:Net"', 'target = "tinyproj:Net"\nfail_at_step = 10')
+        .replace("[data]", "[data]"),
+    )
+    (tiny.root / "tinyproj.py").write_text(
+        (tiny.root / "tinyproj.py")
+        .read_text()
+        .replace(
+            'raise RuntimeError(f"tinyproj exploded on purpose at call {self.train_calls}")', "raise MemoryError()"
+        )
+    )
     r = tiny.cli("run", cfg, "--headless")
     assert r.returncode == 1
     errors = [line for line in r.stderr.splitlines() if line.startswith("error:")]
@@ -187,7 +215,7 @@ class Loud(Net):
         return out
 '''
 
-BROKEN_SCREEN = '''
+BROKEN_SCREEN = """
 import tuitrain.dashboard.app as _app
 
 _drain = _app.DashboardApp.drain
@@ -200,7 +228,7 @@ def drain(self, *args, **kwargs):
 
 
 _app.DashboardApp.drain = drain
-'''
+"""
 
 
 def _dashboard_run(tiny, run_dir, epochs: int, env_extra: dict | None = None):
@@ -210,9 +238,23 @@ def _dashboard_run(tiny, run_dir, epochs: int, env_extra: dict | None = None):
     from tests.conftest import cli_env
 
     (tiny.root / "loudproj.py").write_text(LOUD)
-    cmd = [sys.executable, "-m", "tuitrain", "run", str(tiny.config), "--run-dir", str(run_dir),
-           "--set", f"train.epochs={epochs}", "--set", "model.sleep=0.01", "--set", "model.target=loudproj:Loud",
-           "--set", "checkpoint.every_n_epochs=5"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "tuitrain",
+        "run",
+        str(tiny.config),
+        "--run-dir",
+        str(run_dir),
+        "--set",
+        f"train.epochs={epochs}",
+        "--set",
+        "model.sleep=0.01",
+        "--set",
+        "model.target=loudproj:Loud",
+        "--set",
+        "checkpoint.every_n_epochs=5",
+    ]
     env = dict(cli_env(), TERM="xterm-256color", COLUMNS="100", LINES="30", **(env_extra or {}))
     pid, fd = pty.fork()
     if pid == 0:
@@ -321,6 +363,7 @@ def test_a_failing_screen_leaves_training_to_finish_with_console_lines(tiny):
 
 # --- values a screen cannot draw ------------------------------------------------------------------
 
+
 def test_nan_inf_negative_and_enormous_values_are_drawn_without_an_error():
     import asyncio
 
@@ -329,14 +372,39 @@ def test_nan_inf_negative_and_enormous_values_are_drawn_without_an_error():
     from tuitrain.dashboard.sources import ReplaySource
 
     values = [1.0, float("nan"), float("inf"), -float("inf"), -3.5, 1e300, 0.0, 2.5e-7, -1e-300, 0.5]
-    events = [RunStarted(run_dir="", experiment="odd", epochs=2, max_steps=0, steps_per_epoch=len(values),
-                         batch_size=4, pid=os.getpid()), EpochStarted(epoch=1, epochs=2, step=0)]
+    events = [
+        RunStarted(
+            run_dir="",
+            experiment="odd",
+            epochs=2,
+            max_steps=0,
+            steps_per_epoch=len(values),
+            batch_size=4,
+            pid=os.getpid(),
+        ),
+        EpochStarted(epoch=1, epochs=2, step=0),
+    ]
     for i, v in enumerate(values, 1):
-        events.append(MetricsLogged(split="train", epoch=1, step=i, metrics={"loss": v, "odd": -v}, scope="step",
-                                    batch=i, batches=len(values)))
-    events.append(EpochCompleted(epoch=1, epochs=2, step=len(values), metrics={"valid/loss": float("nan"),
-                                                                               "train/loss": float("inf")},
-                                 duration=1.0))
+        events.append(
+            MetricsLogged(
+                split="train",
+                epoch=1,
+                step=i,
+                metrics={"loss": v, "odd": -v},
+                scope="step",
+                batch=i,
+                batches=len(values),
+            )
+        )
+    events.append(
+        EpochCompleted(
+            epoch=1,
+            epochs=2,
+            step=len(values),
+            metrics={"valid/loss": float("nan"), "train/loss": float("inf")},
+            duration=1.0,
+        )
+    )
 
     async def body():
         app = DashboardApp(ReplaySource(events), None)

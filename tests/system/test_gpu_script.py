@@ -17,8 +17,14 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_the_gpu_script_runs_every_step_on_the_cpu_and_reports_them(tmp_path):
     out = tmp_path / "out"
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "TUITRAIN_TEST_DEVICE")}
-    res = subprocess.run(["bash", "benchmarks/gpu/run.sh", "--cpu"], cwd=ROOT, env={**env, "OUT": str(out)},
-                         capture_output=True, text=True, timeout=420)
+    res = subprocess.run(
+        ["bash", "benchmarks/gpu/run.sh", "--cpu"],
+        cwd=ROOT,
+        env={**env, "OUT": str(out)},
+        capture_output=True,
+        text=True,
+        timeout=420,
+    )
     tail = res.stdout[-4000:] + res.stderr[-2000:]
     assert res.returncode == 0, tail
     report = json.loads((out / "report.json").read_text())

@@ -76,7 +76,7 @@ def tokens(n=96, block=8, vocab=16, seed=0):
     return TensorDataset(x[:64], y[:64]), TensorDataset(x[64:], y[64:])
 '''
 
-CONFIG = '''
+CONFIG = """
 [experiment]
 name = "gpt"
 dir = "{runs}"
@@ -115,7 +115,7 @@ monitor = "valid/perplexity"
 
 [dashboard]
 theme = "{theme}"
-'''
+"""
 
 
 @pytest.fixture
@@ -151,8 +151,9 @@ def test_nanogpt_style_run_from_a_toml(gpt):
     assert [e["step"] for e in valid] == [3, 6, 9, 12, 15, 16]
     assert all(e["items"] == 2 * 8 * 8 for e in valid)  # 2 batches of 8 sequences of 8 tokens
     # the values train_step returns are metrics; grad_norm and data_wait are measured on logged steps
-    logged = [e["metrics"] for e in events if e["event"] == "MetricsLogged" and e["split"] == "train"
-              and e["scope"] == "step"]
+    logged = [
+        e["metrics"] for e in events if e["event"] == "MetricsLogged" and e["split"] == "train" and e["scope"] == "step"
+    ]
     assert len(logged) == 8 and all({"loss", "perplexity", "grad_norm", "data_wait"} <= set(m) for m in logged)
     assert all(m["perplexity"] > 1 and math.isfinite(m["grad_norm"]) and m["grad_norm"] > 0 for m in logged)
     assert all(0 <= m["data_wait"] <= 1 for m in logged)
@@ -170,26 +171,29 @@ def test_resume_keeps_the_factory_groups_and_the_average(gpt):
 
 
 def test_no_decay_builds_two_groups(gpt):
-    run = prepare_run(gpt, ['optimizer.target=""', "optimizer.name=AdamW", 'optimizer.no_decay=["bias", "ln_"]'],
-                      headless=True)
+    run = prepare_run(
+        gpt, ['optimizer.target=""', "optimizer.name=AdamW", 'optimizer.no_decay=["bias", "ln_"]'], headless=True
+    )
     learner, _, _ = run.build(EventBus())
     decayed, plain = learner.optimizer.param_groups
     names = {id(p): n for n, p in learner.raw_model.named_parameters()}
     assert decayed["weight_decay"] == 0.1 and plain["weight_decay"] == 0.0
-    assert sorted(names[id(p)] for p in plain["params"]) == [
-        "fc.bias", "lm_head.bias", "ln_f.bias", "ln_f.weight"]
+    assert sorted(names[id(p)] for p in plain["params"]) == ["fc.bias", "lm_head.bias", "ln_f.bias", "ln_f.weight"]
     assert {names[id(p)] for p in decayed["params"]} == {"wte.weight", "fc.weight", "lm_head.weight"}
 
 
-@pytest.mark.parametrize("setting, key", [
-    ('optimizer.no_decay=["bias", 3]', "optimizer.no_decay"),
-    ('train.max_time="soon"', "train.max_time"),
-    ("ema.decay=1.5", "ema.decay"),
-    ('metrics.train=["loss", "acuracy"]', "metrics.train[1]"),
-    ('metrics.throughput_unit="words"', "metrics.throughput_unit"),
-    ('optimizer.no_decay=["bias"]', "optimizer.no_decay"),  # the factory builds its own groups
-    ("train.limit_valid_batches=-1", "train.limit_valid_batches"),
-])
+@pytest.mark.parametrize(
+    "setting, key",
+    [
+        ('optimizer.no_decay=["bias", 3]', "optimizer.no_decay"),
+        ('train.max_time="soon"', "train.max_time"),
+        ("ema.decay=1.5", "ema.decay"),
+        ('metrics.train=["loss", "acuracy"]', "metrics.train[1]"),
+        ('metrics.throughput_unit="words"', "metrics.throughput_unit"),
+        ('optimizer.no_decay=["bias"]', "optimizer.no_decay"),  # the factory builds its own groups
+        ("train.limit_valid_batches=-1", "train.limit_valid_batches"),
+    ],
+)
 def test_bad_settings_name_their_key(gpt, setting, key, capsys):
     with pytest.raises(ConfigError) as err:
         prepare_run(gpt, [setting])
@@ -218,17 +222,43 @@ def test_a_factory_that_returns_no_optimizer_under_ddp_is_the_same_one_line_and_
     import subprocess
 
     bad = ["--headless", "--set", "optimizer.target=gptproj:no_optimizer", "--set", "train.strategy=ddp"]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(tuitrain.__file__).parents[1]),
-                                                                     os.environ.get("PYTHONPATH")]))}
-    spawned = subprocess.run([sys.executable, "-m", "tuitrain", "run", str(gpt), *bad, "--set", "train.devices=2"],
-                             cwd=gpt.parent, env=env, capture_output=True, text=True, timeout=300)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(
+            filter(None, [str(Path(tuitrain.__file__).parents[1]), os.environ.get("PYTHONPATH")])
+        ),
+    }
+    spawned = subprocess.run(
+        [sys.executable, "-m", "tuitrain", "run", str(gpt), *bad, "--set", "train.devices=2"],
+        cwd=gpt.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert spawned.returncode == 2, spawned.stdout + spawned.stderr
     lines = spawned.stderr.strip().splitlines()
     assert lines == [l for l in lines if l.startswith("tuitrain: error: ")] and len(lines) == 1, spawned.stderr
     assert "optimizer.target" in lines[0] and "NoneType" in lines[0] and "rank" not in lines[0]
-    launched = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m", "tuitrain",
-                               "run", str(gpt), *bad], cwd=gpt.parent, env=env, capture_output=True, text=True,
-                              timeout=300)
+    launched = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node",
+            "2",
+            "-m",
+            "tuitrain",
+            "run",
+            str(gpt),
+            *bad,
+        ],
+        cwd=gpt.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert launched.returncode != 0
     assert launched.stderr.count("tuitrain: error: ") == 1 and "NoneType" in launched.stderr
     assert "exitcode  : 2" in launched.stderr, launched.stderr[-2000:]  # torchrun's report of the ranks
@@ -259,6 +289,7 @@ def test_a_config_error_found_while_building_closes_the_dashboard_at_once(gpt):
 
 
 # --- the Python API --------------------------------------------------------------------------
+
 
 @dataclass
 class Output:
@@ -303,9 +334,16 @@ def test_mapping_batches_train_with_no_glue():
     torch.manual_seed(0)
     model = DictModel()
     seen = Collect()
-    learner = tuitrain.Learner(model, torch.optim.SGD(model.parameters(), lr=0.5), epochs=8, batch_size=16,
-                               train_metrics=("loss", "accuracy"), valid_metrics=("loss", "accuracy"),
-                               log_every_n_steps=1, callbacks=[seen])
+    learner = tuitrain.Learner(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.5),
+        epochs=8,
+        batch_size=16,
+        train_metrics=("loss", "accuracy"),
+        valid_metrics=("loss", "accuracy"),
+        log_every_n_steps=1,
+        callbacks=[seen],
+    )
     result = learner.fit(DictData(), DictData(24))
     assert result.status == "completed"
     epochs = [e.metrics for e in seen.events if isinstance(e, MetricsLogged) and e.split == "valid"]
@@ -342,9 +380,16 @@ def test_accuracy_leaves_out_labels_of_minus_100():
         keep = labels != -100
         want = (model.emb(ids).argmax(-1) == labels)[keep].float().mean().item()
     seen = Collect()
-    result = tuitrain.Learner(model, torch.optim.SGD(model.parameters(), lr=0.0), epochs=1, batch_size=8,
-                              train_metrics=("loss", "accuracy", "top2_accuracy"), valid_metrics=("accuracy",),
-                              log_every_n_steps=2, callbacks=[seen]).fit(Data(), Data())
+    result = tuitrain.Learner(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.0),
+        epochs=1,
+        batch_size=8,
+        train_metrics=("loss", "accuracy", "top2_accuracy"),
+        valid_metrics=("accuracy",),
+        log_every_n_steps=2,
+        callbacks=[seen],
+    ).fit(Data(), Data())
     assert result.status == "completed", result.error
     logged = [e.metrics for e in seen.events if isinstance(e, MetricsLogged)]
     train = [m for m in logged if "top2_accuracy" in m]
@@ -356,8 +401,15 @@ def test_accuracy_leaves_out_labels_of_minus_100():
 
 def test_a_real_transformers_model_trains_from_dict_batches():
     transformers = pytest.importorskip("transformers")
-    cfg = transformers.BertConfig(vocab_size=32, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                                  intermediate_size=32, max_position_embeddings=16, num_labels=2)
+    cfg = transformers.BertConfig(
+        vocab_size=32,
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=16,
+        num_labels=2,
+    )
     torch.manual_seed(0)
     model = transformers.BertForSequenceClassification(cfg)
     g = torch.Generator().manual_seed(0)
@@ -372,8 +424,14 @@ def test_a_real_transformers_model_trains_from_dict_batches():
             return {"input_ids": ids[i], "attention_mask": torch.ones(8, dtype=torch.long), "labels": labels[i]}
 
     seen = Collect()
-    result = tuitrain.Learner(model, torch.optim.AdamW(model.parameters(), lr=1e-3), epochs=2, batch_size=8,
-                              train_metrics=("loss", "accuracy"), callbacks=[seen]).fit(Data())
+    result = tuitrain.Learner(
+        model,
+        torch.optim.AdamW(model.parameters(), lr=1e-3),
+        epochs=2,
+        batch_size=8,
+        train_metrics=("loss", "accuracy"),
+        callbacks=[seen],
+    ).fit(Data())
     assert result.status == "completed", result.error
     assert any(isinstance(e, MetricsLogged) and "accuracy" in e.metrics for e in seen.events)
 
@@ -398,8 +456,15 @@ def _xy(n=32):
 def test_every_named_scalar_a_train_step_returns_is_logged():
     seen = Collect()
     model = StepModel()
-    tuitrain.Learner(model, torch.optim.SGD(model.parameters(), lr=0.1), train_metrics=("loss",), epochs=2,
-                     batch_size=8, log_every_n_steps=2, callbacks=[seen]).fit(_xy())
+    tuitrain.Learner(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        train_metrics=("loss",),
+        epochs=2,
+        batch_size=8,
+        log_every_n_steps=2,
+        callbacks=[seen],
+    ).fit(_xy())
     steps = [e.metrics for e in seen.events if isinstance(e, MetricsLogged) and e.split == "train"]
     assert steps and all(set(m) == {"loss", "perplexity"} for m in steps)  # no text, no logits
     assert all(m["perplexity"] == pytest.approx(math.exp(m["loss"]), rel=0.2) for m in steps)
@@ -416,9 +481,18 @@ def test_grad_norm_is_the_norm_before_clipping():
     expected = torch.cat([p.grad.flatten() for p in probe.parameters()]).norm().item()
     seen = Collect()
     # lr 0: the weights never move, so every step's norm is the one computed here
-    tuitrain.Learner(model, torch.optim.SGD(model.parameters(), lr=0.0), loss_fn=nn.CrossEntropyLoss(),
-                     train_metrics=("loss", "grad_norm"), clip_grad_norm=1e-4, epochs=3, batch_size=16,
-                     shuffle=False, log_every_n_steps=1, callbacks=[seen]).fit(data)
+    tuitrain.Learner(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.0),
+        loss_fn=nn.CrossEntropyLoss(),
+        train_metrics=("loss", "grad_norm"),
+        clip_grad_norm=1e-4,
+        epochs=3,
+        batch_size=16,
+        shuffle=False,
+        log_every_n_steps=1,
+        callbacks=[seen],
+    ).fit(data)
     norms = [e.metrics["grad_norm"] for e in seen.events if isinstance(e, MetricsLogged) and e.scope == "step"]
     assert len(norms) == 3 and norms == pytest.approx([expected] * 3, rel=1e-5)
     assert expected > 1e-3  # far above the clip: the value logged is the norm before clipping
@@ -442,11 +516,21 @@ class SlowData(Dataset):
 def _data_waits(data) -> list[float]:
     model = nn.Linear(4, 2)
     seen = Collect()
-    tuitrain.Learner(model, torch.optim.SGD(model.parameters(), lr=0.1), loss_fn=nn.CrossEntropyLoss(),
-                     train_metrics=("loss", "data_wait"), epochs=2, batch_size=4, log_every_n_steps=2,
-                     callbacks=[seen]).fit(data)
-    return [e.metrics["data_wait"] for e in seen.events if isinstance(e, MetricsLogged) and e.split == "train"
-            and e.scope == "step"]
+    tuitrain.Learner(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        loss_fn=nn.CrossEntropyLoss(),
+        train_metrics=("loss", "data_wait"),
+        epochs=2,
+        batch_size=4,
+        log_every_n_steps=2,
+        callbacks=[seen],
+    ).fit(data)
+    return [
+        e.metrics["data_wait"]
+        for e in seen.events
+        if isinstance(e, MetricsLogged) and e.split == "train" and e.scope == "step"
+    ]
 
 
 def test_data_wait_shows_a_slow_dataset():
@@ -460,8 +544,15 @@ def test_data_wait_shows_a_slow_dataset():
 def test_items_per_step_count_every_accumulated_batch_and_tokens():
     model = nn.Linear(4, 2)
     seen = Collect()
-    learner = tuitrain.Learner(model, torch.optim.SGD(model.parameters(), lr=0.1), loss_fn=nn.CrossEntropyLoss(),
-                               epochs=1, batch_size=4, grad_accumulation=2, callbacks=[seen])
+    learner = tuitrain.Learner(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        loss_fn=nn.CrossEntropyLoss(),
+        epochs=1,
+        batch_size=4,
+        grad_accumulation=2,
+        callbacks=[seen],
+    )
     learner.bus.subscribe(seen, steps=True)
     learner.fit(_xy(32))
     items = [e.items for e in seen.events if isinstance(e, StepCompleted) and e.phase == "train"]
@@ -478,8 +569,15 @@ def test_items_per_step_count_every_accumulated_batch_and_tokens():
     seq = Seq()
     ids = torch.randint(0, 10, (16, 5))
     seen = Collect()
-    learner = tuitrain.Learner(seq, torch.optim.SGD(seq.parameters(), lr=0.1), loss_fn=nn.CrossEntropyLoss(),
-                               epochs=1, batch_size=4, metrics=Metrics(throughput_unit="tokens"), callbacks=[seen])
+    learner = tuitrain.Learner(
+        seq,
+        torch.optim.SGD(seq.parameters(), lr=0.1),
+        loss_fn=nn.CrossEntropyLoss(),
+        epochs=1,
+        batch_size=4,
+        metrics=Metrics(throughput_unit="tokens"),
+        callbacks=[seen],
+    )
     learner.bus.subscribe(seen, steps=True)
     learner.fit(TensorDataset(ids, ids))
     items = [e.items for e in seen.events if isinstance(e, StepCompleted) and e.phase == "train"]
@@ -492,12 +590,24 @@ def test_bf16_on_a_cpu_without_it_says_so(monkeypatch):
     monkeypatch.setattr(optimization, "cpu_bf16", lambda: False)
     model = nn.Linear(4, 2)
     seen = Collect()
-    tuitrain.Learner(model, torch.optim.SGD(model.parameters(), lr=0.1), loss_fn=nn.CrossEntropyLoss(),
-                     precision="bf16-mixed", device="cpu", callbacks=[seen]).fit(_xy(8))
+    tuitrain.Learner(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        loss_fn=nn.CrossEntropyLoss(),
+        precision="bf16-mixed",
+        device="cpu",
+        callbacks=[seen],
+    ).fit(_xy(8))
     lines = [e.text for e in seen.events if isinstance(e, OutputPrinted) and "bf16" in e.text]
     assert len(lines) == 1 and "emulated" in lines[0] and "slower" in lines[0]
     monkeypatch.setattr(optimization, "cpu_bf16", lambda: True)
     seen = Collect()
-    tuitrain.Learner(model, torch.optim.SGD(model.parameters(), lr=0.1), loss_fn=nn.CrossEntropyLoss(),
-                     precision="bf16-mixed", device="cpu", callbacks=[seen]).fit(_xy(8))
+    tuitrain.Learner(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        loss_fn=nn.CrossEntropyLoss(),
+        precision="bf16-mixed",
+        device="cpu",
+        callbacks=[seen],
+    ).fit(_xy(8))
     assert not [e for e in seen.events if isinstance(e, OutputPrinted) and "emulated" in e.text]

@@ -76,7 +76,8 @@ def judge(ann: Any, value: Any) -> bool | None:
         return isinstance(value, (int, float)) and not isinstance(value, bool)
     if ann is int:
         return (isinstance(value, int) and not isinstance(value, bool)) or (
-            isinstance(value, float) and value.is_integer())
+            isinstance(value, float) and value.is_integer()
+        )
     if ann is bool or ann is str:
         return isinstance(value, ann)
     if ann in (list, tuple) or origin in (list, tuple):

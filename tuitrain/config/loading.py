@@ -16,18 +16,51 @@ from typing import Any
 from collections.abc import Sequence
 
 from tuitrain.config.schema import (
-    OPTIONAL_SECTIONS, PRECISION_ALIASES, RULES, SECTIONS, CheckpointConfig, Config, ConfigError,
-    DashboardConfig, DataConfig, EarlyStoppingConfig, ExperimentConfig, LogConfig, LossConfig,
-    NOT_KEYS, MetricsConfig, ModelConfig, OptimizerConfig, SchedulerConfig, TrainConfig, check_type,
-    describe, errors_in, parts, suggest, table_keys)
+    OPTIONAL_SECTIONS,
+    PRECISION_ALIASES,
+    RULES,
+    SECTIONS,
+    CheckpointConfig,
+    Config,
+    ConfigError,
+    DashboardConfig,
+    DataConfig,
+    EarlyStoppingConfig,
+    ExperimentConfig,
+    LogConfig,
+    LossConfig,
+    NOT_KEYS,
+    MetricsConfig,
+    ModelConfig,
+    OptimizerConfig,
+    SchedulerConfig,
+    TrainConfig,
+    check_type,
+    describe,
+    errors_in,
+    parts,
+    suggest,
+    table_keys,
+)
 from tuitrain.config.targets import check_kwargs, metric_name, resolve_target, split_target
 
-BUILTIN_METRICS = ("loss", "accuracy", "lr", "throughput", "step_time", "grad_norm", "data_wait", "tflops", "mfu",
-                   "max_memory")
+BUILTIN_METRICS = (
+    "loss",
+    "accuracy",
+    "lr",
+    "throughput",
+    "step_time",
+    "grad_norm",
+    "data_wait",
+    "tflops",
+    "mfu",
+    "max_memory",
+)
 TOPK_RE = re.compile(r"^top([1-9]\d*)_accuracy$")
 
 
 # -- --set overrides -------------------------------------------------------------------------
+
 
 def parse_value(text: str) -> Any:
     """A --set value: TOML when it reads as one value, else the text itself (a bare string)."""
@@ -45,8 +78,7 @@ def _split_override(item: str, source: str) -> tuple[list[str], str]:
     key, sep, text = item.partition("=")
     parts = [p.strip() for p in key.split(".")]
     if not sep or not all(parts):
-        raise ConfigError(f"expected KEY=VALUE with a dotted key (train.epochs=3), got {item!r}",
-                          file=source)
+        raise ConfigError(f"expected KEY=VALUE with a dotted key (train.epochs=3), got {item!r}", file=source)
     return parts, text.strip()
 
 
@@ -57,15 +89,16 @@ def apply_override(d: dict, item: str, source: str = "--set") -> None:
     for i, part in enumerate(parts[:-1]):
         table = table.setdefault(part, {})
         if not isinstance(table, dict):
-            raise ConfigError(f"{'.'.join(parts[:i + 1])} is not a table", file=source,
-                              key=".".join(parts))
+            raise ConfigError(f"{'.'.join(parts[: i + 1])} is not a table", file=source, key=".".join(parts))
     table[parts[-1]] = parse_value(text)
 
 
 # -- dict -> Config --------------------------------------------------------------------------
 
-def config_from_dict(d: dict, source: str = "<config>", base_dir: Path | None = None,
-                     overrides: Sequence[str] = ()) -> Config:
+
+def config_from_dict(
+    d: dict, source: str = "<config>", base_dir: Path | None = None, overrides: Sequence[str] = ()
+) -> Config:
     """A type-checked Config from a TOML-shaped dict, after applying `overrides` (--set items)."""
     if not isinstance(d, dict):
         raise ConfigError(f"expected a table of tables, got {describe(d)}", file=source)
@@ -79,8 +112,7 @@ def config_from_dict(d: dict, source: str = "<config>", base_dir: Path | None = 
         if parts[0] not in d:  # a table that only --set made: all its errors belong to --set
             set_keys[parts[0]] = "--set"
         raw_text[".".join(parts)] = text
-    cfg = Config(base_dir=Path(base_dir) if base_dir is not None else Path.cwd(),
-                 source=source, set_keys=set_keys)
+    cfg = Config(base_dir=Path(base_dir) if base_dir is not None else Path.cwd(), source=source, set_keys=set_keys)
     with errors_in(source, set_keys):
         if isinstance(data.get("sweep"), dict):  # `tuitrain sweep`'s table: checked there
             cfg.sweep = data.pop("sweep")
@@ -167,8 +199,11 @@ def _is_named(table: dict, fields: list[str], name: str) -> bool:
     subs = [k for k, v in table.items() if isinstance(v, dict) and ("target" in v or "name" in v)]
     others = [k for k, v in table.items() if not isinstance(v, dict)]
     if subs and others:
-        raise ConfigError(f"[{name}.{subs[0]}] is a named table, so every key of [{name}] must be a "
-                          f"[{name}.NAME] table; move this key into one of them", key=f"{name}.{others[0]}")
+        raise ConfigError(
+            f"[{name}.{subs[0]}] is a named table, so every key of [{name}] must be a "
+            f"[{name}.NAME] table; move this key into one of them",
+            key=f"{name}.{others[0]}",
+        )
     return not others
 
 
@@ -179,6 +214,7 @@ def _precision(value: Any) -> Any:
 
 
 # -- value checks ----------------------------------------------------------------------------
+
 
 def check_values(cfg: Config) -> None:
     """Every check that needs no import: ranges, enums, required keys, metrics and monitors."""
@@ -191,13 +227,14 @@ def check_values(cfg: Config) -> None:
     for where, model in named_parts(cfg.model, "model"):
         if not model.target:
             mixed = [k for k, v in model.kwargs.items() if isinstance(v, dict)]
-            hint = (f" (or only [model.NAME] tables for several models; [model] also has {mixed[0]!r})"
-                    if mixed and where == "model" else "")
-            raise ConfigError('required: "module:callable" returning a torch.nn.Module' + hint,
-                              key=f"{where}.target")
+            hint = (
+                f" (or only [model.NAME] tables for several models; [model] also has {mixed[0]!r})"
+                if mixed and where == "model"
+                else ""
+            )
+            raise ConfigError('required: "module:callable" returning a torch.nn.Module' + hint, key=f"{where}.target")
     if not cfg.data.target:
-        raise ConfigError('required: "module:callable" returning (train, valid) datasets',
-                          key="data.target")
+        raise ConfigError('required: "module:callable" returning (train, valid) datasets', key="data.target")
     for where, opt in named_parts(cfg.optimizer, "optimizer"):
         _one_of_name_or_target(opt, where, "a torch.optim class name")
     for where, sched in named_parts(cfg.scheduler, "scheduler"):
@@ -210,8 +247,10 @@ def check_values(cfg: Config) -> None:
         raise ConfigError("is 0 and so is train.max_steps: nothing would train", key="train.epochs")
     # a phase of the user's may return named values that metrics of those names log
     own = {"train": bool(cfg.train.phase), "valid": bool(cfg.train.valid_phase)}
-    names = {split: _check_metrics(getattr(cfg.metrics, split), f"metrics.{split}", own[split])
-             for split in ("train", "valid")}
+    names = {
+        split: _check_metrics(getattr(cfg.metrics, split), f"metrics.{split}", own[split])
+        for split in ("train", "valid")
+    }
     monitors = [("checkpoint.monitor", cfg.checkpoint.monitor)]
     if cfg.early_stopping is not None:
         monitors.append(("early_stopping.monitor", cfg.early_stopping.monitor))
@@ -219,12 +258,14 @@ def check_values(cfg: Config) -> None:
         split, _, metric = monitor.partition("/")
         if metric not in names[split]:
             listed = ", ".join(repr(n) for n in names[split]) or "none"
-            raise ConfigError(f"{monitor!r} is not logged (metrics.{split}: {listed})"
-                              + suggest(metric, names[split]), key=key)
+            raise ConfigError(
+                f"{monitor!r} is not logged (metrics.{split}: {listed})" + suggest(metric, names[split]), key=key
+            )
     _check_revise_keys(cfg.checkpoint.revise_keys)
     if cfg.ema is not None and cfg.train.strategy == "fsdp":
-        raise ConfigError("an average of sharded weights is not supported: remove [ema] or use strategy "
-                          "\"ddp\"", key="ema.decay")
+        raise ConfigError(
+            'an average of sharded weights is not supported: remove [ema] or use strategy "ddp"', key="ema.decay"
+        )
 
 
 def named_parts(section: Any, name: str) -> list[tuple[str, Any]]:
@@ -240,18 +281,23 @@ def _check_named(cfg: Config) -> None:
     """[optimizer.NAME] names a model, [scheduler.NAME] an optimizer; several models need a phase."""
     models = parts(cfg.model)
     optimizers = parts(cfg.optimizer) if cfg.optimizer.named else dict.fromkeys(models)
-    for kind, names, owners, owner_kind in (("optimizer", cfg.optimizer.named, models, "model"),
-                                            ("scheduler", cfg.scheduler.named if cfg.scheduler else {},
-                                             optimizers, "optimizer")):
+    for kind, names, owners, owner_kind in (
+        ("optimizer", cfg.optimizer.named, models, "model"),
+        ("scheduler", cfg.scheduler.named if cfg.scheduler else {}, optimizers, "optimizer"),
+    ):
         for sub in names:
             if sub not in owners:
                 listed = ", ".join(repr(n) for n in owners)
-                raise ConfigError(f"no {owner_kind} named {sub!r} (the {owner_kind}s: {listed})"
-                                  + suggest(sub, owners), key=f"{kind}.{sub}")
+                raise ConfigError(
+                    f"no {owner_kind} named {sub!r} (the {owner_kind}s: {listed})" + suggest(sub, owners),
+                    key=f"{kind}.{sub}",
+                )
     if len(models) > 1 and not cfg.train.phase:
         listed = ", ".join(f"[model.{n}]" for n in models)
-        raise ConfigError(f'required with several models ({listed}): "module:Class", a CustomTrainPhase '
-                          "whose step trains them", key="train.phase")
+        raise ConfigError(
+            f'required with several models ({listed}): "module:Class", a CustomTrainPhase whose step trains them',
+            key="train.phase",
+        )
 
 
 def chain_parts(sched: SchedulerConfig, where: str) -> list[tuple[str, SchedulerConfig, int, int | None]]:
@@ -260,7 +306,7 @@ def chain_parts(sched: SchedulerConfig, where: str) -> list[tuple[str, Scheduler
     for i, item in enumerate(sched.chain):
         key = f"{where}.chain[{i}]"
         if not isinstance(item, dict):
-            raise ConfigError("each window is a table: { name = \"LinearLR\", end = 100, ... }", key=key)
+            raise ConfigError('each window is a table: { name = "LinearLR", end = 100, ... }', key=key)
         b, e = item.get("begin", begin), item.get("end")
         for k, v in (("begin", b), ("end", e)):
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
@@ -268,10 +314,15 @@ def chain_parts(sched: SchedulerConfig, where: str) -> list[tuple[str, Scheduler
         if i == 0 and b != 0:
             raise ConfigError("the first window begins at 0", key=f"{key}.begin")
         if b < begin or (e is not None and e <= b):
-            raise ConfigError(f"windows run one after another: begin {b} must follow {begin} and end after it",
-                              key=f"{key}.begin")
-        part = SchedulerConfig(name=item.get("name", ""), target=item.get("target", ""), interval=sched.interval,
-                               kwargs={k: v for k, v in item.items() if k not in ("name", "target", "begin", "end")})
+            raise ConfigError(
+                f"windows run one after another: begin {b} must follow {begin} and end after it", key=f"{key}.begin"
+            )
+        part = SchedulerConfig(
+            name=item.get("name", ""),
+            target=item.get("target", ""),
+            interval=sched.interval,
+            kwargs={k: v for k, v in item.items() if k not in ("name", "target", "begin", "end")},
+        )
         _one_of_name_or_target(part, key, "a torch.optim.lr_scheduler class name")
         out.append((key, part, b, e))
         begin = e if e is not None else b + 1
@@ -280,8 +331,9 @@ def chain_parts(sched: SchedulerConfig, where: str) -> list[tuple[str, Scheduler
 
 def _check_chain(sched: SchedulerConfig, where: str) -> None:
     if sched.name or sched.target or sched.kwargs:
-        raise ConfigError("a scheduler with a chain takes its classes and arguments from the windows only",
-                          key=f"{where}.chain")
+        raise ConfigError(
+            "a scheduler with a chain takes its classes and arguments from the windows only", key=f"{where}.chain"
+        )
     chain_parts(sched, where)
 
 
@@ -289,8 +341,7 @@ def _one_of_name_or_target(section: OptimizerConfig | SchedulerConfig, key: str,
     if section.name and section.target:
         raise ConfigError(f"set either {key}.name or {key}.target, not both", key=f"{key}.target")
     if not section.name and not section.target:
-        raise ConfigError(f'required: {what}, or {key}.target = "module:callable"',
-                          key=f"{key}.name")
+        raise ConfigError(f'required: {what}, or {key}.target = "module:callable"', key=f"{key}.name")
 
 
 def _check_metrics(items: list, key: str, step_values: bool = False) -> list[str]:
@@ -300,15 +351,20 @@ def _check_metrics(items: list, key: str, step_values: bool = False) -> list[str
         if isinstance(item, str):
             known = item in BUILTIN_METRICS or TOPK_RE.match(item)
             if not known and not item.isidentifier():
-                raise ConfigError(f"a value the step returns needs a name like 'perplexity', got {item!r}"
-                                  + suggest(item, BUILTIN_METRICS), key=where)
+                raise ConfigError(
+                    f"a value the step returns needs a name like 'perplexity', got {item!r}"
+                    + suggest(item, BUILTIN_METRICS),
+                    key=where,
+                )
             # another name is a value the step returns ({"loss": ..., "perplexity": ...}); a near miss
             # of a built-in name is a typo, unless a phase of the user's returns values by name
             if not known and not step_values and suggest(item, BUILTIN_METRICS):
                 raise ConfigError(
                     f"unknown metric {item!r}{suggest(item, BUILTIN_METRICS)}; built in: "
                     f"{', '.join(BUILTIN_METRICS)}, topK_accuracy, a value your train_step/valid_step "
-                    "returns by name, or a table with a target", key=where)
+                    "returns by name, or a table with a target",
+                    key=where,
+                )
         elif isinstance(item, dict):
             if "target" not in item:
                 raise ConfigError('a metric table needs target = "module:callable"', key=where)
@@ -317,8 +373,7 @@ def _check_metrics(items: list, key: str, step_values: bool = False) -> list[str
             if "name" in item:
                 name = check_type(item["name"], str, f"{where}.name")
                 if not name or "/" in name:
-                    raise ConfigError(f"must be a non-empty name without '/', got {name!r}",
-                                      key=f"{where}.name")
+                    raise ConfigError(f"must be a non-empty name without '/', got {name!r}", key=f"{where}.name")
         else:
             raise ConfigError(f"expected a metric name or a table, got {describe(item)}", key=where)
         name = metric_name(item)
@@ -338,10 +393,31 @@ def _check_revise_keys(pairs: list) -> None:
         except re.error as e:
             raise ConfigError(f"bad regex {pair[0]!r}: {e}", key=where) from None
 
+
 __all__ = [
-    "BUILTIN_METRICS", "CheckpointConfig", "Config", "ConfigError", "DashboardConfig",
-    "DataConfig", "EarlyStoppingConfig", "ExperimentConfig", "LogConfig", "LossConfig",
-    "MetricsConfig", "ModelConfig", "OPTIONAL_SECTIONS", "OptimizerConfig", "SchedulerConfig",
-    "TrainConfig", "apply_override", "check_kwargs", "check_values", "config_from_dict",
-    "load_config", "metric_name", "named_parts", "parse_value", "resolve_target",
+    "BUILTIN_METRICS",
+    "CheckpointConfig",
+    "Config",
+    "ConfigError",
+    "DashboardConfig",
+    "DataConfig",
+    "EarlyStoppingConfig",
+    "ExperimentConfig",
+    "LogConfig",
+    "LossConfig",
+    "MetricsConfig",
+    "ModelConfig",
+    "OPTIONAL_SECTIONS",
+    "OptimizerConfig",
+    "SchedulerConfig",
+    "TrainConfig",
+    "apply_override",
+    "check_kwargs",
+    "check_values",
+    "config_from_dict",
+    "load_config",
+    "metric_name",
+    "named_parts",
+    "parse_value",
+    "resolve_target",
 ]

@@ -127,9 +127,27 @@ class TrainConfig(Train):
     requeue: bool = True  # preempted (SIGUSR1/SIGUSR2) under Slurm: `scontrol requeue $SLURM_JOB_ID` from rank 0
     __post_init__ = _checked_by_rules
     #: the keys' order in config.toml and RunStarted.config (the table's own, older than its core fields')
-    ORDER = ("epochs", "max_steps", "grad_accumulation", "clip_grad_norm", "precision", "device", "strategy",
-             "devices", "validate_every", "phase", "valid_phase", "compile", "compile_mode", "validate_every_n_steps",
-             "limit_valid_batches", "max_time", "requeue", "flops_per_step", "peak_tflops")
+    ORDER = (
+        "epochs",
+        "max_steps",
+        "grad_accumulation",
+        "clip_grad_norm",
+        "precision",
+        "device",
+        "strategy",
+        "devices",
+        "validate_every",
+        "phase",
+        "valid_phase",
+        "compile",
+        "compile_mode",
+        "validate_every_n_steps",
+        "limit_valid_batches",
+        "max_time",
+        "requeue",
+        "flops_per_step",
+        "peak_tflops",
+    )
 
 
 @dataclass
@@ -299,8 +317,12 @@ def origin(key: str | None, set_keys: dict[str, str], source: str) -> str:
     """The file an error at `key` belongs to: the --set source when an override set it."""
     if key:
         for set_key, set_source in set_keys.items():
-            if (set_key == key or key.startswith(set_key + ".") or key.startswith(set_key + "[")
-                    or set_key.startswith(key + ".")):
+            if (
+                set_key == key
+                or key.startswith(set_key + ".")
+                or key.startswith(set_key + "[")
+                or set_key.startswith(key + ".")
+            ):
                 return set_source
     return source
 
@@ -318,8 +340,14 @@ def errors_in(source: str, set_keys: dict[str, str]) -> Iterator[None]:
 
 # -- types -----------------------------------------------------------------------------------
 
-_TYPE_WORDS = {int: "an integer", float: "a number", bool: "true or false", str: "a string",
-               list: "an array", dict: "a table"}
+_TYPE_WORDS = {
+    int: "an integer",
+    float: "a number",
+    bool: "true or false",
+    str: "a string",
+    list: "an array",
+    dict: "a table",
+}
 
 
 def describe(value: Any) -> str:
@@ -353,6 +381,7 @@ def check_type(value: Any, kind: type, key: str) -> Any:
 
 # -- values ----------------------------------------------------------------------------------
 
+
 def _at_least(low: int | float) -> Callable[[Any], str | None]:
     return lambda v: None if v >= low else f"must be >= {low}, got {v}"
 
@@ -362,6 +391,7 @@ def _one_of(*choices: str) -> Callable[[Any], str | None]:
         if v in choices:
             return None
         return f"expected one of {', '.join(map(repr, choices))}, got {v!r}" + suggest(v, choices)
+
     return check
 
 
@@ -376,8 +406,7 @@ def _run_name(v: str) -> str | None:
 
 
 def _device(v: str) -> str | None:
-    return None if DEVICE_RE.match(v) else (
-        f"expected 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps', got {v!r}")
+    return None if DEVICE_RE.match(v) else (f"expected 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps', got {v!r}")
 
 
 def _target_format(v: str) -> str | None:
@@ -416,7 +445,7 @@ def _lr_factor(v: float) -> str | None:
 def _url(v: str) -> str | None:
     if v == "" or v.startswith(("http://", "https://")):
         return None
-    return f"expected an http:// or https:// URL (or \"\" for none), got {v!r}"
+    return f'expected an http:// or https:// URL (or "" for none), got {v!r}'
 
 
 def _decay(v: float) -> str | None:
@@ -425,7 +454,7 @@ def _decay(v: float) -> str | None:
 
 def _names(v: list) -> str | None:
     bad = [x for x in v if not isinstance(x, str) or not x]
-    return f"expected parameter-name substrings such as \"bias\", got {describe(bad[0])}" if bad else None
+    return f'expected parameter-name substrings such as "bias", got {describe(bad[0])}' if bad else None
 
 
 def _samples(v: dict) -> str | None:
@@ -434,8 +463,9 @@ def _samples(v: dict) -> str | None:
         return None
     unknown = sorted(set(v) - {"target", "every_n_steps"})
     if unknown:
-        return (f"unknown key {unknown[0]!r} (samples takes target and every_n_steps)"
-                + suggest(unknown[0], ("target", "every_n_steps")))
+        return f"unknown key {unknown[0]!r} (samples takes target and every_n_steps)" + suggest(
+            unknown[0], ("target", "every_n_steps")
+        )
     target = v.get("target")
     if not isinstance(target, str) or not target:
         return 'expected { target = "module:function", every_n_steps = N }: target is missing'
@@ -449,8 +479,11 @@ def _samples(v: dict) -> str | None:
 
 def _histogram_kinds(v: list) -> str | None:
     bad = [x for x in v if x not in ("weights", "grads")]
-    return (f'expected a list of "weights" and "grads", got {describe(bad[0])}'
-            + suggest(str(bad[0]), ("weights", "grads")) if bad else None)
+    return (
+        f'expected a list of "weights" and "grads", got {describe(bad[0])}' + suggest(str(bad[0]), ("weights", "grads"))
+        if bad
+        else None
+    )
 
 
 def _monitor_format(v: str) -> str | None:
@@ -513,8 +546,9 @@ RULES: dict[str, Callable[[Any], str | None]] = {
     "watch.loss_spike": _one_of("off", "alert", "skip", "rollback", "stop"),
     "watch.grad_spike": _one_of("off", "alert", "skip", "rollback", "stop"),
     "watch.spike_sigmas": _positive,
-    "watch.spike_ratio": lambda v: (None if math.isfinite(v) and v >= 1
-                                    else f"expected a number of 1 or more, got {v!r}"),
+    "watch.spike_ratio": lambda v: (
+        None if math.isfinite(v) and v >= 1 else f"expected a number of 1 or more, got {v!r}"
+    ),
     "watch.spike_window": _at_least(4),
     "watch.stall": _duration,
     "watch.stall_action": _one_of("alert", "abort"),

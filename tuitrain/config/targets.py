@@ -57,15 +57,14 @@ def import_module(module: str, base_dir: Path, key: str, file: str | None = None
         if e.name is not None and module != e.name and not module.startswith(e.name + "."):
             raise ConfigError(f"importing {module!r} failed: {e}", file=file, key=key) from e
         looked = ", ".join(folders)
-        raise ConfigError(f"no module named {module!r} (looked in {looked} and installed packages)",
-                          file=file, key=key) from e
+        raise ConfigError(
+            f"no module named {module!r} (looked in {looked} and installed packages)", file=file, key=key
+        ) from e
     except SyntaxError as e:
         where = f"{e.filename}:{e.lineno}" if e.filename else module
-        raise ConfigError(f"importing {module!r} failed: {where}: {e.msg}",
-                          file=file, key=key) from e
+        raise ConfigError(f"importing {module!r} failed: {where}: {e.msg}", file=file, key=key) from e
     except Exception as e:  # the user's module raised at import time: still a config problem
-        raise ConfigError(f"importing {module!r} failed: {type(e).__name__}: {e}",
-                          file=file, key=key) from e
+        raise ConfigError(f"importing {module!r} failed: {type(e).__name__}: {e}", file=file, key=key) from e
 
 
 def resolve_target(spec: str, base_dir: Path, key: str, file: str | None = None) -> Callable:
@@ -76,13 +75,11 @@ def resolve_target(spec: str, base_dir: Path, key: str, file: str | None = None)
     for part in attr_path.split("."):
         if not hasattr(obj, part):
             names = [n for n in dir(obj) if not n.startswith("_")]
-            raise ConfigError(f"{owner!r} has no attribute {part!r}{suggest(part, names)}",
-                              file=file, key=key)
+            raise ConfigError(f"{owner!r} has no attribute {part!r}{suggest(part, names)}", file=file, key=key)
         obj = getattr(obj, part)
         owner = f"{owner}:{part}" if owner == module_name else f"{owner}.{part}"
     if not callable(obj):
-        raise ConfigError(f"{spec!r} is not callable (it is a {type(obj).__name__})",
-                          file=file, key=key)
+        raise ConfigError(f"{spec!r} is not callable (it is a {type(obj).__name__})", file=file, key=key)
     return obj
 
 
@@ -92,9 +89,15 @@ def describe_callable(fn: Callable) -> str:
     return f"{module}:{name}" if module else name
 
 
-def check_kwargs(fn: Callable, kwargs: dict, key: str, file: str | None = None,
-                 provided: Sequence[str] = (), positional: int = 0,
-                 target: str | None = None) -> None:
+def check_kwargs(
+    fn: Callable,
+    kwargs: dict,
+    key: str,
+    file: str | None = None,
+    provided: Sequence[str] = (),
+    positional: int = 0,
+    target: str | None = None,
+) -> None:
     """Check `fn(<positional args>, **kwargs)` against fn's signature, before calling it.
 
     `provided` names arguments tuitrain fills in itself (by keyword when the signature has them);
@@ -117,16 +120,17 @@ def check_kwargs(fn: Callable, kwargs: dict, key: str, file: str | None = None,
 
     for name in kwargs:
         if name in passed_positionally:
-            raise ConfigError(f"is passed by tuitrain to {what}; remove it from the config",
-                              file=file, key=f"{key}.{name}")
+            raise ConfigError(
+                f"is passed by tuitrain to {what}; remove it from the config", file=file, key=f"{key}.{name}"
+            )
         if name in positional_only and not takes_any:
-            raise ConfigError(f"is a positional-only argument of {what}", file=file,
-                              key=f"{key}.{name}")
+            raise ConfigError(f"is a positional-only argument of {what}", file=file, key=f"{key}.{name}")
         if name not in keywordable and not takes_any:
             choices = [p.name for p in params if p.name in keywordable - passed_positionally - set(provided)]
             takes = f"; it takes {', '.join(choices)}" if choices else "; it takes none"
-            raise ConfigError(f"unexpected keyword argument for {what}{suggest(name, choices)}{takes}",
-                              file=file, key=f"{key}.{name}")
+            raise ConfigError(
+                f"unexpected keyword argument for {what}{suggest(name, choices)}{takes}", file=file, key=f"{key}.{name}"
+            )
     for p in params:
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) or p.default is not p.empty:
             continue
@@ -136,8 +140,7 @@ def check_kwargs(fn: Callable, kwargs: dict, key: str, file: str | None = None,
     check_kwarg_types(fn, sig, kwargs, key, file)
 
 
-def check_kwarg_types(fn: Callable, sig: inspect.Signature, kwargs: dict, key: str,
-                      file: str | None = None) -> None:
+def check_kwarg_types(fn: Callable, sig: inspect.Signature, kwargs: dict, key: str, file: str | None = None) -> None:
     """A keyword argument of a type its parameter's annotation (or, unannotated, its default) rules
     out is a ConfigError at `<key>.<argument>`: `lr = "abc"` where the signature says float."""
     annotations = annotations_of(fn, sig)
@@ -157,5 +160,12 @@ def metric_name(item: Any) -> str:
     return item.get("name") or str(item.get("target", "")).rpartition(":")[2]
 
 
-__all__ = ["split_target", "import_module", "resolve_target", "check_kwargs", "check_kwarg_types",
-           "metric_name", "describe_callable"]
+__all__ = [
+    "split_target",
+    "import_module",
+    "resolve_target",
+    "check_kwargs",
+    "check_kwarg_types",
+    "metric_name",
+    "describe_callable",
+]

@@ -51,9 +51,11 @@ def validate(cfg: Config) -> None:
 
 
 def _torch_classes(module, base: type, exclude: tuple[str, ...]) -> dict[str, type]:
-    return {n: c for n, c in vars(module).items()
-            if inspect.isclass(c) and issubclass(c, base) and n not in exclude
-            and not n.startswith("_")}
+    return {
+        n: c
+        for n, c in vars(module).items()
+        if inspect.isclass(c) and issubclass(c, base) and n not in exclude and not n.startswith("_")
+    }
 
 
 def _validate_phase(cfg: Config, spec: str, key: str) -> None:
@@ -61,15 +63,22 @@ def _validate_phase(cfg: Config, spec: str, key: str) -> None:
 
     cls = resolve_target(spec, cfg.base_dir, key)
     if not (inspect.isclass(cls) and issubclass(cls, Phase)):
-        raise ConfigError(f"{spec!r} is not a Phase class (subclass tuitrain.CustomTrainPhase, TrainPhase "
-                          "or ValidPhase)", key=key)
+        raise ConfigError(
+            f"{spec!r} is not a Phase class (subclass tuitrain.CustomTrainPhase, TrainPhase or ValidPhase)", key=key
+        )
     training = key == "train.phase"
     if cls.training != training:
-        raise ConfigError(f"{spec!r} is a {'validation' if cls.training is False else 'training'} phase; "
-                          f"{key} needs a {'training' if training else 'validation'} one", key=key)
+        raise ConfigError(
+            f"{spec!r} is a {'validation' if cls.training is False else 'training'} phase; "
+            f"{key} needs a {'training' if training else 'validation'} one",
+            key=key,
+        )
     if training and len(named_parts(cfg.model, "model")) > 1 and not getattr(cls, "manual_optimization", False):
-        raise ConfigError(f"{spec!r} leaves the optimizer step to tuitrain, which cannot step several models' "
-                          "optimizers: subclass tuitrain.CustomTrainPhase", key=key)
+        raise ConfigError(
+            f"{spec!r} leaves the optimizer step to tuitrain, which cannot step several models' "
+            "optimizers: subclass tuitrain.CustomTrainPhase",
+            key=key,
+        )
     check_kwargs(cls, {}, key, target=spec)
 
 
@@ -81,8 +90,11 @@ def _validate_optimizer(cfg: Config, opt, key: str = "optimizer") -> None:
         what = opt.target
         if takes_model(fn):  # a factory of the user's that builds its own parameter groups
             if opt.no_decay:
-                raise ConfigError(f"{what} takes the model and builds its own parameter groups; no_decay "
-                                  "applies to optimizers built from the parameters", key=f"{key}.no_decay")
+                raise ConfigError(
+                    f"{what} takes the model and builds its own parameter groups; no_decay "
+                    "applies to optimizers built from the parameters",
+                    key=f"{key}.no_decay",
+                )
             check_kwargs(fn, opt.kwargs, key, provided=("model",), positional=1, target=what)
             return
     else:
@@ -90,15 +102,15 @@ def _validate_optimizer(cfg: Config, opt, key: str = "optimizer") -> None:
 
         classes = _torch_classes(torch.optim, torch.optim.Optimizer, ("Optimizer",))
         if opt.name not in classes:
-            raise ConfigError(f"no optimizer {opt.name!r} in torch.optim{suggest(opt.name, classes)}",
-                              key=f"{key}.name")
+            raise ConfigError(
+                f"no optimizer {opt.name!r} in torch.optim{suggest(opt.name, classes)}", key=f"{key}.name"
+            )
         fn, what = classes[opt.name], f"torch.optim:{opt.name}"
     check_kwargs(fn, opt.kwargs, key, provided=("params",), positional=1, target=what)
 
 
 def _validate_scheduler(cfg: Config, sched, key: str = "scheduler") -> None:
     if sched.chain:
-
         for part_key, part, _, _ in chain_parts(sched, key):
             _validate_scheduler(cfg, part, part_key)
         return
@@ -110,11 +122,12 @@ def _validate_scheduler(cfg: Config, sched, key: str = "scheduler") -> None:
 
         classes = _torch_classes(lr_scheduler, lr_scheduler.LRScheduler, ("LRScheduler",))
         if sched.name not in classes:
-            raise ConfigError(f"no scheduler {sched.name!r} in torch.optim.lr_scheduler"
-                              + suggest(sched.name, classes), key=f"{key}.name")
+            raise ConfigError(
+                f"no scheduler {sched.name!r} in torch.optim.lr_scheduler" + suggest(sched.name, classes),
+                key=f"{key}.name",
+            )
         fn, what = classes[sched.name], f"torch.optim.lr_scheduler:{sched.name}"
-    check_kwargs(fn, sched.kwargs, key, provided=SCHEDULER_FILLED_IN, positional=1,
-                 target=what)
+    check_kwargs(fn, sched.kwargs, key, provided=SCHEDULER_FILLED_IN, positional=1, target=what)
 
 
 def _validate_theme(cfg: Config) -> None:
@@ -127,5 +140,6 @@ def _validate_theme(cfg: Config) -> None:
 def _validate_init_from(cfg: Config) -> None:
     init_from = cfg.checkpoint.init_from
     if init_from and not Path(init_from).expanduser().exists():
-        raise ConfigError(f"no such file or folder {init_from!r} (relative to {Path.cwd()})",
-                          key="checkpoint.init_from")
+        raise ConfigError(
+            f"no such file or folder {init_from!r} (relative to {Path.cwd()})", key="checkpoint.init_from"
+        )

@@ -53,9 +53,11 @@ def mapping_step(model: Any, batch: Mapping, loss_fn: Any = None) -> StepOutput:
     loss = _field(out, "loss") if not isinstance(out, torch.Tensor) else None
     if loss is None:
         if loss_fn is None or logits is None or labels is None:
-            raise ValueError(f"model(**batch) returned {type(out).__name__} without a 'loss': return one (a "
-                             "Hugging Face model does when the batch has 'labels'), or return 'logits' with "
-                             "'labels' in the batch for the [loss] target")
+            raise ValueError(
+                f"model(**batch) returned {type(out).__name__} without a 'loss': return one (a "
+                "Hugging Face model does when the batch has 'labels'), or return 'logits' with "
+                "'labels' in the batch for the [loss] target"
+            )
         loss = loss_fn(logits, labels)
     return StepOutput(loss=loss, output=logits, target=labels)
 

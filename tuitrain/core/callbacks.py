@@ -58,8 +58,13 @@ class EventBus:
     """Delivers each event to every callback, in order (thread-safe); batched callbacks get the
     frequent events in batches (see the module docstring)."""
 
-    def __init__(self, callbacks: Iterable[Callback] = (), batch_interval: float = BATCH_INTERVAL,
-                 housekeeping: Housekeeping | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        callbacks: Iterable[Callback] = (),
+        batch_interval: float = BATCH_INTERVAL,
+        housekeeping: Housekeeping | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.clock = clock  # seconds; a test passes its own
         #: the run's periodic chores; emitting an event ticks it
         self.housekeeping = housekeeping if housekeeping is not None else Housekeeping()

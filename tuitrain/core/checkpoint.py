@@ -46,8 +46,14 @@ def snapshot(obj: Any, reuse: Any = None) -> Any:
     a tensor of the same shape and dtype is copied into, not allocated, so the copy causes no page
     faults (fresh memory is zeroed by the kernel page by page, which costs as much as the copy)."""
     if isinstance(obj, torch.Tensor):
-        if (isinstance(reuse, torch.Tensor) and reuse.shape == obj.shape and reuse.dtype == obj.dtype
-                and reuse.device.type == "cpu" and reuse.is_contiguous() and obj.layout == torch.strided):
+        if (
+            isinstance(reuse, torch.Tensor)
+            and reuse.shape == obj.shape
+            and reuse.dtype == obj.dtype
+            and reuse.device.type == "cpu"
+            and reuse.is_contiguous()
+            and obj.layout == torch.strided
+        ):
             return reuse.copy_(obj.detach())
         return obj.detach().to("cpu", copy=True)
     if isinstance(obj, dict):  # keeps OrderedDict (state_dict) as it is: weights_only allows it
@@ -134,11 +140,21 @@ def read_index(folder: str | os.PathLike) -> list[Entry]:
     out = []
     for r in rows if isinstance(rows, list) else []:
         try:
-            out.append(Entry(file=r["file"], epoch=int(r["epoch"]), step=int(r["step"]),
-                             metrics=dict(r.get("metrics") or {}), time=float(r.get("time", 0.0)),
-                             bytes=int(r.get("bytes", 0)), best=bool(r.get("best", False)),
-                             reason=str(r.get("reason", "")), sha256=str(r.get("sha256", "")),
-                             requested=_requested(r), library=bool(r.get("library", False))))
+            out.append(
+                Entry(
+                    file=r["file"],
+                    epoch=int(r["epoch"]),
+                    step=int(r["step"]),
+                    metrics=dict(r.get("metrics") or {}),
+                    time=float(r.get("time", 0.0)),
+                    bytes=int(r.get("bytes", 0)),
+                    best=bool(r.get("best", False)),
+                    reason=str(r.get("reason", "")),
+                    sha256=str(r.get("sha256", "")),
+                    requested=_requested(r),
+                    library=bool(r.get("library", False)),
+                )
+            )
         except (KeyError, TypeError, ValueError):
             continue
     return out
@@ -175,16 +191,27 @@ def latest_checkpoint(folder: str | os.PathLike, passed_over: list[tuple[Path, s
 class Checkpointer:
     """Writes checkpoints for one run into `folder` (RUN_DIR/checkpoint), one at a time, in the background."""
 
-    def __init__(self, folder: str | os.PathLike, *, keep_last: int = 2, keep_best: int = 1,
-                 monitor: str = "valid/loss", mode: str = "min", every_n_epochs: int = 1,
-                 every_n_steps: int = 0, background: bool = True, keep_requested: int = 0) -> None:
+    def __init__(
+        self,
+        folder: str | os.PathLike,
+        *,
+        keep_last: int = 2,
+        keep_best: int = 1,
+        monitor: str = "valid/loss",
+        mode: str = "min",
+        every_n_epochs: int = 1,
+        every_n_steps: int = 0,
+        background: bool = True,
+        keep_requested: int = 0,
+    ) -> None:
         self.folder = Path(folder)
         self.monitor, self.mode = monitor, mode
         self.every_n_epochs, self.every_n_steps = every_n_epochs, every_n_steps
         # keep_last and keep_best decide over the run's own checkpoints; keep_requested (0: all) over
         # those asked for (the c key, `tuitrain checkpoint`, a stop's), which the others never delete
-        self.policy = Split(KeepAny((KeepLast(keep_last), KeepBest(keep_best, monitor, mode))),
-                            KeepRequested(keep_requested))
+        self.policy = Split(
+            KeepAny((KeepLast(keep_last), KeepBest(keep_best, monitor, mode))), KeepRequested(keep_requested)
+        )
         self._asked: dict[tuple[int, int], str] = {}  # (epoch, step) -> who asked for that state's checkpoint
         self.background = background
         self._lock = threading.Lock()
@@ -236,18 +263,30 @@ class Checkpointer:
             return
         with self._lock:
             self._asked.pop((epoch, step), None)
-        self._write_index([replace(e, requested=e.requested or by) if e.file in listed else e
-                           for e in self.entries()])
+        self._write_index([replace(e, requested=e.requested or by) if e.file in listed else e for e in self.entries()])
         # said again, marked: the screen's checkpoint list (and `watch`) show it as asked for
-        marked = [CheckpointSaved(file=_in_run_dir(e.file), epoch=e.epoch,
-                                  step=e.step, metrics=dict(e.metrics), bytes=e.bytes, best=e.best, reason=e.reason,
-                                  stall=0.0, write=0.0, requested=e.requested)
-                  for e in self.entries() if e.file in listed]
+        marked = [
+            CheckpointSaved(
+                file=_in_run_dir(e.file),
+                epoch=e.epoch,
+                step=e.step,
+                metrics=dict(e.metrics),
+                bytes=e.bytes,
+                best=e.best,
+                reason=e.reason,
+                stall=0.0,
+                write=0.0,
+                requested=e.requested,
+            )
+            for e in self.entries()
+            if e.file in listed
+        ]
         with self._lock:
             self._done.extend(marked)
 
-    def save(self, state: dict, *, epoch: int, step: int, metrics: dict, reason: str,
-             stall: float = 0.0, requested: str = "") -> None:
+    def save(
+        self, state: dict, *, epoch: int, step: int, metrics: dict, reason: str, stall: float = 0.0, requested: str = ""
+    ) -> None:
         """Queue a write of `state` (already a CPU snapshot). Waits for a write still running.
         `requested`: who asked for it (see `ask`); "": one of the run's own."""
         self.wait()
@@ -257,8 +296,7 @@ class Checkpointer:
         name = checkpoint_name(epoch, step) + ".pt"
         args = (state, name, epoch, step, dict(metrics), reason, stall)
         if self.background:
-            self._thread = threading.Thread(target=self._write, args=args, name="tuitrain-checkpoint",
-                                            daemon=True)
+            self._thread = threading.Thread(target=self._write, args=args, name="tuitrain-checkpoint", daemon=True)
             self._thread.start()
         else:
             self._write(*args)
@@ -287,8 +325,17 @@ class Checkpointer:
         (the same path on every rank; `prepare` removes one a killed run left)."""
         return self.folder / f"{fsutil.TMP_PREFIX}{name}"
 
-    def save_dir(self, name: str, finish: Callable[[Path], None], *, epoch: int, step: int, metrics: dict,
-                 reason: str, started: float | None = None) -> None:
+    def save_dir(
+        self,
+        name: str,
+        finish: Callable[[Path], None],
+        *,
+        epoch: int,
+        step: int,
+        metrics: dict,
+        reason: str,
+        started: float | None = None,
+    ) -> None:
         """Complete a sharded checkpoint whose shards are already in `temp_dir(name)`: `finish(tmp)` adds
         the rest (state.pt), then the directory is renamed into place and indexed. Synchronous (the
         shards were a collective write of every rank on the training thread): the loop's stall is the
@@ -304,8 +351,17 @@ class Checkpointer:
             fsutil.remove(tmp)
             self.failed(e, epoch=epoch, step=step, reason=reason)
 
-    def adopt(self, path: str | os.PathLike, *, epoch: int, step: int, metrics: dict, reason: str,
-              retain: bool = True, requested: str = "") -> None:
+    def adopt(
+        self,
+        path: str | os.PathLike,
+        *,
+        epoch: int,
+        step: int,
+        metrics: dict,
+        reason: str,
+        retain: bool = True,
+        requested: str = "",
+    ) -> None:
         """List a checkpoint another library wrote (Lightning's `.ckpt` file, a Hugging Face `checkpoint-N`
         folder) in the index, with its size and sha256, synchronously. `path` inside this folder is
         listed by name and falls under retention; elsewhere it is listed by its absolute path and never
@@ -323,8 +379,18 @@ class Checkpointer:
         try:
             inside = p.parent == self.folder.resolve()
             name = p.name if inside else str(p)
-            self._commit(name, fsutil.tree_size(p), epoch, step, dict(metrics), reason, None, t0,
-                         fsutil.tree_sha256(p), retain=retain and inside)
+            self._commit(
+                name,
+                fsutil.tree_size(p),
+                epoch,
+                step,
+                dict(metrics),
+                reason,
+                None,
+                t0,
+                fsutil.tree_sha256(p),
+                retain=retain and inside,
+            )
         except Exception as e:  # vanished before it could be hashed, unreadable
             self.failed(e, epoch=epoch, step=step, reason=reason)
 
@@ -346,17 +412,27 @@ class Checkpointer:
         except Exception as e:  # disk full, permissions: reported, training goes on
             self.failed(e, epoch=epoch, step=step, reason=reason)
 
-    def _commit(self, name, size, epoch, step, metrics, reason, stall, t0, sha256: str = "",
-                retain: bool = True) -> None:
+    def _commit(
+        self, name, size, epoch, step, metrics, reason, stall, t0, sha256: str = "", retain: bool = True
+    ) -> None:
         """A complete checkpoint is in place: list it, apply retention, queue the events (`stall` None:
         the loop waited for the whole write)."""
         with self._lock:
             requested = self._asked.pop((epoch, step), "")
         # a file written again under its name (a rollback came back to that step) keeps its mark
         requested = requested or next((e.requested for e in self.entries() if e.file == name), "")
-        entry = Entry(file=name, epoch=epoch, step=step, metrics=metrics, time=time.time(),
-                      bytes=size, reason=reason, sha256=sha256, requested=requested,
-                      library=not retain or os.path.isabs(name))
+        entry = Entry(
+            file=name,
+            epoch=epoch,
+            step=step,
+            metrics=metrics,
+            time=time.time(),
+            bytes=size,
+            reason=reason,
+            sha256=sha256,
+            requested=requested,
+            library=not retain or os.path.isabs(name),
+        )
         entries = [e for e in self.entries() if e.file != name] + [entry]
         keep, delete = decide(self.policy, entries)
         # a library's own checkpoint (outside this folder, or adopted with retain=False): listed, never
@@ -375,9 +451,18 @@ class Checkpointer:
                 pass
         is_best = best is not None and best.file == name
         write = time.perf_counter() - t0
-        saved = CheckpointSaved(file=_in_run_dir(name), epoch=epoch, step=step, metrics=metrics,
-                                bytes=size, best=is_best, reason=reason, stall=write if stall is None else stall,
-                                write=write, requested=requested)
+        saved = CheckpointSaved(
+            file=_in_run_dir(name),
+            epoch=epoch,
+            step=step,
+            metrics=metrics,
+            bytes=size,
+            best=is_best,
+            reason=reason,
+            stall=write if stall is None else stall,
+            write=write,
+            requested=requested,
+        )
         with self._lock:
             self._done.append(saved)
             self._done.extend(events)
@@ -404,8 +489,9 @@ def check_weights_file(path: str | os.PathLike) -> Any:
     """Load a weights file with weights_only=True; CheckpointError when missing, refused or torn."""
     path = Path(path)
     if is_sharded_checkpoint(path):
-        raise CheckpointError(f"{path}: a sharded (fsdp) checkpoint directory; give a weights file such as "
-                              "the run's model.pt")
+        raise CheckpointError(
+            f"{path}: a sharded (fsdp) checkpoint directory; give a weights file such as the run's model.pt"
+        )
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
@@ -416,8 +502,9 @@ def check_weights_file(path: str | os.PathLike) -> Any:
         raise CheckpointError(f"{path}: cannot read weights: {type(e).__name__}: {e}") from None
 
 
-def load_weights(model: torch.nn.Module, path: str | os.PathLike, *, strict: bool = True,
-                 revise_keys: list | tuple = ()) -> tuple[list[str], list[str]]:
+def load_weights(
+    model: torch.nn.Module, path: str | os.PathLike, *, strict: bool = True, revise_keys: list | tuple = ()
+) -> tuple[list[str], list[str]]:
     """`[checkpoint] init_from`: load only model weights (a tuitrain checkpoint, a model.pt or any
     weights-only state_dict), renaming keys by (regex, replacement) pairs; returns (missing, unexpected)."""
     import re

@@ -61,7 +61,7 @@ def parse_duration(text: str) -> float:
         return 0.0
     parts = _DURATION.findall(t)
     if not parts or "".join(n + u for n, u in parts) != t:
-        raise ValueError(f"{text!r} is not a duration: write it like \"2h30m\", \"45m\" or \"90s\"")
+        raise ValueError(f'{text!r} is not a duration: write it like "2h30m", "45m" or "90s"')
     return float(sum(float(n) * _UNIT[u] for n, u in parts))
 
 
@@ -205,8 +205,9 @@ class Interrupter:
             return by
 
     def _refresh(self) -> None:
-        self.pending = bool(self.stop_requested or self.checkpoint_requested or self.paused or self._log
-                            or self.failure)
+        self.pending = bool(
+            self.stop_requested or self.checkpoint_requested or self.paused or self._log or self.failure
+        )
 
     def settle(self) -> None:
         with self._lock:
@@ -275,8 +276,13 @@ def apply_command(interrupter: Interrupter, command: str, source: str, detail: s
 class ControlWatcher:
     """Polls RUN_DIR/control/ on a daemon thread and applies the commands it finds."""
 
-    def __init__(self, run_dir: str | os.PathLike, interrupter: Interrupter, interval: float = 0.5,
-                 housekeeping: Housekeeping | None = None) -> None:
+    def __init__(
+        self,
+        run_dir: str | os.PathLike,
+        interrupter: Interrupter,
+        interval: float = 0.5,
+        housekeeping: Housekeeping | None = None,
+    ) -> None:
         self.dir = control_dir(run_dir)
         self.interrupter = interrupter
         self.interval = interval

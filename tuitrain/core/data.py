@@ -14,8 +14,16 @@ from typing import Any
 from collections.abc import Iterator
 
 import torch
-from torch.utils.data import (BatchSampler, DataLoader, Dataset, IterableDataset, RandomSampler,
-                              Sampler, SequentialSampler, TensorDataset)
+from torch.utils.data import (
+    BatchSampler,
+    DataLoader,
+    Dataset,
+    IterableDataset,
+    RandomSampler,
+    Sampler,
+    SequentialSampler,
+    TensorDataset,
+)
 from torch.utils.data._utils.collate import default_collate
 
 
@@ -43,8 +51,7 @@ class EpochSampler(Sampler[int]):
         runs the same number of steps); "uneven" splits it exactly (validation: no item counted twice)."""
         n = self.dataset_length
         self.rank, self.world_size = rank, world_size
-        self._total = {"pad": -(-n // world_size) * world_size, "drop": n // world_size * world_size,
-                       "uneven": n}[mode]
+        self._total = {"pad": -(-n // world_size) * world_size, "drop": n // world_size * world_size, "uneven": n}[mode]
         self.length = len(range(rank, self._total, world_size))
 
     def set_epoch(self, epoch: int, start: int = 0) -> None:
@@ -63,8 +70,8 @@ class EpochSampler(Sampler[int]):
             return full
         total = self._total
         while len(full) < total and n:
-            full += full[:total - len(full)]
-        return full[self.rank:total:self.world_size]
+            full += full[: total - len(full)]
+        return full[self.rank : total : self.world_size]
 
     #: yield (epoch, index) pairs, for a `SeededItems` dataset (loader workers)
     tag_epoch = False
@@ -73,8 +80,8 @@ class EpochSampler(Sampler[int]):
         if self.tag_epoch:
             e = self.epoch
             # (epoch, index) keys for the resumable loader: not the ints a Sampler's type promises
-            return iter([(e, i) for i in self.order()[self.start:]])  # type: ignore[misc]
-        return iter(self.order()[self.start:])
+            return iter([(e, i) for i in self.order()[self.start :]])  # type: ignore[misc]
+        return iter(self.order()[self.start :])
 
     def __len__(self) -> int:
         return self.length - self.start
@@ -164,8 +171,7 @@ class ResumableLoader:
         if sampler is None:
             if _stateful(loader) and type(loader) is not DataLoader:
                 self.stateful = loader
-            elif _stateful(loader.dataset) and isinstance(loader.dataset, IterableDataset) \
-                    and loader.num_workers == 0:
+            elif _stateful(loader.dataset) and isinstance(loader.dataset, IterableDataset) and loader.num_workers == 0:
                 self.stateful = loader.dataset
         self._restore: Any = None
         self.limit = 0  # > 0: at most this many batches an epoch (limit_valid_batches)
@@ -199,9 +205,11 @@ class ResumableLoader:
         elif skip_batches and self.stateful is not None and restore is not None:
             self.stateful.load_state_dict(restore)  # it continues where the checkpoint left it
         elif skip_batches:
-            warnings.warn("this data cannot start mid-epoch (no sampler tuitrain can position, and no "
-                          "state_dict()/load_state_dict() of its own): the epoch restarts from its first batch",
-                          stacklevel=2)
+            warnings.warn(
+                "this data cannot start mid-epoch (no sampler tuitrain can position, and no "
+                "state_dict()/load_state_dict() of its own): the epoch restarts from its first batch",
+                stacklevel=2,
+            )
         gen = self.loader.generator
         if gen is not None:  # worker seeds follow (seed, epoch), not how many epochs ran before
             gen.manual_seed(_mix(self.seed, epoch, 1))
@@ -242,11 +250,22 @@ class WholeBatches(TensorDataset):
         """A plain TensorDataset of plain, contiguous CPU tensors that need no gradient (a stacked
         batch's grad_fn would differ), the default collate_fn (None or default_collate), no worker
         processes (whose default_collate writes into shared memory)."""
-        return (type(data) is TensorDataset and collate_fn in (None, default_collate) and num_workers == 0
-                and len(data.tensors) > 0
-                and all(type(t) is torch.Tensor and t.layout == torch.strided and t.device.type == "cpu"
-                        and not t.is_nested and not t.is_quantized and not t.requires_grad
-                        and t.is_contiguous() for t in data.tensors))
+        return (
+            type(data) is TensorDataset
+            and collate_fn in (None, default_collate)
+            and num_workers == 0
+            and len(data.tensors) > 0
+            and all(
+                type(t) is torch.Tensor
+                and t.layout == torch.strided
+                and t.device.type == "cpu"
+                and not t.is_nested
+                and not t.is_quantized
+                and not t.requires_grad
+                and t.is_contiguous()
+                for t in data.tensors
+            )
+        )
 
 
 def _whole_batch(batch: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -262,8 +281,16 @@ def _fetch(dataset: Any, collate_fn, num_workers: int) -> tuple[Any, Any]:
     return dataset, collate_fn
 
 
-def build_loader(data: Any, *, batch_size: int, shuffle: bool, num_workers: int = 0, seed: int = 0,
-                 drop_last: bool = False, pin_memory: bool = False) -> ResumableLoader | None:
+def build_loader(
+    data: Any,
+    *,
+    batch_size: int,
+    shuffle: bool,
+    num_workers: int = 0,
+    seed: int = 0,
+    drop_last: bool = False,
+    pin_memory: bool = False,
+) -> ResumableLoader | None:
     """A ResumableLoader from a Dataset or a DataLoader (rebuilt on an EpochSampler when its sampler is
     a plain Random/SequentialSampler); None passes through."""
     if data is None:
@@ -273,48 +300,78 @@ def build_loader(data: Any, *, batch_size: int, shuffle: bool, num_workers: int 
     if isinstance(data, DataLoader):
         return _adopt(data, seed)
     if isinstance(data, IterableDataset):
-        loader = DataLoader(data, batch_size=batch_size, num_workers=num_workers, pin_memory=pin_memory,
-                            drop_last=drop_last, worker_init_fn=_WorkerSeeder(),
-                            generator=torch.Generator())
+        loader = DataLoader(
+            data,
+            batch_size=batch_size,
+            num_workers=num_workers,
+            pin_memory=pin_memory,
+            drop_last=drop_last,
+            worker_init_fn=_WorkerSeeder(),
+            generator=torch.Generator(),
+        )
         return ResumableLoader(loader, None, seed)
     if not isinstance(data, Dataset) and not hasattr(data, "__getitem__"):
         raise TypeError(f"expected a Dataset or a DataLoader, got {type(data).__name__}")
     sampler = EpochSampler(len(data), shuffle=shuffle, seed=seed)
     data, collate = _fetch(data, None, num_workers)
     data = _seeded(data, sampler, num_workers, seed)
-    loader = DataLoader(data, batch_size=batch_size, sampler=sampler, num_workers=num_workers,
-                        collate_fn=collate, drop_last=drop_last, pin_memory=pin_memory,
-                        worker_init_fn=_WorkerSeeder(), generator=torch.Generator(), persistent_workers=False)
+    loader = DataLoader(
+        data,
+        batch_size=batch_size,
+        sampler=sampler,
+        num_workers=num_workers,
+        collate_fn=collate,
+        drop_last=drop_last,
+        pin_memory=pin_memory,
+        worker_init_fn=_WorkerSeeder(),
+        generator=torch.Generator(),
+        persistent_workers=False,
+    )
     return ResumableLoader(loader, sampler, seed)
 
 
-def build_loaders(train: Any, valid: Any, data: Any, seed: int = 0
-                  ) -> tuple[ResumableLoader | None, ResumableLoader | None]:
+def build_loaders(
+    train: Any, valid: Any, data: Any, seed: int = 0
+) -> tuple[ResumableLoader | None, ResumableLoader | None]:
     """The training and validation loaders from a `Data` section: the one place its fields reach a
     DataLoader, for `Learner.fit` and a config's run alike. Validation is never shuffled and keeps
     its last, short batch (every item is judged)."""
     d = data
     common = dict(batch_size=d.batch_size, num_workers=d.num_workers, pin_memory=d.pin_memory, seed=seed)
-    return (build_loader(train, shuffle=d.shuffle, drop_last=d.drop_last, **common),
-            build_loader(valid, shuffle=False, drop_last=False, **common))
+    return (
+        build_loader(train, shuffle=d.shuffle, drop_last=d.drop_last, **common),
+        build_loader(valid, shuffle=False, drop_last=False, **common),
+    )
 
 
 def _adopt(loader: DataLoader, seed: int) -> ResumableLoader:
-    plain = (type(loader.batch_sampler) is BatchSampler and loader.batch_size is not None  # not batch_sampler=
-             and type(loader.sampler) in (RandomSampler, SequentialSampler)
-             and not isinstance(loader.dataset, IterableDataset))
+    plain = (
+        type(loader.batch_sampler) is BatchSampler
+        and loader.batch_size is not None  # not batch_sampler=
+        and type(loader.sampler) in (RandomSampler, SequentialSampler)
+        and not isinstance(loader.dataset, IterableDataset)
+    )
     if not plain:
         return ResumableLoader(loader, None, seed)
-    if isinstance(loader.sampler, RandomSampler) and (loader.sampler.replacement
-                                                      or loader.sampler._num_samples is not None):
+    if isinstance(loader.sampler, RandomSampler) and (
+        loader.sampler.replacement or loader.sampler._num_samples is not None
+    ):
         return ResumableLoader(loader, None, seed)
     sampler = EpochSampler(len(loader.dataset), shuffle=isinstance(loader.sampler, RandomSampler), seed=seed)
     dataset, collate = _fetch(loader.dataset, loader.collate_fn, loader.num_workers)
     dataset = _seeded(dataset, sampler, loader.num_workers, seed)
-    kwargs = dict(batch_size=loader.batch_size, sampler=sampler, num_workers=loader.num_workers,
-                  collate_fn=collate, pin_memory=loader.pin_memory, drop_last=loader.drop_last,
-                  timeout=loader.timeout, worker_init_fn=_WorkerSeeder(loader.worker_init_fn),
-                  generator=torch.Generator(), persistent_workers=loader.persistent_workers)
+    kwargs = dict(
+        batch_size=loader.batch_size,
+        sampler=sampler,
+        num_workers=loader.num_workers,
+        collate_fn=collate,
+        pin_memory=loader.pin_memory,
+        drop_last=loader.drop_last,
+        timeout=loader.timeout,
+        worker_init_fn=_WorkerSeeder(loader.worker_init_fn),
+        generator=torch.Generator(),
+        persistent_workers=loader.persistent_workers,
+    )
     if loader.num_workers > 0:
         kwargs["prefetch_factor"] = loader.prefetch_factor
         kwargs["multiprocessing_context"] = loader.multiprocessing_context

@@ -45,8 +45,16 @@ class _Nvml:
         nv = self._nv
         gpus = []
         for i, h in enumerate(self.handles):
-            gpu: dict[str, Any] = {"index": i, "name": self.names[i], "util": None, "mem_used": None,
-                                   "mem_total": None, "temp": None, "power": None, "torch_allocated": None}
+            gpu: dict[str, Any] = {
+                "index": i,
+                "name": self.names[i],
+                "util": None,
+                "mem_used": None,
+                "mem_total": None,
+                "temp": None,
+                "power": None,
+                "torch_allocated": None,
+            }
             # each reading may be unsupported on some boards; one missing value must not hide the rest
             try:
                 gpu["util"] = float(nv.nvmlDeviceGetUtilizationRates(h).gpu)
@@ -126,9 +134,14 @@ class DeviceMonitor:
     then carries its rates since the previous one (a rank's own throughput in a distributed run).
     """
 
-    def __init__(self, emit: Callable[[Event], None], interval: float | None = None, rank: int = 0,
-                 progress: Callable[[], tuple[int, int]] | None = None,
-                 housekeeping: Housekeeping | None = None) -> None:
+    def __init__(
+        self,
+        emit: Callable[[Event], None],
+        interval: float | None = None,
+        rank: int = 0,
+        progress: Callable[[], tuple[int, int]] | None = None,
+        housekeeping: Housekeeping | None = None,
+    ) -> None:
         self.emit = emit
         self.interval = default_interval() if interval is None else interval
         self.rank = rank

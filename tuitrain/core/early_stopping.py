@@ -6,8 +6,9 @@ import math
 
 
 class EarlyStopping:
-    def __init__(self, monitor: str = "valid/loss", mode: str = "min", patience: int = 5,
-                 min_delta: float = 0.0) -> None:
+    def __init__(
+        self, monitor: str = "valid/loss", mode: str = "min", patience: int = 5, min_delta: float = 0.0
+    ) -> None:
         if mode not in ("min", "max"):
             raise ValueError(f"mode must be 'min' or 'max', not {mode!r}")
         self.monitor, self.mode, self.patience, self.min_delta = monitor, mode, patience, abs(min_delta)
@@ -35,9 +36,11 @@ class EarlyStopping:
         else:
             self.bad_epochs += 1
         if self.bad_epochs >= self.patience:
-            self.message = (f"early stopping at epoch {epoch}: {self.monitor} has not improved by more than "
-                            f"{self.min_delta:g} for {self.patience} epoch(s); best {self.best:.6g} at epoch "
-                            f"{self.best_epoch}")
+            self.message = (
+                f"early stopping at epoch {epoch}: {self.monitor} has not improved by more than "
+                f"{self.min_delta:g} for {self.patience} epoch(s); best {self.best:.6g} at epoch "
+                f"{self.best_epoch}"
+            )
             return True
         return False
 

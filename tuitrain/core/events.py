@@ -376,10 +376,31 @@ class HistogramLogged(Event):
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.__name__: cls
     for cls in (
-        RunStarted, EpochStarted, PhaseStarted, StepStarted, StepCompleted, StepPoint, MetricsLogged,
-        PhaseCompleted, EpochCompleted, CheckpointStarted, CheckpointSaved, CheckpointDeleted,
-        CheckpointFailed, ControlReceived, RunPaused, RunResumed, OutputPrinted, DevicesSampled,
-        RunFinished, RunFailed, JobRequeued, AlertRaised, StepSkipped, RolledBack, MediaLogged,
+        RunStarted,
+        EpochStarted,
+        PhaseStarted,
+        StepStarted,
+        StepCompleted,
+        StepPoint,
+        MetricsLogged,
+        PhaseCompleted,
+        EpochCompleted,
+        CheckpointStarted,
+        CheckpointSaved,
+        CheckpointDeleted,
+        CheckpointFailed,
+        ControlReceived,
+        RunPaused,
+        RunResumed,
+        OutputPrinted,
+        DevicesSampled,
+        RunFinished,
+        RunFailed,
+        JobRequeued,
+        AlertRaised,
+        StepSkipped,
+        RolledBack,
+        MediaLogged,
         HistogramLogged,
     )
 }
@@ -452,9 +473,14 @@ def _shape(cls: type) -> tuple[tuple[str, Any, Any, bool], ...]:
     if shape is None:
         shape = _SHAPES[cls] = tuple(
             # under `from __future__ import annotations` a field's type is its source text, a str
-            (f.name, _CHECKS[f.type], _INNER.get((cls.__name__, f.name)),  # type: ignore[index]
-             f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
-            for f in dataclasses.fields(cls))
+            (
+                f.name,
+                _CHECKS[f.type],  # type: ignore[index]
+                _INNER.get((cls.__name__, f.name)),
+                f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING,
+            )
+            for f in dataclasses.fields(cls)
+        )
     return shape
 
 

@@ -86,10 +86,15 @@ def peak_for(device: torch.device, peak_tflops: float, key: str = "peak_tflops")
         return peak_tflops
     peak = device_peak_tflops(device)
     if peak is None:
-        what = (f"the GPU {torch.cuda.get_device_name(device)!r} is not in tuitrain's table"
-                if device.type == "cuda" else f"there is no table for {device.type}")
-        raise ValueError(f"metric 'mfu' needs the device's peak TFLOP/s and {what}: set {key} (one "
-                         "device's dense peak in the precision you train in)")
+        what = (
+            f"the GPU {torch.cuda.get_device_name(device)!r} is not in tuitrain's table"
+            if device.type == "cuda"
+            else f"there is no table for {device.type}"
+        )
+        raise ValueError(
+            f"metric 'mfu' needs the device's peak TFLOP/s and {what}: set {key} (one "
+            "device's dense peak in the precision you train in)"
+        )
     return peak
 
 
@@ -109,8 +114,13 @@ class StepFlops:
     itself): a first compiled call under FlopCounterMode, a dispatch mode, would have dynamo pass over
     the model's code for good, and the whole run would train uncompiled."""
 
-    def __init__(self, models: Iterable[torch.nn.Module], optimizers: Iterable[torch.optim.Optimizer],
-                 position: Callable[[], Any], batches_per_step: int = 1) -> None:
+    def __init__(
+        self,
+        models: Iterable[torch.nn.Module],
+        optimizers: Iterable[torch.optim.Optimizer],
+        position: Callable[[], Any],
+        batches_per_step: int = 1,
+    ) -> None:
         self.models, self.optimizers = list(models), list(optimizers)
         self.position = position
         self.batches_per_step = batches_per_step
@@ -123,8 +133,9 @@ class StepFlops:
     def on_event(self, event: Any, state: Any) -> None:
         if isinstance(event, PhaseStarted) and event.split == "train" and self.flops is None and not self.watching:
             self.watch()
-        elif (isinstance(event, PhaseCompleted) and event.split == "train") or isinstance(event, (RunFinished,
-                                                                                                 RunFailed)):
+        elif (isinstance(event, PhaseCompleted) and event.split == "train") or isinstance(
+            event, (RunFinished, RunFailed)
+        ):
             self.finish()  # a phase or run that ends within the counted batch leaves no mode behind
             self.close()
 
@@ -221,9 +232,17 @@ class GivenFlops:
         return self.flops
 
 
-def setup(metric_sets: dict, device: torch.device, flops_per_step: Any, peak_tflops: Any, *,
-          models: Iterable[torch.nn.Module], optimizers: Iterable[torch.optim.Optimizer],
-          position: Callable[[], Any], batches_per_step: int) -> StepFlops | None:
+def setup(
+    metric_sets: dict,
+    device: torch.device,
+    flops_per_step: Any,
+    peak_tflops: Any,
+    *,
+    models: Iterable[torch.nn.Module],
+    optimizers: Iterable[torch.optim.Optimizer],
+    position: Callable[[], Any],
+    batches_per_step: int,
+) -> StepFlops | None:
     """Hand the FLOPs per step, the peak and the device to the `tflops`, `mfu` and `max_memory`
     metrics of `metric_sets` ({"train": MetricSet, "valid": ...}; the FLOPs to "train" only: a
     validation has no optimizer step). Returns the StepFlops that counts the first batch when one is
@@ -240,8 +259,7 @@ def setup(metric_sets: dict, device: torch.device, flops_per_step: Any, peak_tfl
     train = [m for m in metric_sets["train"].metrics if isinstance(m, Tflops)] if "train" in metric_sets else []
     if not train:
         return None
-    source = GivenFlops(flops_per_step) if flops_per_step else StepFlops(models, optimizers, position,
-                                                                       batches_per_step)
+    source = GivenFlops(flops_per_step) if flops_per_step else StepFlops(models, optimizers, position, batches_per_step)
     for m in train:  # Mfu is a Tflops
         m.flops, m.peak = source, peak
     return source if isinstance(source, StepFlops) else None

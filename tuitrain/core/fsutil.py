@@ -105,7 +105,7 @@ def overwrite_in_place(path: str | os.PathLike, data: bytes) -> None:
     try:
         view = memoryview(data)
         while view:
-            view = view[os.write(fd, view):]
+            view = view[os.write(fd, view) :]
         os.ftruncate(fd, len(data))
         os.fsync(fd)
     finally:

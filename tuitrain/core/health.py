@@ -117,7 +117,7 @@ def _seconds(v: Any, where: str) -> float:
     if v in ("", None, 0, "0", "off"):
         return 0.0
     if isinstance(v, bool):
-        raise ValueError(f"{where}: a duration (\"10m\", \"30s\", seconds) or \"\", not {v!r}")
+        raise ValueError(f'{where}: a duration ("10m", "30s", seconds) or "", not {v!r}')
     if isinstance(v, (int, float)):
         if not math.isfinite(v) or v < 0:
             raise ValueError(f"{where}: a duration of 0 or more seconds, not {v!r}")
@@ -340,11 +340,13 @@ class Health:
             rule.speaker.in_episode = False
             rule.push(norm)
             return None
-        return self._spike(rule, "grad_spike", self.watch.grad_spike, norm, step,
-                           "grad-norm spike", "grad_norm", "logged steps")
+        return self._spike(
+            rule, "grad_spike", self.watch.grad_spike, norm, step, "grad-norm spike", "grad_norm", "logged steps"
+        )
 
-    def _spike(self, rule: Spike, name: str, action: str, v: float, step: int, title: str, what: str,
-               over: str) -> Verdict | None:
+    def _spike(
+        self, rule: Spike, name: str, action: str, v: float, step: int, title: str, what: str, over: str
+    ) -> Verdict | None:
         """A spike rule's verdict on finite `v` above its limit (`loss` and `grads` keep the other values
         themselves); see the module docstring: episodes, once a minute."""
         self.spikes[name] += 1
@@ -359,12 +361,15 @@ class Health:
             return None
         held = speaker.said() if alert_only else 0
         times = f"{_fmt(v / top)} times" if top > 0 else "far above"
-        text = (f"{what} {_fmt(v)} at step {step} is {times} the largest of the last {n} {over} "
-                f"({_fmt(top)}; their median {_fmt(med)}, limit {_fmt(limit)})")
+        text = (
+            f"{what} {_fmt(v)} at step {step} is {times} the largest of the last {n} {over} "
+            f"({_fmt(top)}; their median {_fmt(med)}, limit {_fmt(limit)})"
+        )
         if held:
             text += f"; {held} more spike(s) since the previous alert"
-        return Verdict(name, action, v, f"{title} at step {step}", text + doing(action),
-                       episode=speaker.episode, held=held)
+        return Verdict(
+            name, action, v, f"{title} at step {step}", text + doing(action), episode=speaker.episode, held=held
+        )
 
     def _nonfinite(self, what: str, v: float, step: int) -> Verdict | None:
         action = self.watch.nonfinite
@@ -372,11 +377,21 @@ class Health:
         if not speaker.finding(action == "alert", self.clock()):
             return None
         held = speaker.said() if action == "alert" else 0
-        text = (f"the {what} {'is' if what == 'loss' else 'have a norm of'} {v} at step {step}"
-                + (f"; {held} more since the previous alert" if held else "") + doing(action))
-        return Verdict("nonfinite", action, v, f"non-finite {what} at step {step}", text,
-                       level="error" if action in ("fail", "stop") else "warning", episode=speaker.episode,
-                       held=held)
+        text = (
+            f"the {what} {'is' if what == 'loss' else 'have a norm of'} {v} at step {step}"
+            + (f"; {held} more since the previous alert" if held else "")
+            + doing(action)
+        )
+        return Verdict(
+            "nonfinite",
+            action,
+            v,
+            f"non-finite {what} at step {step}",
+            text,
+            level="error" if action in ("fail", "stop") else "warning",
+            episode=speaker.episode,
+            held=held,
+        )
 
     def data_wait(self, share: float, step: int) -> Verdict | None:
         """`data_wait` as logged: an alert when more than the rule's share of step time waits for data
@@ -391,15 +406,22 @@ class Health:
         if not speaker.finding(True, self.clock()):
             return None
         speaker.said()
-        return Verdict("data_wait", "alert", share, f"training waits for data at step {step}",
-                       f"{share:.0%} of step time waits for the next batch (more than {limit:.0%}): the data "
-                       "loader is too slow (more num_workers, faster decoding, data nearer the machine)",
-                       episode=speaker.episode)
+        return Verdict(
+            "data_wait",
+            "alert",
+            share,
+            f"training waits for data at step {step}",
+            f"{share:.0%} of step time waits for the next batch (more than {limit:.0%}): the data "
+            "loader is too slow (more num_workers, faster decoding, data nearer the machine)",
+            episode=speaker.episode,
+        )
 
     def state_dict(self) -> dict:
-        return {"loss": self.loss_spike.state_dict() if self.loss_spike else None,
-                "grads": self.grad_spike.state_dict() if self.grad_spike else None,
-                "rollbacks": self.rollbacks}
+        return {
+            "loss": self.loss_spike.state_dict() if self.loss_spike else None,
+            "grads": self.grad_spike.state_dict() if self.grad_spike else None,
+            "rollbacks": self.rollbacks,
+        }
 
     def load_state_dict(self, d: dict | None) -> None:
         if not d:
@@ -413,9 +435,13 @@ class Health:
 
 def doing(action: str) -> str:
     """What the run does about a finding, as the alert's text ends."""
-    return {"alert": "", "skip": "; the step is skipped (its update not applied)",
-            "rollback": "; rolling back to the checkpoint before it", "stop": "; training stops here",
-            "fail": "; training stops as failed"}.get(action, "")
+    return {
+        "alert": "",
+        "skip": "; the step is skipped (its update not applied)",
+        "rollback": "; rolling back to the checkpoint before it",
+        "stop": "; training stops here",
+        "fail": "; training stops as failed",
+    }.get(action, "")
 
 
 def thread_stacks() -> str:
@@ -424,8 +450,7 @@ def thread_stacks() -> str:
     frames = sys._current_frames()
     out = []
     for ident in sorted(frames, key=lambda i: (i != threading.main_thread().ident, names.get(i, ""))):
-        out.append(f"Thread {names.get(ident, ident)!s} ({ident}):\n"
-                   + "".join(traceback.format_stack(frames[ident])))
+        out.append(f"Thread {names.get(ident, ident)!s} ({ident}):\n" + "".join(traceback.format_stack(frames[ident])))
     return "\n".join(out)
 
 
@@ -435,8 +460,13 @@ class Watchdog:
     training thread updates anyway (the step counter, the batch index); `idle()` True (paused,
     finishing) holds the clock."""
 
-    def __init__(self, stall: float, progress: Callable[[], Any], on_stall: Callable[[float], None],
-                 idle: Callable[[], bool] = lambda: False) -> None:
+    def __init__(
+        self,
+        stall: float,
+        progress: Callable[[], Any],
+        on_stall: Callable[[float], None],
+        idle: Callable[[], bool] = lambda: False,
+    ) -> None:
         self.stall = stall
         self.progress, self.on_stall, self.idle = progress, on_stall, idle
         self._stop = threading.Event()

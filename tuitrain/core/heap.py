@@ -50,8 +50,7 @@ def keep_freed_memory() -> bool:
     if libc is None:
         return False
     # mmap first: setting either turns glibc's adaptive threshold off
-    _kept = libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1 and libc.mallopt(M_TRIM_THRESHOLD,
-                                                                               TRIM_THRESHOLD) == 1
+    _kept = libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1 and libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1
     return _kept
 
 

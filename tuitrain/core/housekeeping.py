@@ -30,16 +30,16 @@ MAX_GAP = 1.0
 class _Chore:
     __slots__ = ("interval", "run", "start_thread", "due")
 
-    def __init__(self, interval: float, run: Callable[[], None], start_thread: Callable[[], None],
-                 due: float) -> None:
+    def __init__(self, interval: float, run: Callable[[], None], start_thread: Callable[[], None], due: float) -> None:
         self.interval, self.run, self.start_thread, self.due = interval, run, start_thread, due
 
 
 class Housekeeping:
     """Runs chores every `interval` seconds: inline at the loop's `tick()`s, or on threads."""
 
-    def __init__(self, inline: bool = False, max_gap: float | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, inline: bool = False, max_gap: float | None = None, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.inline = inline
         self.clock = clock  # seconds; a test passes its own
         self.max_gap = MAX_GAP if max_gap is None else max_gap

@@ -69,8 +69,10 @@ def take_image(images: Any) -> _Copy:
     if isinstance(images, (list, tuple)) and images:
         parts = [take_image(x) for x in images]
         return _Copy(parts, channels_last=False)  # type: ignore[arg-type]  # a list: each laid out alone
-    raise TypeError("log_image takes a tensor (C,H,W) or (N,C,H,W), a numpy array (H,W), (H,W,C) or "
-                    f"(N,H,W,C), a PIL image, or a list of them; not {type(images).__name__}")
+    raise TypeError(
+        "log_image takes a tensor (C,H,W) or (N,C,H,W), a numpy array (H,W), (H,W,C) or "
+        f"(N,H,W,C), a PIL image, or a list of them; not {type(images).__name__}"
+    )
 
 
 def check_image(copy: _Copy) -> _Copy:
@@ -94,15 +96,17 @@ def _as_chw(t: torch.Tensor, channels_last: bool) -> torch.Tensor:
         if channels_last or (t.shape[0] not in (1, 3, 4) and t.shape[-1] in (1, 3, 4)):
             t = t.permute(2, 0, 1)
         if t.shape[0] not in (1, 3, 4):
-            raise ValueError(f"log_image: an image of shape {tuple(t.shape)} has {t.shape[0]} channels "
-                             "(1, 3 or 4 expected)")
+            raise ValueError(
+                f"log_image: an image of shape {tuple(t.shape)} has {t.shape[0]} channels (1, 3 or 4 expected)"
+            )
         return t
     if t.ndim == 4:
         if channels_last or (t.shape[1] not in (1, 3, 4) and t.shape[-1] in (1, 3, 4)):
             t = t.permute(0, 3, 1, 2)
         if t.shape[1] not in (1, 3, 4):
-            raise ValueError(f"log_image: images of shape {tuple(t.shape)} have {t.shape[1]} channels "
-                             "(1, 3 or 4 expected)")
+            raise ValueError(
+                f"log_image: images of shape {tuple(t.shape)} have {t.shape[1]} channels (1, 3 or 4 expected)"
+            )
         return t
     raise ValueError(f"log_image: a tensor of shape {tuple(t.shape)} is no image ((C,H,W) or (N,C,H,W))")
 
@@ -165,10 +169,13 @@ def grid(images: list[torch.Tensor], pad: int = GRID_PAD) -> torch.Tensor:
         full[:n, :, :h, :w] = torch.stack(images)
     else:
         for k, img in enumerate(images):
-            full[k, :, :img.shape[1], :img.shape[2]] = img
-    out = full.reshape(rows, cols, 3, h + pad, w + pad).permute(2, 0, 3, 1, 4).reshape(
-        3, rows * (h + pad), cols * (w + pad))
-    return out[:, :rows * (h + pad) - pad, :cols * (w + pad) - pad].contiguous()
+            full[k, :, : img.shape[1], : img.shape[2]] = img
+    out = (
+        full.reshape(rows, cols, 3, h + pad, w + pad)
+        .permute(2, 0, 3, 1, 4)
+        .reshape(3, rows * (h + pad), cols * (w + pad))
+    )
+    return out[:, : rows * (h + pad) - pad, : cols * (w + pad) - pad].contiguous()
 
 
 def png_bytes(img: torch.Tensor) -> bytes:

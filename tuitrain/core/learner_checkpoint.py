@@ -25,9 +25,24 @@ from .state import RunDirUnwritable
 class CheckpointIO:
     """What a checkpoint of this run holds, and its writes through `checkpointer` (None: no checkpoints)."""
 
-    def __init__(self, *, checkpointer, bus, state, model: torch.nn.Module, ema, optimizers: dict,
-                 schedulers: dict, precision, metric_sets: dict, early_stopping, health, config: dict,
-                 world_size: int, model_path=None) -> None:
+    def __init__(
+        self,
+        *,
+        checkpointer,
+        bus,
+        state,
+        model: torch.nn.Module,
+        ema,
+        optimizers: dict,
+        schedulers: dict,
+        precision,
+        metric_sets: dict,
+        early_stopping,
+        health,
+        config: dict,
+        world_size: int,
+        model_path=None,
+    ) -> None:
         self.checkpointer, self.bus, self.state = checkpointer, bus, state
         self.model, self.ema, self.optimizers, self.schedulers = model, ema, optimizers, schedulers
         self.precision, self.metric_sets = precision, metric_sets
@@ -66,7 +81,8 @@ class CheckpointIO:
         in_valid = s.stage == "valid"
         scaler = self.precision.scaler
         return {
-            "format": ckpt.FORMAT, "version": ckpt.VERSION,
+            "format": ckpt.FORMAT,
+            "version": ckpt.VERSION,
             "model": self.ema.model_state() if self.ema is not None else self.model.state_dict(),
             "ema": self.ema.state_dict() if self.ema is not None else None,
             "optimizers": [o.state_dict() for o in self.optimizers.values()],
@@ -76,14 +92,19 @@ class CheckpointIO:
             "scaler": scaler.state_dict() if scaler is not None else None,
             # mid-validation, the RNG as it was when validation began: a resume re-runs validation
             "rng": s.valid_rng if in_valid and s.valid_rng is not None else rng_state(),
-            "epoch": s.epoch, "step": s.step, "batch": s.batch, "stage": s.stage,
+            "epoch": s.epoch,
+            "step": s.step,
+            "batch": s.batch,
+            "stage": s.stage,
             "metrics": {k: v.state_dict() for k, v in self.metric_sets.items()},
-            "history": s.history, "epoch_metrics": s.epoch_metrics,
+            "history": s.history,
+            "epoch_metrics": s.epoch_metrics,
             "early_stopping": self.early_stopping.state_dict() if self.early_stopping else None,
             "config": self.config,
             "time_used": s.training_time(),  # seconds of training so far: max_time counts on after a resume
             # the health rules' statistics and the batches a rollback passes over: judged alike after a resume
-            "health": self.health.state_dict(), "skip_batches": [list(b) for b in s.skip_batches],
+            "health": self.health.state_dict(),
+            "skip_batches": [list(b) for b in s.skip_batches],
             # streaming data's own position, mid-epoch (a stateful loader or iterable dataset)
             "data": self.loader.state_dict() if self.loader is not None and s.stage == "train" and s.batch else None,
         }
@@ -131,8 +152,9 @@ class CheckpointIO:
         # the schedules' lengths are this run's (a resume with more epochs stretches them), not the file's
         built = {name: schedules.lengths(sch) for name, sch in self.schedulers.items()}
         self._load_named("scheduler", self.schedulers, data)
-        self.stretched = [s for name, sch in self.schedulers.items()
-                          for s in schedules.keep_lengths(name, sch, built[name])]
+        self.stretched = [
+            s for name, sch in self.schedulers.items() for s in schedules.keep_lengths(name, sch, built[name])
+        ]
         if self.ema is not None and data.get("ema"):
             self.ema.load_state_dict(data["ema"])
         scaler = self.precision.scaler
@@ -158,9 +180,12 @@ class CheckpointIO:
         saved_world = int(data.get("world_size", 1))
         if saved_world != self.world_size and s.stage == "train" and s.batch:
             # the position in the data order is per rank: another world size restarts at an epoch
-            warnings.warn(f"the checkpoint was written by {saved_world} process(es) and this run has "
-                          f"{self.world_size}: resuming at the start of epoch {s.epoch + 1} (the rest of "
-                          f"epoch {s.epoch} is skipped)", stacklevel=3)
+            warnings.warn(
+                f"the checkpoint was written by {saved_world} process(es) and this run has "
+                f"{self.world_size}: resuming at the start of epoch {s.epoch + 1} (the rest of "
+                f"epoch {s.epoch} is skipped)",
+                stacklevel=3,
+            )
             s.epoch, s.batch, s.stage = s.epoch + 1, 0, "train"
         self.mark_saved()
 
@@ -168,7 +193,7 @@ class CheckpointIO:
     def _load_named(kind: str, mine: dict, data: dict) -> None:
         """Optimizers or schedulers from `data`, matched by name (older files: by position)."""
         saved = data[kind + "s"]
-        names = data.get(kind + "_names") or list(mine)[:len(saved)]
+        names = data.get(kind + "_names") or list(mine)[: len(saved)]
         by_name = dict(zip(names, saved))
         for name, obj in mine.items():
             if name not in by_name:
@@ -218,5 +243,10 @@ class CheckpointIO:
         b = self.checkpointer.best()
         if b is None:
             return {}
-        return {"file": f"checkpoint/{b.file}", "monitor": self.checkpointer.monitor,
-                "value": b.metrics.get(self.checkpointer.monitor), "epoch": b.epoch, "step": b.step}
+        return {
+            "file": f"checkpoint/{b.file}",
+            "monitor": self.checkpointer.monitor,
+            "value": b.metrics.get(self.checkpointer.monitor),
+            "epoch": b.epoch,
+            "step": b.step,
+        }

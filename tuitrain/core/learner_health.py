@@ -54,8 +54,22 @@ class HealthGuard:
     stop through `interrupter`, an update not applied (`optimizers`, the `precision`'s scaler), a
     rollback through `ckpt_io`, and the stall watchdog."""
 
-    def __init__(self, *, health: Health, bus, state, interrupter, strategy, optimizers: dict, schedulers: dict,
-                 precision, ckpt_io, log_every: int, check_every_step: bool, run_dir=None) -> None:
+    def __init__(
+        self,
+        *,
+        health: Health,
+        bus,
+        state,
+        interrupter,
+        strategy,
+        optimizers: dict,
+        schedulers: dict,
+        precision,
+        ckpt_io,
+        log_every: int,
+        check_every_step: bool,
+        run_dir=None,
+    ) -> None:
         self.health = health
         self.bus, self.state, self.interrupter, self.strategy = bus, state, interrupter, strategy
         self.world_size = strategy.world_size
@@ -114,10 +128,20 @@ class HealthGuard:
     # --- acting --------------------------------------------------------------------------------
 
     def _emit_alert(self, verdict: Verdict, action: str, step: int, epoch: int, text: str | None = None) -> None:
-        self.bus.emit(AlertRaised(rule=verdict.rule, level=verdict.level, title=verdict.title,
-                                  text=text if text is not None else verdict.text, step=step,
-                                  value=_plain(verdict.value), action=action, epoch=epoch,
-                                  episode=verdict.episode, held=verdict.held))
+        self.bus.emit(
+            AlertRaised(
+                rule=verdict.rule,
+                level=verdict.level,
+                title=verdict.title,
+                text=text if text is not None else verdict.text,
+                step=step,
+                value=_plain(verdict.value),
+                action=action,
+                epoch=epoch,
+                episode=verdict.episode,
+                held=verdict.held,
+            )
+        )
 
     def _act(self, verdict: Verdict, state, batches: list[int], what: str, at: int | None = None) -> bool:
         step = state.step + 1 if at is None else at
@@ -135,12 +159,19 @@ class HealthGuard:
             raise RollBack(verdict, state.epoch, batches, step)
         if action == "stop":
             if self.world_size == 1 and at is None:  # one process: the update is not applied, and the stop's
-                self.skip_update()                     # checkpoint holds the weights from before the trouble
+                self.skip_update()  # checkpoint holds the weights from before the trouble
                 raise CancelFitting("stopped")
             self.interrupter.request_stop("watch", verdict.title)  # ranks: every one stops at the agreed step
             return False
-        self.bus.emit(StepSkipped(step=step, epoch=state.epoch, batch=batches[-1] if batches else state.batch,
-                                  rule=verdict.rule, value=_plain(verdict.value)))
+        self.bus.emit(
+            StepSkipped(
+                step=step,
+                epoch=state.epoch,
+                batch=batches[-1] if batches else state.batch,
+                rule=verdict.rule,
+                value=_plain(verdict.value),
+            )
+        )
         return True
 
     def skip_update(self) -> None:
@@ -160,8 +191,10 @@ class HealthGuard:
         self.skip_update()  # the offending backward's gradients go with it
         self.ckpt_io.finish()
         if self.health.rollbacks >= w.max_rollbacks:
-            raise HealthFailure(f"{rb.verdict.title}, and {self.health.rollbacks} rollback(s) already "
-                                f"(watch.max_rollbacks = {w.max_rollbacks}): training stops as failed")
+            raise HealthFailure(
+                f"{rb.verdict.title}, and {self.health.rollbacks} rollback(s) already "
+                f"(watch.max_rollbacks = {w.max_rollbacks}): training stops as failed"
+            )
         path = None
         checkpointer = self.ckpt_io.checkpointer
         if checkpointer is not None:
@@ -171,8 +204,10 @@ class HealthGuard:
                     path = p
                     break
         if path is None:
-            raise HealthFailure(f"{rb.verdict.title}: no sound checkpoint before step {rb.step} to roll back "
-                                "to (set checkpoint.every_n_steps so that there is one)")
+            raise HealthFailure(
+                f"{rb.verdict.title}: no sound checkpoint before step {rb.step} to roll back "
+                "to (set checkpoint.every_n_steps so that there is one)"
+            )
         data = ckpt.load_checkpoint(path)
         skips = {tuple(x) for x in self.state.skip_batches} | {(rb.epoch, b) for b in rb.batch}
         rollbacks = self.health.rollbacks + 1
@@ -192,9 +227,17 @@ class HealthGuard:
                     sched.base_lrs = [lr * factor for lr in sched.base_lrs]
         self.ckpt_io.forget_last()  # the state from here on is new: checkpoints are written again
         s = self.state
-        self.bus.emit(RolledBack(from_step=rb.step, to_step=s.step, checkpoint=str(path),
-                                 skipped_batches=[list(x) for x in self.state.skip_batches], lr_factor=factor,
-                                 rule=rb.verdict.rule, rollbacks=rollbacks))
+        self.bus.emit(
+            RolledBack(
+                from_step=rb.step,
+                to_step=s.step,
+                checkpoint=str(path),
+                skipped_batches=[list(x) for x in self.state.skip_batches],
+                lr_factor=factor,
+                rule=rb.verdict.rule,
+                rollbacks=rollbacks,
+            )
+        )
 
     def _append_to_log(self, block: str) -> None:
         """One write appended to RUN_DIR/experiment.log (another process writes it too: O_APPEND)."""
@@ -220,8 +263,12 @@ class HealthGuard:
             return
         s = self.state
         it = self.interrupter
-        self._watchdog = Watchdog(stall, progress=lambda: (s.step, s.batch, s.stage, id(s.last)),
-                                  on_stall=self._stalled, idle=lambda: bool(it.paused)).start()
+        self._watchdog = Watchdog(
+            stall,
+            progress=lambda: (s.step, s.batch, s.stage, id(s.last)),
+            on_stall=self._stalled,
+            idle=lambda: bool(it.paused),
+        ).start()
 
     def stop_watchdog(self) -> None:
         if self._watchdog is not None:
@@ -234,11 +281,16 @@ class HealthGuard:
         w = self.health.watch
         where = f"at step {s.step}, epoch {s.epoch}, in {s.phase or s.stage}"
         stacks = thread_stacks()
-        verdict = Verdict("stall", w.stall_action, seconds, f"training stalled {where}",
-                          f"no training step completed for {seconds:.0f}s ({where})", level="error")
+        verdict = Verdict(
+            "stall",
+            w.stall_action,
+            seconds,
+            f"training stalled {where}",
+            f"no training step completed for {seconds:.0f}s ({where})",
+            level="error",
+        )
         if w.stall_action == "alert":
-            self._emit_alert(verdict, "alert", s.step, s.epoch,
-                             verdict.text + "; every thread's stack is in the log")
+            self._emit_alert(verdict, "alert", s.step, s.epoch, verdict.text + "; every thread's stack is in the log")
             self.bus.emit(OutputPrinted(text="stalled: every thread's stack\n" + stacks, stream="log"))
             return
         last = None
@@ -252,8 +304,17 @@ class HealthGuard:
             text += f" (rank {self.strategy.rank})"
         self._emit_alert(verdict, "abort", s.step, s.epoch, text)
         if self.strategy.writes:
-            self.bus.emit(run_failed(f"stalled: {verdict.text}", traceback=stacks, epoch=s.epoch, step=s.step,
-                                    duration=s.training_time(), cause="stalled", checkpoint=str(last or "")))
+            self.bus.emit(
+                run_failed(
+                    f"stalled: {verdict.text}",
+                    traceback=stacks,
+                    epoch=s.epoch,
+                    step=s.step,
+                    duration=s.training_time(),
+                    cause="stalled",
+                    checkpoint=str(last or ""),
+                )
+            )
         else:  # another rank writes the run's events: this one's stacks go to its output and experiment.log
             block = f"tuitrain: rank {self.strategy.rank}: {text}; every thread's stack:\n{stacks}"
             print(block, file=sys.stderr, flush=True)

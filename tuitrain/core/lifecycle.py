@@ -56,16 +56,34 @@ def describe(e: BaseException) -> tuple[str, str, str]:
     return f"{type(e).__name__}: {e}", tb, "out_of_memory" if out_of_memory(e) else ""
 
 
-def run_failed(error: BaseException | str, *, epoch: int = 0, step: int = 0, traceback: str = "",
-               duration: float = 0.0, summary: dict | None = None, cause: str = "", checkpoint: str = "",
-               exit_code: int = EXIT_FAILED) -> RunFailed:
+def run_failed(
+    error: BaseException | str,
+    *,
+    epoch: int = 0,
+    step: int = 0,
+    traceback: str = "",
+    duration: float = 0.0,
+    summary: dict | None = None,
+    cause: str = "",
+    checkpoint: str = "",
+    exit_code: int = EXIT_FAILED,
+) -> RunFailed:
     """The `RunFailed` event of a run that failed on `error` (an exception, or the line to say)."""
     if isinstance(error, BaseException):
         line, tb, found = describe(error)
         traceback, cause = traceback or tb, cause or found
         error = line
-    return RunFailed(error=error, traceback=traceback, epoch=epoch, step=step, exit_code=exit_code,
-                     duration=duration, summary=dict(summary or {}), cause=cause, checkpoint=checkpoint)
+    return RunFailed(
+        error=error,
+        traceback=traceback,
+        epoch=epoch,
+        step=step,
+        exit_code=exit_code,
+        duration=duration,
+        summary=dict(summary or {}),
+        cause=cause,
+        checkpoint=checkpoint,
+    )
 
 
 class Summary:
@@ -93,8 +111,11 @@ class Summary:
             return
         row = self.rows.get(key)
         if row is None:
-            self.rows[key] = {"min": value, "max": value, "last": value} if epoch is None else \
-                {"min": value, "min_epoch": epoch, "max": value, "max_epoch": epoch, "last": value}
+            self.rows[key] = (
+                {"min": value, "max": value, "last": value}
+                if epoch is None
+                else {"min": value, "min_epoch": epoch, "max": value, "max_epoch": epoch, "last": value}
+            )
             return
         if value < row["min"]:
             row["min"] = value
@@ -119,8 +140,15 @@ class Lifecycle:
 
     PAUSE_POLL = 0.1
 
-    def __init__(self, bus, flags, *, save: Callable[[str], None] | None = None,
-                 chores: Callable[[], None] | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        bus,
+        flags,
+        *,
+        save: Callable[[str], None] | None = None,
+        chores: Callable[[], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.bus, self.flags, self.save, self.chores, self.clock = bus, flags, save, chores, clock
         self.started = clock()
         self.summary = Summary()
@@ -175,23 +203,47 @@ class Lifecycle:
 
     # --- the end -----------------------------------------------------------------------------------
 
-    def finished(self, reason: str, *, epoch: int, step: int, summary: dict | None = None,
-                 best: dict | None = None) -> RunFinished:
+    def finished(
+        self, reason: str, *, epoch: int, step: int, summary: dict | None = None, best: dict | None = None
+    ) -> RunFinished:
         """The run ended without failing, for `reason`: `RunFinished`, status and exit code from it."""
         status, code = outcome(reason)
-        event = RunFinished(status=status, exit_code=code, epoch=epoch, step=step, reason=reason,
-                            duration=self.duration(), summary=self.summary.table() if summary is None else summary,
-                            best=dict(best or {}))
+        event = RunFinished(
+            status=status,
+            exit_code=code,
+            epoch=epoch,
+            step=step,
+            reason=reason,
+            duration=self.duration(),
+            summary=self.summary.table() if summary is None else summary,
+            best=dict(best or {}),
+        )
         self.ended = True
         self.bus.emit(event)
         return event
 
-    def failed(self, error: BaseException | str, *, epoch: int, step: int, summary: dict | None = None,
-               traceback: str = "", cause: str = "", checkpoint: str = "") -> RunFailed:
+    def failed(
+        self,
+        error: BaseException | str,
+        *,
+        epoch: int,
+        step: int,
+        summary: dict | None = None,
+        traceback: str = "",
+        cause: str = "",
+        checkpoint: str = "",
+    ) -> RunFailed:
         """The run failed on `error`: `RunFailed` (exit code 1), with the last sound checkpoint."""
-        event = run_failed(error, epoch=epoch, step=step, traceback=traceback, duration=self.duration(),
-                           summary=self.summary.table() if summary is None else summary, cause=cause,
-                           checkpoint=checkpoint)
+        event = run_failed(
+            error,
+            epoch=epoch,
+            step=step,
+            traceback=traceback,
+            duration=self.duration(),
+            summary=self.summary.table() if summary is None else summary,
+            cause=cause,
+            checkpoint=checkpoint,
+        )
         self.ended = True
         self.bus.emit(event)
         return event

@@ -67,6 +67,7 @@ def check_name(name: Any, what: str) -> str:
 
 # -- histograms -----------------------------------------------------------------------------------------
 
+
 def _range_of(parts: list[torch.Tensor]) -> tuple[float, float]:
     """The range a name's histograms keep: its first values' own, widened by half on each side (a
     distribution that spreads stays inside for a while); a single value gets +-1 around it."""
@@ -133,13 +134,19 @@ def histogram_counts(parts: list[torch.Tensor], low: float, high: float, bins: i
 
 # -- the log --------------------------------------------------------------------------------------------
 
+
 class MediaLog:
     """Images, texts and histograms of one run: copied on the caller's thread, encoded, written and said
     on a worker thread of its own. `emit`: the run's `bus.emit`; `run_dir`: where `media/` goes (None:
     the events only, a text in full in its event); `epoch`: the epoch now, for the events."""
 
-    def __init__(self, run_dir: str | os.PathLike | None, emit: Callable[[Any], None], keep: int = 100,
-                 epoch: Callable[[], int] = lambda: 0) -> None:
+    def __init__(
+        self,
+        run_dir: str | os.PathLike | None,
+        emit: Callable[[Any], None],
+        keep: int = 100,
+        epoch: Callable[[], int] = lambda: 0,
+    ) -> None:
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.emit = emit
         self.keep = keep
@@ -200,9 +207,13 @@ class MediaLog:
                 self.dropped += 1
                 first = self.dropped == 1
             if first:
-                self.emit(OutputPrinted(text=f"media: {item[2]!r} at step {item[1]} not kept: the media writer "
-                                        f"is {QUEUE_LIMIT} items behind (more are dropped while it is)",
-                                        stream="tuitrain"))
+                self.emit(
+                    OutputPrinted(
+                        text=f"media: {item[2]!r} at step {item[1]} not kept: the media writer "
+                        f"is {QUEUE_LIMIT} items behind (more are dropped while it is)",
+                        stream="tuitrain",
+                    )
+                )
             return
         self._queue.put((item, self.epoch()))
         if self._thread is None:
@@ -230,11 +241,15 @@ class MediaLog:
             except OSError as e:
                 if not self.failed:
                     self.failed = str(e)
-                    self.emit(OutputPrinted(text=f"media: could not write {name!r} at step {step}: {e}",
-                                            stream="tuitrain"))
+                    self.emit(
+                        OutputPrinted(text=f"media: could not write {name!r} at step {step}: {e}", stream="tuitrain")
+                    )
             except Exception as e:  # a bug must not end the worker: the run goes on without its media
-                self.emit(OutputPrinted(text=f"media: {name!r} at step {step} not kept: "
-                                        f"{type(e).__name__}: {e}", stream="tuitrain"))
+                self.emit(
+                    OutputPrinted(
+                        text=f"media: {name!r} at step {step} not kept: {type(e).__name__}: {e}", stream="tuitrain"
+                    )
+                )
             finally:
                 self.cpu_seconds += time.thread_time() - start
                 self._queue.task_done()
@@ -249,8 +264,11 @@ class MediaLog:
             values = copy.get().tolist()
             counts = [int(round(c)) for c in values[:-3]]
             lo, hi, mean = (v if math.isfinite(v) else 0.0 for v in values[-3:])
-            self.emit(HistogramLogged(key=name, step=step, low=low, high=high, counts=counts, min=lo, max=hi,
-                                      mean=mean, epoch=epoch))
+            self.emit(
+                HistogramLogged(
+                    key=name, step=step, low=low, high=high, counts=counts, min=lo, max=hi, mean=mean, epoch=epoch
+                )
+            )
             return
         if kind == "text":
             path = self._file(name, step, ".txt", payload.encode("utf-8", errors="replace"))
@@ -259,8 +277,17 @@ class MediaLog:
             return
         img = image_of(payload)
         path = self._file(name, step, ".png", png_bytes(img))
-        self.emit(MediaLogged(key=name, step=step, kind="image", path=path, epoch=epoch,
-                              width=int(img.shape[2]), height=int(img.shape[1])))
+        self.emit(
+            MediaLogged(
+                key=name,
+                step=step,
+                kind="image",
+                path=path,
+                epoch=epoch,
+                width=int(img.shape[2]),
+                height=int(img.shape[1]),
+            )
+        )
 
     def _file(self, name: str, step: int, suffix: str, data: bytes) -> str:
         """Writes media/<name>/<step><suffix> atomically; thins the name's files; the relative path."""
@@ -277,7 +304,8 @@ class MediaLog:
         steps = self._steps.get(key)
         if steps is None:  # files already there: a resumed run's (thinning goes on over them)
             steps = self._steps[key] = sorted(
-                int(p.stem) for p in folder.glob(f"*{suffix}") if p.stem.isdigit() and p.name != target.name)
+                int(p.stem) for p in folder.glob(f"*{suffix}") if p.stem.isdigit() and p.name != target.name
+            )
         if step not in steps:
             steps.append(step)
             if len(steps) > 1 and steps[-2] > step:
@@ -308,6 +336,7 @@ class MediaLog:
 
 # -- a Learner's samples and histograms (`[log] samples`, `histograms`) ----------------------------------
 
+
 def module_groups(model: torch.nn.Module) -> list[tuple[str, list[torch.nn.Parameter]]]:
     """(name, parameters) of each top-level module that has any; the model's own parameters (outside
     its children) under its class name."""
@@ -331,8 +360,9 @@ class LearnerMedia:
     gradients' histograms are taken just before their optimizer steps (a step pre-hook: the loop clears
     the gradients right after), the weights' after the step."""
 
-    def __init__(self, media: MediaLog, model: torch.nn.Module, optimizers: dict, log: Any, state: Any,
-                 ema: Any = None) -> None:
+    def __init__(
+        self, media: MediaLog, model: torch.nn.Module, optimizers: dict, log: Any, state: Any, ema: Any = None
+    ) -> None:
         self.media, self.model, self.state, self.ema = media, model, state, ema
         self.fn = log.samples.get("target") if log.samples else None
         self.samples_every = log.samples_every if self.fn is not None else 0
@@ -361,6 +391,7 @@ class LearnerMedia:
                     grads = [p.grad for p in params if p.grad is not None]
                     if grads:
                         self.media.histogram(step, f"grads/{name}", grads)
+
         return hook
 
     def at_step(self, step: int) -> None:
@@ -379,7 +410,7 @@ class LearnerMedia:
         was = model.training
         model.eval()
         try:
-            with torch.no_grad(), (self.ema.swapped_in() if self.ema is not None else contextlib.nullcontext()):
+            with torch.no_grad(), self.ema.swapped_in() if self.ema is not None else contextlib.nullcontext():
                 got = self.fn(model, step)
         finally:
             model.train(was)

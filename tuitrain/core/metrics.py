@@ -92,8 +92,11 @@ class _Ratio(Metric):
         vals = torch.stack([v if v.dim() == 0 else v.reshape(()) for v in self._values])
         dtype = torch.float32 if vals.device.type == "mps" else torch.float64
         w = self._weights
-        total = vals.to(dtype).sum() * w[0] if w.count(w[0]) == len(w) else (
-            vals.to(dtype) * torch.tensor(w, dtype=dtype, device=vals.device)).sum()
+        total = (
+            vals.to(dtype).sum() * w[0]
+            if w.count(w[0]) == len(w)
+            else (vals.to(dtype) * torch.tensor(w, dtype=dtype, device=vals.device)).sum()
+        )
         self._acc = total if self._acc is None else self._acc + total
         self._values, self._weights = [], []
 
@@ -121,8 +124,7 @@ class _Ratio(Metric):
         return self.total / self.count if self.count else None
 
     def state_dict(self) -> dict:
-        return {"window": self._window_sum(), "window_count": self._count, "total": self.total,
-                "count": self.count}
+        return {"window": self._window_sum(), "window_count": self._count, "total": self.total, "count": self.count}
 
     def window_sum(self) -> tuple[float, int]:
         return self._window_sum(), self._count
@@ -235,8 +237,10 @@ class StepValue(_Ratio):
 
             near = difflib.get_close_matches(self.name, BUILTIN, n=1, cutoff=0.6)
             hint = f" (did you mean {near[0]!r}?)" if near else ""
-            raise ValueError(f"metric {self.name!r}{hint} is not built in ({', '.join(BUILTIN)}, topK_accuracy) "
-                             f"and the step returned no {self.name!r} value (it returned: {got or 'nothing'})")
+            raise ValueError(
+                f"metric {self.name!r}{hint} is not built in ({', '.join(BUILTIN)}, topK_accuracy) "
+                f"and the step returned no {self.name!r} value (it returned: {got or 'nothing'})"
+            )
         if not isinstance(value, torch.Tensor):
             value = torch.tensor(float(value), dtype=torch.float64)
         self._add(value, n, float(n))
@@ -415,9 +419,11 @@ class TorchMetric(Metric):
         self.metric.reset()
 
     def state_dict(self) -> dict:
-        return {k: (v.detach().cpu().clone() if isinstance(v, torch.Tensor) else v)
-                for k, v in getattr(self.metric, "metric_state", {}).items()
-                if isinstance(v, torch.Tensor)}
+        return {
+            k: (v.detach().cpu().clone() if isinstance(v, torch.Tensor) else v)
+            for k, v in getattr(self.metric, "metric_state", {}).items()
+            if isinstance(v, torch.Tensor)
+        }
 
     def load_state_dict(self, state: dict) -> None:
         for k, v in state.items():
@@ -426,9 +432,18 @@ class TorchMetric(Metric):
             self.metric._update_count = max(1, self.metric._update_count)
 
 
-BUILTIN = {"loss": Loss, "accuracy": Accuracy, "lr": LearningRate, "throughput": Throughput,
-           "step_time": StepTime, "grad_norm": GradNorm, "data_wait": DataWait, "tflops": Tflops, "mfu": Mfu,
-           "max_memory": MaxMemory}
+BUILTIN = {
+    "loss": Loss,
+    "accuracy": Accuracy,
+    "lr": LearningRate,
+    "throughput": Throughput,
+    "step_time": StepTime,
+    "grad_norm": GradNorm,
+    "data_wait": DataWait,
+    "tflops": Tflops,
+    "mfu": Mfu,
+    "max_memory": MaxMemory,
+}
 _TOPK = re.compile(r"^top(\d+)_accuracy$")
 
 
@@ -496,7 +511,8 @@ class MetricSet:
         names = set(self.names)
         for name, value in extras.items():
             scalar = (isinstance(value, (int, float)) and not isinstance(value, bool)) or (
-                isinstance(value, torch.Tensor) and value.numel() == 1 and value.is_floating_point())
+                isinstance(value, torch.Tensor) and value.numel() == 1 and value.is_floating_point()
+            )
             if scalar and name not in names and isinstance(name, str) and name.isidentifier():
                 metric = StepValue(name)
                 self.metrics.append(metric)
@@ -560,8 +576,10 @@ class MetricSet:
 
     def state_dict(self) -> dict:
         c = self.ctx
-        return {"metrics": {m.name: m.state_dict() for m in self.metrics},
-                "counters": [c.window_items, c.window_steps, c.phase_items, c.phase_steps, c.phase_time]}
+        return {
+            "metrics": {m.name: m.state_dict() for m in self.metrics},
+            "counters": [c.window_items, c.window_steps, c.phase_items, c.phase_steps, c.phase_time],
+        }
 
     def load_state_dict(self, state: dict) -> None:
         names = set(self.names)

@@ -40,8 +40,10 @@ class Precision:
         if self.name in ("bf16-mixed", "bf16"):
             self.dtype = torch.bfloat16
             if device.type == "cpu" and cpu_bf16() is False:
-                notes.append("precision bf16-mixed: this CPU has no native bf16 instructions, so bf16 is "
-                             "emulated and likely slower than precision \"32\"")
+                notes.append(
+                    "precision bf16-mixed: this CPU has no native bf16 instructions, so bf16 is "
+                    'emulated and likely slower than precision "32"'
+                )
             return
         raise ValueError(f"unknown precision {precision!r}: use '32', 'bf16-mixed' or '16-mixed'")
 
@@ -62,9 +64,21 @@ class Optimization:
     judged by `guard`, which also clears an update not applied), the scaler, zeroing, step-interval
     schedulers."""
 
-    def __init__(self, *, model: torch.nn.Module, optimizers: dict, schedulers: dict, intervals: dict,
-                 precision: Precision, state, clip_grad_norm: float, accumulation: int, log_every: int, grad_norm,
-                 guard) -> None:
+    def __init__(
+        self,
+        *,
+        model: torch.nn.Module,
+        optimizers: dict,
+        schedulers: dict,
+        intervals: dict,
+        precision: Precision,
+        state,
+        clip_grad_norm: float,
+        accumulation: int,
+        log_every: int,
+        grad_norm,
+        guard,
+    ) -> None:
         self.model, self.optimizers, self.schedulers, self.intervals = model, optimizers, schedulers, intervals
         self.optimizer = next(iter(optimizers.values()), None)
         self._first = next(iter(optimizers), "model")
@@ -85,8 +99,12 @@ class Optimization:
     def plain(self) -> bool:
         """`opt.step()` then `zero_grad()` is the whole optimizer step: no clipping, scaler, measured
         norm or per-step scheduler."""
-        return (self.precision.scaler is None and self.clip_grad_norm <= 0 and self.grad_norm is None
-                and not (self.scheduler is not None and self.scheduler_interval == "step"))
+        return (
+            self.precision.scaler is None
+            and self.clip_grad_norm <= 0
+            and self.grad_norm is None
+            and not (self.scheduler is not None and self.scheduler_interval == "step")
+        )
 
     def _clip_and_measure(self, opt, params) -> bool:
         """Clip the gradients (train.clip_grad_norm) and, on a logged step, keep their total norm
@@ -138,7 +156,7 @@ class Optimization:
             self.scheduler.step()
 
     def zero_grad(self, name: str | None = None) -> None:
-        for opt in (self.optimizers.values() if name is None else (self.named(name),)):
+        for opt in self.optimizers.values() if name is None else (self.named(name),):
             opt.zero_grad(set_to_none=True)
 
     def step_optimizer(self, name: str | None, phase) -> None:

@@ -28,8 +28,9 @@ class LineWriter(io.TextIOBase):
     flushed (tqdm, print(end="", flush=True)) it is sent as it stands, marked partial, at most every
     PARTIAL_INTERVAL seconds: a progress bar redrawn with `\\r` is one line that updates."""
 
-    def __init__(self, emit: Callable[[Event], None], stream: str, original,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, emit: Callable[[Event], None], stream: str, original, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self._emit = emit
         self._stream = stream
         self._buf = ""
@@ -134,7 +135,8 @@ def capture_output(emit: Callable[[Event], None]):
         with warnings.catch_warnings():
             warnings.simplefilter("default")
             warnings.showwarning = lambda msg, cat, fn, ln, file=None, line=None: err.write(
-                warnings.formatwarning(msg, cat, fn, ln, line))
+                warnings.formatwarning(msg, cat, fn, ln, line)
+            )
             yield
     finally:
         out.finish()

@@ -45,8 +45,10 @@ class Phase:
         if isinstance(batch, Mapping):  # Hugging Face style: model(**batch) returns its own loss
             return mapping_step(model, batch, learner.loss_fn)
         if not isinstance(batch, (list, tuple)) or len(batch) != 2:
-            raise TypeError("the default step expects batches of (inputs, targets) or mappings of model "
-                            "arguments; give the model train_step/valid_step methods for other batch shapes")
+            raise TypeError(
+                "the default step expects batches of (inputs, targets) or mappings of model "
+                "arguments; give the model train_step/valid_step methods for other batch shapes"
+            )
         if learner.loss_fn is None:
             raise ValueError("no loss function: set [loss] target or give the model a train_step")
         return StepOutput(*pair_step(model, learner.loss_fn, batch))

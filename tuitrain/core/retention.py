@@ -31,8 +31,16 @@ class Entry:
     library: bool = False
 
     def to_dict(self) -> dict:
-        d = {"file": self.file, "epoch": self.epoch, "step": self.step, "metrics": self.metrics,
-             "time": self.time, "bytes": self.bytes, "best": self.best, "reason": self.reason}
+        d = {
+            "file": self.file,
+            "epoch": self.epoch,
+            "step": self.step,
+            "metrics": self.metrics,
+            "time": self.time,
+            "bytes": self.bytes,
+            "best": self.best,
+            "reason": self.reason,
+        }
         if self.sha256:
             d["sha256"] = self.sha256
         if self.requested:
@@ -58,7 +66,7 @@ class KeepLast:
     def keep(self, entries: Sequence[Entry]) -> set[str]:
         if self.n <= 0:
             return set()
-        return {e.file for e in sorted(entries, key=_order)[-self.n:]}
+        return {e.file for e in sorted(entries, key=_order)[-self.n :]}
 
 
 def monitored(e: Entry, monitor: str) -> float | None:
@@ -107,7 +115,7 @@ class KeepRequested:
 
     def keep(self, entries: Sequence[Entry]) -> set[str]:
         asked = sorted((e for e in entries if e.requested), key=_order)
-        return {e.file for e in (asked[-self.n:] if self.n > 0 else asked)}
+        return {e.file for e in (asked[-self.n :] if self.n > 0 else asked)}
 
 
 @dataclass(frozen=True)
@@ -119,8 +127,9 @@ class Split:
     requested: Policy = KeepRequested()
 
     def keep(self, entries: Sequence[Entry]) -> set[str]:
-        return (self.own.keep([e for e in entries if not e.requested])
-                | self.requested.keep([e for e in entries if e.requested]))
+        return self.own.keep([e for e in entries if not e.requested]) | self.requested.keep(
+            [e for e in entries if e.requested]
+        )
 
 
 def decide(policy: Policy, entries: Sequence[Entry]) -> tuple[list[Entry], list[Entry]]:

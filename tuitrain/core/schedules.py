@@ -65,8 +65,11 @@ def keep_lengths(name: str, sched, built: list[dict]) -> list[Stretch]:
                 continue
             if kept[attr] < getattr(p, "last_epoch", 0):
                 continue
-            changed.append(Stretch(name, type(p).__name__, attr, getattr(p, attr), kept[attr],
-                                   int(getattr(sched, "last_epoch", 0))))
+            changed.append(
+                Stretch(
+                    name, type(p).__name__, attr, getattr(p, attr), kept[attr], int(getattr(sched, "last_epoch", 0))
+                )
+            )
             setattr(p, attr, kept[attr])
             for d in DERIVED.get(attr, ()):
                 if d in kept:

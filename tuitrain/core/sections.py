@@ -79,8 +79,14 @@ class Train:
     scheduler_interval: Any = field(default="step", metadata=_not_in_table("scheduler.interval"))
 
     def __post_init__(self) -> None:
-        for name, low in (("epochs", 0), ("max_steps", 0), ("grad_accumulation", 1), ("validate_every", 1),
-                          ("validate_every_n_steps", 0), ("limit_valid_batches", 0)):
+        for name, low in (
+            ("epochs", 0),
+            ("max_steps", 0),
+            ("grad_accumulation", 1),
+            ("validate_every", 1),
+            ("validate_every_n_steps", 0),
+            ("limit_valid_batches", 0),
+        ):
             _whole("train", name, getattr(self, name), low)
         for name in ("clip_grad_norm", "flops_per_step", "peak_tflops"):
             _number("train", name, getattr(self, name))
@@ -93,8 +99,9 @@ class Train:
                 parse_duration(self.max_time)  # a ValueError names what is wrong
         else:
             _number("train", "max_time", self.max_time)
-        intervals = self.scheduler_interval.values() if isinstance(self.scheduler_interval, dict) \
-            else [self.scheduler_interval]
+        intervals = (
+            self.scheduler_interval.values() if isinstance(self.scheduler_interval, dict) else [self.scheduler_interval]
+        )
         for value in intervals:
             _one_of("train", "scheduler_interval", value, ("step", "epoch"))
 
@@ -160,8 +167,9 @@ class Log:
         if callable(self.samples):
             self.samples = {"target": self.samples, "every_n_steps": SAMPLES_EVERY}
         elif not isinstance(self.samples, dict):
-            raise ValueError(f"log.samples takes a function (model, step) or {{target, every_n_steps}}, "
-                             f"not {self.samples!r}")
+            raise ValueError(
+                f"log.samples takes a function (model, step) or {{target, every_n_steps}}, not {self.samples!r}"
+            )
         elif self.samples:
             _whole("log", "samples.every_n_steps", self.samples.get("every_n_steps", SAMPLES_EVERY), 1)
 
@@ -198,9 +206,16 @@ class Checkpointing:
         """The `Checkpointer` of `folder` with these settings."""
         from .checkpoint import Checkpointer
 
-        return Checkpointer(folder, keep_last=self.keep_last, keep_best=self.keep_best, monitor=self.monitor,
-                            mode=self.mode, every_n_epochs=self.every_n_epochs, every_n_steps=self.every_n_steps,
-                            keep_requested=self.keep_requested)
+        return Checkpointer(
+            folder,
+            keep_last=self.keep_last,
+            keep_best=self.keep_best,
+            monitor=self.monitor,
+            mode=self.mode,
+            every_n_epochs=self.every_n_epochs,
+            every_n_steps=self.every_n_steps,
+            keep_requested=self.keep_requested,
+        )
 
 
 #: the flat keywords `CoreLearner(...)` still takes, and the section field each one sets
@@ -221,8 +236,14 @@ SHORTCUTS: dict[str, tuple[str, str]] = {
     "capture_output": ("log", "capture_output"),
 }
 
-SECTIONS = {"experiment": Experiment, "train": Train, "data": Data, "metrics": Metrics, "log": Log,
-            "checkpoint": Checkpointing}
+SECTIONS = {
+    "experiment": Experiment,
+    "train": Train,
+    "data": Data,
+    "metrics": Metrics,
+    "log": Log,
+    "checkpoint": Checkpointing,
+}
 
 
 def with_shortcuts(sections: dict, shortcuts: dict) -> dict:

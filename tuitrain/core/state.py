@@ -126,13 +126,23 @@ class StepOutput:
             if "loss" not in value:
                 raise ValueError("a train_step/valid_step dict must have a 'loss' entry")
             extras = {k: v for k, v in value.items() if k not in _STEP_KEYS}
-            return cls(loss=value["loss"], output=value.get("output"), target=value.get("target"),
-                       items=int(value.get("items", 0) or 0), extras=extras or None)
+            return cls(
+                loss=value["loss"],
+                output=value.get("output"),
+                target=value.get("target"),
+                items=int(value.get("items", 0) or 0),
+                extras=extras or None,
+            )
         if hasattr(value, "loss"):
-            return cls(loss=value.loss, output=getattr(value, "output", None),
-                       target=getattr(value, "target", None), items=int(getattr(value, "items", 0) or 0))
-        raise TypeError(f"a step must return a loss tensor, a dict with 'loss' or an object with .loss, "
-                        f"got {type(value).__name__}")
+            return cls(
+                loss=value.loss,
+                output=getattr(value, "output", None),
+                target=getattr(value, "target", None),
+                items=int(getattr(value, "items", 0) or 0),
+            )
+        raise TypeError(
+            f"a step must return a loss tensor, a dict with 'loss' or an object with .loss, got {type(value).__name__}"
+        )
 
 
 _STEP_KEYS = ("loss", "output", "target", "items")

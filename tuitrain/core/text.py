@@ -75,7 +75,7 @@ def safe_text(text: object, *, lines: bool = True, colour: bool = False, tab: in
     if colour:
         parts, at = [], 0
         for match in _SEQUENCE.finditer(text):
-            parts.append(_clean(text[at:match.start()], tab))
+            parts.append(_clean(text[at : match.start()], tab))
             parts.append(_sgr(match))
             at = match.end()
         parts.append(_clean(text[at:], tab))

@@ -175,7 +175,7 @@ def _steps(span: float, cells: int, kind: str):
     2 days)."""
     if kind == "time" and span >= 2:
         yield from (float(s) for s in TIME_STEPS if s >= span / (4 * cells))
-        yield from (86400.0 * m * 10 ** e for e in range(0, 7) for m in (2, 5, 10))
+        yield from (86400.0 * m * 10**e for e in range(0, 7) for m in (2, 5, 10))
         return
     whole = kind in ("step", "samples", "log")
     first = math.floor(math.log10(span / max(cells - 1, 1))) - 1
@@ -187,8 +187,17 @@ def _steps(span: float, cells: int, kind: str):
             yield s
 
 
-def snap_axis(lo: float, hi: float, cells: int, kind: str = "", *, min_gap: int = 1, prefer: float = 3.0,
-              centre: bool = True, label_room: bool = False) -> Axis:
+def snap_axis(
+    lo: float,
+    hi: float,
+    cells: int,
+    kind: str = "",
+    *,
+    min_gap: int = 1,
+    prefer: float = 3.0,
+    centre: bool = True,
+    label_room: bool = False,
+) -> Axis:
     """The axis that shows [lo, hi] over `cells` character cells with ticks at round values in equal
     steps (1, 2, 2.5, 5 x 10^k; decades on a log axis, `kind` "log", lo and hi then being exponents),
     each exactly on a cell: the cell's span is the step divided by a whole number of cells (the gap
@@ -271,8 +280,8 @@ def axis_labels(ticks: list[float], step: float, kind: str = "") -> list[str]:
                 break
     elif 0 < big < 1e-3:  # 2.5e-5, 5e-5, 7.5e-5: one exponent, the mantissa's digits from the step
         e = math.floor(math.log10(big))
-        d = _decimals(step / 10 ** e)
-        return ["0" if t == 0 else f"{t / 10 ** e:.{d}f}e{e}" for t in ticks]
+        d = _decimals(step / 10**e)
+        return ["0" if t == 0 else f"{t / 10**e:.{d}f}e{e}" for t in ticks]
     d = _decimals(step / scale)
     unit = "s" if kind == "time" else ""
     labels = [f"{t / scale:.{d}f}" for t in ticks]
@@ -289,7 +298,7 @@ def _strip(label: str) -> str:
 def decade_label(e: int, plain: bool = True) -> str:
     """10^e: plainly (0.001 to 1000), or as 1e-05's shorter 1e-5."""
     if plain:
-        return f"{10.0 ** e:.{max(0, -e)}f}"
+        return f"{10.0**e:.{max(0, -e)}f}"
     return f"1e{e}"
 
 

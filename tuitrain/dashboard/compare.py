@@ -28,8 +28,18 @@ from tuitrain.dashboard.sources import Emit, FileSource
 from tuitrain.sinks.run_status import KILLED, live_status
 
 # one colour per run, in order (the eleventh run and on take them again; the run's number tells them apart)
-RUN_COLORS = [(60, 155, 232), (240, 160, 48), (80, 200, 120), (220, 110, 200), (230, 220, 90), (120, 220, 230),
-              (235, 95, 85), (165, 135, 245), (175, 215, 95), (245, 175, 190)]
+RUN_COLORS = [
+    (60, 155, 232),
+    (240, 160, 48),
+    (80, 200, 120),
+    (220, 110, 200),
+    (230, 220, 90),
+    (120, 220, 230),
+    (235, 95, 85),
+    (165, 135, 245),
+    (175, 215, 95),
+    (245, 175, 190),
+]
 
 
 def run_color(i: int) -> tuple[int, int, int]:
@@ -178,8 +188,13 @@ class CompareState(DashboardState):
 
     noun = "runs"  # what the run list's title calls them
 
-    def __init__(self, names: list[str], configs: dict[str, dict] | None = None,
-                 clock: Callable[[], float] = time.time, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        names: list[str],
+        configs: dict[str, dict] | None = None,
+        clock: Callable[[], float] = time.time,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(clock=clock, **kwargs)
         self._new_run = lambda: DashboardState(clock=clock, **kwargs)
         self.runs: dict[str, DashboardState] = {n: self._new_run() for n in names}

@@ -45,8 +45,18 @@ class Line:
 
     __slots__ = ("key", "xs", "ys", "color", "marker", "glyph", "label", "steps", "short")
 
-    def __init__(self, key: str, xs: list[float], ys: list[float], color: tuple[int, int, int], marker: str,
-                 glyph: str = "━", label: str = "", steps: list[float] | None = None, short: str = "") -> None:
+    def __init__(
+        self,
+        key: str,
+        xs: list[float],
+        ys: list[float],
+        color: tuple[int, int, int],
+        marker: str,
+        glyph: str = "━",
+        label: str = "",
+        steps: list[float] | None = None,
+        short: str = "",
+    ) -> None:
         self.key, self.xs, self.ys, self.color, self.marker = key, xs, ys, color, marker
         self.glyph, self.label, self.steps, self.short = glyph, label, steps, short
 
@@ -83,7 +93,7 @@ def _cells_of(text: Text, width: int, base: Style) -> list[list]:
     for span in text.spans:  # plotext's spans do not overlap: one style a span
         style = base + (span.style if isinstance(span.style, Style) else Style.parse(span.style))
         end = min(span.end, len(plain))
-        styles[span.start:end] = [style] * max(0, end - span.start)
+        styles[span.start : end] = [style] * max(0, end - span.start)
     cells = [[ch, st] for ch, st in zip(plain, styles)]
     return cells + [[" ", base] for _ in range(width - len(cells))]
 
@@ -104,10 +114,22 @@ def _strip(cells: list) -> Strip:
     return Strip(segments, len(cells))
 
 
-def draw_chart(lines: list[Line], width: int, height: int, palette: Palette, *, x_kind: str = "step",
-               log: bool = False, boundaries: Sequence[float] = (), cursor: float | None = None,
-               alerts: Sequence[float] = (), x_choices: list[str] | None = None, x_range: tuple[float, ...] = (),
-               header: Sequence[Text] = (), message: str = "waiting for values") -> Drawn:
+def draw_chart(
+    lines: list[Line],
+    width: int,
+    height: int,
+    palette: Palette,
+    *,
+    x_kind: str = "step",
+    log: bool = False,
+    boundaries: Sequence[float] = (),
+    cursor: float | None = None,
+    alerts: Sequence[float] = (),
+    x_choices: list[str] | None = None,
+    x_range: tuple[float, ...] = (),
+    header: Sequence[Text] = (),
+    message: str = "waiting for values",
+) -> Drawn:
     """The chart as `height` lines of `width` cells: y labels on the rows their values fall on, the y
     axis, the canvas (grid lines at the labelled ticks, epoch boundaries, the cursor, the series), the
     x axis and its labels under the columns of their values (see `charts.snap_axis`).
@@ -121,7 +143,7 @@ def draw_chart(lines: list[Line], width: int, height: int, palette: Palette, *, 
     base = Style(color=hex_of(fg), bgcolor=hex_of(bg))
     blank = lambda: [[" ", base] for _ in range(width)]  # noqa: E731
     out: list[list] = []
-    for text in list(header)[:max(0, height - 4)]:
+    for text in list(header)[: max(0, height - 4)]:
         cells = _cells_of(text, width, base)
         out.append(cells)
     top = len(out)
@@ -138,16 +160,30 @@ def draw_chart(lines: list[Line], width: int, height: int, palette: Palette, *, 
         return Drawn([_strip(c) for c in out + rows], top=top)
     rows_h = height - top - 2  # the x axis and its labels below
     ys_all = [y for ln in drawn for y in ln.ys]
-    y = snap_axis(min(ys_all), max(ys_all), rows_h, "log" if log else "", min_gap=2 if rows_h >= 7 else 1,
-                  prefer=max(2.0, (rows_h - 1) / 6))
+    y = snap_axis(
+        min(ys_all),
+        max(ys_all),
+        rows_h,
+        "log" if log else "",
+        min_gap=2 if rows_h >= 7 else 1,
+        prefer=max(2.0, (rows_h - 1) / 6),
+    )
     label_w = max([len(label) for label in y.labels] + [1])
     cols_w = width - label_w - 1
     xs_all = [x for ln in drawn for x in ln.xs] + list(x_range)
     if x_choices:
         x = choice_axis(x_choices, cols_w)
     else:
-        x = snap_axis(min(xs_all), max(xs_all), cols_w, x_kind, min_gap=3, prefer=max(6.0, (cols_w - 1) / 5),
-                      centre=False, label_room=True)
+        x = snap_axis(
+            min(xs_all),
+            max(xs_all),
+            cols_w,
+            x_kind,
+            min_gap=3,
+            prefer=max(6.0, (cols_w - 1) / 5),
+            centre=False,
+            label_room=True,
+        )
     # the x labels, centred under their columns; one that would touch its neighbour is left out, with its tick
     label_row = blank()
     x_ticks: list[int] = []
@@ -219,12 +255,12 @@ def choice_axis(choices: list[str], cells: int) -> Axis:
     space before the first and after the last."""
     k = max(len(choices), 1)
     unit = k / max(cells - 1, 1)
-    return Axis(-0.5 + unit / 2, unit, max(cells, 2), tuple(float(i) for i in range(len(choices))),
-                tuple(choices), 1.0)
+    return Axis(-0.5 + unit / 2, unit, max(cells, 2), tuple(float(i) for i in range(len(choices))), tuple(choices), 1.0)
 
 
-def _canvas(lines: list[Line], width: int, height: int, x: Axis, y: Axis, base: Style,
-            bg: tuple[int, int, int]) -> list[list]:
+def _canvas(
+    lines: list[Line], width: int, height: int, x: Axis, y: Axis, base: Style, bg: tuple[int, int, int]
+) -> list[list]:
     """The braille lines on a canvas of width x height cells, drawn by plotext's public module API
     (one global figure, cleared each time), as rows of [char, style] cells, top first."""
     braille = [ln for ln in lines if ln.marker == "braille"]

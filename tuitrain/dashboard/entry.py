@@ -62,7 +62,8 @@ def run_watch(run_dir: Path, theme: Path | None, owned: bool = False) -> int:
     live = status == "running"
     controller = FileControl(run_dir) if live else None
     notice = {"running": "", "killed": "the run's process is gone: keys that steer are off"}.get(
-        status, "finished run: keys that steer are off")
+        status, "finished run: keys that steer are off"
+    )
     app = DashboardApp(FileSource(run_dir, live=live), controller, theme, watch=True, owned=owned, notice=notice)
     return viewed(app)
 
@@ -80,7 +81,6 @@ def viewed(app) -> int:
     return 1
 
 
-
 def compare_app(runs: list[Path], theme: Path | None):
     """The dashboard of several runs: every chart overlays the runs shown, the run list names them
     all (R: show/hide, pin, filter), `d` lists their config differences; nothing is steered."""
@@ -92,9 +92,13 @@ def compare_app(runs: list[Path], theme: Path | None):
     names = run_names(runs)
     live = [run_status(r) == "running" for r in runs]
     source = CompareSource(runs, names, live)
-    app = DashboardApp(source, None, theme, watch=True,
-                       notice=f"comparing {len(runs)} runs: R run list · d config differences"
-                              " · keys that steer are off")
+    app = DashboardApp(
+        source,
+        None,
+        theme,
+        watch=True,
+        notice=f"comparing {len(runs)} runs: R run list · d config differences · keys that steer are off",
+    )
     app.state = CompareState(names, {n: read_config(r) for n, r in zip(names, runs)}, clock=app.clock)
     return app
 
@@ -114,9 +118,14 @@ def sweep_app(sweep_dir: Path, theme: Path | None):
     sweep_dir = Path(sweep_dir)
     sweep = read_sweep(sweep_dir)
     source = SweepSource(sweep_dir)
-    app = DashboardApp(source, None, theme, watch=True,
-                       notice=f"sweep {sweep.name}: trials join as they start · R trial list · d config "
-                              "differences · keys that steer are off")
+    app = DashboardApp(
+        source,
+        None,
+        theme,
+        watch=True,
+        notice=f"sweep {sweep.name}: trials join as they start · R trial list · d config "
+        "differences · keys that steer are off",
+    )
     app.state = SweepState(sweep, source.trials, source.configs, clock=app.clock)
     return app
 

@@ -47,8 +47,9 @@ def write_series(state: DashboardState, folder: Path) -> list[Path]:
             out = csv.writer(f)
             out.writerow(["step"] + axes + [name])
             for x, y in zip(xs, ys):
-                out.writerow([int(x) if float(x).is_integer() else x]
-                             + [round(state.axes[a](x), 6) for a in axes] + [repr(y)])
+                out.writerow(
+                    [int(x) if float(x).is_integer() else x] + [round(state.axes[a](x), 6) for a in axes] + [repr(y)]
+                )
         written.append(path)
     return written
 
@@ -71,8 +72,9 @@ def write_media(state: DashboardState, folder: Path) -> list[Path]:
             out = csv.writer(f)
             out.writerow(["step", "epoch", "min", "max", "mean", "low", "high"] + [f"bin{i}" for i in range(bins)])
             for c in series.columns:
-                out.writerow([c.step, c.epoch, repr(c.min), repr(c.max), repr(c.mean), repr(c.low), repr(c.high),
-                              *c.counts])
+                out.writerow(
+                    [c.step, c.epoch, repr(c.min), repr(c.max), repr(c.mean), repr(c.low), repr(c.high), *c.counts]
+                )
         written.append(path)
     if media.items:
         path = folder / "media.csv"
@@ -86,8 +88,9 @@ def write_media(state: DashboardState, folder: Path) -> list[Path]:
     return written
 
 
-def write_compared(runs: dict[str, DashboardState], differences: list[tuple[str, list[str]]],
-                   folder: Path) -> list[Path]:
+def write_compared(
+    runs: dict[str, DashboardState], differences: list[tuple[str, list[str]]], folder: Path
+) -> list[Path]:
     """Runs compared: each run's series in FOLDER/RUN_NAME/, and config-differences.csv (the config
     key, then each run's value, one column a run)."""
     written = []

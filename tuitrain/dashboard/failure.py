@@ -9,7 +9,7 @@ import traceback
 
 
 def head(error: BaseException) -> str:
-    """"RuntimeError: what it said", on one line, at most 200 characters."""
+    """ "RuntimeError: what it said", on one line, at most 200 characters."""
     return f"{type(error).__name__}: {error}".splitlines()[0][:200]
 
 

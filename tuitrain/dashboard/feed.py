@@ -51,9 +51,21 @@ class Feed:
 
         status: str
 
-    def __init__(self, host: App, bridge: EventBridge, source: Source, pacer: Pacer, *, tick: Callable[[], None],
-                 interval: float, watching: bool, watching_label: bool, note: Callable[[], str],
-                 pace_clock: Callable[[], float], cpu_clock: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        host: App,
+        bridge: EventBridge,
+        source: Source,
+        pacer: Pacer,
+        *,
+        tick: Callable[[], None],
+        interval: float,
+        watching: bool,
+        watching_label: bool,
+        note: Callable[[], str],
+        pace_clock: Callable[[], float],
+        cpu_clock: Callable[[], float],
+    ) -> None:
         self.host, self.bridge, self.source, self.pacer = host, bridge, source, pacer
         self.tick, self.interval, self.note = tick, interval, note
         self.watching, self.watching_label = watching, watching_label

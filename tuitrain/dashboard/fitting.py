@@ -23,8 +23,7 @@ SHORT_WORDS = {"Stop now": "Stop", "Checkpoint": "Ckpt", "X axis": "Axis", "Wind
 #: the keys the footer leaves out first when even the short words do not fit (the help screen `?` lists
 #: them all): Ctrl+C (q asks the same), the samples' [ and ] (the samples panel's border names them), then
 #: the chart keys used least
-DROP_FIRST = ("ctrl+c", "right_square_bracket", "left_square_bracket", "w", "x", "e", "s", "l", "i", "slash", "R",
-              "P")
+DROP_FIRST = ("ctrl+c", "right_square_bracket", "left_square_bracket", "w", "x", "e", "s", "l", "i", "slash", "R", "P")
 
 
 def words_within(text: str, room: int) -> str:
@@ -51,8 +50,9 @@ def shorter_paths(where: str) -> list[str]:
     return out + [""]
 
 
-def title_line(name: str, where: str, mode: str, width: int, head: str = "", tail: str = "",
-               style: str = "", sep: str = ": ") -> Text:
+def title_line(
+    name: str, where: str, mode: str, width: int, head: str = "", tail: str = "", style: str = "", sep: str = ": "
+) -> Text:
     """The title bar in `width` cells: " NAME  WHERE  [MODE]  HEAD: TAIL". TAIL (the newest alert) is
     ellipsised at a word boundary; once it would keep fewer than `MIN_TAIL` cells, WHERE (the run's
     folder) gives way first, from the left. `head`, `sep` and `tail` are shown in `style`."""
@@ -116,8 +116,14 @@ def footer_bindings(bindings: dict, width: int, key_display: Callable) -> dict:
 
     if footer_width(shown(bindings)) <= width:
         return bindings
-    fitted = {key: active._replace(binding=replace(active.binding, description=SHORT_WORDS.get(
-        active.binding.description, active.binding.description))) for key, active in bindings.items()}
+    fitted = {
+        key: active._replace(
+            binding=replace(
+                active.binding, description=SHORT_WORDS.get(active.binding.description, active.binding.description)
+            )
+        )
+        for key, active in bindings.items()
+    }
     for drop in DROP_FIRST:
         if footer_width(shown(fitted)) <= width:
             break

@@ -4,8 +4,7 @@ values alike, plus what only the panels need (ages, rates). Must not import text
 
 from __future__ import annotations
 
-from tuitrain.sinks.summary import (format_bytes, format_duration, format_summary_table, format_value,
-                                    summary_columns)
+from tuitrain.sinks.summary import format_bytes, format_duration, format_summary_table, format_value, summary_columns
 
 
 def format_summary_text(summary: dict) -> str:
@@ -21,8 +20,9 @@ def format_summary_text(summary: dict) -> str:
     headers, rows, widths = columns
 
     def line(cells: tuple[str, ...]) -> str:  # text left-aligned, numbers right-aligned (decimals line up)
-        return "  ".join(cell.ljust(w) if c < 2 else cell.rjust(w)
-                         for c, (cell, w) in enumerate(zip(cells, widths))).rstrip()
+        return "  ".join(
+            cell.ljust(w) if c < 2 else cell.rjust(w) for c, (cell, w) in enumerate(zip(cells, widths))
+        ).rstrip()
 
     return "\n".join([line(headers)] + [line(r) for r in rows])
 
@@ -58,6 +58,13 @@ def format_rate(value: float | None) -> str:
     return f"{value:.1f}" if value < 100 else f"{value:.0f}"
 
 
-__all__ = ["format_value", "format_duration", "format_bytes", "format_size", "format_summary_table",
-           "format_summary_text", "format_age",
-           "format_rate"]
+__all__ = [
+    "format_value",
+    "format_duration",
+    "format_bytes",
+    "format_size",
+    "format_summary_table",
+    "format_summary_text",
+    "format_age",
+    "format_rate",
+]

@@ -35,13 +35,15 @@ class FramesApp(DashboardApp):
 
     CSS = "Footer { display: none; }"
 
-    def __init__(self, run_dir: Path, out: Path, theme: Path | None = None, every: float = EVERY,
-                 live: bool = True) -> None:
+    def __init__(
+        self, run_dir: Path, out: Path, theme: Path | None = None, every: float = EVERY, live: bool = True
+    ) -> None:
         # owned: the run is the one this picture is drawn for (its title says live, not "watching")
         # one wake-up a second: the events read, the panels redrawn and the picture taken together (a
         # terminal's 15 drains a second answer keys; here each wake-up takes a core from the training)
-        super().__init__(FileSource(Path(run_dir), live=live), None, theme, watch=True, owned=True,
-                         drain_interval=every)
+        super().__init__(
+            FileSource(Path(run_dir), live=live), None, theme, watch=True, owned=True, drain_interval=every
+        )
         self.out = Path(out)
         self.run_dir = Path(run_dir)
         self._leaving = False
@@ -82,8 +84,9 @@ def yield_to_training() -> None:
         pass
 
 
-def run_frames(run_dir: Path, out: Path, theme: Path | None = None, size: tuple[int, int] = (120, 40),
-               every: float = EVERY) -> int:
+def run_frames(
+    run_dir: Path, out: Path, theme: Path | None = None, size: tuple[int, int] = (120, 40), every: float = EVERY
+) -> int:
     """Draw `run_dir`'s dashboard to `out` until the run has ended (see `FramesApp`); 0. A run not
     started yet (no run.json) counts as live: a notebook starts the pictures before its run."""
     from tuitrain.sinks.run_status import live_status

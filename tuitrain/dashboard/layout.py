@@ -24,9 +24,18 @@ TOO_SMALL = (50, 12)  # below this the dashboard gives way to a notice
 _BASE_THEME = re.compile(r"textual-theme:\s*([A-Za-z0-9_-]+)")
 
 HIGH_CONTRAST = Theme(
-    name="tuitrain-high-contrast", primary="#ffff00", secondary="#00ffff", accent="#ff00ff",
-    foreground="#ffffff", background="#000000", surface="#000000", panel="#000000",
-    success="#00ff00", warning="#ffff00", error="#ff0000", dark=True,
+    name="tuitrain-high-contrast",
+    primary="#ffff00",
+    secondary="#00ffff",
+    accent="#ff00ff",
+    foreground="#ffffff",
+    background="#000000",
+    surface="#000000",
+    panel="#000000",
+    success="#00ff00",
+    warning="#ffff00",
+    error="#ff0000",
+    dark=True,
 )
 
 

@@ -146,8 +146,10 @@ class LiveRun:
             try:
                 reader.work()
             except Exception as e:  # the past unreadable: this session is still shown
-                self._emit(OutputPrinted(text=f"[tuitrain] the run's past sessions could not be read: {e}",
-                                         stream="tuitrain"), None)
+                self._emit(
+                    OutputPrinted(text=f"[tuitrain] the run's past sessions could not be read: {e}", stream="tuitrain"),
+                    None,
+                )
             self._emit(PastSessionsRead(), None)
             while self.backlog() and not self._leaving.is_set() and not self.screen_gone:
                 self._leaving.wait(0.02)
@@ -240,9 +242,11 @@ class LiveRun:
             hooks.append(before_abort)
         saved = {}
         if threading.current_thread() is threading.main_thread():
-            saved = {signal.SIGTERM: signal.signal(signal.SIGTERM, on_term),
-                     signal.SIGHUP: signal.signal(signal.SIGHUP, on_hangup),
-                     signal.SIGINT: signal.signal(signal.SIGINT, on_int)}
+            saved = {
+                signal.SIGTERM: signal.signal(signal.SIGTERM, on_term),
+                signal.SIGHUP: signal.signal(signal.SIGHUP, on_hangup),
+                signal.SIGINT: signal.signal(signal.SIGINT, on_int),
+            }
         try:
             yield
         finally:
@@ -252,8 +256,10 @@ class LiveRun:
             if self.aborting:
                 failed = getattr(app.state, "failed", None)
                 why = failed.error if failed is not None else "training stalled"
-                sys.__stderr__.write(f"tuitrain: {why}; the run is aborted (exit 1); every thread's stack is in "
-                                     f"{self.run.run_dir}/experiment.log\n")
+                sys.__stderr__.write(
+                    f"tuitrain: {why}; the run is aborted (exit 1); every thread's stack is in "
+                    f"{self.run.run_dir}/experiment.log\n"
+                )
                 sys.__stderr__.flush()
                 screen_closed.set()
                 threading.Event().wait()  # the watchdog ends the process
@@ -298,8 +304,10 @@ class LiveRun:
             if self.ending_now:
                 deadline = deadline or time.monotonic() + self.END_NOW_GRACE
                 if time.monotonic() > deadline and self.thread.is_alive():
-                    sys.__stderr__.write("tuitrain: training did not end within "
-                                         f"{self.END_NOW_GRACE:.0f} s of the second Ctrl+C; ending the process\n")
+                    sys.__stderr__.write(
+                        "tuitrain: training did not end within "
+                        f"{self.END_NOW_GRACE:.0f} s of the second Ctrl+C; ending the process\n"
+                    )
                     sys.__stderr__.flush()
                     os._exit(130)
 
@@ -363,9 +371,11 @@ class LiveRun:
             bus.deliver()  # into experiment.log before the console comes on
         if not self.hung_up:
             self.out.enabled = self.err.enabled = True  # the terminal is still there: console lines from now on
-            sys.__stderr__.write(f"tuitrain: the dashboard failed ({head}); training goes on without it; "
-                                 f"the traceback is in {run.run_dir}/experiment.log\n")
-        with self._signals_without_the_screen(), (capture_output(bus.emit) if bus is not None else nullcontext()):
+            sys.__stderr__.write(
+                f"tuitrain: the dashboard failed ({head}); training goes on without it; "
+                f"the traceback is in {run.run_dir}/experiment.log\n"
+            )
+        with self._signals_without_the_screen(), capture_output(bus.emit) if bus is not None else nullcontext():
             self._wait_for_training()  # (what the user's code prints still reaches experiment.log)
 
     @contextmanager
@@ -381,8 +391,10 @@ class LiveRun:
         def on_hangup(signum, frame):
             self.hang_up()
 
-        saved = {signal.SIGINT: signal.signal(signal.SIGINT, lambda signum, frame: self.interrupt(self.app)),
-                 signal.SIGHUP: signal.signal(signal.SIGHUP, on_hangup)}
+        saved = {
+            signal.SIGINT: signal.signal(signal.SIGINT, lambda signum, frame: self.interrupt(self.app)),
+            signal.SIGHUP: signal.signal(signal.SIGHUP, on_hangup),
+        }
         try:
             yield
         finally:

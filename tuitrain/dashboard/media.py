@@ -111,13 +111,24 @@ class MediaState:
             series = self.histograms.get(event.key)
             if series is None:
                 series = self.histograms[event.key] = HistogramSeries(event.key, self.columns)
-            series.add(HistogramColumn(event.step, float(event.low), float(event.high), tuple(event.counts),
-                                       float(event.min), float(event.max), float(event.mean), event.epoch))
+            series.add(
+                HistogramColumn(
+                    event.step,
+                    float(event.low),
+                    float(event.high),
+                    tuple(event.counts),
+                    float(event.min),
+                    float(event.max),
+                    float(event.mean),
+                    event.epoch,
+                )
+            )
             return {"plot"}
         if event.kind not in ("image", "text"):
             return set()
-        item = MediaItem(event.key, event.step, event.kind, event.path, event.text, event.width, event.height,
-                         event.epoch)
+        item = MediaItem(
+            event.key, event.step, event.kind, event.path, event.text, event.width, event.height, event.epoch
+        )
         items = self.items.setdefault(event.key, [])
         if items and item.step > items[-1].step:
             items.append(item)
@@ -179,5 +190,12 @@ class MediaState:
         return None if i >= len(steps) - 1 else steps[i]
 
 
-__all__ = ["HISTOGRAM_COLUMNS", "MEDIA_KEEP", "HistogramColumn", "HistogramSeries", "MediaItem", "MediaState",
-           "keep_of"]
+__all__ = [
+    "HISTOGRAM_COLUMNS",
+    "MEDIA_KEEP",
+    "HistogramColumn",
+    "HistogramSeries",
+    "MediaItem",
+    "MediaState",
+    "keep_of",
+]

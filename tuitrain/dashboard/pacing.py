@@ -38,8 +38,15 @@ class Pacer:
     it grows (at most doubling per PACE_WINDOW) while the screen takes more than `ui_share` of a core,
     up to MAX_SLOW, and falls back to 1 when relaxed."""
 
-    def __init__(self, now: float, cpu: float, *, ui_share: float = UI_SHARE, plot_interval: float = 1.0,
-                 progress_interval: float = PROGRESS_INTERVAL) -> None:
+    def __init__(
+        self,
+        now: float,
+        cpu: float,
+        *,
+        ui_share: float = UI_SHARE,
+        plot_interval: float = 1.0,
+        progress_interval: float = PROGRESS_INTERVAL,
+    ) -> None:
         self.ui_share, self.plot_interval, self.progress_interval = ui_share, plot_interval, progress_interval
         self.created = now
         self.slow = 1.0
@@ -92,5 +99,14 @@ class Pacer:
         return False
 
 
-__all__ = ["BUSY_DRAIN_INTERVAL", "DRAIN_LIMIT", "LOADING_PLOT_INTERVAL", "MAX_SLOW", "PACE_WINDOW", "PLOT_SHARE",
-           "PROGRESS_INTERVAL", "Pacer", "UI_SHARE"]
+__all__ = [
+    "BUSY_DRAIN_INTERVAL",
+    "DRAIN_LIMIT",
+    "LOADING_PLOT_INTERVAL",
+    "MAX_SLOW",
+    "PACE_WINDOW",
+    "PLOT_SHARE",
+    "PROGRESS_INTERVAL",
+    "Pacer",
+    "UI_SHARE",
+]

@@ -25,8 +25,14 @@ class Column:
     ticks: tuple[tuple[float, str], ...] = ()
 
 
-def draw_parallel(columns: list[Column], lines: list[Line], width: int, height: int, palette: Palette,
-                  message: str = "waiting for trials with a value") -> list[Strip]:
+def draw_parallel(
+    columns: list[Column],
+    lines: list[Line],
+    width: int,
+    height: int,
+    palette: Palette,
+    message: str = "waiting for trials with a value",
+) -> list[Strip]:
     """`height` strips of `width` cells: the columns' names on the first row, then the canvas. A line's
     xs are column indexes (0, 1, 2 ...), its ys positions 0..1; its `marker`, when not "braille", is
     also drawn on each crossing of an axis (the best trial's)."""
@@ -66,7 +72,7 @@ def draw_parallel(columns: list[Column], lines: list[Line], width: int, height: 
         for p, label in column.ticks:
             r = row_of(p)
             canvas[r][c] = ["├", base]
-            for j, ch in enumerate(label[:max(room - 1, 0)]):
+            for j, ch in enumerate(label[: max(room - 1, 0)]):
                 canvas[r][c + 1 + j] = [ch, base]
     for ln in drawn:  # the marked trial's crossings, over everything
         if ln.marker == "braille":
@@ -79,7 +85,7 @@ def draw_parallel(columns: list[Column], lines: list[Line], width: int, height: 
     names, end = blank(), -1
     bold = Style(color=hex_of(fg), bgcolor=hex_of(bg), bold=True)
     for c, column in zip(at, columns):  # each name centred over its axis, in its share of the row
-        name = column.name[:max(at[1] - at[0] - 1, 1)]
+        name = column.name[: max(at[1] - at[0] - 1, 1)]
         start = min(max(end + 2, c - len(name) // 2), width - len(name))
         for j, ch in enumerate(name):
             if 0 <= start + j < width:

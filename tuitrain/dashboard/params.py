@@ -148,9 +148,16 @@ def trial_points(state: Any) -> list[TrialPoint]:
     for name in sorted(state.runs, key=lambda n: state.number[n]):
         flat = flatten(state.config_of(name))
         value = state.best_value(name)
-        out.append(TrialPoint(name, state.number[name], state.status_of(name),
-                              value if value is not None and math.isfinite(value) else None,
-                              {k: flat[k] for k in state.sweep.params if k in flat}, name == best))
+        out.append(
+            TrialPoint(
+                name,
+                state.number[name],
+                state.status_of(name),
+                value if value is not None and math.isfinite(value) else None,
+                {k: flat[k] for k in state.sweep.params if k in flat},
+                name == best,
+            )
+        )
     return out
 
 
@@ -162,7 +169,7 @@ def ticks_of(axis: ParamAxis | None, lo: float, hi: float) -> list[tuple[float, 
         k = len(axis.choices)
         return [(i / (k - 1) if k > 1 else 0.5, label) for i, label in enumerate(axis.labels())]
     log = axis is not None and axis.kind == "log"
-    value = (lambda p: label_of(10.0 ** p)) if log else (lambda p: label_of(float(p)))  # noqa: E731
+    value = (lambda p: label_of(10.0**p)) if log else (lambda p: label_of(float(p)))  # noqa: E731
     ticks = [(norm(lo), value(lo))] + ([(norm(hi), value(hi))] if hi != lo else [])
     inner = [float(e) for e in range(math.ceil(lo), math.floor(hi) + 1)] if log else [(lo + hi) / 2]
     for p in inner:
@@ -193,5 +200,17 @@ def parallel(axes: list[ParamAxis], points: list[TrialPoint], metric: str) -> tu
     return columns, lines
 
 
-__all__ = ["DONE", "GOING", "LOG_RATIO", "ParamAxis", "TrialPoint", "is_number", "label_of", "param_axes",
-           "parallel", "searched", "ticks_of", "trial_points"]
+__all__ = [
+    "DONE",
+    "GOING",
+    "LOG_RATIO",
+    "ParamAxis",
+    "TrialPoint",
+    "is_number",
+    "label_of",
+    "param_axes",
+    "parallel",
+    "searched",
+    "ticks_of",
+    "trial_points",
+]

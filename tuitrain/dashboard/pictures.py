@@ -89,7 +89,7 @@ def scaled(pixels: np.ndarray, tw: int, th: int) -> np.ndarray:
     ys[1:] = np.maximum(ys[1:], ys[:-1] + 1).clip(max=h)  # at least one pixel each
     xs[1:] = np.maximum(xs[1:], xs[:-1] + 1).clip(max=w)
     y0, y1, x0, x1 = ys[:-1], ys[1:], xs[:-1], xs[1:]
-    total = (sums[y1][:, x1] - sums[y0][:, x1] - sums[y1][:, x0] + sums[y0][:, x0])
+    total = sums[y1][:, x1] - sums[y0][:, x1] - sums[y1][:, x0] + sums[y0][:, x0]
     area = np.maximum(np.outer(y1 - y0, x1 - x0), 1)[..., None]
     return (total / area).round().clip(0, 255).astype(np.uint8)
 
@@ -115,8 +115,9 @@ def halfblocks(pixels: np.ndarray, background: tuple[int, int, int]) -> list[Str
     return strips
 
 
-def heat_columns(columns: list, steps: list[int], centres: list[float], edges: np.ndarray,
-                 log: bool = False) -> list[np.ndarray | None]:
+def heat_columns(
+    columns: list, steps: list[int], centres: list[float], edges: np.ndarray, log: bool = False
+) -> list[np.ndarray | None]:
     """Each canvas column's shades, for a histogram's `columns` (in step order, `steps` theirs): the
     column logged at or before the canvas column's `centres` value (none before the first step, nor
     past the newest), its counts spread over the pixel rows between `edges` (values, bottom up) as the

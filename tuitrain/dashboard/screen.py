@@ -56,8 +56,9 @@ def run_state(state) -> str:
 def notice_text(text: str, skipped: int = 0) -> Text:
     """The bottom bar's line: `text` as typed (never markup), after the count of damaged lines skipped."""
     if skipped:  # one notice for every damaged line skipped, however many
-        text = f"{skipped} damaged line{'s' if skipped != 1 else ''} of events.jsonl skipped" + \
-            (f" · {text}" if text else "")
+        text = f"{skipped} damaged line{'s' if skipped != 1 else ''} of events.jsonl skipped" + (
+            f" · {text}" if text else ""
+        )
     return Text(safe_text(text, lines=False), no_wrap=True, overflow="ellipsis")
 
 
@@ -76,8 +77,15 @@ class DashboardScreen(Screen):
     #: the keys bound here for the grid and the samples (the footer shows them after the run's keys)
     CHART_KEYS = frozenset(b.key for b in ChartGrid.CHART_KEYS) | {"left_square_bracket", "right_square_bracket"}
 
-    def __init__(self, *, comparing: bool = False, clock: Callable[[], float], notice: str = "", skipped: int = 0,
-                 footer_after: frozenset[str] = frozenset()) -> None:
+    def __init__(
+        self,
+        *,
+        comparing: bool = False,
+        clock: Callable[[], float],
+        notice: str = "",
+        skipped: int = 0,
+        footer_after: frozenset[str] = frozenset(),
+    ) -> None:
         super().__init__()
         self.comparing = comparing
         self.clock = clock  # the checkpoint list's ages
@@ -108,8 +116,11 @@ class DashboardScreen(Screen):
         with Horizontal(id="bottom-bar"):
             yield ControlBar(id="controls")
             yield Static(notice_text(self._notice, self._skipped), id="notice")
-        yield Static("The terminal is too small for the dashboard: make it larger (at least 50x12).\n"
-                     "Training goes on; q leaves.", id="too-small")
+        yield Static(
+            "The terminal is too small for the dashboard: make it larger (at least 50x12).\n"
+            "Training goes on; q leaves.",
+            id="too-small",
+        )
         yield Footer()
 
     def on_mount(self) -> None:
@@ -237,8 +248,11 @@ class DashboardScreen(Screen):
         self._title_shown = key
         head, tail, style, sep = "", "", "", ": "
         if alerts:  # the header's colour says the run needs a look; the output panel lists them
-            head, tail, style = (f"⚠ {alerts} alert{'s' if alerts != 1 else ''}", safe_text(newest, lines=False),
-                                 "bold")
+            head, tail, style = (
+                f"⚠ {alerts} alert{'s' if alerts != 1 else ''}",
+                safe_text(newest, lines=False),
+                "bold",
+            )
         elif infos:  # a script's "info" alerts: said, the header not coloured
             head, tail, sep = "ℹ", safe_text(infos[-1].title, lines=False), " "
         bar = self.query_one("#title-bar", Static)
@@ -258,8 +272,10 @@ class DashboardScreen(Screen):
         if headline:  # a sweep: what it searches and how far it got (the trials are the run list's)
             if ("headline", headline) != self._title_shown:
                 self._title_shown = ("headline", headline)
-                self.query_one("#title-bar", Static).update(Text(safe_text(headline, lines=False), style="bold",
-                                                                 no_wrap=True, overflow="ellipsis"), layout=False)
+                self.query_one("#title-bar", Static).update(
+                    Text(safe_text(headline, lines=False), style="bold", no_wrap=True, overflow="ellipsis"),
+                    layout=False,
+                )
             return
         key = ("compare", tuple(shown), tuple(r.final for r in st.runs.values()), tuple(st.pinned))
         if key == self._title_shown:
@@ -269,8 +285,10 @@ class DashboardScreen(Screen):
         text = Text(f" comparing {count} ", style="bold")
         for name in shown:
             i = st.number[name]
-            text.append(f"  {'◆' if name in st.pinned else '━'}{i} {safe_name(name, 32)}",
-                        style="#%02x%02x%02x" % run_color(i - 1))
+            text.append(
+                f"  {'◆' if name in st.pinned else '━'}{i} {safe_name(name, 32)}",
+                style="#%02x%02x%02x" % run_color(i - 1),
+            )
             text.append(f" [{st.status_of(name)}]", style="dim")
         if not shown:
             text.append("  none shown: R, then a shows every run", style="dim")

@@ -139,10 +139,10 @@ class Series:
                 need = self._stride - int(self._open[4])
                 take = min(need, y.size - i)
                 if take < 8:
-                    for xv, yv in zip(x[i:i + take].tolist(), y[i:i + take].tolist()):
+                    for xv, yv in zip(x[i : i + take].tolist(), y[i : i + take].tolist()):
                         self._add_to_open(xv, yv)
                 else:
-                    self._add_to_open_many(x[i:i + take], y[i:i + take])
+                    self._add_to_open_many(x[i : i + take], y[i : i + take])
                 i += take
                 if self._open is not None and self._open[4] >= self._stride:
                     self._close_open()
@@ -200,8 +200,15 @@ class Series:
         """Whole buckets from (buckets, stride) arrays of points."""
         rows = np.arange(y.shape[0])
         lo, hi = np.argmin(y, axis=1), np.argmax(y, axis=1)
-        new = (x[rows, lo], y[rows, lo], x[rows, hi], y[rows, hi], np.full(y.shape[0], y.shape[1]),
-               y.sum(axis=1), x.max(axis=1))
+        new = (
+            x[rows, lo],
+            y[rows, lo],
+            x[rows, hi],
+            y[rows, hi],
+            np.full(y.shape[0], y.shape[1]),
+            y.sum(axis=1),
+            x.max(axis=1),
+        )
         for col, values in zip(self._cols, new):
             col.extend(values.tolist())
 
@@ -209,13 +216,21 @@ class Series:
         """Merge neighbouring buckets: half the points, same extremes."""
         n = len(self._cols[0])
         pairs = n // 2
-        x_min, y_min, x_max, y_max, cnt, total, x_last = (np.asarray(c[:2 * pairs], dtype=np.float64).reshape(pairs, 2)
-                                                          for c in self._cols)
+        x_min, y_min, x_max, y_max, cnt, total, x_last = (
+            np.asarray(c[: 2 * pairs], dtype=np.float64).reshape(pairs, 2) for c in self._cols
+        )
         rows = np.arange(pairs)
         lo = np.where(y_min[:, 0] <= y_min[:, 1], 0, 1)  # a tie keeps the older bucket's point
         hi = np.where(y_max[:, 0] >= y_max[:, 1], 0, 1)
-        merged = (x_min[rows, lo], y_min[rows, lo], x_max[rows, hi], y_max[rows, hi], cnt.sum(axis=1),
-                  total.sum(axis=1), x_last.max(axis=1))
+        merged = (
+            x_min[rows, lo],
+            y_min[rows, lo],
+            x_max[rows, hi],
+            y_max[rows, hi],
+            cnt.sum(axis=1),
+            total.sum(axis=1),
+            x_last.max(axis=1),
+        )
         odd = [c[-1] for c in self._cols] if n % 2 else None
         self._cols = tuple(m.tolist() for m in merged)
         self._cols[4][:] = [int(v) for v in self._cols[4]]

@@ -63,22 +63,36 @@ def check_address(host: str, port: int) -> None:
             try:
                 s.bind(address)
             except OSError as e:
-                raise ServeError(f"{host}:{port}: cannot listen there ({e.strerror}); "
-                                 "choose another --port") from None
+                raise ServeError(f"{host}:{port}: cannot listen there ({e.strerror}); choose another --port") from None
 
 
-def serve(runs: list[Path], theme: Path | None = None, host: str = "127.0.0.1", port: int = 8000,
-          token: str | None = None, out: TextIO | None = None) -> int:
+def serve(
+    runs: list[Path],
+    theme: Path | None = None,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    token: str | None = None,
+    out: TextIO | None = None,
+) -> int:
     """Serve the dashboard of `runs` until Ctrl+C (or SIGTERM); prints the one URL that opens it."""
     out = out or sys.stdout
     check_address(host, port)
     token = token or secrets.token_urlsafe(24)
     url = f"http://{url_host(host)}:{port}/{token}/"
     names = ", ".join(str(r) for r in runs[:3]) + (f" and {len(runs) - 3} more" if len(runs) > 3 else "")
-    server = _server_class()(viewer_command(runs, theme), host=host, port=port, title=f"tuitrain: {names}",
-                             public_url=f"http://{url_host(host)}:{port}", token=token,
-                             greeting=(f"tuitrain serve: the dashboard of {names}; each browser tab is a "
-                                       f"viewer of its own; Ctrl+C ends the server\n{url}"), out=out)
+    server = _server_class()(
+        viewer_command(runs, theme),
+        host=host,
+        port=port,
+        title=f"tuitrain: {names}",
+        public_url=f"http://{url_host(host)}:{port}",
+        token=token,
+        greeting=(
+            f"tuitrain serve: the dashboard of {names}; each browser tab is a "
+            f"viewer of its own; Ctrl+C ends the server\n{url}"
+        ),
+        out=out,
+    )
     try:
         server.serve()
     except OSError as e:  # taken between the check and the bind
@@ -117,8 +131,9 @@ def _server_class():
         async def guard(self, request: web.Request, handler):
             first = request.path.split("/", 2)[1]
             if not secrets.compare_digest(first.encode(), self.token.encode()):
-                return web.Response(status=403, text="403: this address needs the token that "
-                                                     "`tuitrain serve` printed\n")
+                return web.Response(
+                    status=403, text="403: this address needs the token that `tuitrain serve` printed\n"
+                )
             if request.path == f"/{self.token}":
                 raise web.HTTPFound(f"/{self.token}/")
             response = await handler(request)

@@ -16,10 +16,15 @@ import re
 from collections import defaultdict
 
 _ID = re.compile(r"\.([A-Za-z][\w-]*?)-matrix \{")
-_RECT = re.compile(r'<rect fill="(#[0-9a-fA-F]+)" x="([\d.]+)" y="([\d.]+)" width="([\d.]+)" height="([\d.]+)" '
-                   r'shape-rendering="crispEdges"/>')
-_TEXT = re.compile(r'<text class="([\w-]+)" x="([\d.]+)" y="([\d.]+)" textLength="([\d.]+)" '
-                   r'clip-path="url\(#[\w-]+-line-(\d+)\)">(.*?)</text>', re.S)
+_RECT = re.compile(
+    r'<rect fill="(#[0-9a-fA-F]+)" x="([\d.]+)" y="([\d.]+)" width="([\d.]+)" height="([\d.]+)" '
+    r'shape-rendering="crispEdges"/>'
+)
+_TEXT = re.compile(
+    r'<text class="([\w-]+)" x="([\d.]+)" y="([\d.]+)" textLength="([\d.]+)" '
+    r'clip-path="url\(#[\w-]+-line-(\d+)\)">(.*?)</text>',
+    re.S,
+)
 _CLIP = re.compile(r'<clipPath id="([\w-]+)-line-(\d+)">\s*(<rect [^>]*/>)\s*</clipPath>')
 _NEAR = 0.01  # pixels: x positions are sums of float cell widths
 
@@ -40,13 +45,17 @@ def smaller(svg: str) -> str:
     short = "t" + re.sub(r"\D", "", uid)[-5:]  # still one of its own where several share a page
     head, body = svg[:start], svg[start:]
     backgrounds_end = body.find(f'<g class="{uid}-matrix">')
-    rects = [(m.group(1), float(m.group(2)), float(m.group(3)), float(m.group(4)), m.group(5))
-             for m in _RECT.finditer(body, 0, backgrounds_end)]
-    texts = [(m.group(1), float(m.group(2)), m.group(3), float(m.group(4)), int(m.group(5)), m.group(6))
-             for m in _TEXT.finditer(body, backgrounds_end)]
+    rects = [
+        (m.group(1), float(m.group(2)), float(m.group(3)), float(m.group(4)), m.group(5))
+        for m in _RECT.finditer(body, 0, backgrounds_end)
+    ]
+    texts = [
+        (m.group(1), float(m.group(2)), m.group(3), float(m.group(4)), int(m.group(5)), m.group(6))
+        for m in _TEXT.finditer(body, backgrounds_end)
+    ]
     if not texts:
         return svg
-    opening = body[:body.find(">") + 1]  # <g transform="translate(9, 41)" clip-path="url(#...-clip-terminal)">
+    opening = body[: body.find(">") + 1]  # <g transform="translate(9, 41)" clip-path="url(#...-clip-terminal)">
 
     head = _CLIP.sub(lambda m: f'<clipPath id="{short}-l{m.group(2)}">{m.group(3)}</clipPath>', head)
     head = re.sub(r"\n\s*\n", "\n", head)
@@ -86,13 +95,15 @@ def _backgrounds(rects: list) -> str:
         ys = sorted(rows)
         last = rows[ys[-1]][0]
         height = ys[-1] + float(last[4]) - ys[0]
-        parts.append(f'<rect fill="{under}" x="0" y="{_num(ys[0])}" width="{_num(max(ends))}" '
-                     f'height="{_num(height)}"/>')
+        parts.append(
+            f'<rect fill="{under}" x="0" y="{_num(ys[0])}" width="{_num(max(ends))}" height="{_num(height)}"/>'
+        )
     for row in rows.values():
         for fill, x, y, width, height in row:
             if fill != under:
-                parts.append(f'<rect fill="{fill}" x="{_num(x)}" y="{_num(y)}" width="{_num(width)}" '
-                             f'height="{height}"/>')
+                parts.append(
+                    f'<rect fill="{fill}" x="{_num(x)}" y="{_num(y)}" width="{_num(width)}" height="{height}"/>'
+                )
     parts.append("</g>\n")
     return "".join(parts)
 
@@ -119,8 +130,11 @@ def _merged_texts(pieces: list, uid: str, short: str) -> list[str]:
             last[4] += content
         else:
             merged.append([cls, x, y, length, content])
-    return [f'<text class="{cls.replace(uid + "-", short + "-")}" x="{_num(x)}" y="{y}" '
-            f'textLength="{_num(length)}">{content}</text>' for cls, x, y, length, content in merged]
+    return [
+        f'<text class="{cls.replace(uid + "-", short + "-")}" x="{_num(x)}" y="{y}" '
+        f'textLength="{_num(length)}">{content}</text>'
+        for cls, x, y, length, content in merged
+    ]
 
 
 __all__ = ["smaller"]

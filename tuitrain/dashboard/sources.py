@@ -86,8 +86,9 @@ class ReplaySource:
     does, until `finish()` or `close()`. `push(event)` adds events later, from any thread.
     """
 
-    def __init__(self, events: Iterable[Event] = (), live: bool = True, exit_code: int | None = 0,
-                 wait: bool = True) -> None:
+    def __init__(
+        self, events: Iterable[Event] = (), live: bool = True, exit_code: int | None = 0, wait: bool = True
+    ) -> None:
         self.events = list(events)
         self.live = live
         self.exit_code = exit_code
@@ -135,8 +136,19 @@ class MetricsBlock:
     at a training step (step, time, epoch, batch, batches), for the x axes and the rates; `samples`:
     the device samples that came between its rows, each as (the rows before it, the event)."""
 
-    __slots__ = ("_lines", "_raw", "_n", "series", "latest", "epoch", "max_step", "progress", "train_steps", "time",
-                 "samples")
+    __slots__ = (
+        "_lines",
+        "_raw",
+        "_n",
+        "series",
+        "latest",
+        "epoch",
+        "max_step",
+        "progress",
+        "train_steps",
+        "time",
+        "samples",
+    )
     persistent = True
 
     def __init__(self, lines: list[bytes], rows: list) -> None:
@@ -163,10 +175,13 @@ class MetricsBlock:
                 top = int(steps.max())
                 self.max_step = top if self.max_step is None else max(self.max_step, top)
             if split == "train" and scope == "step":
-                self.train_steps = (steps, np.fromiter(map(_TIME, part), np.float64, n),
-                                    np.fromiter(map(_EPOCH, part), np.float64, n),
-                                    np.fromiter(map(_BATCH, part), np.float64, n),
-                                    np.fromiter(map(_BATCHES, part), np.float64, n))
+                self.train_steps = (
+                    steps,
+                    np.fromiter(map(_TIME, part), np.float64, n),
+                    np.fromiter(map(_EPOCH, part), np.float64, n),
+                    np.fromiter(map(_BATCH, part), np.float64, n),
+                    np.fromiter(map(_BATCHES, part), np.float64, n),
+                )
             known = [r for r in part if r.batches] if not part[-1].batches else part
             if known:
                 self.progress[split] = (known[-1].batch, known[-1].batches)
@@ -176,8 +191,9 @@ class MetricsBlock:
                 if key not in newest or at > newest[key]:
                     newest[key], self.latest[key] = at, float(ys[-1])
         if len(kinds) > 1:  # the names in the order they came in the file (the chart grid's order)
-            order = {name: i for i, name in enumerate(dict.fromkeys(
-                itertools.chain.from_iterable(r.metrics for r in rows)))}
+            order = {
+                name: i for i, name in enumerate(dict.fromkeys(itertools.chain.from_iterable(r.metrics for r in rows)))
+            }
             self.series = dict(sorted(self.series.items(), key=lambda kv: order[kv[0][2]]))
 
     @classmethod
@@ -192,8 +208,13 @@ class MetricsBlock:
         self.max_step = int(ints[0].max()) if scope == "step" or split == "train" else None
         self.train_steps = None
         if split == "train" and scope == "step":
-            self.train_steps = (steps, floats[0], ints[1].astype(np.float64), ints[2].astype(np.float64),
-                                ints[3].astype(np.float64))
+            self.train_steps = (
+                steps,
+                floats[0],
+                ints[1].astype(np.float64),
+                ints[2].astype(np.float64),
+                ints[3].astype(np.float64),
+            )
         self.progress = {}
         known = np.flatnonzero(ints[3])
         if known.size:
@@ -279,8 +300,16 @@ class FileSource:
     """Follows RUN_DIR/events.jsonl from its start, like `tail -f`, until closed; or, with `until`,
     reads its first `until` bytes and returns (a resumed run's past sessions, before this one writes)."""
 
-    def __init__(self, run_dir: Path, live: bool = False, poll: float = 0.2, chunk: int = 1 << 23,
-                 blocks: bool = True, columns: bool = True, until: int | None = None) -> None:
+    def __init__(
+        self,
+        run_dir: Path,
+        live: bool = False,
+        poll: float = 0.2,
+        chunk: int = 1 << 23,
+        blocks: bool = True,
+        columns: bool = True,
+        until: int | None = None,
+    ) -> None:
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / "events.jsonl"
         self.live = live
@@ -345,7 +374,7 @@ class FileSource:
                 if skipping:  # the rest of a line too long to keep
                     nl = data.find(b"\n")
                     if nl >= 0:
-                        data, pos, skipping = data[nl + 1:], pos + nl + 1, False
+                        data, pos, skipping = data[nl + 1 :], pos + nl + 1, False
                 cut = data.rfind(b"\n") + 1  # a line still being written has no newline yet
                 done = self._chunk(data, cut, pos, handle, emit) if cut else 0
                 partial, pos = data[done:], pos + done
@@ -400,8 +429,13 @@ class FileSource:
             cols = self._matching(data, s, e, record)
             if cols is None:  # stale or damaged: those lines go as JSON
                 continue
-            if group and s > at and group[0][0][4:7] == record[4:7] and record.split == "train" \
-                    and record.scope == "step":
+            if (
+                group
+                and s > at
+                and group[0][0][4:7] == record[4:7]
+                and record.split == "train"
+                and record.scope == "step"
+            ):
                 between = self._samples_between(data[at:s], sum(r.rows for r, _ in group))
                 if between is not None:  # only device samples between: the block goes on past them
                     samples.extend(between)
@@ -454,7 +488,7 @@ class FileSource:
         else:
             ints = np.concatenate([c[0] for _, c in group], axis=1)
             floats = np.concatenate([c[1] for _, c in group], axis=1)
-        block = MetricsBlock.of_columns(memoryview(data)[first.start - pos:last.end - pos], record, ints, floats)
+        block = MetricsBlock.of_columns(memoryview(data)[first.start - pos : last.end - pos], record, ints, floats)
         if samples:
             block.samples = list(samples)
             block._n += len(samples)

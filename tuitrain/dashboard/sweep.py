@@ -61,8 +61,13 @@ def read_sweep(folder: str | Path) -> SweepInfo:
     params = data.get("params")
     params = tuple(p for p in params if isinstance(p, str)) if isinstance(params, list) else ()
     mode = text("mode", "min")
-    return SweepInfo(name=text("name", folder.name.removeprefix("sweep-")), metric=text("metric", ""),
-                     mode=mode if mode in ("min", "max") else "min", params=params, config=text("config", ""))
+    return SweepInfo(
+        name=text("name", folder.name.removeprefix("sweep-")),
+        metric=text("metric", ""),
+        mode=mode if mode in ("min", "max") else "min",
+        params=params,
+        config=text("config", ""),
+    )
 
 
 def trial_dirs(folder: str | Path) -> list[tuple[int, Path]]:
@@ -125,8 +130,14 @@ class SweepState(CompareState):
 
     noun = "trials"
 
-    def __init__(self, sweep: SweepInfo, trials: list[tuple[int, Path]], configs: dict[str, dict] | None = None,
-                 clock: Callable[[], float] = time.time, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        sweep: SweepInfo,
+        trials: list[tuple[int, Path]],
+        configs: dict[str, dict] | None = None,
+        clock: Callable[[], float] = time.time,
+        **kwargs: Any,
+    ) -> None:
         names = [p.name for _, p in trials]
         super().__init__(names, configs, clock=clock, **kwargs)
         self.sweep = sweep
@@ -184,8 +195,11 @@ class SweepState(CompareState):
 
     def _find_best(self) -> str | None:
         sign = 1 if self.sweep.mode == "min" else -1
-        done = [(sign * v, self.number[n], n) for n in self.runs if self.status_of(n) == "completed"
-                and (v := self.best_value(n)) is not None and math.isfinite(v)]
+        done = [
+            (sign * v, self.number[n], n)
+            for n in self.runs
+            if self.status_of(n) == "completed" and (v := self.best_value(n)) is not None and math.isfinite(v)
+        ]
         return min(done)[2] if done else None  # a tie: the first trial
 
     def monitored(self, name: str) -> tuple[float | None, bool]:
@@ -217,8 +231,9 @@ class SweepState(CompareState):
         order = sorted(counts, key=lambda s: _STATUSES.index(s) if s in _STATUSES else len(_STATUSES))
         n = len(self.runs)
         text = f"sweep {sweep.name}" + (f" · {sweep.mode} {sweep.metric}" if sweep.metric else "")
-        text += f" · {n} trial{'s' if n != 1 else ''}" + (": " + ", ".join(f"{counts[s]} {s}" for s in order)
-                                                         if counts else " yet")
+        text += f" · {n} trial{'s' if n != 1 else ''}" + (
+            ": " + ", ".join(f"{counts[s]} {s}" for s in order) if counts else " yet"
+        )
         best = self.best_trial() if sweep.metric else None
         if best is not None:
             text += f" · best ━{self.number[best]} {format_value(self.best_value(best))}"

@@ -75,5 +75,6 @@ def resolve_theme(name: str, base_dir: Path | None = None) -> Path:
     names = available_themes()
     close = difflib.get_close_matches(name, names, n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
-    raise ThemeError(f"unknown theme {name!r}{hint}; available: {', '.join(names) or 'none'}, or a path to a "
-                     ".tcss file")
+    raise ThemeError(
+        f"unknown theme {name!r}{hint}; available: {', '.join(names) or 'none'}, or a path to a .tcss file"
+    )

@@ -33,8 +33,14 @@ from tuitrain.run.monitor import Monitor
 __all__ = ["TuitrainCallback"]
 
 _PACKAGES = ("lightning.pytorch", "pytorch_lightning")
-_SPLITS = {"train": "train", "training": "train", "val": "valid", "valid": "valid", "validation": "valid",
-           "eval": "valid"}
+_SPLITS = {
+    "train": "train",
+    "training": "train",
+    "val": "valid",
+    "valid": "valid",
+    "validation": "valid",
+    "eval": "valid",
+}
 _PREFIX = re.compile(r"^(train|training|val|valid|validation|eval)[_/](.+)$", re.IGNORECASE)
 _SUFFIX = re.compile(r"^(.+)/(train|training|val|valid|validation|eval)$", re.IGNORECASE)
 _LOADER = re.compile(r"^(.+)(/dataloader_idx_\d+)$")  # Lightning's name for a metric of a second val loader
@@ -91,8 +97,9 @@ def _callback_bases() -> tuple[type, ...]:
             except ImportError:
                 continue
         else:
-            raise ImportError("TuitrainCallback needs Lightning: pip install 'tuitrain[lightning]' "
-                              "(or pytorch_lightning)")
+            raise ImportError(
+                "TuitrainCallback needs Lightning: pip install 'tuitrain[lightning]' (or pytorch_lightning)"
+            )
     return tuple(module.Callback for module in loaded)
 
 
@@ -107,8 +114,9 @@ def _concrete(cls: type) -> type:
     key = (cls, *bases)
     made = _CLASSES.get(key)
     if made is None:
-        made = type(cls.__name__, key, {"__module__": cls.__module__, "__qualname__": cls.__qualname__,
-                                        "_user_class": cls})
+        made = type(
+            cls.__name__, key, {"__module__": cls.__module__, "__qualname__": cls.__qualname__, "_user_class": cls}
+        )
         _CLASSES[key] = made
     return made
 
@@ -147,9 +155,18 @@ class TuitrainCallback(MediaCalls):
     def __new__(cls, *args: Any, **kwargs: Any) -> TuitrainCallback:
         return object.__new__(_concrete(cls))
 
-    def __init__(self, experiment: str = "", run_dir: str | os.PathLike | None = None, dashboard: Any = "auto",
-                 theme: str | None = None, *, dir: str | os.PathLike = "runs", save_on_stop: bool = True,
-                 watch: dict | None = None, alerts: dict | None = None) -> None:
+    def __init__(
+        self,
+        experiment: str = "",
+        run_dir: str | os.PathLike | None = None,
+        dashboard: Any = "auto",
+        theme: str | None = None,
+        *,
+        dir: str | os.PathLike = "runs",
+        save_on_stop: bool = True,
+        watch: dict | None = None,
+        alerts: dict | None = None,
+    ) -> None:
         from tuitrain.core.health import Alerts, Watch
 
         self.watch, self.alerts = Watch.of(watch), Alerts.of(alerts)  # the [watch] rules on what is logged
@@ -170,19 +187,29 @@ class TuitrainCallback(MediaCalls):
         self._stopped = False
 
     def __reduce__(self):  # the class is made at runtime: pickle the user's class and rebuild (ddp_spawn)
-        return _rebuild, (getattr(type(self), "_user_class", type(self)),
-                          dict(self.__dict__, monitor=None, _trainer=None))
+        return _rebuild, (
+            getattr(type(self), "_user_class", type(self)),
+            dict(self.__dict__, monitor=None, _trainer=None),
+        )
 
     # --- the run ------------------------------------------------------------------------------
 
     def on_fit_start(self, trainer, pl_module) -> None:
         self._finish(None)  # a second fit with the same callback: a run of its own
         self._reset()
-        mon = Monitor(experiment=self.experiment or type(pl_module).__name__.lower(),
-                      config=self._config(trainer, pl_module), run_dir=self.run_dir, dashboard=self.dashboard,
-                      dir=self.dir, theme=self.theme, max_steps=self._max_steps(trainer),
-                      batch_size=self._batch_size(trainer), epochs=max(0, int(trainer.max_epochs or 0)),
-                      watch=self.watch, alerts=self.alerts)
+        mon = Monitor(
+            experiment=self.experiment or type(pl_module).__name__.lower(),
+            config=self._config(trainer, pl_module),
+            run_dir=self.run_dir,
+            dashboard=self.dashboard,
+            dir=self.dir,
+            theme=self.theme,
+            max_steps=self._max_steps(trainer),
+            batch_size=self._batch_size(trainer),
+            epochs=max(0, int(trainer.max_epochs or 0)),
+            watch=self.watch,
+            alerts=self.alerts,
+        )
         mon.checkpoint_on_stop = False  # `_obey` saves at a stop itself (save_on_stop)
         mon.loop = "lightning"
         self._trainer = trainer
@@ -208,10 +235,15 @@ class TuitrainCallback(MediaCalls):
 
     def _config(self, trainer, pl_module) -> dict:
         config = _plain(dict(getattr(pl_module, "hparams", None) or {}))
-        basics = {"max_epochs": trainer.max_epochs, "max_steps": trainer.max_steps,
-                  "accumulate_grad_batches": trainer.accumulate_grad_batches,
-                  "log_every_n_steps": trainer.log_every_n_steps, "precision": str(trainer.precision),
-                  "world_size": trainer.world_size, "strategy": type(trainer.strategy).__name__}
+        basics = {
+            "max_epochs": trainer.max_epochs,
+            "max_steps": trainer.max_steps,
+            "accumulate_grad_batches": trainer.accumulate_grad_batches,
+            "log_every_n_steps": trainer.log_every_n_steps,
+            "precision": str(trainer.precision),
+            "world_size": trainer.world_size,
+            "strategy": type(trainer.strategy).__name__,
+        }
         config.setdefault("trainer", _plain(basics))
         return config
 
@@ -282,8 +314,9 @@ class TuitrainCallback(MediaCalls):
         self._epoch_before = None
         # `x` and `x_epoch` both hold the epoch's mean of a value logged on steps too: keep `x_epoch`,
         # so that it does not join the per-step series of `x`
-        fresh = {k: v for k, v in fresh.items() if k + "_epoch" not in fresh and not
-                 (k.endswith("_step") and k[:-5] in now)}
+        fresh = {
+            k: v for k, v in fresh.items() if k + "_epoch" not in fresh and not (k.endswith("_step") and k[:-5] in now)
+        }
         self._log(self.monitor, trainer.global_step, self._split(fresh, now, "train", drop_forked=False))
 
     def on_validation_start(self, trainer, pl_module) -> None:

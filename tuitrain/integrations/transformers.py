@@ -49,8 +49,12 @@ def split_metrics(logs: dict[str, Any]) -> tuple[dict[str, float], dict[str, flo
             if value is None:
                 continue
         split, name = _split_name(key)
-        if (name in _BOOKKEEPING or name.endswith(_BOOKKEEPING_SUFFIXES) or key in _BOOKKEEPING
-                or (summary and key == "train_loss")):
+        if (
+            name in _BOOKKEEPING
+            or name.endswith(_BOOKKEEPING_SUFFIXES)
+            or key in _BOOKKEEPING
+            or (summary and key == "train_loss")
+        ):
             continue
         name = _RENAMES.get(name, name)
         (valid if split == "valid" else train)[name] = float(value)
@@ -68,9 +72,9 @@ def _split_name(key: str) -> tuple[str, str]:
         return "train", key
     for prefix in _VALID_PREFIXES:
         if key.startswith(prefix) and len(key) > len(prefix):
-            return "valid", key[len(prefix):]
+            return "valid", key[len(prefix) :]
     if key.startswith("train_") and len(key) > len("train_"):
-        return "train", key[len("train_"):]
+        return "train", key[len("train_") :]
     return "train", key
 
 
@@ -108,14 +112,22 @@ class TuitrainCallback(MediaCalls, TrainerCallback):
     (name, value, step=None: the Trainer's global step) log samples from a callback of one's own.
     """
 
-    def __init__(self, experiment: str = "", run_dir: str | os.PathLike | None = None, dashboard: Any = "auto",
-                 theme: str | None = None, *, dir: str | os.PathLike = "runs", watch: dict | None = None,
-                 alerts: dict | None = None) -> None:
+    def __init__(
+        self,
+        experiment: str = "",
+        run_dir: str | os.PathLike | None = None,
+        dashboard: Any = "auto",
+        theme: str | None = None,
+        *,
+        dir: str | os.PathLike = "runs",
+        watch: dict | None = None,
+        alerts: dict | None = None,
+    ) -> None:
         from tuitrain.core.health import Alerts, Watch
 
         self.watch, self.alerts = Watch.of(watch), Alerts.of(alerts)  # the [watch] rules on what is logged
         if dashboard not in ("auto", True, False) or not isinstance(dashboard, (str, bool)):
-            raise ValueError(f"dashboard must be \"auto\", True or False, not {dashboard!r}")
+            raise ValueError(f'dashboard must be "auto", True or False, not {dashboard!r}')
         self.experiment, self.run_dir, self.dashboard, self.theme, self.dir = experiment, run_dir, dashboard, theme, dir
         self.monitor: Monitor | None = None
         self._active = False
@@ -132,10 +144,18 @@ class TuitrainCallback(MediaCalls, TrainerCallback):
         world = max(1, int(getattr(args, "world_size", 1) or 1))
         per_device = int(getattr(state, "train_batch_size", 0) or args.per_device_train_batch_size)
         self.monitor = Monitor(
-            experiment=self._experiment(args, model), config=self._config(args, model), run_dir=self.run_dir,
-            dashboard=self.dashboard, dir=self.dir, theme=self.theme, max_steps=max(0, int(state.max_steps or 0)),
+            experiment=self._experiment(args, model),
+            config=self._config(args, model),
+            run_dir=self.run_dir,
+            dashboard=self.dashboard,
+            dir=self.dir,
+            theme=self.theme,
+            max_steps=max(0, int(state.max_steps or 0)),
             batch_size=per_device * args.gradient_accumulation_steps * world,
-            epochs=max(0, math.ceil(getattr(state, "num_train_epochs", 0) or 0)), watch=self.watch, alerts=self.alerts)
+            epochs=max(0, math.ceil(getattr(state, "num_train_epochs", 0) or 0)),
+            watch=self.watch,
+            alerts=self.alerts,
+        )
         self.monitor.checkpoint_on_stop = False  # a stop has the Trainer save, as its save_strategy says
         self.monitor.loop = "transformers"
         self.monitor.start()

@@ -17,8 +17,7 @@ from tuitrain.config import chain_parts, named_parts, resolve_target
 from tuitrain.core.callbacks import EventBus
 
 
-def build_learner(cfg, run_dir: Path, bus: EventBus, interrupter, *, dist=None, headless: bool = True,
-                  notes=()):
+def build_learner(cfg, run_dir: Path, bus: EventBus, interrupter, *, dist=None, headless: bool = True, notes=()):
     """The user's model, data, loss, optimizer, scheduler, metrics from `cfg`: a CoreLearner writing into
     `run_dir` through `bus`, steered by `interrupter`, and its loaders. `dist`: this rank's DistContext
     (None: one process); `headless`: no dashboard shares this process; `notes`: lines for the run's log.
@@ -47,9 +46,12 @@ def build_learner(cfg, run_dir: Path, bus: EventBus, interrupter, *, dist=None, 
     # one model is passed as itself; several as a dict the Learner keeps as learner.models
     model = models if cfg.model.named else models["model"]
     if cfg.checkpoint.init_from:  # several models: keys "generator.net.0.weight", as in model.pt
-        ckpt.load_weights(model if not cfg.model.named else torch.nn.ModuleDict(models),
-                          cfg.checkpoint.init_from, strict=cfg.checkpoint.strict,
-                          revise_keys=cfg.checkpoint.revise_keys)
+        ckpt.load_weights(
+            model if not cfg.model.named else torch.nn.ModuleDict(models),
+            cfg.checkpoint.init_from,
+            strict=cfg.checkpoint.strict,
+            revise_keys=cfg.checkpoint.revise_keys,
+        )
     # the loss and the optimizers before the data, which may take long to build: a value only their
     # constructors reject (lr = -1) ends the run at once, as a config error
     loss_fn = construct(cfg, "loss", cfg.loss.target, target(cfg.loss.target, "loss.target"), **cfg.loss.kwargs)
@@ -64,8 +66,9 @@ def build_learner(cfg, run_dir: Path, bus: EventBus, interrupter, *, dist=None, 
         opt_cls = target(o.target, f"{key}.target") if o.target else getattr(torch.optim, o.name)
         kwargs = dict(o.kwargs)
         if o.base_batch_size:
-            note = auto_scale_lr(opt_cls, kwargs, key, o.base_batch_size,
-                                 cfg.data.batch_size * cfg.train.grad_accumulation * world)
+            note = auto_scale_lr(
+                opt_cls, kwargs, key, o.base_batch_size, cfg.data.batch_size * cfg.train.grad_accumulation * world
+            )
             notes.append(note)
         optimizers[name] = build_optimizer(opt_cls, models[name], kwargs, o, key, cfg)
     if cfg.train.compile:
@@ -90,18 +93,26 @@ def build_learner(cfg, run_dir: Path, bus: EventBus, interrupter, *, dist=None, 
         for name, s in sched_tables.items():
             key = f"scheduler.{name}" if cfg.scheduler.named else "scheduler"
             if s.chain:
-                schedulers[name] = chain_scheduler(optimizers[name], s, key, target, cfg.train.epochs,
-                                                   steps_per_epoch, cfg.train.max_steps, cfg)
+                schedulers[name] = chain_scheduler(
+                    optimizers[name], s, key, target, cfg.train.epochs, steps_per_epoch, cfg.train.max_steps, cfg
+                )
                 intervals[name] = s.interval
                 continue
             cls = target(s.target, f"{key}.target") if s.target else getattr(torch.optim.lr_scheduler, s.name)
-            kwargs = fill_scheduler_kwargs(cls, dict(s.kwargs), s.interval, cfg.train.epochs, steps_per_epoch,
-                                           cfg.train.max_steps)
-            check_total_steps(cls, s.kwargs, key, run_length(s.interval, cfg.train.epochs, steps_per_epoch,
-                                                             cfg.train.max_steps),
-                              length_text(s.interval, cfg.train.epochs, steps_per_epoch, cfg.train.max_steps), cfg)
-            schedulers[name] = construct(cfg, key, s.target or f"torch.optim.lr_scheduler:{s.name}", cls,
-                                         optimizers[name], **kwargs)
+            kwargs = fill_scheduler_kwargs(
+                cls, dict(s.kwargs), s.interval, cfg.train.epochs, steps_per_epoch, cfg.train.max_steps
+            )
+            check_total_steps(
+                cls,
+                s.kwargs,
+                key,
+                run_length(s.interval, cfg.train.epochs, steps_per_epoch, cfg.train.max_steps),
+                length_text(s.interval, cfg.train.epochs, steps_per_epoch, cfg.train.max_steps),
+                cfg,
+            )
+            schedulers[name] = construct(
+                cfg, key, s.target or f"torch.optim.lr_scheduler:{s.name}", cls, optimizers[name], **kwargs
+            )
             intervals[name] = s.interval
     scheduler = schedulers if cfg.model.named else schedulers.get("model")
     phases = {}
@@ -126,21 +137,41 @@ def build_learner(cfg, run_dir: Path, bus: EventBus, interrupter, *, dist=None, 
     # the config's sections are the core's (tuitrain/core/sections.py), checked by the schema: passed as
     # they are, with what other tables set (the scheduler's interval, [ema]) and the metrics built
     train = dataclasses.replace(
-        cfg.train, ema_decay=cfg.ema.decay if cfg.ema is not None else 0.0,
-        scheduler_interval=intervals if cfg.model.named else intervals.get("model", "step"))
+        cfg.train,
+        ema_decay=cfg.ema.decay if cfg.ema is not None else 0.0,
+        scheduler_interval=intervals if cfg.model.named else intervals.get("model", "step"),
+    )
     log = dataclasses.replace(cfg.log, capture_output=True)
     if spec := cfg.log.samples.get("target"):  # "module:function" as the function itself
         log.samples = {**cfg.log.samples, "target": target(spec, "log.samples.target")}
     learner = CoreLearner(
-        model, optimizer, loss_fn=loss_fn, scheduler=scheduler,
-        experiment=Experiment(name=cfg.experiment.name, seed=cfg.experiment.seed, config=cfg.to_dict(),
-                              env=git_info(cfg.base_dir), notes=notes),
-        train=train, data=cfg.data, log=log,
-        metrics=dataclasses.replace(cfg.metrics, train=metrics(cfg.metrics.train, "train"),
-                                    valid=metrics(cfg.metrics.valid, "valid")),
-        checkpoint=cfg.checkpoint, watch=dataclasses.asdict(cfg.watch), early_stopping=early,
-        train_phase=phases.get("phase"), valid_phase=phases.get("valid_phase"),
-        interrupter=interrupter, bus=bus, run_dir=run_dir, strategy=strategy)
+        model,
+        optimizer,
+        loss_fn=loss_fn,
+        scheduler=scheduler,
+        experiment=Experiment(
+            name=cfg.experiment.name,
+            seed=cfg.experiment.seed,
+            config=cfg.to_dict(),
+            env=git_info(cfg.base_dir),
+            notes=notes,
+        ),
+        train=train,
+        data=cfg.data,
+        log=log,
+        metrics=dataclasses.replace(
+            cfg.metrics, train=metrics(cfg.metrics.train, "train"), valid=metrics(cfg.metrics.valid, "valid")
+        ),
+        checkpoint=cfg.checkpoint,
+        watch=dataclasses.asdict(cfg.watch),
+        early_stopping=early,
+        train_phase=phases.get("phase"),
+        valid_phase=phases.get("valid_phase"),
+        interrupter=interrupter,
+        bus=bus,
+        run_dir=run_dir,
+        strategy=strategy,
+    )
     learner.length_change = functools.partial(length_change, cfg.to_dict())
     return learner, train_loader, valid_loader
 
@@ -159,8 +190,11 @@ def construct(cfg, key: str, what: str, fn, *args, **kwargs):
         frames = traceback.extract_tb(e.__traceback__)
         if frames and (getattr(fn, "__module__", None) or "").partition(".")[0] != "torch":
             where = f" ({Path(frames[-1].filename).name}:{frames[-1].lineno})"
-        raise ConfigError(f"{what} rejected its arguments: {type(e).__name__}: {e}{where}",
-                          file=origin(key, cfg.set_keys, cfg.source), key=key) from e
+        raise ConfigError(
+            f"{what} rejected its arguments: {type(e).__name__}: {e}{where}",
+            file=origin(key, cfg.set_keys, cfg.source),
+            key=key,
+        ) from e
 
 
 def build_optimizer(opt_cls, model, kwargs: dict, table, key: str, cfg):
@@ -180,8 +214,11 @@ def build_optimizer(opt_cls, model, kwargs: dict, table, key: str, cfg):
     if not isinstance(built, torch.optim.Optimizer):
         from tuitrain.config import ConfigError
 
-        raise ConfigError(f"{table.target or table.name} returned {type(built).__name__}, not a "
-                          "torch.optim.Optimizer", file=cfg.source, key=f"{key}.target")
+        raise ConfigError(
+            f"{table.target or table.name} returned {type(built).__name__}, not a torch.optim.Optimizer",
+            file=cfg.source,
+            key=f"{key}.target",
+        )
     return built
 
 
@@ -196,8 +233,10 @@ def auto_scale_lr(opt_cls, kwargs: dict, key: str, base: int, effective: int) ->
         if not isinstance(lr, (int, float)):
             raise ValueError(f"{key}.base_batch_size: {opt_cls.__name__} has no default lr; set {key}.lr")
     kwargs["lr"] = lr * effective / base
-    return (f"auto_scale_lr: {key}.lr {lr:g} -> {kwargs['lr']:g} (effective batch {effective} = batch_size x "
-            f"grad_accumulation x processes, base_batch_size {base})")
+    return (
+        f"auto_scale_lr: {key}.lr {lr:g} -> {kwargs['lr']:g} (effective batch {effective} = batch_size x "
+        f"grad_accumulation x processes, base_batch_size {base})"
+    )
 
 
 def git_info(folder: Path) -> dict:
@@ -205,12 +244,17 @@ def git_info(folder: Path) -> dict:
     import subprocess
 
     try:
-        commit = subprocess.run(["git", "-C", str(folder), "rev-parse", "HEAD"], capture_output=True, text=True,
-                                timeout=5)
+        commit = subprocess.run(
+            ["git", "-C", str(folder), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
+        )
         if commit.returncode != 0:
             return {}
-        dirty = subprocess.run(["git", "-C", str(folder), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=5)
+        dirty = subprocess.run(
+            ["git", "-C", str(folder), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
         return {"git_commit": commit.stdout.strip(), "git_dirty": bool(dirty.stdout.strip())}
     except (OSError, subprocess.SubprocessError):
         return {}
@@ -243,21 +287,26 @@ def chain_scheduler(optimizer, sched, key: str, target, epochs: int, steps_per_e
     return torch.optim.lr_scheduler.SequentialLR(optimizer, parts, milestones=begins[1:])
 
 
-def fill_scheduler_kwargs(cls, kwargs: dict, interval: str, epochs: int, steps_per_epoch: int,
-                          max_steps: int) -> dict:
+def fill_scheduler_kwargs(cls, kwargs: dict, interval: str, epochs: int, steps_per_epoch: int, max_steps: int) -> dict:
     """Fill total_steps / T_max / epochs+steps_per_epoch when the class needs them and they are left out."""
     try:
         params = inspect.signature(cls).parameters
     except (TypeError, ValueError):
         return kwargs
     horizon = run_length(interval, epochs, steps_per_epoch, max_steps)
-    if ("total_steps" in params and "total_steps" not in kwargs
-            and not ("epochs" in kwargs and "steps_per_epoch" in kwargs)):
+    if (
+        "total_steps" in params
+        and "total_steps" not in kwargs
+        and not ("epochs" in kwargs and "steps_per_epoch" in kwargs)
+    ):
         kwargs["total_steps"] = max(1, horizon)
     if "T_max" in params and "T_max" not in kwargs:
         kwargs["T_max"] = max(1, horizon)
-    if ("total_iters" in params and "total_iters" not in kwargs
-            and params["total_iters"].default is inspect.Parameter.empty):
+    if (
+        "total_iters" in params
+        and "total_iters" not in kwargs
+        and params["total_iters"].default is inspect.Parameter.empty
+    ):
         kwargs["total_iters"] = max(1, horizon)
     return kwargs
 
@@ -276,7 +325,7 @@ def run_length(interval: str, epochs: int, steps_per_epoch: int, max_steps: int)
 def length_text(interval: str, epochs: int, steps_per_epoch: int, max_steps: int) -> str:
     """The run's length in words, with the settings it comes from."""
     if interval != "step":
-        return f"{epochs} epochs (train.epochs; scheduler.interval = \"epoch\")"
+        return f'{epochs} epochs (train.epochs; scheduler.interval = "epoch")'
     total = run_length(interval, epochs, steps_per_epoch, max_steps)
     if max_steps and total == max_steps and max_steps != epochs * steps_per_epoch:
         return f"{total} steps (train.max_steps)"
@@ -303,10 +352,13 @@ def check_total_steps(cls, given: dict, key: str, length: int, what: str, cfg) -
     from tuitrain.config.schema import origin
 
     shown = f"{total}" if name == "total_steps" else f"{given['epochs']} x {given['steps_per_epoch']} = {total}"
-    raise ConfigError(f"{shown} is shorter than what it schedules: {what}; OneCycleLR would fail at the "
-                      f"{'step' if 'step' in what else 'epoch'} after {total}. Set it to {length} or more, or leave "
-                      f"it out (tuitrain then fills in the run's length, and stretches it when a resume trains longer)",
-                      file=origin(f"{key}.{name}", cfg.set_keys, cfg.source), key=f"{key}.{name}")
+    raise ConfigError(
+        f"{shown} is shorter than what it schedules: {what}; OneCycleLR would fail at the "
+        f"{'step' if 'step' in what else 'epoch'} after {total}. Set it to {length} or more, or leave "
+        f"it out (tuitrain then fills in the run's length, and stretches it when a resume trains longer)",
+        file=origin(f"{key}.{name}", cfg.set_keys, cfg.source),
+        key=f"{key}.{name}",
+    )
 
 
 #: the settings a run's length in steps comes from
@@ -317,9 +369,13 @@ def length_change(now: dict, saved: dict) -> str:
     """Why a resumed run's length differs from its checkpoint's: the settings of `LENGTH_KEYS` that
     changed between the checkpoint's config `saved` and this run's `now` ("train.epochs changed 3 -> 5");
     "" when none did (the data's size, say)."""
+
     def get(config: dict, key: str):
         table, _, name = key.partition(".")
         return (config.get(table) or {}).get(name)
 
-    return ", ".join(f"{key} changed {get(saved, key)} -> {get(now, key)}" for key in LENGTH_KEYS
-                     if get(saved, key) is not None and get(saved, key) != get(now, key))
+    return ", ".join(
+        f"{key} changed {get(saved, key)} -> {get(now, key)}"
+        for key in LENGTH_KEYS
+        if get(saved, key) is not None and get(saved, key) != get(now, key)
+    )

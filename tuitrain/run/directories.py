@@ -62,7 +62,7 @@ def claimed_runs(folder: str | os.PathLike) -> list[Path]:
     if folder.parent.is_dir():
         prefix = folder.name + "-"
         for p in folder.parent.iterdir():
-            rest = p.name[len(prefix):] if p.name.startswith(prefix) else ""
+            rest = p.name[len(prefix) :] if p.name.startswith(prefix) else ""
             if rest.isdigit() and int(rest) >= 2 and p.is_dir() and holds_run(p):
                 found.append((int(rest), p))
     return [p for _, p in sorted(found)]
@@ -152,8 +152,15 @@ def format_runs(rows: list[dict]) -> str:
         else:
             best_txt = "-"
         # run.json's strings are shown, never obeyed by the terminal (safe_name: one row, no escapes)
-        table.append((safe_name(r["name"], 80), started, safe_name(r["status"], 16),
-                      safe_name(f"epoch {epoch} step {step}", 40), safe_name(best_txt, 60)))
+        table.append(
+            (
+                safe_name(r["name"], 80),
+                started,
+                safe_name(r["status"], 16),
+                safe_name(f"epoch {epoch} step {step}", 40),
+                safe_name(best_txt, 60),
+            )
+        )
     widths = [max(len(row[i]) for row in table) for i in range(4)]
     lines = []
     for row in table:

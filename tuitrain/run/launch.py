@@ -51,7 +51,7 @@ check_config = check_ranks  # its earlier name
 
 
 def strategy_of(cfg) -> str:
-    """"fsdp", or "ddp" (also what torchrun gives a config whose strategy is "single")."""
+    """ "fsdp", or "ddp" (also what torchrun gives a config whose strategy is "single")."""
     return "fsdp" if cfg.train.strategy == "fsdp" else "ddp"
 
 
@@ -69,8 +69,7 @@ def execute_distributed(run) -> int:
 def _torchrun(run, rank: int, world: int, local_rank: int) -> int:
     from tuitrain.core.strategies.ddp import init_distributed, shutdown_distributed
 
-    dist = init_distributed(rank, world, local_rank, run.cfg.train.device, _attempt_init_method(),
-                            strategy_of(run.cfg))
+    dist = init_distributed(rank, world, local_rank, run.cfg.train.device, _attempt_init_method(), strategy_of(run.cfg))
     code = 1
     try:
         run.agree_on_resume(dist)  # `--resume auto`: rank 0's choice, on every rank
@@ -112,8 +111,9 @@ def _attempt_init_method() -> str:
     return f"{ATTEMPT_SCHEME}://"
 
 
-def _train_quietly(run, resume_path, bus=None, on_built=None, capture: bool = False, dist=None,
-                   signals: bool = False) -> int:
+def _train_quietly(
+    run, resume_path, bus=None, on_built=None, capture: bool = False, dist=None, signals: bool = False
+) -> int:
     """Build and fit this rank with nothing but `bus` listening; the exit code.
     `on_built(learner, train_loader)` is called before training starts. `capture`: what the user's
     code prints while it builds is an event too (rank 0: it reaches experiment.log), as in training.
@@ -206,6 +206,7 @@ def worker_main(rank: int, spec: WorkerSpec, events, control) -> None:
         run = spec.run_type(cfg, Path(spec.run_dir), headless=True)
         run.interrupter = Interrupter()
         if control is not None:
+
             def listen():
                 while True:
                     item = control.get()
@@ -215,8 +216,14 @@ def worker_main(rank: int, spec: WorkerSpec, events, control) -> None:
 
             threading.Thread(target=listen, name="tuitrain-control-in", daemon=True).start()
         dist = init_distributed(rank, spec.world_size, rank, cfg.train.device, spec.init_method, strategy_of(cfg))
-        code = _train_quietly(run, spec.resume_path, bus, capture=rank == 0, dist=dist,
-                              on_built=lambda learner, train: monitors.append(_rank_monitor(bus, rank, learner, train)))
+        code = _train_quietly(
+            run,
+            spec.resume_path,
+            bus,
+            capture=rank == 0,
+            dist=dist,
+            on_built=lambda learner, train: monitors.append(_rank_monitor(bus, rank, learner, train)),
+        )
     except BaseException as e:  # setting up the rank failed: report it like a failure in training
         bus.emit(run_failed(e))
         code = 1
@@ -259,11 +266,20 @@ def _spawn(run) -> int:
         control = ctx.Queue()
     procs: list = []
     try:
-        spec = WorkerSpec(cfg, str(run.run_dir), str(run.resume_path) if run.resume_path else None, world,
-                          f"tcp://127.0.0.1:{_free_port()}", bus.step_mode, type(run), os.getpid())
+        spec = WorkerSpec(
+            cfg,
+            str(run.run_dir),
+            str(run.resume_path) if run.resume_path else None,
+            world,
+            f"tcp://127.0.0.1:{_free_port()}",
+            bus.step_mode,
+            type(run),
+            os.getpid(),
+        )
         for r in range(world):
-            p = ctx.Process(target=worker_main, args=(r, spec, events, control if r == 0 else None),
-                            name=f"tuitrain-rank-{r}")
+            p = ctx.Process(
+                target=worker_main, args=(r, spec, events, control if r == 0 else None), name=f"tuitrain-rank-{r}"
+            )
             p.start()
             procs.append(p)
         return _supervise(run, bus, procs, events, control)
@@ -404,8 +420,11 @@ def _finish(run, bus, procs, ends, failed, killed_by_user) -> int:
         if isinstance(end, RunFinished):
             bus.emit(end)
             return end.exit_code
-        bus.emit(RunFinished(status="interrupted", exit_code=130, epoch=0, step=0, reason="killed", duration=0.0,
-                             summary={}, best={}))
+        bus.emit(
+            RunFinished(
+                status="interrupted", exit_code=130, epoch=0, step=0, reason="killed", duration=0.0, summary={}, best={}
+            )
+        )
         return 130
     if bad or not isinstance(ends.get(0), RunFinished):
         r, c = bad[0] if bad else (0, codes[0])

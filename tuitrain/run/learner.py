@@ -50,11 +50,11 @@ def has_terminal() -> bool:
 
 
 def screen_for(dashboard: Any) -> str:
-    """"dashboard" (a terminal), "notebook" (a Jupyter kernel: the dashboard as a picture in the cell,
+    """ "dashboard" (a terminal), "notebook" (a Jupyter kernel: the dashboard as a picture in the cell,
     tuitrain/run/notebook.py), "console" or "none" for fit's `dashboard` argument; ValueError when
     impossible."""
     if dashboard not in SCREENS or not isinstance(dashboard, (str, bool)):
-        raise ValueError(f"dashboard must be \"auto\", True or False, not {dashboard!r}")
+        raise ValueError(f'dashboard must be "auto", True or False, not {dashboard!r}')
     if dashboard is False:
         return "none"
     if in_notebook():
@@ -62,8 +62,10 @@ def screen_for(dashboard: Any) -> str:
     if has_terminal():
         return "dashboard"
     if dashboard is True:
-        raise ValueError("fit(dashboard=True) needs a terminal or a notebook, and stdout is neither; use "
-                         "dashboard=\"auto\" for progress lines, or False for silence")
+        raise ValueError(
+            "fit(dashboard=True) needs a terminal or a notebook, and stdout is neither; use "
+            'dashboard="auto" for progress lines, or False for silence'
+        )
     return "console"
 
 
@@ -107,8 +109,9 @@ class Learner(CoreLearner):
         name = experiment.name if isinstance(experiment, Experiment) else experiment
         if not name and run_dir is not None:  # what experiment.log and run.json call the run
             name = Path(run_dir).resolve().name
-            kwargs["experiment"] = dataclasses.replace(experiment, name=name) \
-                if isinstance(experiment, Experiment) else name
+            kwargs["experiment"] = (
+                dataclasses.replace(experiment, name=name) if isinstance(experiment, Experiment) else name
+            )
         if sinks:  # writers of the event stream (files, a console): persistent events only
             bus = bus if bus is not None else EventBus()
             for sink in sinks:
@@ -119,8 +122,16 @@ class Learner(CoreLearner):
 
         self.alerts = Alerts.of(alerts)  # where AlertRaised goes besides the events (a webhook, a command)
 
-    def fit(self, train_data, valid_data=None, resume=None, resumed_from=None, *, dashboard: Any = "auto",
-            theme: str | Path | None = None) -> FitResult:
+    def fit(
+        self,
+        train_data,
+        valid_data=None,
+        resume=None,
+        resumed_from=None,
+        *,
+        dashboard: Any = "auto",
+        theme: str | Path | None = None,
+    ) -> FitResult:
         """Train; returns a FitResult (errors in user code do not raise: status "failed").
 
         `dashboard`: "auto" shows the dashboard when stdout is a terminal, inline in a Jupyter notebook
@@ -133,8 +144,16 @@ class Learner(CoreLearner):
         with StopOnSignals(self.interrupter, sigint=screen_for(dashboard) != "dashboard"):
             return self._fit_on_screen(train_data, valid_data, resume, resumed_from, dashboard, theme)
 
-    async def fit_async(self, train_data, valid_data=None, resume=None, resumed_from=None, *,
-                        dashboard: Any = "auto", theme: str | Path | None = None) -> FitResult:
+    async def fit_async(
+        self,
+        train_data,
+        valid_data=None,
+        resume=None,
+        resumed_from=None,
+        *,
+        dashboard: Any = "auto",
+        theme: str | Path | None = None,
+    ) -> FitResult:
         """`fit` on a background thread, awaited: `result = await learner.fit_async(...)`. In a notebook
         the kernel stays free while the run trains, so the Stop, Pause and Checkpoint buttons under the
         picture act on it (ipywidgets installed); the kernel's interrupt stops gracefully, a second one
@@ -151,8 +170,9 @@ class Learner(CoreLearner):
 
         def work() -> None:
             try:
-                result = context.run(self._fit_on_screen, train_data, valid_data, resume, resumed_from,
-                                     dashboard, theme, True)
+                result = context.run(
+                    self._fit_on_screen, train_data, valid_data, resume, resumed_from, dashboard, theme, True
+                )
             except BaseException as e:  # noqa: BLE001 - handed to the awaiting cell
                 loop.call_soon_threadsafe(_settle, done, None, e)
             else:
@@ -163,8 +183,16 @@ class Learner(CoreLearner):
             thread.start()
             return await asyncio.shield(done)
 
-    def _fit_on_screen(self, train_data, valid_data, resume, resumed_from, dashboard: Any, theme: str | Path | None,
-             buttons: bool = False) -> FitResult:
+    def _fit_on_screen(
+        self,
+        train_data,
+        valid_data,
+        resume,
+        resumed_from,
+        dashboard: Any,
+        theme: str | Path | None,
+        buttons: bool = False,
+    ) -> FitResult:
         screen = screen_for(dashboard)
         theme_file = None
         if screen == "dashboard":
@@ -177,14 +205,22 @@ class Learner(CoreLearner):
         self._fits += 1
         if screen == "notebook" and (self.run_dir is None or not self._own_files):
             # the notebook's picture is drawn from the run directory's files
-            screen, note = "console", "in a notebook the dashboard is drawn from the run directory: give the " \
-                                      "Learner a run_dir to see it here"
+            screen, note = (
+                "console",
+                "in a notebook the dashboard is drawn from the run directory: give the "
+                "Learner a run_dir to see it here",
+            )
             self.notes.append(note)
         if self.run_dir is not None:
             # the devices sampled into the events where a screen shows them (the dashboard, a notebook's picture)
-            session = RunSession(self.run_dir, interrupter=self.interrupter, bus=self.bus,
-                                 devices=screen in ("notebook", "dashboard"), files=self._own_files,
-                                 alerts=self.alerts).open()
+            session = RunSession(
+                self.run_dir,
+                interrupter=self.interrupter,
+                bus=self.bus,
+                devices=screen in ("notebook", "dashboard"),
+                files=self._own_files,
+                alerts=self.alerts,
+            ).open()
         else:
             from tuitrain.sinks.alerts import alert_sender
 
@@ -251,8 +287,15 @@ class Learner(CoreLearner):
             self.capture_output = captured
         if run.result is not None:
             return run.result
-        return FitResult(self.raw_model, "failed", EXIT_FAILED if code != 130 else code, "failed", {}, {},
-                         error="training ended without a result")
+        return FitResult(
+            self.raw_model,
+            "failed",
+            EXIT_FAILED if code != 130 else code,
+            "failed",
+            {},
+            {},
+            error="training ended without a result",
+        )
 
 
 def _settle(future, result, error) -> None:

@@ -40,7 +40,8 @@ class Sweep:
         best, at = math.inf, None
         for i in range(lo + 1, hi - 1):  # central differences over log(lr)
             slope = (self.smoothed[i + 1] - self.smoothed[i - 1]) / (
-                math.log(self.lrs[i + 1]) - math.log(self.lrs[i - 1]))
+                math.log(self.lrs[i + 1]) - math.log(self.lrs[i - 1])
+            )
             if slope < best:
                 best, at = slope, i
         return self.lrs[at] if at is not None else None
@@ -116,7 +117,7 @@ def plot(result: Sweep, suggested: float | None, width: int, height: int, color:
     if suggested is not None:
         plt.vline(suggested)
     low, high = math.floor(math.log10(result.lrs[0])), math.ceil(math.log10(result.lrs[-1]))
-    decades = [10.0 ** k for k in range(low, high + 1)]
+    decades = [10.0**k for k in range(low, high + 1)]
     plt.xticks(decades, [f"{d:g}" for d in decades])
     plt.title("loss against learning rate" + (f" (suggested {suggested:.3g})" if suggested else ""))
     plt.xlabel("learning rate")
@@ -133,8 +134,10 @@ def write_csv(result: Sweep, path: Path) -> None:
 
 
 #: schedulers that set the lr themselves, from keys of their own: under them optimizer.lr changes nothing
-SETS_LR = {"OneCycleLR": "OneCycleLR sets the lr from its max_lr",
-           "CyclicLR": "CyclicLR cycles the lr between its base_lr and max_lr"}
+SETS_LR = {
+    "OneCycleLR": "OneCycleLR sets the lr from its max_lr",
+    "CyclicLR": "CyclicLR cycles the lr between its base_lr and max_lr",
+}
 
 
 def _lr_setter(cfg) -> tuple[str, str, bool] | None:
@@ -187,8 +190,7 @@ def lr_find_command(args) -> int:
     if cfg.model.named or cfg.optimizer.named:
         return _error(f"{args.config}: lr-find sweeps one model's optimizer; this config has several")
     if cfg.train.strategy != "single":
-        return _error(f"{args.config}: train.strategy: lr-find runs in one process; use --set "
-                      "train.strategy=single")
+        return _error(f"{args.config}: train.strategy: lr-find runs in one process; use --set train.strategy=single")
     csv_path = Path(args.csv) if args.csv else Path(f"lr-find-{cfg.experiment.name}.csv")
     if not csv_path.parent.is_dir():
         return _error(f"--csv {csv_path}: no such folder {csv_path.parent}")
@@ -206,8 +208,10 @@ def lr_find_command(args) -> int:
     if suggested is None:
         print("no suggestion: too few steps before the loss diverged; lower --min-lr or raise --steps")
     else:
-        print(f"suggested lr: {suggested:.3g} (where the smoothed loss falls fastest; a tenth of the lr where "
-              "it is lowest is another common choice)")
+        print(
+            f"suggested lr: {suggested:.3g} (where the smoothed loss falls fastest; a tenth of the lr where "
+            "it is lowest is another common choice)"
+        )
         print(advice(args.config, cfg, suggested))
     if cfg.scheduler is not None:
         print("[scheduler] was not used during the sweep (the sweep sets the lr itself)")

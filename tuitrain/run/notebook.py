@@ -47,8 +47,13 @@ LAST_PICTURE = 30.0
 class NotebookView:
     """`run_dir`'s dashboard in this cell's output, from `open()` to `close()`."""
 
-    def __init__(self, run_dir: str | os.PathLike, theme: str | os.PathLike | None = None,
-                 size: tuple[int, int] = SIZE, controls=None) -> None:
+    def __init__(
+        self,
+        run_dir: str | os.PathLike,
+        theme: str | os.PathLike | None = None,
+        size: tuple[int, int] = SIZE,
+        controls=None,
+    ) -> None:
         self.run_dir = Path(run_dir)
         self.controls = controls  # the run's Interrupter, for the buttons
         self.buttons = None  # the buttons' display, while they are shown
@@ -67,15 +72,29 @@ class NotebookView:
         from IPython.display import HTML, display
 
         self.handle = display(HTML("<pre>tuitrain: the dashboard is starting…</pre>"), display_id=True)
-        cmd = [sys.executable, "-m", "tuitrain", "watch", str(self.run_dir), "--frames", str(self.picture),
-               "--size", f"{self.size[0]}x{self.size[1]}"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "tuitrain",
+            "watch",
+            str(self.run_dir),
+            "--frames",
+            str(self.picture),
+            "--size",
+            f"{self.size[0]}x{self.size[1]}",
+        ]
         if self.theme:
             cmd += ["--theme", str(self.theme)]
         log = open(self._folder / "frames.log", "wb")
-        self._proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                      env={**os.environ, "TERM": "xterm-256color"},
-                                      start_new_session=True,  # the kernel's interrupt is not for it
-                                      preexec_fn=die_with_parent())  # a kernel restarted takes it along
+        self._proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            env={**os.environ, "TERM": "xterm-256color"},
+            start_new_session=True,  # the kernel's interrupt is not for it
+            preexec_fn=die_with_parent(),
+        )  # a kernel restarted takes it along
         log.close()
         self._thread = threading.Thread(target=self._follow, name="tuitrain-notebook", daemon=True)
         self._thread.start()
@@ -126,10 +145,17 @@ class NotebookView:
         if not self.shown and self.handle is not None:  # nothing drawn: say where the run is instead
             from IPython.display import HTML
 
-            why = (self._folder / "frames.log").read_text(errors="replace")[-2000:] if (
-                self._folder / "frames.log").exists() else ""
-            self.handle.update(HTML(f"<pre>tuitrain: no picture of the run was drawn; its files are in "
-                                    f"{self.run_dir}\n{_escape(why)}</pre>"))
+            why = (
+                (self._folder / "frames.log").read_text(errors="replace")[-2000:]
+                if (self._folder / "frames.log").exists()
+                else ""
+            )
+            self.handle.update(
+                HTML(
+                    f"<pre>tuitrain: no picture of the run was drawn; its files are in "
+                    f"{self.run_dir}\n{_escape(why)}</pre>"
+                )
+            )
         shutil.rmtree(self._folder, ignore_errors=True)  # the picture is in the notebook now
 
     def __enter__(self) -> NotebookView:
@@ -147,9 +173,11 @@ def picture_bundle(svg: str, alt: str) -> dict[str, str]:
     width = f' width="{round(float(found.group(1)))}"' if found else ""
     data = base64.b64encode(svg.encode("utf-8")).decode("ascii")
     said = _escape(alt).replace('"', "&quot;")
-    return {"text/plain": alt,
-            "text/html": f'<img src="data:image/svg+xml;base64,{data}" alt="{said}"{width} '
-                         f'style="max-width: 100%; height: auto">'}
+    return {
+        "text/plain": alt,
+        "text/html": f'<img src="data:image/svg+xml;base64,{data}" alt="{said}"{width} '
+        f'style="max-width: 100%; height: auto">',
+    }
 
 
 def show_buttons(controls):
@@ -186,4 +214,3 @@ def show_buttons(controls):
 
 def _escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-

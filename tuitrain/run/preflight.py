@@ -26,9 +26,12 @@ def preflight(cfg: Any) -> None:
         import torch
 
         if not hasattr(torch, "compile") or not torch._dynamo.is_dynamo_supported():
-            raise ConfigError(f"torch.compile is not supported with Python {sys.version.split()[0]} and torch "
-                              f"{torch.__version__} on this platform; set compile = false", file=cfg.source,
-                              key="train.compile")
+            raise ConfigError(
+                f"torch.compile is not supported with Python {sys.version.split()[0]} and torch "
+                f"{torch.__version__} on this platform; set compile = false",
+                file=cfg.source,
+                key="train.compile",
+            )
     try:  # a device this machine does not have is a config error, found before anything is written
         from tuitrain.core.learner import resolve_device
 
@@ -39,8 +42,9 @@ def preflight(cfg: Any) -> None:
     if cfg.train.strategy != "single" or os.environ.get("WORLD_SIZE"):
         check_ranks(cfg)
     if cfg.log.tensorboard and importlib.util.find_spec("tensorboard") is None:
-        raise ConfigError("tensorboard is not installed: pip install 'tuitrain[tensorboard]'",
-                          file=cfg.source, key="log.tensorboard")
+        raise ConfigError(
+            "tensorboard is not installed: pip install 'tuitrain[tensorboard]'", file=cfg.source, key="log.tensorboard"
+        )
     if cfg.checkpoint.init_from:
         from tuitrain.core.checkpoint import CheckpointError, check_weights_file
 
@@ -76,11 +80,13 @@ def check_ranks(cfg: Any) -> None:
         return
     name = "fsdp" if t.strategy == "fsdp" else "ddp"
     if getattr(cfg.model, "named", None):
-        raise ConfigError(f"{name} trains one model; several models ([model.NAME] tables) need strategy "
-                          "\"single\"", file=cfg.source, key="train.strategy")
+        raise ConfigError(
+            f'{name} trains one model; several models ([model.NAME] tables) need strategy "single"',
+            file=cfg.source,
+            key="train.strategy",
+        )
     if t.device == "mps" or t.device.startswith("mps"):
-        raise ConfigError(f"{name} runs on CPU (gloo) or CUDA (NCCL), not on mps", file=cfg.source,
-                          key="train.device")
+        raise ConfigError(f"{name} runs on CPU (gloo) or CUDA (NCCL), not on mps", file=cfg.source, key="train.device")
     if torchrun_env() is not None:
         return
     if t.device.startswith("cuda") or t.device == "auto":
@@ -88,9 +94,13 @@ def check_ranks(cfg: Any) -> None:
 
         n = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if t.device.startswith("cuda") and n == 0:
-            raise ConfigError(f"device {t.device!r} requested but CUDA is not available", file=cfg.source,
-                              key="train.device")
+            raise ConfigError(
+                f"device {t.device!r} requested but CUDA is not available", file=cfg.source, key="train.device"
+            )
         if n and t.devices > n:
-            raise ConfigError(f"devices = {t.devices} but only {n} CUDA device(s): {name} uses one GPU per "
-                              f"process (set device = \"cpu\" for CPU processes)", file=cfg.source,
-                              key="train.devices")
+            raise ConfigError(
+                f"devices = {t.devices} but only {n} CUDA device(s): {name} uses one GPU per "
+                f'process (set device = "cpu" for CPU processes)',
+                file=cfg.source,
+                key="train.devices",
+            )

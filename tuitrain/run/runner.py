@@ -101,27 +101,39 @@ def left_to_train(data: dict, cfg: Config, what: str) -> None:
     the end (a completed run resumed with its own config; `--resume auto` after a kill that came between the
     last checkpoint and the run's end) is not refused: the run ends at once, completed, its summary shown."""
     epoch, step, stage = int(data.get("epoch") or 0), int(data.get("step") or 0), data.get("stage")
-    started = ((data.get("config") or {}).get("train") or {})
+    started = (data.get("config") or {}).get("train") or {}
     at = f"{what} is at epoch {epoch}, step {step}"
     epochs, max_steps = cfg.train.epochs, cfg.train.max_steps
     need = epoch + 1 if stage == "done" else epoch  # the epochs that continuing it needs at least
     if epochs and epoch > epochs:
         was = started.get("epochs") or 0
         n = was if was >= need else need
-        raise UsageError(f"{at}, past train.epochs = {epochs}: nothing is left to train "
-                         f"(--set train.epochs={n} continues it"
-                         f"{f': the {was} it was started with' if n == was else ''})")
+        raise UsageError(
+            f"{at}, past train.epochs = {epochs}: nothing is left to train "
+            f"(--set train.epochs={n} continues it"
+            f"{f': the {was} it was started with' if n == was else ''})"
+        )
     if max_steps and step > max_steps:
         was = started.get("max_steps") or 0
-        how = (f"--set train.max_steps={was} continues it: the {was} it was started with" if was > step else
-               "--set train.max_steps=0 continues it with no step limit" if not was else
-               f"--set train.max_steps=N with N > {step} continues it")
-        raise UsageError(f"{at}, past train.max_steps = {max_steps}: nothing "
-                         f"is left to train ({how})")
+        how = (
+            f"--set train.max_steps={was} continues it: the {was} it was started with"
+            if was > step
+            else "--set train.max_steps=0 continues it with no step limit"
+            if not was
+            else f"--set train.max_steps=N with N > {step} continues it"
+        )
+        raise UsageError(f"{at}, past train.max_steps = {max_steps}: nothing is left to train ({how})")
 
 
-def prepare_run(config_path: str | os.PathLike, overrides=(), *, run_dir: str | None = None,
-                resume: str | None = None, headless: bool = True, theme: str | None = None) -> Run:
+def prepare_run(
+    config_path: str | os.PathLike,
+    overrides=(),
+    *,
+    run_dir: str | None = None,
+    resume: str | None = None,
+    headless: bool = True,
+    theme: str | None = None,
+) -> Run:
     """Every check that can fail before training; raises ConfigError/UsageError (exit 2)."""
     overrides = list(overrides)
     if theme:
@@ -152,8 +164,9 @@ def prepare_run(config_path: str | os.PathLike, overrides=(), *, run_dir: str | 
         from tuitrain.sinks.run_status import live_status
 
         if live_status(rdir) == "running":
-            raise UsageError(f"--resume {resume}: the run in {rdir} is still live; stop it first "
-                             f"(tuitrain stop {rdir})")
+            raise UsageError(
+                f"--resume {resume}: the run in {rdir} is still live; stop it first (tuitrain stop {rdir})"
+            )
         try:
             ckpt_data = load_checkpoint(ckpt_path)
         except CheckpointError as e:
@@ -162,8 +175,9 @@ def prepare_run(config_path: str | os.PathLike, overrides=(), *, run_dir: str | 
         # `--resume auto --run-dir X` continues the newest run placed there (X, or X-2 ... once X held one)
         placed = [Path(run_dir), *(claimed_runs(run_dir) if resume_auto else [])] if run_dir else []
         if run_dir and rdir.resolve() not in {p.resolve() for p in placed}:
-            raise UsageError("--run-dir and --resume name different run directories; a resumed run "
-                             f"continues in {rdir}")
+            raise UsageError(
+                f"--run-dir and --resume name different run directories; a resumed run continues in {rdir}"
+            )
         path = rdir
     else:
         from tuitrain.core.strategies import quiet_rank
@@ -173,8 +187,7 @@ def prepare_run(config_path: str | os.PathLike, overrides=(), *, run_dir: str | 
         # here: under torchrun rank 0 makes its run directory only once all ranks meet in the process group)
         claimed = claim_run_dir(path) if run_dir else path
         if claimed != path:
-            notes.append(f"{path} holds a run already: this run goes to {claimed} (--resume {path} continues "
-                         "that one)")
+            notes.append(f"{path} holds a run already: this run goes to {claimed} (--resume {path} continues that one)")
             path = claimed
         if path.exists() and any(path.iterdir()) and not quiet_rank():  # rank 0 may have made it already
             raise UsageError(f"--run-dir {path}: folder exists and is not empty (use --resume {path} to continue it)")
@@ -187,8 +200,15 @@ def prepare_run(config_path: str | os.PathLike, overrides=(), *, run_dir: str | 
 class Run:
     """One training run in one run directory; `execute()` trains and returns the exit code."""
 
-    def __init__(self, cfg: Config, run_dir: Path, *, headless: bool = True, resume_data: dict | None = None,
-                 resume_path: Path | None = None) -> None:
+    def __init__(
+        self,
+        cfg: Config,
+        run_dir: Path,
+        *,
+        headless: bool = True,
+        resume_data: dict | None = None,
+        resume_path: Path | None = None,
+    ) -> None:
         self.cfg = cfg
         self.run_dir = Path(run_dir)
         self.headless = headless
@@ -220,8 +240,9 @@ class Run:
         this rank's DistContext, None in one process)."""
         from tuitrain.run.build import build_learner
 
-        return build_learner(self.cfg, self.run_dir, bus, self.interrupter, dist=dist, headless=self.headless,
-                             notes=self.notes)
+        return build_learner(
+            self.cfg, self.run_dir, bus, self.interrupter, dist=dist, headless=self.headless, notes=self.notes
+        )
 
     # --- running -------------------------------------------------------------------------------
 
@@ -229,10 +250,17 @@ class Run:
         """The run directory of this run, as a `RunSession` (not yet open); `self.bus` is its bus."""
         from tuitrain.run.slurm import RequeueOnPreemption
 
-        session = RunSession(self.run_dir, config=self.cfg.to_toml(), interrupter=self.interrupter,
-                             tensorboard=self.cfg.log.tensorboard, console=self.headless, devices=devices,
-                             callbacks=self._callbacks, inline_chores=inline_chores,
-                             alerts=dataclasses.asdict(self.cfg.alerts))
+        session = RunSession(
+            self.run_dir,
+            config=self.cfg.to_toml(),
+            interrupter=self.interrupter,
+            tensorboard=self.cfg.log.tensorboard,
+            console=self.headless,
+            devices=devices,
+            callbacks=self._callbacks,
+            inline_chores=inline_chores,
+            alerts=dataclasses.asdict(self.cfg.alerts),
+        )
         # the one process that owns the run directory asks for the requeue (one process, the parent of
         # spawned ranks, torchrun's rank 0); last, so that every other callback has the RunFinished first
         session.callbacks.append((RequeueOnPreemption(session.bus, self.cfg.train.requeue), False))
@@ -291,7 +319,16 @@ class Run:
 
     def _build_failed(self, bus: EventBus, e: BaseException) -> None:
         cfg = self.cfg
-        bus.emit(RunStarted(run_dir=str(self.run_dir), experiment=cfg.experiment.name, epochs=cfg.train.epochs,
-                            max_steps=cfg.train.max_steps, steps_per_epoch=0, batch_size=cfg.data.batch_size,
-                            pid=os.getpid(), config=cfg.to_dict()))
+        bus.emit(
+            RunStarted(
+                run_dir=str(self.run_dir),
+                experiment=cfg.experiment.name,
+                epochs=cfg.train.epochs,
+                max_steps=cfg.train.max_steps,
+                steps_per_epoch=0,
+                batch_size=cfg.data.batch_size,
+                pid=os.getpid(),
+                config=cfg.to_dict(),
+            )
+        )
         bus.emit(run_failed(e))

@@ -118,11 +118,23 @@ class RunSession:
     alerts: the `[alerts]` table (a webhook, a command; the environment's TUITRAIN_ALERTS_* fill it).
     """
 
-    def __init__(self, run_dir: str | os.PathLike, *, config: dict | str | None = None,
-                 interrupter: Interrupter | None = None, bus: EventBus | None = None, tensorboard: bool = False,
-                 console: bool = False, devices: bool = True, signals: str | None = None, capture: bool = False,
-                 inline_chores: bool = False, callbacks: Iterable[tuple[Callable, Any]] = (),
-                 files: bool = True, alerts: Any = None) -> None:
+    def __init__(
+        self,
+        run_dir: str | os.PathLike,
+        *,
+        config: dict | str | None = None,
+        interrupter: Interrupter | None = None,
+        bus: EventBus | None = None,
+        tensorboard: bool = False,
+        console: bool = False,
+        devices: bool = True,
+        signals: str | None = None,
+        capture: bool = False,
+        inline_chores: bool = False,
+        callbacks: Iterable[tuple[Callable, Any]] = (),
+        files: bool = True,
+        alerts: Any = None,
+    ) -> None:
         self.run_dir = Path(run_dir)
         self.alerts = alerts
         self.config = config

@@ -21,14 +21,22 @@ def requeue_job(enabled: bool = True) -> JobRequeued | None:
     if not job or not enabled:
         return None
     try:
-        r = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True,
-                           timeout=REQUEUE_TIMEOUT, stdin=subprocess.DEVNULL)
+        r = subprocess.run(
+            ["scontrol", "requeue", job],
+            capture_output=True,
+            text=True,
+            timeout=REQUEUE_TIMEOUT,
+            stdin=subprocess.DEVNULL,
+        )
     except (OSError, subprocess.SubprocessError) as e:  # no scontrol on PATH, or it hung
         return JobRequeued(job_id=job, requeued=False, detail=f"scontrol requeue {job}: {e}")
     if r.returncode != 0:
         said = (r.stderr or r.stdout).strip()[-500:]
-        return JobRequeued(job_id=job, requeued=False,
-                           detail=f"scontrol requeue {job}: exit code {r.returncode}" + (f": {said}" if said else ""))
+        return JobRequeued(
+            job_id=job,
+            requeued=False,
+            detail=f"scontrol requeue {job}: exit code {r.returncode}" + (f": {said}" if said else ""),
+        )
     return JobRequeued(job_id=job, requeued=True)
 
 

@@ -23,8 +23,7 @@ from tuitrain.config.toml_writer import value_text
 
 SAMPLERS = ("tpe", "random", "grid", "cmaes", "gp")
 PRUNERS = ("median", "hyperband", "none")
-KEYS = ("name", "metric", "mode", "trials", "parallel", "sampler", "pruner", "prune_after", "storage", "seed",
-        "params")
+KEYS = ("name", "metric", "mode", "trials", "parallel", "sampler", "pruner", "prune_after", "storage", "seed", "params")
 #: how a target's signature check (config/targets.py check_kwargs) refuses an argument's name
 KEY_REFUSED = ("unexpected keyword argument", "is passed by tuitrain", "is a positional-only argument")
 #: what a sampler needs besides optuna (its own dependency), and how to get it
@@ -45,7 +44,8 @@ class Param:
     @property
     def is_int(self) -> bool:
         return all(isinstance(v, int) and not isinstance(v, bool) for v in (self.low, self.high)) and (
-            self.step is None or isinstance(self.step, int))
+            self.step is None or isinstance(self.step, int)
+        )
 
     def values_to_check(self) -> list:
         """The values that must each make a valid config: the ends of a range, every choice."""
@@ -105,8 +105,9 @@ def read_spec(cfg, source: str, overrides=(), check: Callable[[Any], None] | Non
 
     table = cfg.sweep
     if table is None:
-        raise ConfigError("no [sweep] table: add one with the parameters to search (see the README's Sweeps)",
-                          file=source)
+        raise ConfigError(
+            "no [sweep] table: add one with the parameters to search (see the README's Sweeps)", file=source
+        )
 
     def fail(key: str, why: str) -> ConfigError:
         return ConfigError(why, file=source, key=f"sweep.{key}" if key else "sweep")
@@ -143,27 +144,33 @@ def read_spec(cfg, source: str, overrides=(), check: Callable[[Any], None] | Non
         raise fail("parallel", f"must be at least 1, got {parallel}")
     sampler = get("sampler", str, "tpe")
     if sampler not in SAMPLERS:
-        raise fail("sampler", f"unknown sampler {sampler!r}" + suggest(sampler, SAMPLERS)
-                   + f" (one of {', '.join(SAMPLERS)})")
+        raise fail(
+            "sampler", f"unknown sampler {sampler!r}" + suggest(sampler, SAMPLERS) + f" (one of {', '.join(SAMPLERS)})"
+        )
     if sampler in SAMPLER_NEEDS and importlib.util.find_spec(SAMPLER_NEEDS[sampler][0]) is None:
-        raise fail("sampler", f"the {sampler!r} sampler needs {SAMPLER_NEEDS[sampler][0]}: "
-                              f"{SAMPLER_NEEDS[sampler][1]}")
+        raise fail("sampler", f"the {sampler!r} sampler needs {SAMPLER_NEEDS[sampler][0]}: {SAMPLER_NEEDS[sampler][1]}")
     pruner = get("pruner", str, "median")
     if pruner not in PRUNERS:
-        raise fail("pruner", f"unknown pruner {pruner!r}" + suggest(pruner, PRUNERS)
-                   + f" (one of {', '.join(PRUNERS)})")
+        raise fail(
+            "pruner", f"unknown pruner {pruner!r}" + suggest(pruner, PRUNERS) + f" (one of {', '.join(PRUNERS)})"
+        )
     prune_after = get("prune_after", (int, float), 0)
     if not math.isfinite(prune_after) or prune_after < 0:
-        raise fail("prune_after", f"expected the epochs a trial runs before the pruner may stop it (0 or more), "
-                                  f"got {prune_after!r}")
+        raise fail(
+            "prune_after",
+            f"expected the epochs a trial runs before the pruner may stop it (0 or more), got {prune_after!r}",
+        )
     storage = get("storage", str, "")
     seed = table.get("seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise fail("seed", f"expected an integer, got {seed!r}")
     raw = table.get("params")
     if not isinstance(raw, dict) or not raw:
-        raise fail("params", "expected a table of the config keys to search, such as "
-                             "\"optimizer.lr\" = { low = 1e-4, high = 1e-1, log = true }")
+        raise fail(
+            "params",
+            "expected a table of the config keys to search, such as "
+            '"optimizer.lr" = { low = 1e-4, high = 1e-1, log = true }',
+        )
     params = {key: _param(key, spec, fail) for key, spec in raw.items()}
     if sampler == "grid":
         for p in params.values():
@@ -176,8 +183,9 @@ def read_spec(cfg, source: str, overrides=(), check: Callable[[Any], None] | Non
     for p in params.values():
         for value in p.values_to_check():
             try:
-                built = config_from_dict(base, source=source, base_dir=cfg.base_dir,
-                                         overrides=[*overrides, set_item(p.key, value)])
+                built = config_from_dict(
+                    base, source=source, base_dir=cfg.base_dir, overrides=[*overrides, set_item(p.key, value)]
+                )
                 if check is not None:
                     check(built)
             except ConfigError as e:

@@ -41,16 +41,27 @@ def payload(event: AlertRaised, run_dir: str, experiment: str) -> dict:
     if isinstance(value, float) and not math.isfinite(value):
         value = str(value)  # JSON has no NaN: the receiver gets "nan" / "inf"
     name = experiment or run_dir or "a run"
-    return {"text": f"[tuitrain] {name}: {event.title}. {event.text}", "title": event.title, "level": event.level,
-            "rule": event.rule, "action": event.action, "run_dir": run_dir, "experiment": experiment,
-            "step": event.step, "value": value}
+    return {
+        "text": f"[tuitrain] {name}: {event.title}. {event.text}",
+        "title": event.title,
+        "level": event.level,
+        "rule": event.rule,
+        "action": event.action,
+        "run_dir": run_dir,
+        "experiment": experiment,
+        "step": event.step,
+        "value": value,
+    }
 
 
 def digest(item: dict, held: int) -> dict:
     """The newest of `held` alerts of one rule held back since the rule was last sent, saying so."""
     alerts = "alert" if held == 1 else "alerts"
-    return {**item, "text": f"{item['text']} ({held} more {item['rule']} {alerts} since the previous one sent; "
-                            "this is the newest)", "held_back": held}
+    return {
+        **item,
+        "text": f"{item['text']} ({held} more {item['rule']} {alerts} since the previous one sent; this is the newest)",
+        "held_back": held,
+    }
 
 
 class AlertSender(CallbackBase):
@@ -59,9 +70,17 @@ class AlertSender(CallbackBase):
 
     step_events = False
 
-    def __init__(self, alerts: Alerts, run_dir: str = "", experiment: str = "",
-                 say: Callable[[Event], None] | None = None, timeout: float = TIMEOUT, *,
-                 every: float = EVERY, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        alerts: Alerts,
+        run_dir: str = "",
+        experiment: str = "",
+        say: Callable[[Event], None] | None = None,
+        timeout: float = TIMEOUT,
+        *,
+        every: float = EVERY,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.alerts = alerts
         self.run_dir, self.experiment = str(run_dir or ""), experiment
         self.say = say  # where a failure is said (the bus's emit: experiment.log, the screen)
@@ -141,8 +160,7 @@ class AlertSender(CallbackBase):
                 line = f"alerts: the {kind} {safe_text(where)!r} failed: {type(e).__name__}: {safe_text(str(e))}"
                 if self.say is not None:
                     try:
-                        self.say(OutputPrinted(text=line + " (said once; alerts go on being tried)",
-                                               stream="tuitrain"))
+                        self.say(OutputPrinted(text=line + " (said once; alerts go on being tried)", stream="tuitrain"))
                     except Exception:
                         pass
             return
@@ -151,16 +169,26 @@ class AlertSender(CallbackBase):
 
     def _post(self, item: dict) -> None:
         data = json.dumps(item).encode()
-        request = urllib.request.Request(self.alerts.webhook, data=data, method="POST",
-                                         headers={"Content-Type": "application/json", "User-Agent": "tuitrain"})
+        request = urllib.request.Request(
+            self.alerts.webhook,
+            data=data,
+            method="POST",
+            headers={"Content-Type": "application/json", "User-Agent": "tuitrain"},
+        )
         with urllib.request.urlopen(request, timeout=self.timeout) as response:
             if response.status >= 300:
-                raise urllib.error.HTTPError(self.alerts.webhook, response.status, "not accepted",
-                                             response.headers, None)
+                raise urllib.error.HTTPError(
+                    self.alerts.webhook, response.status, "not accepted", response.headers, None
+                )
 
     def _command(self, item: dict) -> None:
-        done = subprocess.run(shlex.split(self.alerts.command), input=json.dumps(item), text=True,
-                              capture_output=True, timeout=self.timeout)
+        done = subprocess.run(
+            shlex.split(self.alerts.command),
+            input=json.dumps(item),
+            text=True,
+            capture_output=True,
+            timeout=self.timeout,
+        )
         if done.returncode != 0:
             raise RuntimeError(f"exit code {done.returncode}: {(done.stderr or '').strip()[:200]}")
 
@@ -172,8 +200,9 @@ class AlertSender(CallbackBase):
             self._thread = None
 
 
-def alert_sender(alerts: Alerts | dict | None, run_dir: str = "", experiment: str = "",
-                 say: Callable[[Event], None] | None = None) -> AlertSender | None:
+def alert_sender(
+    alerts: Alerts | dict | None, run_dir: str = "", experiment: str = "", say: Callable[[Event], None] | None = None
+) -> AlertSender | None:
     """An AlertSender when a webhook or command is set (in `alerts` or the environment), else None."""
     sender = AlertSender(Alerts.of(alerts), run_dir, experiment, say)
     return sender if sender.active else None

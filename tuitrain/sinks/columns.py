@@ -48,8 +48,11 @@ def _row(event: Any) -> tuple | None:
     if not _INTS_ONLY.issuperset(map(type, ints)) or min(ints) < _INT64[0] or max(ints) > _INT64[1]:
         return None
     values = tuple(metrics.values())
-    if (not _NUMBERS.issuperset(map(type, values)) or type(t) not in _NUMBERS
-            or not _STRS.issuperset(map(type, metrics))):
+    if (
+        not _NUMBERS.issuperset(map(type, values))
+        or type(t) not in _NUMBERS
+        or not _STRS.issuperset(map(type, metrics))
+    ):
         return None
     try:
         if not math.isfinite(sum(values, t)):  # NaN or infinity somewhere (or a sum too big: the JSON then)
@@ -159,7 +162,7 @@ def _read_record(f, at: int, kinds: dict) -> Record | None:
     if magic != MAGIC or klen > MAX_HEADER:
         return None
     raw = f.read(klen)
-    if len(raw) < klen or zlib.crc32(raw, zlib.crc32(head[:_HEAD.size])) != _CHECK.unpack_from(head, _HEAD.size)[0]:
+    if len(raw) < klen or zlib.crc32(raw, zlib.crc32(head[: _HEAD.size])) != _CHECK.unpack_from(head, _HEAD.size)[0]:
         return None
     kind = kinds.get(raw)
     if kind is None:

@@ -18,9 +18,27 @@ from typing import TextIO
 from collections.abc import Callable
 
 from tuitrain.core.events import (
-    CheckpointFailed, CheckpointSaved, ControlReceived, EpochCompleted, EpochStarted, Event, HistogramLogged,
-    JobRequeued, AlertRaised, MediaLogged, MetricsLogged, OutputPrinted, PhaseStarted, RolledBack, RunFailed,
-    RunFinished, RunPaused, RunResumed, RunStarted, StepCompleted, StepStarted,
+    CheckpointFailed,
+    CheckpointSaved,
+    ControlReceived,
+    EpochCompleted,
+    EpochStarted,
+    Event,
+    HistogramLogged,
+    JobRequeued,
+    AlertRaised,
+    MediaLogged,
+    MetricsLogged,
+    OutputPrinted,
+    PhaseStarted,
+    RolledBack,
+    RunFailed,
+    RunFinished,
+    RunPaused,
+    RunResumed,
+    RunStarted,
+    StepCompleted,
+    StepStarted,
 )
 from tuitrain.core.text import safe_text
 from tuitrain.sinks.summary import format_duration, format_metric, format_summary_table, format_value
@@ -47,8 +65,12 @@ def format_rate(rate: float) -> str:
 
 def format_throughput(value, unit: str = "samples") -> str:
     """Items per second with their unit: 485.2 samples/s (one decimal at any size), not 485.1687."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value in (
-            float("inf"), float("-inf")):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or value != value
+        or value in (float("inf"), float("-inf"))
+    ):
         return format_value(value)
     return f"{value:.1f} {unit}/s" if abs(value) >= 1 or value == 0 else f"{value:.3g} {unit}/s"
 
@@ -71,8 +93,13 @@ class HeadlessConsole:
     step_events = True  # StepStarted/StepCompleted drive the progress line between logged steps
     batch_events = True  # it may get the frequent events in batches (EventBus)
 
-    def __init__(self, stream: TextIO | None = None, err: TextIO | None = None, interval: float = 1.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        stream: TextIO | None = None,
+        err: TextIO | None = None,
+        interval: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         # resolved now rather than at import, so a redirected sys.stdout is honoured
         self.stream = stream if stream is not None else sys.stdout
         self.err = err if err is not None else sys.stderr
@@ -134,8 +161,9 @@ class HeadlessConsole:
                     text += f"{SEP}max_steps {event.max_steps}"
                 self._emit(text)
                 if event.resumed_from:
-                    self._emit(f"resumed from {event.resumed_from} at epoch {event.start_epoch}, "
-                               f"step {event.start_step}")
+                    self._emit(
+                        f"resumed from {event.resumed_from} at epoch {event.start_epoch}, step {event.start_step}"
+                    )
             case EpochStarted(epoch=epoch, epochs=epochs, step=step):
                 self.epoch, self.epochs, self.epoch_start_step, self.step = epoch, epochs or self.epochs, step, step
             case PhaseStarted():
@@ -167,8 +195,9 @@ class HeadlessConsole:
                 best = f"{SEP}best" if event.best else ""
                 self._emit(f"checkpoint saved: {event.file} (epoch {event.epoch}, step {event.step}){best}")
             case CheckpointFailed():
-                self._emit(f"warning: checkpoint failed at epoch {event.epoch}, step {event.step}: "
-                           f"{event.error}", self.err)
+                self._emit(
+                    f"warning: checkpoint failed at epoch {event.epoch}, step {event.step}: {event.error}", self.err
+                )
             case ControlReceived(command=command, source=source, detail=detail):
                 self._emit(f"{command} requested ({source}{': ' + detail if detail else ''})")
             case RunPaused(epoch=epoch, step=step):
@@ -182,12 +211,17 @@ class HeadlessConsole:
             case AlertRaised(level="info"):  # a script's note: a line of its own, not an alarm
                 self._emit(f"info [{safe_text(event.rule, lines=False)}] {safe_text(event.text, lines=False)}")
             case AlertRaised():  # one line of its own, on stderr: seen in a CI log, a `tee`, a mail from cron
-                self._emit(f"ALERT {safe_text(event.level, lines=False)} [{safe_text(event.rule, lines=False)}] "
-                           f"{safe_text(event.text, lines=False)}", self.err)
+                self._emit(
+                    f"ALERT {safe_text(event.level, lines=False)} [{safe_text(event.rule, lines=False)}] "
+                    f"{safe_text(event.text, lines=False)}",
+                    self.err,
+                )
             case RolledBack():
-                self._emit(f"rolled back from step {event.from_step} to step {event.to_step} ({event.checkpoint}); "
-                           f"{len(event.skipped_batches)} batch(es) passed over, lr x{event.lr_factor:g} "
-                           f"(rollback {event.rollbacks})")
+                self._emit(
+                    f"rolled back from step {event.from_step} to step {event.to_step} ({event.checkpoint}); "
+                    f"{len(event.skipped_batches)} batch(es) passed over, lr x{event.lr_factor:g} "
+                    f"(rollback {event.rollbacks})"
+                )
             case MediaLogged():
                 self._media(event)
             case HistogramLogged(key=key):
@@ -207,10 +241,16 @@ class HeadlessConsole:
                 if table:
                     self._emit(table)
                 if event.cause:  # the run directory or memory failed, not the user's code: one plain line
-                    where = f"; traceback in {self.run_dir}/experiment.log" \
-                        if self.run_dir and event.cause != "write_failed" else ""
-                    self._emit(f"error: {event.error}; stopped at epoch {event.epoch}, step {event.step}; last "
-                               f"complete checkpoint: {event.checkpoint or 'none'}{where}", self.err)
+                    where = (
+                        f"; traceback in {self.run_dir}/experiment.log"
+                        if self.run_dir and event.cause != "write_failed"
+                        else ""
+                    )
+                    self._emit(
+                        f"error: {event.error}; stopped at epoch {event.epoch}, step {event.step}; last "
+                        f"complete checkpoint: {event.checkpoint or 'none'}{where}",
+                        self.err,
+                    )
                     return
                 where = f"; traceback in {self.run_dir}/experiment.log" if self.run_dir else ""
                 self._emit(f"error: {event.error} (epoch {event.epoch}, step {event.step}){where}", self.err)
@@ -228,7 +268,7 @@ class HeadlessConsole:
         self._emit(f"{name}: text at step {event.step}{where}")
         for line in lines[:SAMPLE_LINES]:
             line = line.rstrip()
-            self._emit(f"  | {line[:SAMPLE_WIDTH - 1] + '…' if len(line) > SAMPLE_WIDTH else line}")
+            self._emit(f"  | {line[: SAMPLE_WIDTH - 1] + '…' if len(line) > SAMPLE_WIDTH else line}")
         if len(lines) > SAMPLE_LINES:
             more = len(lines) - SAMPLE_LINES
             self._emit(f"  | … {more} more line{'s' if more > 1 else ''}")
@@ -304,8 +344,10 @@ class HeadlessConsole:
         table = format_summary_table(event.summary)
         if table:
             self._emit(table)
-        self._emit(f"status {event.status}{SEP}exit code {event.exit_code}{SEP}epoch {event.epoch}{SEP}"
-                   f"step {event.step}{SEP}duration {format_duration(event.duration)}")
+        self._emit(
+            f"status {event.status}{SEP}exit code {event.exit_code}{SEP}epoch {event.epoch}{SEP}"
+            f"step {event.step}{SEP}duration {format_duration(event.duration)}"
+        )
         if event.best:
             best = f"best checkpoint: {self.where(event.best.get('file', '?'))}"
             if event.best.get("monitor"):

@@ -15,9 +15,22 @@ import time
 from pathlib import Path
 
 from tuitrain.core.events import (
-    CheckpointDeleted, CheckpointFailed, CheckpointSaved, ControlReceived, EpochCompleted,
-    AlertRaised, EpochStarted, Event, OutputPrinted, RolledBack, StepSkipped, RunFailed, RunFinished, RunPaused,
-    RunResumed, RunStarted,
+    CheckpointDeleted,
+    CheckpointFailed,
+    CheckpointSaved,
+    ControlReceived,
+    EpochCompleted,
+    AlertRaised,
+    EpochStarted,
+    Event,
+    OutputPrinted,
+    RolledBack,
+    StepSkipped,
+    RunFailed,
+    RunFinished,
+    RunPaused,
+    RunResumed,
+    RunStarted,
 )
 from tuitrain.core.text import safe_text
 from tuitrain.sinks.summary import format_bytes, format_duration, format_metric, format_summary_table, format_value
@@ -69,8 +82,9 @@ class ExperimentLog:
             case RunStarted():
                 self.write(f"run started: experiment {event.experiment!r} in {event.run_dir} (pid {event.pid})", t=t)
                 if event.resumed_from:
-                    self.write(f"resumed from {event.resumed_from} at epoch {event.start_epoch}, "
-                               f"step {event.start_step}", t=t)
+                    self.write(
+                        f"resumed from {event.resumed_from} at epoch {event.start_epoch}, step {event.start_step}", t=t
+                    )
                 limits = f"epochs {event.epochs}, steps per epoch {event.steps_per_epoch or 'unknown'}"
                 if event.max_steps:
                     limits += f", max_steps {event.max_steps}"
@@ -84,12 +98,18 @@ class ExperimentLog:
                 self.write(text + (f": {_metrics_text(metrics)}" if metrics else ""), t=t)
             case CheckpointSaved():
                 best = ", best" if event.best else ""
-                self.write(f"checkpoint saved: {event.file} ({format_bytes(event.bytes)}, epoch {event.epoch}, "
-                           f"step {event.step}, {event.reason}{best}; stall {event.stall:.3f}s, "
-                           f"write {event.write:.3f}s)", t=t)
+                self.write(
+                    f"checkpoint saved: {event.file} ({format_bytes(event.bytes)}, epoch {event.epoch}, "
+                    f"step {event.step}, {event.reason}{best}; stall {event.stall:.3f}s, "
+                    f"write {event.write:.3f}s)",
+                    t=t,
+                )
             case CheckpointFailed():
-                self.write(f"checkpoint failed at epoch {event.epoch}, step {event.step} ({event.reason}): "
-                           f"{event.error}", level="WARN", t=t)
+                self.write(
+                    f"checkpoint failed at epoch {event.epoch}, step {event.step} ({event.reason}): {event.error}",
+                    level="WARN",
+                    t=t,
+                )
             case CheckpointDeleted(file=file):
                 self.write(f"checkpoint deleted: {file}", t=t)
             case ControlReceived(command=command, source=source, detail=detail):
@@ -105,23 +125,36 @@ class ExperimentLog:
                 for line in text.split("\n"):
                     self.write(f"[{stream}] {line}", level=level, t=t)
             case AlertRaised():
-                self.write(f"alert [{event.rule}] {event.title}: {event.text}",
-                           level={"error": "ERROR", "info": "INFO"}.get(event.level, "WARN"), t=t)
+                self.write(
+                    f"alert [{event.rule}] {event.title}: {event.text}",
+                    level={"error": "ERROR", "info": "INFO"}.get(event.level, "WARN"),
+                    t=t,
+                )
             case StepSkipped():
                 self.write(f"step {event.step} skipped (epoch {event.epoch}, batch {event.batch}): {event.rule}", t=t)
             case RolledBack():
-                self.write(f"rolled back from step {event.from_step} to step {event.to_step} ({event.checkpoint}); "
-                           f"batches passed over: {event.skipped_batches}; lr x{event.lr_factor:g}", level="WARN", t=t)
+                self.write(
+                    f"rolled back from step {event.from_step} to step {event.to_step} ({event.checkpoint}); "
+                    f"batches passed over: {event.skipped_batches}; lr x{event.lr_factor:g}",
+                    level="WARN",
+                    t=t,
+                )
             case RunFinished():
-                self.write(f"run {event.status} ({event.reason}) at epoch {event.epoch}, step {event.step} "
-                           f"after {format_duration(event.duration)}, exit code {event.exit_code}", t=t)
+                self.write(
+                    f"run {event.status} ({event.reason}) at epoch {event.epoch}, step {event.step} "
+                    f"after {format_duration(event.duration)}, exit code {event.exit_code}",
+                    t=t,
+                )
                 if event.best:
                     self.write(_best_text(event.best), t=t)
                 self._summary(event.summary, t)
             case RunFailed():
-                self.write(f"run failed at epoch {event.epoch}, step {event.step} after "
-                           f"{format_duration(event.duration)}, exit code {event.exit_code}: {event.error}",
-                           level="ERROR", t=t)
+                self.write(
+                    f"run failed at epoch {event.epoch}, step {event.step} after "
+                    f"{format_duration(event.duration)}, exit code {event.exit_code}: {event.error}",
+                    level="ERROR",
+                    t=t,
+                )
                 if event.traceback:
                     self.write("traceback:\n" + event.traceback.rstrip("\n"), level="ERROR", t=t)
                 self._summary(event.summary, t)

@@ -19,16 +19,37 @@ import time
 from pathlib import Path
 
 from tuitrain.core.events import (
-    CheckpointDeleted, CheckpointFailed, CheckpointSaved, CheckpointStarted, ControlReceived,
-    EpochCompleted, Event, RunFailed, RunFinished, RunPaused, RunResumed, RunStarted,
+    CheckpointDeleted,
+    CheckpointFailed,
+    CheckpointSaved,
+    CheckpointStarted,
+    ControlReceived,
+    EpochCompleted,
+    Event,
+    RunFailed,
+    RunFinished,
+    RunPaused,
+    RunResumed,
+    RunStarted,
 )
 from tuitrain.sinks.columns import ColumnsWriter
 
 FILENAME = "events.jsonl"
 
 # a watcher shows these at once; everything else may wait up to flush_interval
-_FLUSH_NOW = (RunStarted, EpochCompleted, CheckpointStarted, CheckpointSaved, CheckpointDeleted,
-              CheckpointFailed, ControlReceived, RunPaused, RunResumed, RunFinished, RunFailed)
+_FLUSH_NOW = (
+    RunStarted,
+    EpochCompleted,
+    CheckpointStarted,
+    CheckpointSaved,
+    CheckpointDeleted,
+    CheckpointFailed,
+    ControlReceived,
+    RunPaused,
+    RunResumed,
+    RunFinished,
+    RunFailed,
+)
 
 
 class JsonlWriter:
@@ -38,8 +59,9 @@ class JsonlWriter:
     step_events = False  # the EventBus spares it StepStarted/StepCompleted: it ignores them
     batch_events = True  # it may get the frequent events in batches (EventBus)
 
-    def __init__(self, run_dir: str | os.PathLike, flush_interval: float = 0.5, background: bool = True,
-                 columns: bool = True) -> None:
+    def __init__(
+        self, run_dir: str | os.PathLike, flush_interval: float = 0.5, background: bool = True, columns: bool = True
+    ) -> None:
         """`background`: a thread writes lines held back when no later call comes; False leaves
         them to `end_batch()` (an EventBus calls it after every batch), `flush()` or the next call.
         `columns`: also write events.columns."""

@@ -44,7 +44,7 @@ def safe_stem(name: str) -> str:
     if _SAFE.fullmatch(name) and len(name) <= MAX_NAME and not name.endswith(".epoch"):
         return name
     digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:12]
-    prefix = _UNSAFE_RUN.sub("_", name).strip(".")[:MAX_NAME - 20]
+    prefix = _UNSAFE_RUN.sub("_", name).strip(".")[: MAX_NAME - 20]
     return f"{prefix}~{digest}"
 
 
@@ -85,8 +85,9 @@ class MetricFileLogger:
     step_events = False  # the EventBus spares it StepStarted/StepCompleted: it ignores them
     batch_events = True  # it may get the frequent events in batches (EventBus)
 
-    def __init__(self, run_dir: str | os.PathLike, flush_interval: float = 1.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, run_dir: str | os.PathLike, flush_interval: float = 1.0, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.run_dir = Path(run_dir)
         self.flush_interval = flush_interval
         self._clock = clock
@@ -127,9 +128,13 @@ class MetricFileLogger:
             return
         for kind in self._stems:
             table = data.get(kind) if isinstance(data, dict) else None
-            for name, stem in (table.items() if isinstance(table, dict) else ()):
-                if isinstance(stem, str) and stem and stem.casefold() not in self._taken[kind] \
-                        and (stem == safe_stem(name) or stem == safe_stem("\0" + name)):
+            for name, stem in table.items() if isinstance(table, dict) else ():
+                if (
+                    isinstance(stem, str)
+                    and stem
+                    and stem.casefold() not in self._taken[kind]
+                    and (stem == safe_stem(name) or stem == safe_stem("\0" + name))
+                ):
                     self._stems[kind][name] = stem
                     self._taken[kind].add(stem.casefold())
                     self._renamed = self._renamed or stem != name

@@ -21,8 +21,17 @@ from typing import Any
 from collections.abc import Callable
 
 from tuitrain.core.events import (
-    CheckpointSaved, EpochCompleted, EpochStarted, Event, JobRequeued, MetricsLogged, RunFailed, RunFinished,
-    RunPaused, RunResumed, RunStarted,
+    CheckpointSaved,
+    EpochCompleted,
+    EpochStarted,
+    Event,
+    JobRequeued,
+    MetricsLogged,
+    RunFailed,
+    RunFinished,
+    RunPaused,
+    RunResumed,
+    RunStarted,
 )
 from tuitrain.core.fsutil import atomic_write_json, overwrite_in_place
 
@@ -94,8 +103,9 @@ class RunStatusWriter:
     step_events = False  # the EventBus spares it StepStarted/StepCompleted: it ignores them
     batch_events = True  # it may get the frequent events in batches (EventBus)
 
-    def __init__(self, run_dir: str | os.PathLike, interval: float = 5.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, run_dir: str | os.PathLike, interval: float = 5.0, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.path = Path(run_dir) / FILENAME
         self.interval = interval
         self.clock = clock
@@ -103,10 +113,24 @@ class RunStatusWriter:
         self._dirty = False
         self._monitor = ""
         self.data: dict[str, Any] = {
-            "status": "running", "exit_code": None, "started": None, "ended": None,
-            "epoch": 0, "epochs": 0, "step": 0, "best": {}, "env": {}, "experiment": "",
-            "pid": os.getpid(), "host": socket.gethostname(), "resumes": 0, "paused": False,
-            "reason": "", "requeued": False, "error": "", "updated": None,
+            "status": "running",
+            "exit_code": None,
+            "started": None,
+            "ended": None,
+            "epoch": 0,
+            "epochs": 0,
+            "step": 0,
+            "best": {},
+            "env": {},
+            "experiment": "",
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "resumes": 0,
+            "paused": False,
+            "reason": "",
+            "requeued": False,
+            "error": "",
+            "updated": None,
         }
 
     def write(self) -> None:
@@ -131,11 +155,26 @@ class RunStatusWriter:
                 d["started"] = previous.get("started") if resumed and previous.get("started") else iso_time(event.time)
                 d["resumes"] = int(previous.get("resumes", 0) or 0) + 1 if resumed else 0
                 d["best"] = (previous.get("best") or {}) if resumed else {}
-                d.update(status="running", exit_code=None, ended=None, reason="", requeued=False, error="",
-                         paused=False, experiment=event.experiment, env=event.env, epochs=event.epochs,
-                         epoch=event.start_epoch, step=event.start_step, pid=event.pid or os.getpid())
-                self._monitor = str((event.config.get("checkpoint") or {}).get("monitor", "")) \
-                    if isinstance(event.config, dict) else ""
+                d.update(
+                    status="running",
+                    exit_code=None,
+                    ended=None,
+                    reason="",
+                    requeued=False,
+                    error="",
+                    paused=False,
+                    experiment=event.experiment,
+                    env=event.env,
+                    epochs=event.epochs,
+                    epoch=event.start_epoch,
+                    step=event.start_step,
+                    pid=event.pid or os.getpid(),
+                )
+                self._monitor = (
+                    str((event.config.get("checkpoint") or {}).get("monitor", ""))
+                    if isinstance(event.config, dict)
+                    else ""
+                )
                 self.write()
             case EpochStarted(epoch=epoch, step=step):
                 d.update(epoch=epoch, step=step)
@@ -149,9 +188,13 @@ class RunStatusWriter:
                 d.update(epoch=epoch, step=step)
                 self.write()
             case CheckpointSaved(best=True):
-                d["best"] = {"file": event.file, "monitor": self._monitor,
-                             "value": event.metrics.get(self._monitor) if self._monitor else None,
-                             "epoch": event.epoch, "step": event.step}
+                d["best"] = {
+                    "file": event.file,
+                    "monitor": self._monitor,
+                    "value": event.metrics.get(self._monitor) if self._monitor else None,
+                    "epoch": event.epoch,
+                    "step": event.step,
+                }
                 self.write()
             case CheckpointSaved():
                 self.write()
@@ -161,20 +204,37 @@ class RunStatusWriter:
             case RunFinished():
                 if event.best:
                     known = d["best"] if d["best"].get("file") == event.best.get("file") else {}
-                    d["best"] = {"file": event.best.get("file"), "monitor": event.best.get("monitor", ""),
-                                 "value": event.best.get("value"),
-                                 "epoch": event.best.get("epoch", known.get("epoch")),
-                                 "step": event.best.get("step", known.get("step"))}
-                d.update(status=event.status, exit_code=event.exit_code, ended=iso_time(event.time),
-                         epoch=event.epoch, step=event.step, reason=event.reason, paused=False)
+                    d["best"] = {
+                        "file": event.best.get("file"),
+                        "monitor": event.best.get("monitor", ""),
+                        "value": event.best.get("value"),
+                        "epoch": event.best.get("epoch", known.get("epoch")),
+                        "step": event.best.get("step", known.get("step")),
+                    }
+                d.update(
+                    status=event.status,
+                    exit_code=event.exit_code,
+                    ended=iso_time(event.time),
+                    epoch=event.epoch,
+                    step=event.step,
+                    reason=event.reason,
+                    paused=False,
+                )
                 self.write()
             case JobRequeued(requeued=requeued):
                 d["requeued"] = requeued
                 self.write()
             case RunFailed():
-                d.update(status="failed", exit_code=event.exit_code, ended=iso_time(event.time),
-                         epoch=event.epoch, step=event.step, reason=event.cause or "failed", error=event.error,
-                         paused=False)
+                d.update(
+                    status="failed",
+                    exit_code=event.exit_code,
+                    ended=iso_time(event.time),
+                    epoch=event.epoch,
+                    step=event.step,
+                    reason=event.cause or "failed",
+                    error=event.error,
+                    paused=False,
+                )
                 self.write()
 
     def close(self) -> None:

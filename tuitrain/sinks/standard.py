@@ -13,8 +13,12 @@ from tuitrain.sinks.run_status import RunStatusWriter
 
 def standard_sinks(run_dir: str | os.PathLike, tensorboard: bool = False) -> list:
     run_dir = Path(run_dir)
-    sinks = [JsonlWriter(run_dir, background=False), MetricFileLogger(run_dir), ExperimentLog(run_dir),
-             RunStatusWriter(run_dir)]
+    sinks = [
+        JsonlWriter(run_dir, background=False),
+        MetricFileLogger(run_dir),
+        ExperimentLog(run_dir),
+        RunStatusWriter(run_dir),
+    ]
     if tensorboard:
         from tuitrain.sinks.tensorboard import TensorBoardSink
 

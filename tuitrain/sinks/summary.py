@@ -15,11 +15,20 @@ _SPLIT_ORDER = {"train": 0, "valid": 1}
 
 def format_metric(name: str, value: Any) -> str:
     """`format_value`, except for byte counts (`max_memory`): 327.5 MB, not 3.275e+08."""
-    if name.endswith("max_memory") and isinstance(value, (int, float)) and not isinstance(value, bool) \
-            and math.isfinite(value):
+    if (
+        name.endswith("max_memory")
+        and isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+    ):
         return format_bytes(int(value))
-    if name.rpartition("/")[2] == "throughput" and isinstance(value, (int, float)) and not isinstance(value, bool) \
-            and math.isfinite(value) and abs(value) < 1e9:
+    if (
+        name.rpartition("/")[2] == "throughput"
+        and isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and abs(value) < 1e9
+    ):
         return f"{value:.1f}"  # items a second: 289.8, not 289.8052
     return format_value(value)
 
@@ -74,10 +83,19 @@ def summary_rows(summary: dict) -> list[tuple[str, str, str, str, str, str]]:
     for i, (key, entry) in enumerate(summary.items()):
         split, metric = split_key(str(key))
         entry = entry if isinstance(entry, dict) else {}
-        keyed.append(((_SPLIT_ORDER.get(split, 2), split if split not in _SPLIT_ORDER else "", i),
-                      (split or "-", metric,
-                       _cell(entry.get("min"), metric), _cell(entry.get("min_epoch")),
-                       _cell(entry.get("max"), metric), _cell(entry.get("max_epoch")))))
+        keyed.append(
+            (
+                (_SPLIT_ORDER.get(split, 2), split if split not in _SPLIT_ORDER else "", i),
+                (
+                    split or "-",
+                    metric,
+                    _cell(entry.get("min"), metric),
+                    _cell(entry.get("min_epoch")),
+                    _cell(entry.get("max"), metric),
+                    _cell(entry.get("max_epoch")),
+                ),
+            )
+        )
     keyed.sort(key=lambda kv: kv[0])
     return [row for _, row in keyed]
 

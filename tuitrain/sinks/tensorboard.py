@@ -79,11 +79,18 @@ def histogram_buckets(event: HistogramLogged) -> dict | None:
     first = next(i for i, c in enumerate(counts) if c)
     last = max(i for i, c in enumerate(counts) if c)
     limits = [event.min] + [event.low + (i + 1) * width for i in range(first, last)] + [event.max]
-    centres = sum(c * ((limits[k] + limits[k + 1]) / 2) ** 2 for k, c in enumerate(counts[first:last + 1]))
+    centres = sum(c * ((limits[k] + limits[k + 1]) / 2) ** 2 for k, c in enumerate(counts[first : last + 1]))
     total = event.mean * num
     sum_squares = max(centres - num * width * width / 12, total * total / num)
-    return {"min": event.min, "max": event.max, "num": num, "sum": total, "sum_squares": sum_squares,
-            "bucket_limits": limits, "bucket_counts": [0] + counts[first:last + 1]}
+    return {
+        "min": event.min,
+        "max": event.max,
+        "num": num,
+        "sum": total,
+        "sum_squares": sum_squares,
+        "bucket_limits": limits,
+        "bucket_counts": [0] + counts[first : last + 1],
+    }
 
 
 class TensorBoardSink:

@@ -78,12 +78,23 @@ def main():
     dashboard = {"false": False, "true": True}.get(args.dashboard, args.dashboard)
     callback = TuitrainCallback(dashboard=dashboard, dir=args.root)
     ddp = dict(strategy="ddp", devices=args.devices) if args.devices > 1 else {}
-    trainer = L.Trainer(max_epochs=args.max_epochs, callbacks=[callback], logger=False, enable_checkpointing=False,
-                        enable_model_summary=False, log_every_n_steps=1, accelerator="cpu", **ddp)
+    trainer = L.Trainer(
+        max_epochs=args.max_epochs,
+        callbacks=[callback],
+        logger=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        log_every_n_steps=1,
+        accelerator="cpu",
+        **ddp,
+    )
     trainer.fit(module_class(L)(sleep=args.sleep), *loaders())
-    report = {"global_step": trainer.global_step, "rank": trainer.global_rank,
-              "modules": sorted(m for m in ("lightning", "pytorch_lightning") if m in sys.modules),
-              "bases": [f"{b.__module__}.{b.__qualname__}" for b in type(callback).__mro__[1:]]}
+    report = {
+        "global_step": trainer.global_step,
+        "rank": trainer.global_rank,
+        "modules": sorted(m for m in ("lightning", "pytorch_lightning") if m in sys.modules),
+        "bases": [f"{b.__module__}.{b.__qualname__}" for b in type(callback).__mro__[1:]],
+    }
     launcher = getattr(trainer.strategy, "launcher", None)
     report["children"] = [p.wait(timeout=120) for p in getattr(launcher, "procs", [])]
     Path(args.out, f"rank-{trainer.global_rank}.json").write_text(json.dumps(report))

@@ -48,14 +48,30 @@ def trainer_for(out: Path, callbacks: list, *, max_steps: int, save_steps: int =
     """A Trainer of a 2-layer GPT-2 on random tokens: batches of 4, a log every step, an evaluation
     every `eval_steps` and a save every `save_steps` (0: no scheduled saves)."""
     torch.manual_seed(0)
-    model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_head=2, n_embd=32, vocab_size=64, n_positions=32,
-                                       bos_token_id=0, eos_token_id=0))
+    model = GPT2LMHeadModel(
+        GPT2Config(n_layer=2, n_head=2, n_embd=32, vocab_size=64, n_positions=32, bos_token_id=0, eos_token_id=0)
+    )
     args = TrainingArguments(
-        output_dir=str(out / "hf"), max_steps=max_steps, per_device_train_batch_size=4, logging_steps=1,
-        eval_strategy="steps", eval_steps=eval_steps, save_strategy="steps" if save_steps else "no",
-        save_steps=save_steps or 500, report_to=[], use_cpu=True, dataloader_num_workers=0, seed=0)
-    return Trainer(model=model, args=args, train_dataset=RandomTokens(256), eval_dataset=RandomTokens(8, seed=1),
-                   callbacks=callbacks)
+        output_dir=str(out / "hf"),
+        max_steps=max_steps,
+        per_device_train_batch_size=4,
+        logging_steps=1,
+        eval_strategy="steps",
+        eval_steps=eval_steps,
+        save_strategy="steps" if save_steps else "no",
+        save_steps=save_steps or 500,
+        report_to=[],
+        use_cpu=True,
+        dataloader_num_workers=0,
+        seed=0,
+    )
+    return Trainer(
+        model=model,
+        args=args,
+        train_dataset=RandomTokens(256),
+        eval_dataset=RandomTokens(8, seed=1),
+        callbacks=callbacks,
+    )
 
 
 def main() -> None:
@@ -69,8 +85,9 @@ def main() -> None:
     a = p.parse_args()
     dashboard = {"auto": "auto", "true": True, "false": False}[a.dashboard]
     callback = TuitrainCallback(experiment="gpt2", dashboard=dashboard, dir=a.out / "runs")
-    trainer = trainer_for(a.out, [callback, Pace(a.sleep, a.fail_at)], max_steps=a.max_steps,
-                          save_steps=a.save_steps, eval_steps=10)
+    trainer = trainer_for(
+        a.out, [callback, Pace(a.sleep, a.fail_at)], max_steps=a.max_steps, save_steps=a.save_steps, eval_steps=10
+    )
     trainer.train()
     rank = int(os.environ.get("RANK", "0"))
     (a.out / f"final-step-rank{rank}.txt").write_text(str(trainer.state.global_step))

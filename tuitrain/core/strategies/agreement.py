@@ -103,8 +103,15 @@ class SyncedInterrupter(Interrupter):
 
     MAX_EVERY = 1000
 
-    def __init__(self, rank: int, group: Any, inbox: Interrupter | None = None,
-                 stage: Callable[[], str] = lambda: "train", every: int = 0, interval: float = 0.05) -> None:
+    def __init__(
+        self,
+        rank: int,
+        group: Any,
+        inbox: Interrupter | None = None,
+        stage: Callable[[], str] = lambda: "train",
+        every: int = 0,
+        interval: float = 0.05,
+    ) -> None:
         super().__init__()
         self.rank = rank
         self.inbox = inbox if inbox is not None else Interrupter()
@@ -156,8 +163,15 @@ class SyncedInterrupter(Interrupter):
         with ib._lock:
             stop = ib.stop_requested or bool(ib.failure)
             # who asked (rank + 1; the highest such rank wins), so that rank 0 can say where a stop came from
-            vals = [int(stop), int(ib.checkpoint_requested), int(ib.paused), int(bool(ib._log)), every,
-                    self.rank + 1 if stop else 0, int(stop and ib.stop_reason == "preempted")]
+            vals = [
+                int(stop),
+                int(ib.checkpoint_requested),
+                int(ib.paused),
+                int(bool(ib._log)),
+                every,
+                self.rank + 1 if stop else 0,
+                int(stop and ib.stop_reason == "preempted"),
+            ]
             if stop:
                 self._own_stop = True
                 self._source = ib.stop_source or "failure"

@@ -27,6 +27,7 @@ from ..metrics import _Ratio
 from .agreement import DEFAULT_TIMEOUT, SyncedInterrupter, dist_timeout  # noqa: F401
 from .base import Strategy
 
+
 @dataclass
 class DistContext:
     rank: int
@@ -46,9 +47,11 @@ class DistContext:
         if s is None:
             import warnings
 
-            warnings.warn(f"the {split} data's sampler cannot be sharded (an IterableDataset or a custom "
-                          "sampler): every rank reads all of it, and ranks may run different step counts",
-                          stacklevel=2)
+            warnings.warn(
+                f"the {split} data's sampler cannot be sharded (an IterableDataset or a custom "
+                "sampler): every rank reads all of it, and ranks may run different step counts",
+                stacklevel=2,
+            )
             return
         if s.world_size == self.world_size:
             return
@@ -56,9 +59,11 @@ class DistContext:
         if mode == "uneven" and self.strategy == "fsdp" and s.dataset_length < self.world_size:
             import warnings  # every FSDP forward needs every rank: each needs at least one item
 
-            warnings.warn(f"the {split} data has {s.dataset_length} item(s) for {self.world_size} processes: "
-                          "items are repeated so that every rank has one, and counted more than once",
-                          stacklevel=2)
+            warnings.warn(
+                f"the {split} data has {s.dataset_length} item(s) for {self.world_size} processes: "
+                "items are repeated so that every rank has one, and counted more than once",
+                stacklevel=2,
+            )
             mode = "pad"
         s.shard(self.rank, self.world_size, mode)
 
@@ -81,8 +86,9 @@ def pick_device(spec: str, local_rank: int) -> tuple[torch.device, str]:
     return torch.device("cpu"), "gloo"
 
 
-def init_distributed(rank: int, world_size: int, local_rank: int, device_spec: str,
-                     init_method: str | None = None, strategy: str = "ddp") -> DistContext:
+def init_distributed(
+    rank: int, world_size: int, local_rank: int, device_spec: str, init_method: str | None = None, strategy: str = "ddp"
+) -> DistContext:
     """Join the process group (`init_method` None: torchrun's env:// variables)."""
     device, backend = pick_device(device_spec, local_rank)
     if device.type == "cuda":

@@ -128,8 +128,10 @@ class FSDPStrategy(DDPStrategy):
 
     def _wrap(self, learner) -> None:
         if not isinstance(learner.raw_model, FSDPModule):
-            raise TypeError("FSDP needs the model sharded by shard_model(model, ctx) (Strategy.prepare_model) "
-                            "before its optimizer is built")
+            raise TypeError(
+                "FSDP needs the model sharded by shard_model(model, ctx) (Strategy.prepare_model) "
+                "before its optimizer is built"
+            )
         # sharded in place; the phases call the FSDP module itself, in training and validation
 
     def before_micro_batch(self, learner) -> None:
@@ -176,9 +178,13 @@ class FSDPStrategy(DDPStrategy):
             checkpointer.failed(error, **where)
         else:
             rest = ckpt.snapshot(learner.state_dict())
-            checkpointer.save_dir(name, lambda d: fsutil.atomic_write(d / ckpt.STATE_FILE,
-                                                                     lambda f: torch.save(rest, f)),
-                                  metrics=learner.ckpt_io.metrics(), started=t0, **where)
+            checkpointer.save_dir(
+                name,
+                lambda d: fsutil.atomic_write(d / ckpt.STATE_FILE, lambda f: torch.save(rest, f)),
+                metrics=learner.ckpt_io.metrics(),
+                started=t0,
+                **where,
+            )
         learner.ckpt_io.flush_events()
         return True
 
@@ -191,14 +197,15 @@ class FSDPStrategy(DDPStrategy):
 
     def check_resume(self, data: dict) -> None:
         if not data.get("sharded_dir"):
-            raise ckpt.CheckpointError("strategy \"fsdp\" resumes from its own sharded checkpoints (directories); "
-                                       "this one is a single file: start a new run with [checkpoint] init_from = "
-                                       "that run's model.pt")
+            raise ckpt.CheckpointError(
+                'strategy "fsdp" resumes from its own sharded checkpoints (directories); '
+                "this one is a single file: start a new run with [checkpoint] init_from = "
+                "that run's model.pt"
+            )
 
     def save_model(self, learner) -> bool:
         """model.pt: the full state_dict, gathered on every rank (a collective) and written by rank 0."""
-        full = get_model_state_dict(learner.raw_model,
-                                    options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        full = get_model_state_dict(learner.raw_model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
         if learner.ckpt_io.model_path is not None:
             fsutil.atomic_write(learner.ckpt_io.model_path, lambda f: torch.save(full, f))
         return True

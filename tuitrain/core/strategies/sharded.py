@@ -36,10 +36,15 @@ FAILURES = (Exception, CheckpointException)
 
 _METADATA_MODULE = "torch.distributed.checkpoint.metadata"
 _ALLOWED = {
-    ("torch", "Size"), ("torch.serialization", "_get_layout"),
+    ("torch", "Size"),
+    ("torch.serialization", "_get_layout"),
     ("torch.distributed.checkpoint.filesystem", "_StorageInfo"),
-    ("pathlib", "PosixPath"), ("pathlib", "PurePosixPath"), ("pathlib", "WindowsPath"),
-    ("pathlib", "PureWindowsPath"), ("collections", "OrderedDict"), ("builtins", "set"),
+    ("pathlib", "PosixPath"),
+    ("pathlib", "PurePosixPath"),
+    ("pathlib", "WindowsPath"),
+    ("pathlib", "PureWindowsPath"),
+    ("collections", "OrderedDict"),
+    ("builtins", "set"),
     ("builtins", "frozenset"),
 }
 
@@ -47,8 +52,10 @@ _ALLOWED = {
 def _parts(model: torch.nn.Module, optimizers: dict) -> tuple[dict, dict]:
     """The model's and the one optimizer's state dicts in DCP's form (DTensor shards under FSDP)."""
     if len(optimizers) != 1:
-        raise ValueError(f"a sharded checkpoint holds one model and one optimizer; this run has "
-                         f"{len(optimizers)} optimizers ({', '.join(optimizers)})")
+        raise ValueError(
+            f"a sharded checkpoint holds one model and one optimizer; this run has "
+            f"{len(optimizers)} optimizers ({', '.join(optimizers)})"
+        )
     return get_state_dict(model, next(iter(optimizers.values())))
 
 
@@ -69,8 +76,9 @@ def load_shards(model: torch.nn.Module, optimizers: dict, folder: str | os.PathL
             dcp.load(state, storage_reader=_SafeReader(folder), planner=_SafePlanner(), no_dist=single)
     except FAILURES as e:
         raise CheckpointError(f"{folder}: cannot read the sharded model and optimizer: {_why(e)}") from None
-    set_state_dict(model, next(iter(optimizers.values())), model_state_dict=state["model"],
-                   optim_state_dict=state["optimizer"])
+    set_state_dict(
+        model, next(iter(optimizers.values())), model_state_dict=state["model"], optim_state_dict=state["optimizer"]
+    )
 
 
 def _why(e: BaseException) -> str:

@@ -56,8 +56,10 @@ class ChartGrid(VerticalScroll):
     ]
     # a chart focused, ↑ ↓ scroll the grid when its charts do not all fit (the container's own keys,
     # skipped when there is nothing to scroll), then move the focus a row
-    BINDINGS = [Binding("up", "scroll_up", "Scroll Up", show=False),
-                Binding("down", "scroll_down", "Scroll Down", show=False)] + CHART_KEYS
+    BINDINGS = [
+        Binding("up", "scroll_up", "Scroll Up", show=False),
+        Binding("down", "scroll_down", "Scroll Down", show=False),
+    ] + CHART_KEYS
 
     class ExportRequested(Message):
         """`e`: the screen and every series, into the run's directory (the app's to write)."""
@@ -113,7 +115,7 @@ class ChartGrid(VerticalScroll):
         for name in histograms:
             chart = self.charts.get(name)
             if chart is None:
-                chart = self.charts[name] = HistogramPlot(name[len(HISTOGRAM):], classes="panel chart")
+                chart = self.charts[name] = HistogramPlot(name[len(HISTOGRAM) :], classes="panel chart")
                 new_histograms.append(chart)
             chart.display = self.matches(chart)
         for chart in new + new_histograms:
@@ -264,8 +266,11 @@ class ChartGrid(VerticalScroll):
             j %= len(shown)
         elif not 0 <= j < len(shown):
             # below the last row of charts: the panel under them; else stay
-            j = len(charts) if j >= len(shown) and len(shown) > len(charts) and 0 <= i < len(charts) else \
-                (i if i >= 0 else 0)
+            j = (
+                len(charts)
+                if j >= len(shown) and len(shown) > len(charts) and 0 <= i < len(charts)
+                else (i if i >= 0 else 0)
+            )
         shown[j].focus()
         return shown[j]
 
@@ -385,8 +390,9 @@ class ChartGrid(VerticalScroll):
                 return
             self.set_filter(text)
             if text.strip() and not self.visible():
-                self.notify(safe_text(f"no chart matches /{text.strip()}/"), severity="warning", timeout=4,
-                            markup=False)
+                self.notify(
+                    safe_text(f"no chart matches /{text.strip()}/"), severity="warning", timeout=4, markup=False
+                )
 
         self.app.push_screen(FilterScreen(self.filter_text, lambda text: compile_filter(text)[1]), apply)
 

@@ -31,8 +31,9 @@ class CheckpointList(Static):
     CheckpointList > .checkpoint-list--best { color: yellow; text-style: bold; }
     """
 
-    def __init__(self, clock: Callable[[], float] = time.time, *, id: str | None = None,
-                 classes: str | None = None) -> None:
+    def __init__(
+        self, clock: Callable[[], float] = time.time, *, id: str | None = None, classes: str | None = None
+    ) -> None:
         super().__init__("no checkpoint yet", id=id, classes=classes)
         self.clock = clock
         self.rows: list[dict] = []
@@ -66,19 +67,33 @@ class CheckpointList(Static):
             value = "-" if row.get("value") is None else format_value(row["value"])
             is_best = bool(self.best_file) and row["file"] == self.best_file
             mark = (BEST if is_best else " ") + (REQUESTED if row.get("requested") else " " if asked else "")
-            rows.append((is_best, {
-                "": mark.rstrip() or " ",
-                "ep": str(row["epoch"]), "step": str(row["step"]), value_name: value,
-                "size": format_bytes(row["bytes"]), "age": format_age(now - row["time"]),
-                "file": safe_name(PurePath(row["file"]).name, 80)}))
+            rows.append(
+                (
+                    is_best,
+                    {
+                        "": mark.rstrip() or " ",
+                        "ep": str(row["epoch"]),
+                        "step": str(row["step"]),
+                        value_name: value,
+                        "size": format_bytes(row["bytes"]),
+                        "age": format_age(now - row["time"]),
+                        "file": safe_name(PurePath(row["file"]).name, 80),
+                    },
+                )
+            )
         # the numbers keep their width; the file name gets what is left, or goes when too little is
         widths = {n: max([len(n)] + [len(cells[n]) for _, cells in rows]) for n in names}
         left = self.content_size.width - sum(widths[n] + 1 for n in names[:-1])
         # a file name cut short is no name: too little room beside the numbers, it gets a line of its own
         below = left < widths["file"] and self.content_size.width > 0
         columns = names if not below else names[:-1]
-        shown = (len(rows), tuple(tuple(cells[c] for c in names) for _, cells in rows), self.best_file,
-                 below, self.content_size.width)
+        shown = (
+            len(rows),
+            tuple(tuple(cells[c] for c in names) for _, cells in rows),
+            self.best_file,
+            below,
+            self.content_size.width,
+        )
         if shown == self._shown:
             return  # called every second for the ages: most seconds nothing on screen changes
         # a layout pass re-arranges the whole screen: only when this panel's height changes
@@ -90,9 +105,13 @@ class CheckpointList(Static):
             return
         table = Table.grid(padding=(0, 1))
         for name in columns:
-            table.add_column(justify="left" if name in ("", "file") else "right", no_wrap=True,
-                             overflow="ellipsis", min_width=widths[name],
-                             max_width=max(left, 8) if name == "file" else widths[name])
+            table.add_column(
+                justify="left" if name in ("", "file") else "right",
+                no_wrap=True,
+                overflow="ellipsis",
+                min_width=widths[name],
+                max_width=max(left, 8) if name == "file" else widths[name],
+            )
         table.add_row(*(Text(h, style=header) for h in columns))
         for is_best, cells in rows:
             table.add_row(*(Text(cells[c], style=best if is_best else "") for c in columns))
@@ -102,13 +121,19 @@ class CheckpointList(Static):
     @staticmethod
     def _two_line_rows(rows, columns, widths, header, best) -> Group:
         """Each checkpoint's numbers on one line and its whole file name on the next."""
+
         def line(cells: dict, style) -> Text:
-            return Text(" ".join(cells[c].ljust(widths[c]) if c == "" else cells[c].rjust(widths[c])
-                                 for c in columns), style=style, no_wrap=True, overflow="ellipsis")
+            return Text(
+                " ".join(cells[c].ljust(widths[c]) if c == "" else cells[c].rjust(widths[c]) for c in columns),
+                style=style,
+                no_wrap=True,
+                overflow="ellipsis",
+            )
 
         lines = [line({c: c for c in columns}, header)]
         for is_best, cells in rows:
             lines.append(line(cells, best if is_best else ""))
-            lines.append(Text("  " + cells["file"], style=best if is_best else header, no_wrap=True,
-                              overflow="ellipsis"))
+            lines.append(
+                Text("  " + cells["file"], style=best if is_best else header, no_wrap=True, overflow="ellipsis")
+            )
         return Group(*lines)

@@ -22,14 +22,20 @@ def stop_says(loop: str, run_dir: bool = True) -> tuple[str, str]:
             return "y: stop gracefully and leave", "stopping, then leaving"
         return "y: stop gracefully (checkpoint saved) and leave", "stopping: saving a checkpoint, then leaving"
     if loop == "monitor":
-        return ("y: ask the loop to stop (it saves a checkpoint if it checks checkpoint_requested) and leave",
-                "stop asked: leaving when the loop ends")
+        return (
+            "y: ask the loop to stop (it saves a checkpoint if it checks checkpoint_requested) and leave",
+            "stop asked: leaving when the loop ends",
+        )
     if loop == "lightning":
-        return ("y: stop after this step (trainer.should_stop; a checkpoint first, unless save_on_stop=False) "
-                "and leave", "stopping after this step, then leaving")
+        return (
+            "y: stop after this step (trainer.should_stop; a checkpoint first, unless save_on_stop=False) and leave",
+            "stopping after this step, then leaving",
+        )
     if loop == "transformers":
-        return ("y: stop after this step (should_training_stop; a checkpoint unless save_strategy is \"no\") "
-                "and leave", "stopping after this step, then leaving")
+        return (
+            'y: stop after this step (should_training_stop; a checkpoint unless save_strategy is "no") and leave',
+            "stopping after this step, then leaving",
+        )
     return "y: ask the run to stop and leave", "stop asked: leaving when the run ends"
 
 
@@ -40,8 +46,9 @@ class ConfirmScreen(Modal[str]):
     #confirm-box Static { width: auto; max-width: 100%; }
     """
 
-    def __init__(self, question: str = "Stop training and leave?", offer_leave: bool = False,
-                 stop: str = stop_says("")[0]) -> None:
+    def __init__(
+        self, question: str = "Stop training and leave?", offer_leave: bool = False, stop: str = stop_says("")[0]
+    ) -> None:
         super().__init__()
         self.question = question
         self.offer_leave = offer_leave

@@ -48,8 +48,11 @@ def _pct(v: object) -> str:
 def env_line(env: dict, width: int | None = None) -> str:
     """'torch 2.13.0 · py 3.11.7 · cpu · git 1a2b3c4*' (* : uncommitted changes); in `width` cells, the
     python version leaves first, then the device, then the commit (whole parts, never a torn one)."""
-    parts = [f"torch {env['torch']}" if env.get("torch") else "", f"py {env['python']}" if env.get("python") else "",
-             str(env.get("device", ""))]
+    parts = [
+        f"torch {env['torch']}" if env.get("torch") else "",
+        f"py {env['python']}" if env.get("python") else "",
+        str(env.get("device", "")),
+    ]
     if env.get("git_commit"):
         parts.append(f"git {str(env['git_commit'])[:7]}{'*' if env.get('git_dirty') else ''}")
     parts = [safe_text(p, lines=False) for p in parts if p]
@@ -144,8 +147,11 @@ class DevicesPanel(Static):
         if len(samples) > 1:
             for rank in sorted(samples):
                 r = samples[rank]
-                grid.add_row(f"r{rank}", self._bar(None if r.process_cpu is None else min(r.process_cpu, 100.0)),
-                             Text(rank_text(r)))
+                grid.add_row(
+                    f"r{rank}",
+                    self._bar(None if r.process_cpu is None else min(r.process_cpu, 100.0)),
+                    Text(rank_text(r)),
+                )
         else:
             grid.add_row("RSS", Text(format_size(rank0.rss)), Text(""))
         for gpu in self.gpus:

@@ -18,8 +18,11 @@ from tuitrain.dashboard.widgets.modal import Modal
 class DiffScreen(Modal[None]):
     """One row per differing config key, one column per run (in the runs' colours)."""
 
-    BINDINGS = [Binding("escape", "dismiss", "Back"), Binding("d", "dismiss", "Back", show=False),
-                Binding("q", "dismiss", "Back", show=False)]
+    BINDINGS = [
+        Binding("escape", "dismiss", "Back"),
+        Binding("d", "dismiss", "Back", show=False),
+        Binding("q", "dismiss", "Back", show=False),
+    ]
 
     DEFAULT_CSS = """
     DiffScreen { align: center middle; }
@@ -27,8 +30,14 @@ class DiffScreen(Modal[None]):
     #diff-scroll { height: auto; max-height: 1fr; }
     """
 
-    def __init__(self, names: list[str], rows: list[tuple[str, list[str]]], colors: list[tuple[int, int, int]],
-                 numbers: list[int] | None = None, of: int = 0) -> None:
+    def __init__(
+        self,
+        names: list[str],
+        rows: list[tuple[str, list[str]]],
+        colors: list[tuple[int, int, int]],
+        numbers: list[int] | None = None,
+        of: int = 0,
+    ) -> None:
         super().__init__()
         self.names, self.rows, self.run_colors = names, rows, colors
         self.numbers = numbers or list(range(1, len(names) + 1))  # each run's number in the legend
@@ -54,13 +63,17 @@ class DiffScreen(Modal[None]):
         for key, row in zip(keys, cells):  # cells as Text: a config's strings are shown, never read as markup
             table.add_row(key, *row)
         with Vertical(id="diff-box", classes="panel"):
-            which = (f"the {len(self.names)} runs shown (of {self.of})" if self.of > len(self.names)
-                     else f"{len(self.names)} runs")
+            which = (
+                f"the {len(self.names)} runs shown (of {self.of})"
+                if self.of > len(self.names)
+                else f"{len(self.names)} runs"
+            )
             yield Static(Text(f"Config differences between {which}", style="bold"))
             with VerticalScroll(id="diff-scroll"):
                 if self.rows and not named:
                     legend = Text("\n", no_wrap=True, overflow="ellipsis").join(
-                        Text(h, style=styles[i]) for i, h in enumerate(heads))
+                        Text(h, style=styles[i]) for i, h in enumerate(heads)
+                    )
                     legend.append("\n")
                     yield Static(legend, id="diff-legend")
                 yield Static(table if self.rows else "the runs' configs are the same", id="diff-table")

@@ -31,9 +31,14 @@ class FilterScreen(Modal[str | None]):
     #filter-error { height: auto; color: $error; }
     """
 
-    def __init__(self, current: str, check: Callable[[str], str], *,
-                 title: str = "Show the charts whose metric names match (a regular expression; empty: all)",
-                 placeholder: str = "e.g. loss|acc") -> None:
+    def __init__(
+        self,
+        current: str,
+        check: Callable[[str], str],
+        *,
+        title: str = "Show the charts whose metric names match (a regular expression; empty: all)",
+        placeholder: str = "e.g. loss|acc",
+    ) -> None:
         super().__init__()
         self.current = current
         self.check = check

@@ -19,42 +19,85 @@ from tuitrain.dashboard.widgets.modal import Modal
 #: (key, what it does, the same in fewer words for a small terminal)
 KEYS = [
     ("Tab / Shift+Tab, arrows", "move the focus between charts (a click too)", "focus the next / previous chart"),
-    ("PgDn / PgUp", "the next / previous screenful of charts, when they do not all fit",
-     "the charts below / above the screen"),
-    ("Enter", "the focused chart alone, full size; Enter or Esc back to the grid",
-     "the focused chart alone; Enter or Esc: back"),
-    ("l", "log scale on the focused chart (values <= 0 are left out); again: linear",
-     "log scale on the focused chart; again: linear"),
-    ("s", "smoothing of the training series: EMA 0.6, 0.9, 0.99, off (the raw series stays, faint)",
-     "smoothing: EMA 0.6, 0.9, 0.99, off"),
+    (
+        "PgDn / PgUp",
+        "the next / previous screenful of charts, when they do not all fit",
+        "the charts below / above the screen",
+    ),
+    (
+        "Enter",
+        "the focused chart alone, full size; Enter or Esc back to the grid",
+        "the focused chart alone; Enter or Esc: back",
+    ),
+    (
+        "l",
+        "log scale on the focused chart (values <= 0 are left out); again: linear",
+        "log scale on the focused chart; again: linear",
+    ),
+    (
+        "s",
+        "smoothing of the training series: EMA 0.6, 0.9, 0.99, off (the raw series stays, faint)",
+        "smoothing: EMA 0.6, 0.9, 0.99, off",
+    ),
     ("x", "x axis: step, epoch, wall time, samples seen (those the run has)", "x axis: step, epoch, time, samples"),
     ("w", "window: full history, then the most recent steps only", "window: full history, recent steps"),
-    ("/", "show only the charts whose metric names match a regular expression (empty: all)",
-     "only the charts matching a regex (empty: all)"),
-    ("[ / ]", "samples: each name's image or text a logged step older / newer; with the panel focused (Tab)"
-              " ←/→ too, Enter: it alone",
-     "samples: a logged step older / newer"),
-    ("i", "inspect: a cursor on the focused chart (←/→ or a click move it) with the step and every"
-          " series' value there; i or Esc: off", "a cursor (←/→) and the values under it"),
-    ("e", "export: the screen as SVG and every series as CSV, in RUN_DIR/exports/",
-     "export the screen and series: RUN_DIR/exports/"),
-    ("d", "comparing runs (tuitrain watch A B): the config keys whose values differ between the runs shown",
-     "comparing runs: the config keys that differ"),
-    ("R", "comparing runs: the run list takes the keys: space show/hide, p pin, o only this, a all, / filter by"
-          " name or config value (optimizer.lr=1e-3), v sort, Esc or R back",
-     "comparing runs: the run list takes the keys"),
-    ("P", "a sweep: the parameters view: each trial's best value against each searched parameter, and the"
-          " trials as parallel coordinates, the best marked ★; P or Esc back",
-     "a sweep: the metric against each parameter"),
+    (
+        "/",
+        "show only the charts whose metric names match a regular expression (empty: all)",
+        "only the charts matching a regex (empty: all)",
+    ),
+    (
+        "[ / ]",
+        "samples: each name's image or text a logged step older / newer; with the panel focused (Tab)"
+        " ←/→ too, Enter: it alone",
+        "samples: a logged step older / newer",
+    ),
+    (
+        "i",
+        "inspect: a cursor on the focused chart (←/→ or a click move it) with the step and every"
+        " series' value there; i or Esc: off",
+        "a cursor (←/→) and the values under it",
+    ),
+    (
+        "e",
+        "export: the screen as SVG and every series as CSV, in RUN_DIR/exports/",
+        "export the screen and series: RUN_DIR/exports/",
+    ),
+    (
+        "d",
+        "comparing runs (tuitrain watch A B): the config keys whose values differ between the runs shown",
+        "comparing runs: the config keys that differ",
+    ),
+    (
+        "R",
+        "comparing runs: the run list takes the keys: space show/hide, p pin, o only this, a all, / filter by"
+        " name or config value (optimizer.lr=1e-3), v sort, Esc or R back",
+        "comparing runs: the run list takes the keys",
+    ),
+    (
+        "P",
+        "a sweep: the parameters view: each trial's best value against each searched parameter, and the"
+        " trials as parallel coordinates, the best marked ★; P or Esc back",
+        "a sweep: the metric against each parameter",
+    ),
     ("c", "write a checkpoint now", "write a checkpoint now"),
     ("p", "pause training; p again resumes", "pause training; p again resumes"),
-    ("q", "stop training and leave (asks y / any other key cancels); once training has ended, leave",
-     "stop training and leave (asks); ended: leave"),
-    ("Ctrl+C", "stop gracefully at once, without asking; a second Ctrl+C ends training now (its checkpoints"
-               " stay) and the process",
-     "stop now, gracefully; twice: end the process"),
-    ("Ctrl+Z", "suspend the process, training with it, as any terminal job; fg brings the screen back",
-     "suspend (training too); fg: back"),
+    (
+        "q",
+        "stop training and leave (asks y / any other key cancels); once training has ended, leave",
+        "stop training and leave (asks); ended: leave",
+    ),
+    (
+        "Ctrl+C",
+        "stop gracefully at once, without asking; a second Ctrl+C ends training now (its checkpoints"
+        " stay) and the process",
+        "stop now, gracefully; twice: end the process",
+    ),
+    (
+        "Ctrl+Z",
+        "suspend the process, training with it, as any terminal job; fg brings the screen back",
+        "suspend (training too); fg: back",
+    ),
     ("r", "the summary or error again, once training has ended", "the summary again, once ended"),
     ("?", "this list", "this list"),
 ]
@@ -103,8 +146,9 @@ MARKS_BRIEF = [
 def _rows(parts: list[tuple[str, Any]], width: int) -> int:
     """The lines `parts` take at `width` cells (the marks' title has a blank line above it)."""
     console = Console(width=max(width, 10), file=StringIO(), legacy_windows=False)
-    lines = sum(len(console.render_lines(part, console.options.update_width(max(width, 10)), pad=False))
-                for _, part in parts)
+    lines = sum(
+        len(console.render_lines(part, console.options.update_width(max(width, 10)), pad=False)) for _, part in parts
+    )
     return lines + sum(part_id == "help-marks-title" for part_id, _ in parts)
 
 

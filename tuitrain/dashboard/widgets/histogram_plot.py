@@ -112,8 +112,10 @@ class HistogramPlot(MetricPlot):
     def lines(self) -> list[Line]:
         """min, mean and max: what the inspect readout gives at the cursor's step."""
         fg = self.palette().foreground
-        return [Line(key, xs, ys, fg, " ", "", key.partition("/")[2], self.steps.get(key), key.partition("/")[2])
-                for key, (xs, ys) in self.points.items()]
+        return [
+            Line(key, xs, ys, fg, " ", "", key.partition("/")[2], self.steps.get(key), key.partition("/")[2])
+            for key, (xs, ys) in self.points.items()
+        ]
 
     def _draw(self, width: int, height: int) -> Drawn:
         palette = self.palette()
@@ -136,8 +138,12 @@ class HistogramPlot(MetricPlot):
         shades = heat_columns(columns, steps, [x.value(c) for c in range(cols)], edges, self.log_scale)
         ramp = self._ramp(palette)
         styles: dict[tuple[int, int], Style] = {}  # (upper shade, lower shade) -> its style, made once
-        levels = [None if s is None else np.clip(np.rint(s * SHADES), 0, SHADES).astype(int)
-                  + ((s > 0) & (np.rint(s * SHADES) == 0)) for s in shades]  # any values at all: at least 1
+        levels = [
+            None
+            if s is None
+            else np.clip(np.rint(s * SHADES), 0, SHADES).astype(int) + ((s > 0) & (np.rint(s * SHADES) == 0))
+            for s in shades
+        ]  # any values at all: at least 1
         cursor = x.cell(self.cursor) if self.cursor is not None else None
         cursor_color = hex_of(palette.cursor)
         lines = list(drawn.lines)

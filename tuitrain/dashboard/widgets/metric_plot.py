@@ -35,8 +35,15 @@ EXTRA = [(80, 200, 120), (220, 110, 200), (230, 220, 90), (120, 220, 230)]  # a 
 
 #: the title's forms, the first that fits: (in words, best value in the title, gap, digits); in words
 #: without the best value, it is in the bottom border
-FORMS = [(True, True, "  ", 4), (True, False, "  ", 4), (True, False, " ", 4), (True, False, " ", 3),
-         (False, True, "  ", 4), (False, True, " ", 4), (False, True, " ", 3)]
+FORMS = [
+    (True, True, "  ", 4),
+    (True, False, "  ", 4),
+    (True, False, " ", 4),
+    (True, False, " ", 3),
+    (False, True, "  ", 4),
+    (False, True, " ", 4),
+    (False, True, " ", 3),
+]
 COMPARED_FORMS = [("long", 4), ("short", 4), ("tight", 4), ("tight", 3)]
 
 # kept for older importers: the thinning lives in tuitrain/dashboard/charts.py (benchmarks import it from
@@ -57,8 +64,9 @@ class MetricPlot(Widget, can_focus=True):
     MetricPlot > .metric-plot--epoch { color: #555555; }
     """
 
-    def __init__(self, chart: str = "", metrics: list[str] | None = None, *, id: str | None = None,
-                 classes: str | None = None) -> None:
+    def __init__(
+        self, chart: str = "", metrics: list[str] | None = None, *, id: str | None = None, classes: str | None = None
+    ) -> None:
         super().__init__(id=id, classes=classes)
         self.chart = chart
         self.metrics: list[str] = list(metrics) if metrics else ([chart] if chart else [])
@@ -151,7 +159,7 @@ class MetricPlot(Widget, can_focus=True):
             inside = [x for x in (axis(s) if axis else s for s in steps) if x_lo < x < x_hi]
             most = min(MAX_BOUNDARIES, max(1, (self.size.width - 10) // 6)) if self.size.width else MAX_BOUNDARIES
             every = -(-len(inside) // most)  # many epochs: every k-th line, 6 columns apart, or they hide the data
-            self.boundaries = inside[every - 1::every] if inside else []
+            self.boundaries = inside[every - 1 :: every] if inside else []
         self.alert_marks = []
         if xs_all and getattr(state, "alerts", None):  # each alert episode's first step (SPEC "Health")
             x_lo, x_hi = min(xs_all), max(xs_all)
@@ -225,7 +233,7 @@ class MetricPlot(Widget, can_focus=True):
         self._name_width = max(8, min(NAME_WIDTH, room // 2))  # a long name gives way to the numbers
         title = Text()
         runs = getattr(state, "runs", None)
-        for form in (COMPARED_FORMS if runs else FORMS):
+        for form in COMPARED_FORMS if runs else FORMS:
             title = self._title(state, form)
             if title.cell_len <= room:
                 break
@@ -242,7 +250,7 @@ class MetricPlot(Widget, can_focus=True):
             title = Text(safe_name(self.chart or "metrics", self._name_width), style="bold")
             name = self.metric
             numbers = color_indexes(state, runs)
-            for run in (state.shown_runs() if hasattr(state, "shown_runs") else list(runs)):  # the pinned first
+            for run in state.shown_runs() if hasattr(state, "shown_runs") else list(runs):  # the pinned first
                 i, rs = numbers[run], runs[run]
                 latest, best = rs.latest.get(f"train/{name}"), rs.best_valid(name)
                 if latest is None and best is None:
@@ -279,8 +287,16 @@ class MetricPlot(Widget, can_focus=True):
                     else:
                         self._best_note = f"best {best_text}"
                 else:
-                    title.append_text(Text.assemble(gap, ("• " if gap == "  " else "•", valid_style), shown,
-                                                    gap, "best " if gap == "  " else "★", best_text))
+                    title.append_text(
+                        Text.assemble(
+                            gap,
+                            ("• " if gap == "  " else "•", valid_style),
+                            shown,
+                            gap,
+                            "best " if gap == "  " else "★",
+                            best_text,
+                        )
+                    )
         return title
 
     def _set_subtitle(self) -> None:
@@ -473,15 +489,27 @@ class MetricPlot(Widget, can_focus=True):
             number, long, tag = name(key)
             steps = self.steps.get(key)
             if key in self.smoothed:
-                out.append(Line(key, xs, ys, blend(color, background, 0.35), "braille", "━" + number,
-                                long or "train", steps, tag))
+                out.append(
+                    Line(
+                        key,
+                        xs,
+                        ys,
+                        blend(color, background, 0.35),
+                        "braille",
+                        "━" + number,
+                        long or "train",
+                        steps,
+                        tag,
+                    )
+                )
                 sx, sy = self.smoothed[key]
                 out.append(Line(f"~{key}", sx, sy, color, "braille", "~" + number, f"{long} EMA".strip(), None, tag))
             else:
                 out.append(Line(key, xs, ys, color, "braille", "━" + number, long or "train", steps, tag))
         for i, key in enumerate(k for k in self.points if k.startswith("valid")):
             color = self.key_colors.get(key) or (
-                valid if i == 0 else blend(EXTRA[(i - 1) % len(EXTRA)], (255, 255, 255), 0.7))
+                valid if i == 0 else blend(EXTRA[(i - 1) % len(EXTRA)], (255, 255, 255), 0.7)
+            )
             xs, ys = self.points[key]
             number, long, tag = name(key)
             out.append(Line(key, xs, ys, color, "dot", "•" + number, long or "valid", self.steps.get(key), tag))
@@ -490,14 +518,25 @@ class MetricPlot(Widget, can_focus=True):
     def palette(self) -> Palette:
         _, _, bg, fg = self.colors
         background, foreground = rgb_of(bg), rgb_of(fg)
-        return Palette(background, foreground, blend(foreground, background, 0.22), self._series_color("epoch"),
-                       foreground)
+        return Palette(
+            background, foreground, blend(foreground, background, 0.22), self._series_color("epoch"), foreground
+        )
 
     def _draw(self, width: int, height: int) -> Drawn:
         lines = self.lines()
         header = self._readout(lines, width) if self.cursor is not None else []
-        return draw_chart(lines, width, height, self.palette(), x_kind=self.x_axis, log=self.log_scale,
-                          boundaries=self.boundaries, cursor=self.cursor, header=header, alerts=self.alert_marks)
+        return draw_chart(
+            lines,
+            width,
+            height,
+            self.palette(),
+            x_kind=self.x_axis,
+            log=self.log_scale,
+            boundaries=self.boundaries,
+            cursor=self.cursor,
+            header=header,
+            alerts=self.alert_marks,
+        )
 
     def frame(self) -> list[Strip]:
         """The figure's lines, top first, each the widget's width. Textual re-renders on layout

@@ -83,7 +83,7 @@ class OutputLog(ScrollView, can_focus=False):  # arrows belong to the plot; the 
         self.count += len(lines)
         if len(self.entries) > self.max_lines:
             drop = len(self.entries) - self.max_lines
-            del self.lines[:sum(rows for _, rows in self.entries[:drop])]
+            del self.lines[: sum(rows for _, rows in self.entries[:drop])]
             del self.entries[:drop]
         return stream, text, style, len(lines)
 

@@ -25,8 +25,17 @@ from tuitrain.core.text import safe_name
 from tuitrain.dashboard.drawing import Line, Palette, blend, draw_chart, rgb_of
 from tuitrain.dashboard.fmt import format_value
 from tuitrain.dashboard.parallel import Column, draw_parallel
-from tuitrain.dashboard.params import (DONE, GOING, ParamAxis, TrialPoint, label_of, param_axes, parallel, searched,
-                                       trial_points)
+from tuitrain.dashboard.params import (
+    DONE,
+    GOING,
+    ParamAxis,
+    TrialPoint,
+    label_of,
+    param_axes,
+    parallel,
+    searched,
+    trial_points,
+)
 from tuitrain.dashboard.sweep import column_heads
 from tuitrain.dashboard.widgets.modal import Modal
 
@@ -52,7 +61,8 @@ def kind_of(point: TrialPoint) -> str:
 
 def color_of(kind: str, palette: Palette) -> tuple[int, int, int]:
     return {"best": BEST, "done": DONE_COLOR, "going": GOING_COLOR}.get(
-        kind, blend(palette.foreground, palette.background, 0.4))
+        kind, blend(palette.foreground, palette.background, 0.4)
+    )
 
 
 class _Drawn(Widget):
@@ -108,8 +118,16 @@ class ParamPlot(_Drawn):
                 lines.append(Line(kind, xs, ys, color_of(kind, palette), mark))
         choices = axis.labels() if axis.kind == "choice" else None
         x_range = () if choices else tuple(axis.span([p.values.get(axis.key) for p in points]))
-        drawn = draw_chart(lines, width, height, palette, x_kind="log" if axis.kind == "log" else "",
-                           x_choices=choices, x_range=x_range, message="no trial with a value yet")
+        drawn = draw_chart(
+            lines,
+            width,
+            height,
+            palette,
+            x_kind="log" if axis.kind == "log" else "",
+            x_choices=choices,
+            x_range=x_range,
+            message="no trial with a value yet",
+        )
         self.text = "\n".join(line.text for line in drawn.lines)
         return drawn.lines
 
@@ -138,10 +156,14 @@ class ParallelPlot(_Drawn):
             share = 0.3 + 0.7 * ((1 - place) if lower else place)
             return blend(DONE_COLOR, palette.background, share) if kind == "done" else color_of(kind, palette)
 
-        shown = sorted((p for p in points if p.name in lines),  # the better drawn later, over the worse
-                       key=lambda p: (order[kind_of(p)], -lines[p.name][-1] if lower else lines[p.name][-1]))
-        drawn = [Line(p.name, list(range(len(lines[p.name]))), lines[p.name], color(p), "★" if p.best else "braille")
-                 for p in shown]
+        shown = sorted(
+            (p for p in points if p.name in lines),  # the better drawn later, over the worse
+            key=lambda p: (order[kind_of(p)], -lines[p.name][-1] if lower else lines[p.name][-1]),
+        )
+        drawn = [
+            Line(p.name, list(range(len(lines[p.name]))), lines[p.name], color(p), "★" if p.best else "braille")
+            for p in shown
+        ]
         strips = draw_parallel([Column(name, tuple(ticks)) for name, ticks in columns], drawn, width, height, palette)
         self.text = "\n".join(line.text for line in strips)
         return strips
@@ -150,8 +172,11 @@ class ParallelPlot(_Drawn):
 class ParamsScreen(Modal[None]):
     """The parameters view of the sweep `state` (a `SweepState`), followed live."""
 
-    BINDINGS = [Binding("escape", "dismiss", "Back"), Binding("P", "dismiss", "Back", show=False),
-                Binding("q", "dismiss", "Back", show=False)]
+    BINDINGS = [
+        Binding("escape", "dismiss", "Back"),
+        Binding("P", "dismiss", "Back", show=False),
+        Binding("q", "dismiss", "Back", show=False),
+    ]
 
     DEFAULT_CSS = """
     ParamsScreen { background: $background; }
@@ -179,8 +204,14 @@ class ParamsScreen(Modal[None]):
             yield Static(id="params-title")
             legend = "   ".join(f"{mark} {what}" for mark, what in MARKS)
             metric = self.state.sweep.metric or "the metric"
-            yield Static(Text(f"{legend}    y: each trial's best {metric} ({self.state.sweep.mode})", no_wrap=True,
-                              overflow="ellipsis"), id="params-legend")
+            yield Static(
+                Text(
+                    f"{legend}    y: each trial's best {metric} ({self.state.sweep.mode})",
+                    no_wrap=True,
+                    overflow="ellipsis",
+                ),
+                id="params-legend",
+            )
             with Container(id="params-scatter"):
                 for i, (axis, head) in enumerate(zip(self.axes, column_heads([a.key for a in self.axes]))):
                     plot = ParamPlot(axis, id=f"param-{i}")
@@ -217,16 +248,19 @@ class ParamsScreen(Modal[None]):
         for plot, axis in zip(plots, self.axes):
             plot.axis = axis
             plot.show((axis, tuple(points)))
-            plot.border_title = plot.head if best is None else (
-                f"{plot.head} · ★ ━{best.number} {safe_name(label_of(best.values.get(axis.key, '-')), 20)}")
+            plot.border_title = (
+                plot.head
+                if best is None
+                else (f"{plot.head} · ★ ━{best.number} {safe_name(label_of(best.values.get(axis.key, '-')), 20)}")
+            )
         columns, lines = parallel(self.axes, points, self.state.sweep.metric)
         par = self.query_one(ParallelPlot)
-        par.show((tuple((name, tuple(ticks)) for name, ticks in columns), tuple(sorted(lines.items())),
-                  tuple(points)))
+        par.show((tuple((name, tuple(ticks)) for name, ticks in columns), tuple(sorted(lines.items())), tuple(points)))
         par.border_title = "parallel coordinates" + (f" · ★ best ━{best.number}" if best else "")
         self.title_text = self.headline(points, best)
-        self.query_one("#params-title", Static).update(Text(self.title_text, style="bold", no_wrap=True,
-                                                            overflow="ellipsis"))
+        self.query_one("#params-title", Static).update(
+            Text(self.title_text, style="bold", no_wrap=True, overflow="ellipsis")
+        )
 
     def headline(self, points: list[TrialPoint], best: TrialPoint | None) -> str:
         """parameters of sweep spirals · 8 trials, 6 with a value · best ━3 0.9925: max_lr=0.0123 hidden=64 ..."""

@@ -18,8 +18,15 @@ from tuitrain.dashboard.model import DashboardState
 
 # which theme colour each state is drawn in
 TONES = {
-    "running": "good", "validating": "good", "completed": "good", "checkpointing": "busy",
-    "starting": "busy", "paused": "warn", "stopping": "warn", "interrupted": "warn", "failed": "bad",
+    "running": "good",
+    "validating": "good",
+    "completed": "good",
+    "checkpointing": "busy",
+    "starting": "busy",
+    "paused": "warn",
+    "stopping": "warn",
+    "interrupted": "warn",
+    "failed": "bad",
     "killed": "bad",
 }
 
@@ -28,8 +35,11 @@ class ProgressPanel(Static):
     """Reads `DashboardState`; `show(state)` is cheap enough for every drain."""
 
     COMPONENT_CLASSES = {
-        "progress-panel--label", "progress-panel--good", "progress-panel--busy",
-        "progress-panel--warn", "progress-panel--bad",
+        "progress-panel--label",
+        "progress-panel--good",
+        "progress-panel--busy",
+        "progress-panel--warn",
+        "progress-panel--bad",
     }
 
     DEFAULT_CSS = """
@@ -82,8 +92,9 @@ class ProgressPanel(Static):
         if live and total:
             self.bars["run"] = (min(state.step, total), total)
         elif live and state.epochs:  # a run of unknown length per epoch: its epochs done
-            done = max(state.epoch - 1, 0) + (min(state.batch, state.batches) / state.batches
-                                              if state.batches and state.split == "train" else 0)
+            done = max(state.epoch - 1, 0) + (
+                min(state.batch, state.batches) / state.batches if state.batches and state.split == "train" else 0
+            )
             self.bars["run"] = (done, state.epochs)
         run_row = "Step" if total else "Epoch"
         texts = [phase_text, step_text if total else epoch_text]
@@ -119,8 +130,9 @@ class ProgressPanel(Static):
             data = f"waits {wait:.0%} of the time" + (" · slow loader" if starved else "")
             if starved and len(data) > self.content_size.width - 6:  # whole words in a narrow panel
                 data = f"waits {wait:.0%} · slow loader"
-            grid.add_row("Data", Text(data, style=self.get_component_rich_style("progress-panel--warn")
-                                      if starved else ""))
+            grid.add_row(
+                "Data", Text(data, style=self.get_component_rich_style("progress-panel--warn") if starved else "")
+            )
         eta = state.eta()
         eta_text = format_duration(eta) if eta is not None else "-"
         grid.add_row("Time", f"{format_duration(state.elapsed())}  ETA {eta_text}")
@@ -149,8 +161,9 @@ class Bar:
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         width = max(options.max_width - 5, 1)
         filled = round(self.fraction * width)
-        yield Text.assemble(("━" * filled, self.style), ("━" * (width - filled), "dim"), f"{self.fraction:5.0%}",
-                            no_wrap=True)
+        yield Text.assemble(
+            ("━" * filled, self.style), ("━" * (width - filled), "dim"), f"{self.fraction:5.0%}", no_wrap=True
+        )
 
 
 class Beside:

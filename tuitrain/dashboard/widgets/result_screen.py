@@ -17,11 +17,15 @@ from tuitrain.dashboard.widgets.modal import Modal
 from tuitrain.sinks.run_status import KILLED
 
 
-REASONS = {"epochs": "all epochs done", "max_steps": "max_steps reached", "early_stopping": "early stopping",
-           "stopped": "stopped on request", "max_time": "max_time spent"}
+REASONS = {
+    "epochs": "all epochs done",
+    "max_steps": "max_steps reached",
+    "early_stopping": "early stopping",
+    "stopped": "stopped on request",
+    "max_time": "max_time spent",
+}
 #: failures whose one line says it all: their traceback (a sink's, an allocator's) helps nobody
-PLAIN_CAUSES = {"write_failed": "the run directory could not be written",
-                "out_of_memory": "out of memory"}
+PLAIN_CAUSES = {"write_failed": "the run directory could not be written", "out_of_memory": "out of memory"}
 
 
 def result_title(state: DashboardState) -> str:
@@ -69,16 +73,20 @@ def _body(state: DashboardState, exit_code: int | None) -> str:
         if table:
             lines += ["", table]
         if cause in PLAIN_CAUSES:
-            lines += ["", f"{PLAIN_CAUSES[cause]}: {f.error}", "(the traceback, where it could be written, is in "
-                      "experiment.log)"]
+            lines += [
+                "",
+                f"{PLAIN_CAUSES[cause]}: {f.error}",
+                "(the traceback, where it could be written, is in experiment.log)",
+            ]
         else:
             lines += ["", f.traceback.rstrip() or f.error]
         return "\n".join(lines)
     fin = state.finished
     if fin is not None:
         epoch = f"epoch {fin.epoch} · " if fin.epoch or state.epochs else ""  # Monitor's loop has none
-        lines.append(f"{REASONS.get(fin.reason, fin.reason)} · {epoch}step {fin.step} · "
-                     f"{_duration(state, fin.duration)}{code}")
+        lines.append(
+            f"{REASONS.get(fin.reason, fin.reason)} · {epoch}step {fin.step} · {_duration(state, fin.duration)}{code}"
+        )
         best = fin.best or {}
         if best.get("file"):
             value = best.get("value")

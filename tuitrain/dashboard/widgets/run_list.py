@@ -84,23 +84,40 @@ class RunList(DataTable):
         rows = []
         for name in state.listed():
             value, best = state.monitored(name)
-            mark = (PINNED if name in state.pinned else SHOWN if state.is_shown(name)
-                    else HIDDEN if name in state.hidden else FILTERED)
+            mark = (
+                PINNED
+                if name in state.pinned
+                else SHOWN
+                if state.is_shown(name)
+                else HIDDEN
+                if name in state.hidden
+                else FILTERED
+            )
             number = state.number[name]
-            rows.append(RunRow(name, number, run_color(number - 1), state.status_of(name), value, best, mark,
-                               tuple(state.values_of(name))))
+            rows.append(
+                RunRow(
+                    name,
+                    number,
+                    run_color(number - 1),
+                    state.status_of(name),
+                    value,
+                    best,
+                    mark,
+                    tuple(state.values_of(name)),
+                )
+            )
         if self.by_value:  # pinned first still; then the best value first (the runs' direction)
             lower = state.value_lower_is_better()
             pinned = [r for r in rows if r.mark == PINNED]
-            rest = sorted((r for r in rows if r.mark != PINNED),
-                          key=lambda r: (r.value is None,
-                                         (r.value if lower else -r.value) if r.value is not None else 0))
+            rest = sorted(
+                (r for r in rows if r.mark != PINNED),
+                key=lambda r: (r.value is None, (r.value if lower else -r.value) if r.value is not None else 0),
+            )
             rows = pinned + rest
         self.runs = rows
         shown = sum(r.mark in (SHOWN, PINNED) for r in rows)
         flt = state.run_filter.text
-        title = (f"{state.noun} {shown}/{len(rows)} shown" + (f" · {flt}" if flt else "")
-                 + f" · {state.monitor_name()}")
+        title = f"{state.noun} {shown}/{len(rows)} shown" + (f" · {flt}" if flt else "") + f" · {state.monitor_name()}"
         self.border_title = Text(safe_text(title, lines=False))
         self.border_subtitle = LEGEND if self.has_focus else "R: the run list's keys"
         self._render_rows(state.monitor_name(), tuple(state.value_columns()))
@@ -125,8 +142,10 @@ class RunList(DataTable):
         number_w = len(str(max((r.number for r in self.runs), default=1))) + 2  # "━12 "
         room = width - (2 + number_w) - status_w - value_w
         if heads:  # a sweep: each searched value in a column of its own, in place of the name
-            widths = [max([len(h)] + [len(r.values[i]) for r in self.runs if i < len(r.values)]) + 1
-                      for i, h in enumerate(heads)]
+            widths = [
+                max([len(h)] + [len(r.values[i]) for r in self.runs if i < len(r.values)]) + 1
+                for i, h in enumerate(heads)
+            ]
             # the values give way down to 6 cells each ("5.2e-4"), then the status becomes a sign, then values again
             squeezed = _squeeze(widths, room, floor=7)
             short = squeezed is None
@@ -140,8 +159,12 @@ class RunList(DataTable):
             name_w += status_w - 2 if short else 0
         if short:
             status_w = 2
-        key = (width, monitor, heads,
-               tuple((r.name, r.number, r.status, r.value, r.best, r.mark, r.values) for r in self.runs))
+        key = (
+            width,
+            monitor,
+            heads,
+            tuple((r.name, r.number, r.status, r.value, r.best, r.mark, r.values) for r in self.runs),
+        )
         if key == self._shown:
             return
         self._shown, self._width = key, width
@@ -163,17 +186,26 @@ class RunList(DataTable):
             on = r.mark in (SHOWN, PINNED)
             color = Style(color="#%02x%02x%02x" % r.color)
             dim = Style(dim=True)
-            run = Text.assemble((r.mark + " ", color if on else dim),
-                                (f"━{r.number}".ljust(number_w), color if on else dim))
+            run = Text.assemble(
+                (r.mark + " ", color if on else dim), (f"━{r.number}".ljust(number_w), color if on else dim)
+            )
             if heads:
-                middle = [Text(_fit_value(safe_name(r.values[i] if i < len(r.values) else "-", 200), w - 1),
-                               style="" if on else "dim") for i, w in enumerate(widths)]
+                middle = [
+                    Text(
+                        _fit_value(safe_name(r.values[i] if i < len(r.values) else "-", 200), w - 1),
+                        style="" if on else "dim",
+                    )
+                    for i, w in enumerate(widths)
+                ]
             else:
                 middle = [Text(_fit(safe_name(r.name, 200), name_w - 1, cut), style="" if on else "dim")]
             word = _STATUS_SIGN.get(r.status, r.status[:1]) if short else r.status
             status = Text(word, style=_STATUS_STYLE.get(r.status, "") + ("" if on else " dim"))
-            value = Text(("★" if r.best else " ") + (format_value(r.value) if r.value is not None else "-"),
-                         justify="right", style="" if on else "dim")
+            value = Text(
+                ("★" if r.best else " ") + (format_value(r.value) if r.value is not None else "-"),
+                justify="right",
+                style="" if on else "dim",
+            )
             self.add_row(run, *middle, status, value, key=r.name)
         self._names = names
         if cursor in names:
@@ -238,21 +270,42 @@ class RunList(DataTable):
             note = f"no run matches {text.strip()}" if text.strip() and not shown else ""
             self._changed(note)
 
-        self.app.push_screen(FilterScreen(state.run_filter.text, lambda text: RunFilter(text).error,
-                                          title="Show the runs that match: a name (a regular expression) or a config "
-                                                "value (optimizer.lr=1e-3, lr<1e-2); terms separated by spaces, all "
-                                                "must hold; empty: every run",
-                                          placeholder="e.g. lr=1e-3 or adam"), apply)
+        self.app.push_screen(
+            FilterScreen(
+                state.run_filter.text,
+                lambda text: RunFilter(text).error,
+                title="Show the runs that match: a name (a regular expression) or a config "
+                "value (optimizer.lr=1e-3, lr<1e-2); terms separated by spaces, all "
+                "must hold; empty: every run",
+                placeholder="e.g. lr=1e-3 or adam",
+            ),
+            apply,
+        )
 
     def action_charts(self) -> None:
         self.post_message(self.Changed("charts"))
 
 
 # the status as one sign where the column is narrow
-_STATUS_SIGN = {"completed": "✓", "failed": "✗", "killed": "✗", "interrupted": "■", "live": "▶",
-                "running": "▶", "paused": "‖", "pruned": "–"}
-_STATUS_STYLE = {"failed": "bold red", "killed": "bold red", "interrupted": "yellow", "live": "bold cyan",
-                 "running": "bold cyan", "paused": "yellow", "pruned": "dim"}
+_STATUS_SIGN = {
+    "completed": "✓",
+    "failed": "✗",
+    "killed": "✗",
+    "interrupted": "■",
+    "live": "▶",
+    "running": "▶",
+    "paused": "‖",
+    "pruned": "–",
+}
+_STATUS_STYLE = {
+    "failed": "bold red",
+    "killed": "bold red",
+    "interrupted": "yellow",
+    "live": "bold cyan",
+    "running": "bold cyan",
+    "paused": "yellow",
+    "pruned": "dim",
+}
 
 
 def _squeeze(widths: list[int], room: int, floor: int) -> list[int] | None:
@@ -270,7 +323,7 @@ def _squeeze(widths: list[int], room: int, floor: int) -> list[int] | None:
 
 def _cut(text: str, width: int) -> str:
     """`text` in `width` cells, its end given way to … when longer."""
-    return text if len(text) <= width else text[:max(width - 1, 0)] + "…"
+    return text if len(text) <= width else text[: max(width - 1, 0)] + "…"
 
 
 def _fit_value(text: str, width: int) -> str:
@@ -294,11 +347,11 @@ def _fit(name: str, width: int, cut: int = 0) -> str:
     start and its end: run folders differ at the end (…000027-lr0.01-h32, 2025…-lr0.01-h64)."""
     if cut:
         tail = name[cut:]
-        return "…" + tail[max(0, len(tail) - (width - 1)):]
+        return "…" + tail[max(0, len(tail) - (width - 1)) :]
     if len(name) <= width:
         return name
     head = max(1, (width - 1) // 3)
-    return name[:head] + "…" + name[len(name) - (width - 1 - head):]
+    return name[:head] + "…" + name[len(name) - (width - 1 - head) :]
 
 
 def _common_head(names: list[str]) -> int:

@@ -59,8 +59,11 @@ class SampleBody(Widget):
             return self._words(self._text_of(item), width, height)
         pixels = read_image(self.root / item.path) if self.root is not None and item.path else None
         if pixels is None:
-            why = (f"{item.path} is gone (older files are thinned)" if item.path and self.root is not None
-                   else "not kept: the run has no directory")
+            why = (
+                f"{item.path} is gone (older files are thinned)"
+                if item.path and self.root is not None
+                else "not kept: the run has no directory"
+            )
             return self._words(f"image at step {item.step}: {why}", width, height, dim=True)
         h, w = pixels.shape[:2]
         tw, th = fit(w, h, width, height)
@@ -85,8 +88,9 @@ class SampleBody(Widget):
         if len(rows) > height:
             more = len(rows) - height + 1
             note = f"… {more} more line{'s' if more != 1 else ''} (Enter: all)"
-            rows = rows[:height - 1] + [Text(note if len(note) <= width else f"… +{more} lines"[:width],
-                                             style=Style(dim=True, italic=True))]
+            rows = rows[: height - 1] + [
+                Text(note if len(note) <= width else f"… +{more} lines"[:width], style=Style(dim=True, italic=True))
+            ]
         self.shown_text = "\n".join(r.plain for r in rows)
         base = self.rich_style
         return [Strip(list(r.render(console)), r.cell_len).apply_style(base) for r in rows]
@@ -137,8 +141,16 @@ class SampleCard(Vertical):
     def _graphic(self, item: MediaItem | None, root: Path | None) -> bool:
         """The image with the terminal's graphics, where `graphics.probe` found them; False: half-blocks."""
         make = graphics.image_widget()
-        path = root / item.path if make is not None and item is not None and item.kind == "image" \
-            and item.path and root is not None and self.body.is_attached else None
+        path = (
+            root / item.path
+            if make is not None
+            and item is not None
+            and item.kind == "image"
+            and item.path
+            and root is not None
+            and self.body.is_attached
+            else None
+        )
         if path is None or not path.is_file():
             if self.graphics is not None:
                 self.graphics.remove()
@@ -250,7 +262,6 @@ class SamplesPanel(Widget, can_focus=True):
         if self.at_step is None and media is not None and len(media.steps()) > 1:
             notes.append("[ older")
         self.border_subtitle = " · ".join(notes)
-
 
     # --- the slider and the keys ------------------------------------------------------------
 
