@@ -245,8 +245,8 @@ def frame_cost(points: int) -> float:
     from textual.app import App
 
     from tuitrain.core.events import MetricsLogged, RunStarted
-    from tuitrain.dashboard.model import DashboardState
-    from tuitrain.dashboard.widgets.metric_plot import MetricPlot
+    from tuitrain.dashboard.state.model import DashboardState
+    from tuitrain.dashboard.charts.metric_plot import MetricPlot
 
     state = DashboardState()
     state.apply(

@@ -222,7 +222,7 @@ def child_app(folder: str, runs: int) -> dict:
     async def main() -> tuple[float, dict]:
         from tuitrain.cli import _watched_runs
         from tuitrain.dashboard.entry import compare_app
-        from tuitrain.dashboard.widgets.run_list import RunList
+        from tuitrain.dashboard.panels.run_list import RunList
 
         t0 = time.perf_counter()
         dirs = _watched_runs([folder])

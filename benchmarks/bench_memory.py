@@ -37,8 +37,8 @@ from tuitrain.core.events import (
     RunStarted,  # noqa: E402
     StepCompleted,
 )
-from tuitrain.dashboard.bridge import EventBridge  # noqa: E402
-from tuitrain.dashboard.model import DashboardState  # noqa: E402
+from tuitrain.dashboard.state.bridge import EventBridge  # noqa: E402
+from tuitrain.dashboard.state.model import DashboardState  # noqa: E402
 from tuitrain.sinks.console import HeadlessConsole  # noqa: E402
 from tuitrain.sinks.standard import standard_sinks  # noqa: E402
 

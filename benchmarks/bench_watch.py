@@ -176,8 +176,8 @@ def _usage() -> dict:
 def child_model(run_dir: str, how: str) -> dict:
     import threading
 
-    from tuitrain.dashboard.model import DashboardState
-    from tuitrain.dashboard.sources import FileSource
+    from tuitrain.dashboard.state.model import DashboardState
+    from tuitrain.sources.run_files import FileSource
 
     before = _usage()
     t0 = time.perf_counter()
@@ -225,7 +225,7 @@ def child_app(run_dir: str) -> dict:
     import asyncio
 
     from tuitrain.dashboard.app import DashboardApp
-    from tuitrain.dashboard.sources import FileSource
+    from tuitrain.sources.run_files import FileSource
 
     before = _usage()
 
@@ -252,8 +252,8 @@ def child_live(run_dir: str, source: str, rate: float, seconds: float) -> dict:
     """Follow `run_dir`/events.jsonl while a writer process appends `source`'s lines at `rate` a second."""
     import threading
 
-    from tuitrain.dashboard.model import DashboardState
-    from tuitrain.dashboard.sources import FileSource
+    from tuitrain.dashboard.state.model import DashboardState
+    from tuitrain.sources.run_files import FileSource
 
     Path(run_dir).mkdir(parents=True, exist_ok=True)
     (Path(run_dir) / "events.jsonl").write_bytes(b"")

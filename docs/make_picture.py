@@ -54,7 +54,7 @@ def recorded_events(recording: Path = RECORDING, until_step: int = UNTIL_STEP) -
 async def _draw(events: list, size: tuple[int, int]) -> str:
     from tuitrain.dashboard.app import DashboardApp
     from tuitrain.dashboard.small_svg import smaller
-    from tuitrain.dashboard.sources import ReplaySource
+    from tuitrain.sources.run_files import ReplaySource
 
     now = max(e.time for e in events) + 1.0
     app = DashboardApp(ReplaySource(events, wait=True), _Keys(), None, clock=lambda: now)

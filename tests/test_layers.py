@@ -1,4 +1,4 @@
-"""Layers import only downward: core -> sinks -> dashboard -> config -> run -> cli (and the package's
+"""Layers import only downward: core -> sinks -> sources -> dashboard -> config -> run -> cli (and the package's
 public API on top). Every import in every module is read from its source, those inside functions too."""
 
 import ast
@@ -9,6 +9,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "tuitrain"
 LAYERS = [  # lowest first; a module may import its own layer and those before it
     ("core", ("tuitrain.core",)),
     ("sinks", ("tuitrain.sinks",)),
+    ("sources", ("tuitrain.sources",)),
     ("dashboard", ("tuitrain.dashboard",)),
     ("config", ("tuitrain.config",)),
     ("run", ("tuitrain.run",)),

@@ -5,8 +5,8 @@ the charts mark the episode once, at its first step; every alert stays listed in
 from __future__ import annotations
 
 from tuitrain.core.events import AlertRaised
-from tuitrain.dashboard.model import DashboardState
-from tuitrain.dashboard.widgets.chart_grid import ChartGrid
+from tuitrain.dashboard.state.model import DashboardState
+from tuitrain.dashboard.charts.chart_grid import ChartGrid
 
 from .fixtures import recorded_run
 from .test_app import make_app, shown, sync, until

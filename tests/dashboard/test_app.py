@@ -15,17 +15,17 @@ from tuitrain.core.control import Interrupter
 from tuitrain.core.events import ControlReceived, RunFinished
 from tuitrain.dashboard.app import DashboardApp
 from tuitrain.dashboard.live import LiveApp, LiveRun
-from tuitrain.dashboard.sources import FileSource, ReplaySource
-from tuitrain.dashboard.widgets.chart_grid import ChartGrid
-from tuitrain.dashboard.widgets.checkpoint_list import CheckpointList
-from tuitrain.dashboard.widgets.confirm_screen import ConfirmScreen
-from tuitrain.dashboard.widgets.control_bar import ControlBar
-from tuitrain.dashboard.widgets.devices_panel import DevicesPanel
-from tuitrain.dashboard.widgets.help_screen import HelpScreen
-from tuitrain.dashboard.widgets.metric_plot import MetricPlot
-from tuitrain.dashboard.widgets.output_log import OutputLog
-from tuitrain.dashboard.widgets.progress_panel import ProgressPanel
-from tuitrain.dashboard.widgets.result_screen import ResultScreen
+from tuitrain.sources.run_files import FileSource, ReplaySource
+from tuitrain.dashboard.charts.chart_grid import ChartGrid
+from tuitrain.dashboard.panels.checkpoint_list import CheckpointList
+from tuitrain.dashboard.screens.confirm_screen import ConfirmScreen
+from tuitrain.dashboard.panels.control_bar import ControlBar
+from tuitrain.dashboard.panels.devices_panel import DevicesPanel
+from tuitrain.dashboard.screens.help_screen import HelpScreen
+from tuitrain.dashboard.charts.metric_plot import MetricPlot
+from tuitrain.dashboard.panels.output_log import OutputLog
+from tuitrain.dashboard.panels.progress_panel import ProgressPanel
+from tuitrain.dashboard.screens.result_screen import ResultScreen
 
 from .fixtures import T0, last_time, recorded_run, write_jsonl
 
@@ -87,7 +87,7 @@ async def until(pilot, condition, timeout: float = 60.0) -> None:
 
 
 def plot_cost(app) -> float:
-    from tuitrain.dashboard.widgets.chart_grid import ChartGrid
+    from tuitrain.dashboard.charts.chart_grid import ChartGrid
 
     return app.query_one(ChartGrid).build_cost()
 

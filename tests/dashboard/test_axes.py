@@ -12,8 +12,8 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from tuitrain.dashboard.charts import axis_labels, snap_axis
-from tuitrain.dashboard.drawing import Line, Palette, draw_chart
+from tuitrain.dashboard.charts.plan import axis_labels, snap_axis
+from tuitrain.dashboard.charts.drawing import Line, Palette, draw_chart
 
 from .fixtures import recorded_run
 from .test_app import make_app, shown, sync, until

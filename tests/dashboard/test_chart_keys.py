@@ -9,12 +9,12 @@ import math
 import pytest
 
 from tuitrain.core.events import MetricsLogged, RunStarted
-from tuitrain.dashboard.widgets.chart_grid import ChartGrid
-from tuitrain.dashboard.widgets.filter_screen import FilterScreen
-from tuitrain.dashboard.widgets.metric_plot import MetricPlot
-from tuitrain.dashboard.widgets.output_log import OutputLog
+from tuitrain.dashboard.charts.chart_grid import ChartGrid
+from tuitrain.dashboard.screens.filter_screen import FilterScreen
+from tuitrain.dashboard.charts.metric_plot import MetricPlot
+from tuitrain.dashboard.panels.output_log import OutputLog
 
-from tuitrain.dashboard.charts import short
+from tuitrain.dashboard.charts.plan import short
 
 from .fixtures import T0, recorded_run
 from .test_app import RecordingController, make_app, shown, sync, until
@@ -379,7 +379,7 @@ async def test_all_chart_widgets_are_metric_plots():
         # every chart is a MetricPlot itself (bench_all.py times MetricPlot from this import path)
         assert len(on_screen) == 4 and all(type(c) is MetricPlot for c in on_screen)
         assert set(on_screen) == set(grid(app).charts.values())
-    from tuitrain.dashboard import charts
-    from tuitrain.dashboard.widgets.metric_plot import thin
+    from tuitrain.dashboard.charts import plan as charts
+    from tuitrain.dashboard.charts.metric_plot import thin
 
     assert thin is charts.thin  # the older import path (benchmarks) gives the same function

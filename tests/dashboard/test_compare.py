@@ -9,10 +9,10 @@ import pytest
 
 from tuitrain.cli import _watched_runs
 from tuitrain.dashboard.app import DashboardApp
-from tuitrain.dashboard.compare import CompareSource, CompareState, read_config, run_names
-from tuitrain.dashboard.widgets.chart_grid import ChartGrid
-from tuitrain.dashboard.widgets.control_bar import ControlBar
-from tuitrain.dashboard.widgets.diff_screen import DiffScreen
+from tuitrain.dashboard.state.compare import CompareSource, CompareState, read_config, run_names
+from tuitrain.dashboard.charts.chart_grid import ChartGrid
+from tuitrain.dashboard.panels.control_bar import ControlBar
+from tuitrain.dashboard.screens.diff_screen import DiffScreen
 from tuitrain.run.runner import prepare_run
 
 from .test_app import SIZE, sync, until

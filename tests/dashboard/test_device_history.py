@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from tuitrain.core.events import DevicesSampled, MetricsLogged
 from tuitrain.dashboard.app import DashboardApp
-from tuitrain.dashboard.model import DashboardState
-from tuitrain.dashboard.sources import FileSource
-from tuitrain.dashboard.widgets.chart_grid import ChartGrid
+from tuitrain.dashboard.state.model import DashboardState
+from tuitrain.sources.run_files import FileSource
+from tuitrain.dashboard.charts.chart_grid import ChartGrid
 
 from .fixtures import MB, T0, devices, recorded_run, write_jsonl
 from .test_app import make_app, sync, until

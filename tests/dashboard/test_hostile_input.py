@@ -23,12 +23,12 @@ from tuitrain.core.events import (
     parse_line,
 )
 from tuitrain.dashboard.app import DashboardApp
-from tuitrain.dashboard.model import DashboardState
-from tuitrain.dashboard.sources import FileSource, ReplaySource
-from tuitrain.dashboard.widgets.chart_grid import ChartGrid
-from tuitrain.dashboard.widgets.devices_panel import env_line
-from tuitrain.dashboard.widgets.output_log import OutputLog
-from tuitrain.dashboard.widgets.result_screen import result_body, result_title
+from tuitrain.dashboard.state.model import DashboardState
+from tuitrain.sources.run_files import FileSource, ReplaySource
+from tuitrain.dashboard.charts.chart_grid import ChartGrid
+from tuitrain.dashboard.panels.devices_panel import env_line
+from tuitrain.dashboard.panels.output_log import OutputLog
+from tuitrain.dashboard.screens.result_screen import result_body, result_title
 
 from .fixtures import T0, recorded_run, write_jsonl
 from .test_app import SIZE, sync, until

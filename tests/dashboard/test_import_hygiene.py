@@ -17,11 +17,11 @@ def _modules_after(code: str) -> set[str]:
 
 def test_dashboard_package_and_data_side_do_not_import_textual():
     mods = _modules_after(
-        "import tuitrain.dashboard, tuitrain.dashboard.model, tuitrain.dashboard.bridge, "
-        "tuitrain.dashboard.sources, tuitrain.dashboard.series, tuitrain.run.directories, "
+        "import tuitrain.dashboard, tuitrain.dashboard.state.model, tuitrain.dashboard.state.bridge, "
+        "tuitrain.sources.run_files, tuitrain.dashboard.state.series, tuitrain.run.directories, "
         "tuitrain.core.devices"
     )
-    assert "tuitrain.dashboard.model" in mods
+    assert "tuitrain.dashboard.state.model" in mods
     assert not any(m == "textual" or m.startswith("textual.") for m in mods)
     assert "torch" not in mods
 

@@ -8,8 +8,8 @@ import bisect
 import math
 
 from tuitrain.core.events import MetricsLogged, RunStarted
-from tuitrain.dashboard.charts import short
-from tuitrain.dashboard.compare import CompareState, Tagged
+from tuitrain.dashboard.charts.plan import short
+from tuitrain.dashboard.state.compare import CompareState, Tagged
 
 from .fixtures import T0
 from .test_app import make_app, shown, sync, until

@@ -21,12 +21,12 @@ import pytest
 from tuitrain.dashboard.app import DashboardApp
 from tuitrain.dashboard.entry import compare_app, sweep_app
 from tuitrain.dashboard.live import LiveApp, LiveRun
-from tuitrain.dashboard.sources import FileSource
-from tuitrain.dashboard.widgets.chart_grid import ChartGrid
-from tuitrain.dashboard.widgets.confirm_screen import ConfirmScreen
-from tuitrain.dashboard.widgets.filter_screen import FilterScreen
-from tuitrain.dashboard.widgets.help_screen import HelpScreen
-from tuitrain.dashboard.widgets.result_screen import ResultScreen
+from tuitrain.sources.run_files import FileSource
+from tuitrain.dashboard.charts.chart_grid import ChartGrid
+from tuitrain.dashboard.screens.confirm_screen import ConfirmScreen
+from tuitrain.dashboard.screens.filter_screen import FilterScreen
+from tuitrain.dashboard.screens.help_screen import HelpScreen
+from tuitrain.dashboard.screens.result_screen import ResultScreen
 
 from .fixtures import T0, recorded_run, write_jsonl
 from .keyfuzz import Outcome, Scenario, burst, paste, play, round_of, shrink

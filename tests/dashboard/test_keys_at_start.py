@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 
 from tuitrain.dashboard.app import DashboardApp
-from tuitrain.dashboard.sources import FileSource
-from tuitrain.dashboard.widgets.metric_plot import MetricPlot
-from tuitrain.dashboard.widgets.result_screen import ResultScreen
+from tuitrain.sources.run_files import FileSource
+from tuitrain.dashboard.charts.metric_plot import MetricPlot
+from tuitrain.dashboard.screens.result_screen import ResultScreen
 
 from .fixtures import T0, recorded_run, write_jsonl
 from .test_app import RecordingController, make_app, shown, sync, until

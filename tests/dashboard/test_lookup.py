@@ -1,10 +1,10 @@
-"""`StepLookup` (tuitrain/dashboard/lookup.py): a logged value at a step, exactly, from a run's
+"""`StepLookup` (tuitrain/sources/lookup.py): a logged value at a step, exactly, from a run's
 events.columns, believed only where events.jsonl still holds the lines it was written from."""
 
 from __future__ import annotations
 
 from tuitrain.core.events import MetricsLogged, RunStarted
-from tuitrain.dashboard.lookup import StepLookup
+from tuitrain.sources.lookup import StepLookup
 
 from .fixtures import T0
 from .test_scale import write_with_columns

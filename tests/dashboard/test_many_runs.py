@@ -13,13 +13,13 @@ import re
 import pytest
 
 from tuitrain.core.events import CheckpointSaved, MetricsLogged, RunStarted
-from tuitrain.dashboard.compare import CompareState, RunFilter
+from tuitrain.dashboard.state.compare import CompareState, RunFilter
 from tuitrain.dashboard.entry import compare_app
-from tuitrain.dashboard.widgets.chart_grid import ChartGrid
-from tuitrain.dashboard.widgets.diff_screen import DiffScreen
-from tuitrain.dashboard.widgets.filter_screen import FilterScreen
-from tuitrain.dashboard.widgets.metric_plot import MetricPlot
-from tuitrain.dashboard.widgets.run_list import PINNED, SHOWN, RunList
+from tuitrain.dashboard.charts.chart_grid import ChartGrid
+from tuitrain.dashboard.screens.diff_screen import DiffScreen
+from tuitrain.dashboard.screens.filter_screen import FilterScreen
+from tuitrain.dashboard.charts.metric_plot import MetricPlot
+from tuitrain.dashboard.panels.run_list import PINNED, SHOWN, RunList
 
 from .fixtures import recorded_run, write_jsonl
 from .test_app import SIZE, sync, until

@@ -15,11 +15,11 @@ import pytest
 from tuitrain.core.events import HistogramLogged, MediaLogged
 from tuitrain.dashboard.app import DashboardApp
 from tuitrain.dashboard.export import write_media
-from tuitrain.dashboard.media import MediaState, thin
-from tuitrain.dashboard.model import DashboardState
-from tuitrain.dashboard.sources import FileSource, ReplaySource
-from tuitrain.dashboard.widgets.histogram_plot import HistogramPlot
-from tuitrain.dashboard.widgets.samples_panel import SampleBody, SampleCard, SamplesPanel
+from tuitrain.dashboard.state.media import MediaState, thin
+from tuitrain.dashboard.state.model import DashboardState
+from tuitrain.sources.run_files import FileSource, ReplaySource
+from tuitrain.dashboard.charts.histogram_plot import HistogramPlot
+from tuitrain.dashboard.panels.samples_panel import SampleBody, SampleCard, SamplesPanel
 
 from .fixtures import T0, last_time, recorded_run, write_jsonl
 from .test_app import RecordingController, sync, until
@@ -259,7 +259,7 @@ def test_snapshot_samples_and_heatmap(snap_compare, tmp_path):
 @pytest.fixture(autouse=True)
 def _no_graphics(monkeypatch):
     """Half-blocks, whatever the machine has installed."""
-    from tuitrain.dashboard import graphics
+    from tuitrain.dashboard.panels import graphics
 
     monkeypatch.setattr(graphics, "IMAGE_WIDGET", None)
 
@@ -273,7 +273,7 @@ class _Tty:
 
 
 def test_the_terminal_is_asked_for_graphics_only_where_it_can_answer(monkeypatch):
-    from tuitrain.dashboard import graphics
+    from tuitrain.dashboard.panels import graphics
 
     monkeypatch.setattr(graphics.importlib.util, "find_spec", lambda name: object())  # textual-image there
     tty = dict(stdin=_Tty(), stdout=_Tty())

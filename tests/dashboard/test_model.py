@@ -18,10 +18,10 @@ from tuitrain.core.events import (
     StepCompleted,
     StepStarted,
 )
-from tuitrain.dashboard.bridge import EventBridge
-from tuitrain.dashboard.model import DashboardState
-from tuitrain.dashboard.series import Series
-from tuitrain.dashboard.sources import FileSource, MetricsBlock
+from tuitrain.dashboard.state.bridge import EventBridge
+from tuitrain.dashboard.state.model import DashboardState
+from tuitrain.dashboard.state.series import Series
+from tuitrain.sources.run_files import FileSource, MetricsBlock
 
 from .fixtures import T0, recorded_run, write_jsonl
 
@@ -291,7 +291,7 @@ def test_file_source_waits_while_the_screen_is_behind(tmp_path):
 
 
 def test_plot_thinning_is_bounded_and_keeps_a_spike():
-    from tuitrain.dashboard.widgets.metric_plot import thin
+    from tuitrain.dashboard.charts.metric_plot import thin
 
     xs = list(range(100_000))
     ys = [1.0] * 100_000
@@ -304,7 +304,7 @@ def test_plot_thinning_is_bounded_and_keeps_a_spike():
 
 
 def test_env_line_shows_versions_device_and_commit():
-    from tuitrain.dashboard.widgets.devices_panel import env_line
+    from tuitrain.dashboard.panels.devices_panel import env_line
 
     env = {"torch": "2.13.0", "python": "3.11.7", "device": "cpu", "git_commit": "1a2b3c4d5e6f", "git_dirty": True}
     assert env_line(env) == "torch 2.13.0 · py 3.11.7 · cpu · git 1a2b3c4*"

@@ -11,7 +11,7 @@ from textual.app import App
 from textual.geometry import Region
 
 from tuitrain.core.events import OutputPrinted
-from tuitrain.dashboard.widgets.output_log import OutputLog
+from tuitrain.dashboard.panels.output_log import OutputLog
 
 from .test_app import make_app, sync, until
 from .fixtures import T0, recorded_run

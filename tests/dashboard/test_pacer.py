@@ -1,11 +1,11 @@
-"""The pace of redraws, decided without Textual (tuitrain/dashboard/pacing.py `Pacer`): clock readings
+"""The pace of redraws, decided without Textual (tuitrain/dashboard/state/pacing.py `Pacer`): clock readings
 in, a decision out."""
 
 from __future__ import annotations
 
 import pytest
 
-from tuitrain.dashboard.pacing import (
+from tuitrain.dashboard.state.pacing import (
     BUSY_DRAIN_INTERVAL,
     LOADING_PLOT_INTERVAL,
     MAX_SLOW,

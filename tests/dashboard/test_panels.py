@@ -6,9 +6,9 @@ from __future__ import annotations
 import dataclasses
 
 from tuitrain.core.events import MetricsLogged, RunFailed, RunFinished
-from tuitrain.dashboard.sources import ReplaySource
-from tuitrain.dashboard.widgets.progress_panel import ProgressPanel
-from tuitrain.dashboard.widgets.result_screen import ResultScreen
+from tuitrain.sources.run_files import ReplaySource
+from tuitrain.dashboard.panels.progress_panel import ProgressPanel
+from tuitrain.dashboard.screens.result_screen import ResultScreen
 
 from .fixtures import recorded_run
 from .test_app import SIZE, make_app, shown, sync, until

@@ -9,8 +9,8 @@ import pytest
 
 from tuitrain.core.checkpoint import read_index
 from tuitrain.dashboard.live import LiveApp, LiveRun
-from tuitrain.dashboard.widgets.confirm_screen import ConfirmScreen
-from tuitrain.dashboard.widgets.metric_plot import MetricPlot
+from tuitrain.dashboard.screens.confirm_screen import ConfirmScreen
+from tuitrain.dashboard.charts.metric_plot import MetricPlot
 from tuitrain.run.runner import prepare_run
 
 from .test_app import SIZE, sync, until

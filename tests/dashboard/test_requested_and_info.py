@@ -6,8 +6,8 @@ from __future__ import annotations
 from textual.widgets import Static
 
 from tuitrain.core.events import AlertRaised, CheckpointSaved
-from tuitrain.dashboard.widgets.checkpoint_list import LEGEND, REQUESTED, CheckpointList
-from tuitrain.dashboard.widgets.output_log import OutputLog
+from tuitrain.dashboard.panels.checkpoint_list import LEGEND, REQUESTED, CheckpointList
+from tuitrain.dashboard.panels.output_log import OutputLog
 
 from .fixtures import last_time, recorded_run
 from .test_app import SIZE, make_app, shown, sync

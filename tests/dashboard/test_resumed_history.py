@@ -15,10 +15,10 @@ from tests.conftest import read_events, wait_for
 from tuitrain.core.control import Interrupter
 from tuitrain.core.events import AlertRaised, MetricsLogged, RunFinished, RunStarted, StepCompleted
 from tuitrain.dashboard.live import LiveApp, LiveRun
-from tuitrain.dashboard.model import DashboardState
-from tuitrain.dashboard.sources import FileSource
-from tuitrain.dashboard.widgets.chart_grid import ChartGrid
-from tuitrain.dashboard.widgets.result_screen import ResultScreen
+from tuitrain.dashboard.state.model import DashboardState
+from tuitrain.sources.run_files import FileSource
+from tuitrain.dashboard.charts.chart_grid import ChartGrid
+from tuitrain.dashboard.screens.result_screen import ResultScreen
 from tuitrain.run.runner import prepare_run
 
 from .fixtures import T0, write_jsonl

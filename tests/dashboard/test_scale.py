@@ -13,10 +13,10 @@ from hypothesis import strategies as st
 
 from tests.conftest import wait_for
 from tuitrain.core.events import MetricsLogged, parse_line
-from tuitrain.dashboard.charts import thin
-from tuitrain.dashboard.model import DashboardState
-from tuitrain.dashboard.series import Anchors, Series
-from tuitrain.dashboard.sources import FileSource, MetricsBlock
+from tuitrain.dashboard.charts.plan import thin
+from tuitrain.dashboard.state.model import DashboardState
+from tuitrain.dashboard.state.series import Anchors, Series
+from tuitrain.sources.run_files import FileSource, MetricsBlock
 
 from .fixtures import devices, recorded_run, write_jsonl
 

@@ -14,11 +14,11 @@ from textual.widgets._footer import FooterKey
 from tuitrain.core.events import AlertRaised, MetricsLogged, PhaseStarted, RunStarted, StepCompleted
 from tuitrain.dashboard.app import DashboardApp
 from tuitrain.dashboard.fitting import title_line, words_within
-from tuitrain.dashboard.sources import FileSource, ReplaySource
-from tuitrain.dashboard.widgets.chart_grid import ChartGrid
-from tuitrain.dashboard.widgets.chart_note import ChartNote
-from tuitrain.dashboard.widgets.devices_panel import DevicesPanel, env_line
-from tuitrain.dashboard.widgets.progress_panel import ProgressPanel
+from tuitrain.sources.run_files import FileSource, ReplaySource
+from tuitrain.dashboard.charts.chart_grid import ChartGrid
+from tuitrain.dashboard.charts.chart_note import ChartNote
+from tuitrain.dashboard.panels.devices_panel import DevicesPanel, env_line
+from tuitrain.dashboard.panels.progress_panel import ProgressPanel
 
 from .fixtures import T0, recorded_run, write_jsonl
 from .test_app import RecordingController, make_app, shown, sync, until

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tuitrain.dashboard.app import DashboardApp
-from tuitrain.dashboard.sources import ReplaySource
+from tuitrain.sources.run_files import ReplaySource
 
 from .fixtures import last_time, recorded_run
 from .test_app import RecordingController

@@ -15,8 +15,8 @@ import pytest
 
 from tuitrain.core.events import RunStarted
 from tuitrain.dashboard.app import DashboardApp
-from tuitrain.dashboard.sources import FileSource
-from tuitrain.dashboard.widgets.confirm_screen import ConfirmScreen
+from tuitrain.sources.run_files import FileSource
+from tuitrain.dashboard.screens.confirm_screen import ConfirmScreen
 
 from .fixtures import T0, recorded_run, write_jsonl
 from .test_app import RecordingController, make_app, shown, sync, until

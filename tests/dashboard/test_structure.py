@@ -10,9 +10,9 @@ from textual.app import App
 from textual.widgets import Button
 
 from tuitrain.dashboard.app import DashboardApp
-from tuitrain.dashboard.screen import DashboardScreen
-from tuitrain.dashboard.widgets.chart_grid import ChartGrid
-from tuitrain.dashboard.widgets.metric_plot import MetricPlot
+from tuitrain.dashboard.screens.screen import DashboardScreen
+from tuitrain.dashboard.charts.chart_grid import ChartGrid
+from tuitrain.dashboard.charts.metric_plot import MetricPlot
 
 from .test_app import RecordingController, make_app, sync, until
 from .test_chart_keys import four_metrics, grid
@@ -53,11 +53,11 @@ async def test_the_feed_works_from_what_it_is_given_and_tells_its_host_the_end_b
     """`Feed` needs no `DashboardApp`: any Textual app as its host (timers, messages), a bridge, a
     source, a pacer, a screen and a state; it folds the events, shows them, and posts `Feed.Settled`
     once the run's end is in."""
-    from tuitrain.dashboard.bridge import EventBridge
-    from tuitrain.dashboard.feed import Feed
-    from tuitrain.dashboard.model import DashboardState
-    from tuitrain.dashboard.pacing import Pacer
-    from tuitrain.dashboard.sources import ReplaySource
+    from tuitrain.dashboard.state.bridge import EventBridge
+    from tuitrain.dashboard.state.feed import Feed
+    from tuitrain.dashboard.state.model import DashboardState
+    from tuitrain.dashboard.state.pacing import Pacer
+    from tuitrain.sources.run_files import ReplaySource
 
     from .fixtures import T0, recorded_run
 

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from tuitrain.dashboard.entry import sweep_app
-from tuitrain.dashboard.params import ParamAxis, TrialPoint, param_axes, parallel, searched
-from tuitrain.dashboard.screen import DashboardScreen
-from tuitrain.dashboard.widgets.params_screen import ParallelPlot, ParamPlot, ParamsScreen
+from tuitrain.dashboard.state.params import ParamAxis, TrialPoint, param_axes, parallel, searched
+from tuitrain.dashboard.screens.screen import DashboardScreen
+from tuitrain.dashboard.screens.params_screen import ParallelPlot, ParamPlot, ParamsScreen
 
 from .test_app import SIZE, sync, until
 from .test_sweep_watch import write_sweep, write_trial

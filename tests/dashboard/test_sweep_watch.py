@@ -29,10 +29,10 @@ from tuitrain.core.events import (
     RunStarted,
 )
 from tuitrain.dashboard.entry import sweep_app
-from tuitrain.dashboard.compare import RunAdded
-from tuitrain.dashboard.sweep import SweepState, TrialChecked, column_heads, read_sweep
-from tuitrain.dashboard.widgets.chart_grid import ChartGrid
-from tuitrain.dashboard.widgets.run_list import RunList
+from tuitrain.dashboard.state.compare import RunAdded
+from tuitrain.dashboard.state.sweep import SweepState, TrialChecked, column_heads, read_sweep
+from tuitrain.dashboard.charts.chart_grid import ChartGrid
+from tuitrain.dashboard.panels.run_list import RunList
 from tuitrain.sinks.jsonl import JsonlWriter
 from tuitrain.sinks.run_status import RunStatusWriter
 

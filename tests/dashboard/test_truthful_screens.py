@@ -10,10 +10,10 @@ import sys
 import pytest
 
 from tuitrain.dashboard.app import DashboardApp
-from tuitrain.dashboard.compare import CompareSource, CompareState, run_names
-from tuitrain.dashboard.sources import FileSource, ReplaySource
-from tuitrain.dashboard.widgets.progress_panel import ProgressPanel
-from tuitrain.dashboard.widgets.result_screen import ResultScreen, result_body, result_title
+from tuitrain.dashboard.state.compare import CompareSource, CompareState, run_names
+from tuitrain.sources.run_files import FileSource, ReplaySource
+from tuitrain.dashboard.panels.progress_panel import ProgressPanel
+from tuitrain.dashboard.screens.result_screen import ResultScreen, result_body, result_title
 
 from .fixtures import T0, last_time, recorded_run, write_jsonl
 from .test_app import SIZE, shown, sync, until
@@ -101,7 +101,7 @@ async def test_the_summary_modal_shows_a_table_not_markdown():
 async def test_a_page_of_charts_starts_at_a_chart_s_top_after_the_grid_changes_height():
     """80x24, PgDn, then the grid's height changes (the terminal resized, a panel beside it grown, the
     buttons gone at the run's end): the top chart is still whole, its title border at the top."""
-    from tuitrain.dashboard.widgets.chart_grid import ChartGrid
+    from tuitrain.dashboard.charts.chart_grid import ChartGrid
 
     events = recorded_run(epochs=3, end="completed")
     app = DashboardApp(ReplaySource(events, exit_code=0, wait=False), None, clock=lambda: last_time(events))
@@ -129,8 +129,8 @@ async def test_a_page_of_charts_starts_at_a_chart_s_top_after_the_grid_changes_h
 async def test_the_config_differences_keep_each_run_s_name_on_one_line(runs, size):
     from textual.app import App
 
-    from tuitrain.dashboard.compare import run_color
-    from tuitrain.dashboard.widgets.diff_screen import DiffScreen
+    from tuitrain.dashboard.state.compare import run_color
+    from tuitrain.dashboard.screens.diff_screen import DiffScreen
 
     names = [f"20261128-0643{i:02d}" for i in range(runs)]
     rows = [
@@ -152,7 +152,7 @@ async def test_a_run_shorter_than_one_device_sample_still_shows_its_devices():
     """A 2 s Learner run ended before the sampler's first tick: the panel showed "no device samples yet"."""
     from tuitrain.core.devices import DeviceMonitor
     from tuitrain.core.events import DevicesSampled
-    from tuitrain.dashboard.widgets.devices_panel import DevicesPanel
+    from tuitrain.dashboard.panels.devices_panel import DevicesPanel
 
     events = recorded_run(epochs=1, end="completed")
     emitted = []
@@ -188,11 +188,11 @@ async def test_the_help_screen_explains_every_mark_and_fits_the_screen(size, how
     are explained, all of it on the screen, at 80x24 too."""
     from tests.dashboard.test_app import RecordingController
 
-    from tuitrain.dashboard.widgets.help_screen import HelpScreen
+    from tuitrain.dashboard.screens.help_screen import HelpScreen
 
     events = recorded_run(epochs=3, total_epochs=5, end="running")
     if how == "compare":
-        from tuitrain.dashboard.compare import CompareState
+        from tuitrain.dashboard.state.compare import CompareState
 
         app = DashboardApp(ReplaySource(events), None, watch=True, clock=lambda: last_time(events))
         app.state = CompareState(["a", "b"], {}, clock=app.clock)
@@ -223,7 +223,7 @@ def test_a_run_that_has_not_logged_its_monitored_metric_shows_no_other_metric_in
     """Compared runs monitoring valid/accuracy: one killed before its first validation showed its train loss
     under the accuracy heading (found by the newcomer walk, issue 51)."""
     from tuitrain.core.events import MetricsLogged, RunStarted
-    from tuitrain.dashboard.compare import CompareState, Tagged
+    from tuitrain.dashboard.state.compare import CompareState, Tagged
 
     state = CompareState(["a"], {"a": {"checkpoint": {"monitor": "valid/accuracy", "mode": "max"}}})
     state.apply(

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="needs a pty")
 #: `tuitrain run` with a widget that fails: what a bug in a widget does to the screen
 FAILING = """
 import os, sys
-from tuitrain.dashboard.widgets import progress_panel
+from tuitrain.dashboard.panels import progress_panel
 
 after = int(os.environ.get("FAIL_AFTER", "0"))
 show, shown = progress_panel.ProgressPanel.show, [0]
@@ -213,7 +213,7 @@ with Monitor(experiment="loop", run_dir=sys.argv[1], max_steps=100000) as mon:
 SITECUSTOMIZE = """
 import os
 if os.environ.get("FAIL_AFTER"):
-    from tuitrain.dashboard.widgets import progress_panel
+    from tuitrain.dashboard.panels import progress_panel
 
     show, shown = progress_panel.ProgressPanel.show, [0]
 

@@ -403,7 +403,7 @@ def test_under_ddp_a_rank_stuck_in_a_step_aborts_the_run_within_the_stall_time(p
 
 
 def test_the_dashboard_model_lists_alerts_and_logs_them(project):
-    from tuitrain.dashboard.model import DashboardState
+    from tuitrain.dashboard.state.model import DashboardState
     from tuitrain.core.events import from_dict
 
     code, run_dir, events = train(

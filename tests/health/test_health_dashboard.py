@@ -6,7 +6,7 @@ from __future__ import annotations
 from tests.dashboard.fixtures import recorded_run
 from tests.dashboard.test_app import make_app, sync, until
 from tuitrain.core.events import AlertRaised
-from tuitrain.dashboard.widgets.chart_grid import ChartGrid
+from tuitrain.dashboard.charts.chart_grid import ChartGrid
 
 
 @sync

@@ -187,7 +187,7 @@ def test_gan_toml_runs_headless_and_resumes(project, monkeypatch):
     assert "valid/mode_distance" in done["summary"]
     # the dashboard, fed the run's events.jsonl (as `tuitrain watch` is), plots both losses
     from tuitrain.core.events import parse_line
-    from tuitrain.dashboard.model import DashboardState
+    from tuitrain.dashboard.state.model import DashboardState
 
     state = DashboardState()
     lines = (project / "run" / "events.jsonl").read_text().splitlines()

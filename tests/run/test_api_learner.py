@@ -74,7 +74,7 @@ def test_fit_under_the_dashboard_returns_after_the_user_leaves(monkeypatch, tmp_
 
     import tuitrain.run.learner as api
     from tuitrain.dashboard import app as app_module
-    from tuitrain.dashboard.widgets.result_screen import ResultScreen
+    from tuitrain.dashboard.screens.result_screen import ResultScreen
 
     seen = {}
 

@@ -96,7 +96,7 @@ def test_a_sink_that_fails_every_write_leaves_the_run_and_its_files_whole(tmp_pa
 
 FAILING_SUMMARY = """
 import sys
-from tuitrain.dashboard.widgets import result_screen
+from tuitrain.dashboard.screens import result_screen
 
 def compose(self):
     raise RuntimeError("the summary failed on purpose")

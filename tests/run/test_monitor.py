@@ -151,9 +151,9 @@ def test_the_dashboard_shows_a_monitored_loop_by_its_steps_without_epochs(tmp_pa
 
     from tests.dashboard.test_app import SIZE, shown, until
     from tuitrain.dashboard.app import DashboardApp
-    from tuitrain.dashboard.sources import FileSource
-    from tuitrain.dashboard.widgets.progress_panel import ProgressPanel
-    from tuitrain.dashboard.widgets.result_screen import result_body
+    from tuitrain.sources.run_files import FileSource
+    from tuitrain.dashboard.panels.progress_panel import ProgressPanel
+    from tuitrain.dashboard.screens.result_screen import result_body
 
     def loop(run_dir, **sizes):
         with Monitor(run_dir=run_dir, dashboard=False, **sizes) as mon:

@@ -58,7 +58,7 @@ def drawn(svg: str) -> tuple[dict, dict]:
 def screenshot(size=(120, 40)) -> str:
     """A real dashboard's screenshot: a recorded run, ended, its charts and panels full."""
     from tuitrain.dashboard.app import DashboardApp
-    from tuitrain.dashboard.sources import ReplaySource
+    from tuitrain.sources.run_files import ReplaySource
 
     from tests.dashboard.fixtures import last_time, recorded_run
 

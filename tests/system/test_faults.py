@@ -369,7 +369,7 @@ def test_nan_inf_negative_and_enormous_values_are_drawn_without_an_error():
 
     from tuitrain.core.events import EpochCompleted, EpochStarted, MetricsLogged, RunStarted
     from tuitrain.dashboard.app import DashboardApp
-    from tuitrain.dashboard.sources import ReplaySource
+    from tuitrain.sources.run_files import ReplaySource
 
     values = [1.0, float("nan"), float("inf"), -float("inf"), -3.5, 1e300, 0.0, 2.5e-7, -1e-300, 0.5]
     events = [

@@ -271,7 +271,7 @@ def test_a_config_error_found_while_building_closes_the_dashboard_at_once(gpt):
     import asyncio
 
     from tuitrain.dashboard.app import DashboardApp
-    from tuitrain.dashboard.sources import RunSource
+    from tuitrain.sources.run_files import RunSource
 
     run = prepare_run(gpt, ["optimizer.target=gptproj:no_optimizer"])
     app = DashboardApp(RunSource(run), run.interrupter)

@@ -11,7 +11,7 @@ and the decisions: steer, leave, turn read-only, show the result. It hands its c
 work with, and they tell it what happened by messages (`TrainingEnded`, `Feed.Settled`, `Feed.Stopped`,
 the widgets' own):
   screen.py  `DashboardScreen`: the widgets, their titles and layout, the title bar and notice
-  widgets/chart_grid.py  `ChartGrid`: the charts and the chart keys (l s x w / e i, Enter, Esc, arrows, Tab)
+  dashboard/charts/chart_grid.py  `ChartGrid`: the charts and the chart keys (l s x w / e i, Enter, Esc, arrows, Tab)
   feed.py    `Feed` (`app.feed`): the event stream into the state and onto the screen, paced by
              `app.pacer` (pacing.py `Pacer`: when to redraw)
   ending.py  `Ending` (`app.ending`): the result screen; the words at the end
@@ -40,26 +40,26 @@ from textual.screen import ModalScreen
 
 from tuitrain.core.control import Controller
 from tuitrain.core.text import safe_text
-from tuitrain.dashboard.bridge import EventBridge
-from tuitrain.dashboard.ending import Ending, ended_notice, stopped_why
-from tuitrain.dashboard.feed import Feed
+from tuitrain.dashboard.state.bridge import EventBridge
+from tuitrain.dashboard.screens.ending import Ending, ended_notice, stopped_why
+from tuitrain.dashboard.state.feed import Feed
 from tuitrain.dashboard.layout import DASHBOARD_TCSS, HIGH_CONTRAST, base_theme_of, default_theme
 from tuitrain.dashboard.messages import TrainingEnded
-from tuitrain.dashboard.model import DashboardState
-from tuitrain.dashboard.pacing import UI_SHARE, Pacer
-from tuitrain.dashboard.sources import Source, skipped_lines
+from tuitrain.dashboard.state.model import DashboardState
+from tuitrain.dashboard.state.pacing import UI_SHARE, Pacer
+from tuitrain.sources.run_files import Source, skipped_lines
 from tuitrain.dashboard.export import export_folder, write_compared, write_media, write_series
-from tuitrain.dashboard.screen import DashboardScreen
-from tuitrain.dashboard.widgets.chart_grid import ChartGrid
-from tuitrain.dashboard.widgets.confirm_screen import ConfirmScreen, stop_says
-from tuitrain.dashboard.widgets.control_bar import ControlBar
-from tuitrain.dashboard.widgets.help_screen import HelpScreen
-from tuitrain.dashboard.widgets.result_screen import ResultScreen, result_body, result_title
-from tuitrain.dashboard.widgets.run_list import RunList
+from tuitrain.dashboard.screens.screen import DashboardScreen
+from tuitrain.dashboard.charts.chart_grid import ChartGrid
+from tuitrain.dashboard.screens.confirm_screen import ConfirmScreen, stop_says
+from tuitrain.dashboard.panels.control_bar import ControlBar
+from tuitrain.dashboard.screens.help_screen import HelpScreen
+from tuitrain.dashboard.screens.result_screen import ResultScreen, result_body, result_title
+from tuitrain.dashboard.panels.run_list import RunList
 
 # the names this module held before the split, still importable from here (tests read the pacing ones)
 from tuitrain.dashboard.layout import COMPACT, TOO_SMALL  # noqa: F401
-from tuitrain.dashboard.pacing import (BUSY_DRAIN_INTERVAL, DRAIN_LIMIT, MAX_SLOW, PACE_WINDOW,  # noqa: F401
+from tuitrain.dashboard.state.pacing import (BUSY_DRAIN_INTERVAL, DRAIN_LIMIT, MAX_SLOW, PACE_WINDOW,  # noqa: F401
                                        PLOT_SHARE, PROGRESS_INTERVAL)
 
 
@@ -82,7 +82,7 @@ class DashboardApp(App[int]):
     ENABLE_COMMAND_PALETTE = False
     ESCAPE_TO_MINIMIZE = False  # Esc reaches action_unzoom, which ends inspecting before it leaves the zoom
 
-    #: the run's keys (the chart keys are `ChartGrid`'s: tuitrain/dashboard/widgets/chart_grid.py)
+    #: the run's keys (the chart keys are `ChartGrid`'s: tuitrain/dashboard/charts/chart_grid.py)
     BINDINGS = [
         Binding("c", "checkpoint", "Checkpoint"),
         Binding("p", "pause", "Pause"),
@@ -150,7 +150,7 @@ class DashboardApp(App[int]):
         self._paused_shown = False  # the pause the footer's `p` speaks of
 
     def get_default_screen(self) -> DashboardScreen:
-        """The dashboard's screen: it composes and lays out the widgets (tuitrain/dashboard/screen.py)."""
+        """The dashboard's screen: it composes and lays out the widgets (tuitrain/dashboard/screens/screen.py)."""
         self.dashboard = DashboardScreen(comparing=self.comparing, clock=self.clock,
                                          notice=self.notice, skipped=self.skipped_lines(),
                                          footer_after=self.FOOTER_AFTER)
@@ -461,8 +461,8 @@ class DashboardApp(App[int]):
             if not runs:
                 self.notify("d compares configs when watching several runs (tuitrain watch A B)", timeout=4)
             return
-        from tuitrain.dashboard.compare import run_color
-        from tuitrain.dashboard.widgets.diff_screen import DiffScreen
+        from tuitrain.dashboard.state.compare import run_color
+        from tuitrain.dashboard.screens.diff_screen import DiffScreen
 
         names = self.state.shown_runs() or list(runs)
         numbers = [self.state.number[n] for n in names]
@@ -486,7 +486,7 @@ class DashboardApp(App[int]):
         parallel coordinates); P or Esc back."""
         if not self.sweeping or not self._on_dashboard():
             return
-        from tuitrain.dashboard.widgets.params_screen import ParamsScreen
+        from tuitrain.dashboard.screens.params_screen import ParamsScreen
 
         self.push_screen(ParamsScreen(self.state))
 

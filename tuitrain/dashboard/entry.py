@@ -18,7 +18,7 @@ from typing import Any
 
 from tuitrain.core.control import FileControl
 from tuitrain.dashboard.failure import head, traceback_file
-from tuitrain.dashboard.sources import FileSource
+from tuitrain.sources.run_files import FileSource
 
 
 def run_live(run: Any, theme: Path | None) -> int:
@@ -34,7 +34,7 @@ def run_live(run: Any, theme: Path | None) -> int:
     detached, writing its run directory as a headless run does (`tuitrain watch RUN_DIR` shows it
     again); a screen that fails leaves training to go on with console lines. Either way the
     process ends with the run, with its exit code."""
-    from tuitrain.dashboard import graphics
+    from tuitrain.dashboard.panels import graphics
     from tuitrain.dashboard.live import LiveApp, LiveRun
 
     graphics.probe()  # the terminal asked what images it draws while no app reads its answers
@@ -52,7 +52,7 @@ def run_live(run: Any, theme: Path | None) -> int:
 def run_watch(run_dir: Path, theme: Path | None, owned: bool = False) -> int:
     """The dashboard of a run from its files; steers it through FileControl while it is live.
     `owned`: the run is this viewer's parent's (`Monitor`): Ctrl+C stops it (see DashboardApp)."""
-    from tuitrain.dashboard import graphics
+    from tuitrain.dashboard.panels import graphics
     from tuitrain.dashboard.app import DashboardApp
     from tuitrain.sinks.run_status import live_status as run_status
 
@@ -85,7 +85,7 @@ def compare_app(runs: list[Path], theme: Path | None):
     """The dashboard of several runs: every chart overlays the runs shown, the run list names them
     all (R: show/hide, pin, filter), `d` lists their config differences; nothing is steered."""
     from tuitrain.dashboard.app import DashboardApp
-    from tuitrain.dashboard.compare import CompareSource, CompareState, read_config, run_names
+    from tuitrain.dashboard.state.compare import CompareSource, CompareState, read_config, run_names
     from tuitrain.sinks.run_status import live_status as run_status
 
     runs = [Path(r) for r in runs]
@@ -113,7 +113,7 @@ def sweep_app(sweep_dir: Path, theme: Path | None):
     `compare_app` compares runs, each listed with its searched values, status and best value of the
     sweep's metric; a trial that starts later joins the list and the charts within a second or two."""
     from tuitrain.dashboard.app import DashboardApp
-    from tuitrain.dashboard.sweep import SweepSource, SweepState, read_sweep
+    from tuitrain.dashboard.state.sweep import SweepSource, SweepState, read_sweep
 
     sweep_dir = Path(sweep_dir)
     sweep = read_sweep(sweep_dir)

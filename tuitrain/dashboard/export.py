@@ -17,7 +17,7 @@ import csv
 import time
 from pathlib import Path
 
-from tuitrain.dashboard.model import DashboardState
+from tuitrain.dashboard.state.model import DashboardState
 from tuitrain.sinks.metric_files import safe_stem
 
 

@@ -15,9 +15,9 @@ from pathlib import Path
 
 from tuitrain.core.fsutil import atomic_write_text
 from tuitrain.dashboard.app import DashboardApp
-from tuitrain.dashboard.feed import Feed
+from tuitrain.dashboard.state.feed import Feed
 from tuitrain.dashboard.small_svg import smaller
-from tuitrain.dashboard.sources import FileSource
+from tuitrain.sources.run_files import FileSource
 from tuitrain.sinks.run_status import process_gone
 
 #: seconds between pictures

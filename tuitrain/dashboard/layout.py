@@ -1,5 +1,5 @@
 """The dashboard's sizes and themes: its stylesheet (`DASHBOARD_TCSS`), the terminal sizes under
-which the screen gives way (`COMPACT`, `TOO_SMALL`: `DashboardScreen` in tuitrain/dashboard/screen.py
+which the screen gives way (`COMPACT`, `TOO_SMALL`: `DashboardScreen` in tuitrain/dashboard/screens/screen.py
 applies them), the theme helpers `default_theme` and `base_theme_of`, and the built-in
 `HIGH_CONTRAST` theme.
 

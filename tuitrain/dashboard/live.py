@@ -32,7 +32,7 @@ from collections.abc import Iterator
 from tuitrain.core.control import raise_in
 from tuitrain.core.events import OutputPrinted
 from tuitrain.dashboard.app import DashboardApp
-from tuitrain.dashboard.sources import FileSource, PastSessionsRead
+from tuitrain.sources.run_files import FileSource, PastSessionsRead
 from tuitrain.sinks.console import HeadlessConsole
 
 
@@ -339,7 +339,7 @@ class LiveRun:
         """The screen failed once training had ended (on its summary, say): the run's files are whole; one
         line says what failed and where its traceback is, then the summary the screen could not show."""
         from tuitrain.dashboard.failure import head, traceback_file
-        from tuitrain.dashboard.widgets.result_screen import result_body, result_title
+        from tuitrain.dashboard.screens.result_screen import result_body, result_title
 
         where = traceback_file(error)
         lines = [f"tuitrain: the dashboard failed ({head(error)}) after the run ended{where}"]

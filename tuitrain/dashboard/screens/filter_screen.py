@@ -14,7 +14,7 @@ from textual.binding import Binding
 from textual.containers import Vertical
 from textual.widgets import Input, Static
 
-from tuitrain.dashboard.widgets.modal import Modal
+from tuitrain.dashboard.screens.modal import Modal
 
 
 class FilterScreen(Modal[str | None]):

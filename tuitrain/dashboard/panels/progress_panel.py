@@ -14,7 +14,7 @@ from textual.widgets import Static
 
 from tuitrain.core.text import safe_name
 from tuitrain.dashboard.fmt import format_duration, format_rate
-from tuitrain.dashboard.model import DashboardState
+from tuitrain.dashboard.state.model import DashboardState
 
 # which theme colour each state is drawn in
 TONES = {

@@ -2,7 +2,7 @@
 `width` cells in a `Palette`'s colours: the axes, labels, grid, epoch lines, cursor and marks cell by
 cell, on axes snapped to the cells (`charts.snap_axis`), and the braille lines by plotext's public
 module API (`plotext.plot`, `plotext.build`, ...) on a frameless canvas. `MetricPlot`
-(widgets/metric_plot.py) gathers the lines from the state and shows what this draws.
+(dashboard/charts/metric_plot.py) gathers the lines from the state and shows what this draws.
 
 Knows nothing of widgets or of the run: series and colours in, strips out. Must not import the run
 layer (`tuitrain.config`, `tuitrain.run*`, `tuitrain.cli`).
@@ -21,7 +21,7 @@ from rich.style import Style
 from rich.text import Text
 from textual.strip import Strip
 
-from tuitrain.dashboard.charts import Axis, snap_axis, thin
+from tuitrain.dashboard.charts.plan import Axis, snap_axis, thin
 
 
 def rgb_of(color) -> tuple[int, int, int]:

@@ -14,7 +14,7 @@ from textual.containers import Vertical
 from textual.widgets import Static
 
 from tuitrain.dashboard.layout import COMPACT
-from tuitrain.dashboard.widgets.modal import Modal
+from tuitrain.dashboard.screens.modal import Modal
 
 #: (key, what it does, the same in fewer words for a small terminal)
 KEYS = [

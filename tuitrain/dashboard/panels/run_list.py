@@ -78,7 +78,7 @@ class RunList(DataTable):
 
     def show(self, state) -> None:
         """Take the runs from the state; cheap when nothing changed."""
-        from tuitrain.dashboard.compare import run_color
+        from tuitrain.dashboard.state.compare import run_color
 
         self._state = state
         rows = []
@@ -255,8 +255,8 @@ class RunList(DataTable):
             self.move_cursor(row=0)
 
     def action_filter(self) -> None:
-        from tuitrain.dashboard.compare import RunFilter
-        from tuitrain.dashboard.widgets.filter_screen import FilterScreen
+        from tuitrain.dashboard.state.compare import RunFilter
+        from tuitrain.dashboard.screens.filter_screen import FilterScreen
 
         state = self._state
         if state is None:

@@ -12,8 +12,8 @@ from textual.widgets import Static
 
 from tuitrain.core.text import safe_text
 from tuitrain.dashboard.fmt import format_duration, format_summary_text, format_value
-from tuitrain.dashboard.model import DashboardState
-from tuitrain.dashboard.widgets.modal import Modal
+from tuitrain.dashboard.state.model import DashboardState
+from tuitrain.dashboard.screens.modal import Modal
 from tuitrain.sinks.run_status import KILLED
 
 

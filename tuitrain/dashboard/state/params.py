@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tuitrain.dashboard.charts import short
-from tuitrain.dashboard.compare import flatten
-from tuitrain.dashboard.sweep import column_heads
+from tuitrain.dashboard.charts.plan import short
+from tuitrain.dashboard.state.compare import flatten
+from tuitrain.dashboard.state.sweep import column_heads
 
 #: values spanning more than this ratio (two decades), all above zero, go on a log axis when the config says nothing
 LOG_RATIO = 100.0

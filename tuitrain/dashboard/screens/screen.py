@@ -5,7 +5,7 @@ it is given: the title bar and the footer in the words that fit its width (fitti
 the panels' contents. It holds no run: `DashboardApp` (tuitrain/dashboard/app.py) owns the state
 and tells the screen what to show.
 
-Keys: the chart keys are `ChartGrid`'s bindings (tuitrain/dashboard/widgets/chart_grid.py), the
+Keys: the chart keys are `ChartGrid`'s bindings (tuitrain/dashboard/charts/chart_grid.py), the
 run's keys the app's. The grid's keys act wherever the focus is on this screen (a button, the run
 list, nothing), as they did when they were the app's: the screen binds them too, each to the grid's
 own action (`chart_key`), so that with the focus outside the grid they are found on the screen, after
@@ -35,15 +35,15 @@ from textual.widgets import Footer, Static
 from tuitrain.core.text import safe_name, safe_text
 from tuitrain.dashboard.fitting import footer_bindings, title_line
 from tuitrain.dashboard.layout import COMPACT, TOO_SMALL
-from tuitrain.dashboard.widgets.chart_grid import ChartGrid
-from tuitrain.dashboard.widgets.chart_note import ChartNote
-from tuitrain.dashboard.widgets.checkpoint_list import CheckpointList
-from tuitrain.dashboard.widgets.control_bar import ControlBar
-from tuitrain.dashboard.widgets.devices_panel import DevicesPanel
-from tuitrain.dashboard.widgets.output_log import OutputLog
-from tuitrain.dashboard.widgets.progress_panel import ProgressPanel
-from tuitrain.dashboard.widgets.run_list import RunList
-from tuitrain.dashboard.widgets.samples_panel import SamplesPanel
+from tuitrain.dashboard.charts.chart_grid import ChartGrid
+from tuitrain.dashboard.charts.chart_note import ChartNote
+from tuitrain.dashboard.panels.checkpoint_list import CheckpointList
+from tuitrain.dashboard.panels.control_bar import ControlBar
+from tuitrain.dashboard.panels.devices_panel import DevicesPanel
+from tuitrain.dashboard.panels.output_log import OutputLog
+from tuitrain.dashboard.panels.progress_panel import ProgressPanel
+from tuitrain.dashboard.panels.run_list import RunList
+from tuitrain.dashboard.panels.samples_panel import SamplesPanel
 
 
 def run_state(state) -> str:
@@ -262,7 +262,7 @@ class DashboardScreen(Screen):
 
     def show_runs(self, state) -> None:
         """Compared runs: the title bar's legend (the runs shown, pinned first) and the run list."""
-        from tuitrain.dashboard.compare import run_color
+        from tuitrain.dashboard.state.compare import run_color
 
         st = state
         shown = st.shown_runs()

@@ -19,11 +19,11 @@ from rich.text import Text
 from textual.strip import Strip
 
 from tuitrain.core.text import safe_name
-from tuitrain.dashboard.charts import short
-from tuitrain.dashboard.drawing import Drawn, Line, blend, draw_chart, hex_of
-from tuitrain.dashboard.model import DashboardState
-from tuitrain.dashboard.pictures import heat_columns
-from tuitrain.dashboard.widgets.metric_plot import MetricPlot
+from tuitrain.dashboard.charts.plan import short
+from tuitrain.dashboard.charts.drawing import Drawn, Line, blend, draw_chart, hex_of
+from tuitrain.dashboard.state.model import DashboardState
+from tuitrain.dashboard.panels.pictures import heat_columns
+from tuitrain.dashboard.charts.metric_plot import MetricPlot
 
 RECENT = 50  # steps `w` keeps
 SHADES = 24  # levels of shade

@@ -4,7 +4,7 @@ tools: log scale, smoothing, x axis, window.
 
 `show(state)` takes the points from the bounded series in `DashboardState` (a few thousand at most,
 whatever the history's length); `frame()` draws them on the UI thread, one chart after another, with
-`draw_chart` (tuitrain/dashboard/drawing.py: the axes, labels, grid and marks cell by cell, the
+`draw_chart` (tuitrain/dashboard/charts/drawing.py: the axes, labels, grid and marks cell by cell, the
 braille lines by plotext). Colours come from the theme's CSS: the widget's own background/color for
 canvas and axes, the component classes for the series.
 
@@ -25,9 +25,9 @@ from textual.strip import Strip
 from textual.widget import Widget
 
 from tuitrain.core.text import NAME_WIDTH, safe_name
-from tuitrain.dashboard.charts import SMOOTHING, ema, finite_for, short, thin
-from tuitrain.dashboard.drawing import Drawn, Line, Palette, blend, draw_chart, hex_of, rgb_of
-from tuitrain.dashboard.model import DashboardState
+from tuitrain.dashboard.charts.plan import SMOOTHING, ema, finite_for, short, thin
+from tuitrain.dashboard.charts.drawing import Drawn, Line, Palette, blend, draw_chart, hex_of, rgb_of
+from tuitrain.dashboard.state.model import DashboardState
 
 MAX_BOUNDARIES = 12  # epoch lines drawn at most
 AXIS_NAMES = {"step": "step", "epoch": "epoch", "time": "wall time", "samples": "samples"}
@@ -46,8 +46,8 @@ FORMS = [
 ]
 COMPARED_FORMS = [("long", 4), ("short", 4), ("tight", 4), ("tight", 3)]
 
-# kept for older importers: the thinning lives in tuitrain/dashboard/charts.py (benchmarks import it from
-# here), the drawing in tuitrain/dashboard/drawing.py
+# kept for older importers: the thinning lives in tuitrain/dashboard/charts/plan.py (benchmarks import it from
+# here), the drawing in tuitrain/dashboard/charts/drawing.py
 __all__ = ["Drawn", "Line", "MetricPlot", "Palette", "draw_chart", "thin"]
 
 
@@ -176,7 +176,7 @@ class MetricPlot(Widget, can_focus=True):
         self.refresh()
 
     def _show_runs(self, state: DashboardState, runs: dict) -> None:
-        from tuitrain.dashboard.compare import color_indexes, run_color
+        from tuitrain.dashboard.state.compare import color_indexes, run_color
 
         self.key_colors = {}
         numbers = color_indexes(state, runs)  # a run's colour is its own, shown or not
@@ -244,7 +244,7 @@ class MetricPlot(Widget, can_focus=True):
         hexed = lambda c: Style(color="#%02x%02x%02x" % c)  # noqa: E731
         runs = getattr(state, "runs", None)
         if runs:  # compared runs: each one's latest train value and best valid value, in its colour
-            from tuitrain.dashboard.compare import color_indexes, run_color
+            from tuitrain.dashboard.state.compare import color_indexes, run_color
 
             form, digits = form
             title = Text(safe_name(self.chart or "metrics", self._name_width), style="bold")

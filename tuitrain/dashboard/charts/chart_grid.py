@@ -6,7 +6,7 @@ focused chart and follows the focus to another chart at the same x.
 
 The chart keys are its bindings (`CHART_KEYS`): l log, s smooth, x x-axis, w window, / filter,
 e export, i inspect, Enter zoom, Esc back to the grid, the arrows, Tab/Shift+Tab. They act on the
-focused chart, or the first one shown; `DashboardScreen` (tuitrain/dashboard/screen.py) lets them
+focused chart, or the first one shown; `DashboardScreen` (tuitrain/dashboard/screens/screen.py) lets them
 act wherever the focus is on the dashboard. `e` asks for an export (`ChartGrid.ExportRequested`):
 the app writes it, as it knows the run's directory.
 """
@@ -22,11 +22,11 @@ from textual.message import Message
 from textual.widget import Widget
 
 from tuitrain.core.text import safe_text
-from tuitrain.dashboard.charts import compile_filter, grid_shape, group_metrics
-from tuitrain.dashboard.model import DashboardState
-from tuitrain.dashboard.widgets.filter_screen import FilterScreen
-from tuitrain.dashboard.widgets.histogram_plot import HistogramPlot
-from tuitrain.dashboard.widgets.metric_plot import MetricPlot
+from tuitrain.dashboard.charts.plan import compile_filter, grid_shape, group_metrics
+from tuitrain.dashboard.state.model import DashboardState
+from tuitrain.dashboard.screens.filter_screen import FilterScreen
+from tuitrain.dashboard.charts.histogram_plot import HistogramPlot
+from tuitrain.dashboard.charts.metric_plot import MetricPlot
 
 HISTOGRAM = "\x00histogram:"  # a histogram's chart among the metrics' (a metric may have its name)
 

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from rich.style import Style
 from textual.strip import Strip
 
-from tuitrain.dashboard.charts import Axis
-from tuitrain.dashboard.drawing import Line, Palette, _canvas, _strip, hex_of
+from tuitrain.dashboard.charts.plan import Axis
+from tuitrain.dashboard.charts.drawing import Line, Palette, _canvas, _strip, hex_of
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from textual.app import App
 
-from tuitrain.dashboard.feed import Feed
-from tuitrain.dashboard.widgets.result_screen import ResultScreen
+from tuitrain.dashboard.state.feed import Feed
+from tuitrain.dashboard.screens.result_screen import ResultScreen
 
 
 class Ending:

@@ -11,7 +11,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Static
 
-from tuitrain.dashboard.widgets.modal import Modal
+from tuitrain.dashboard.screens.modal import Modal
 
 
 def stop_says(loop: str, run_dir: bool = True) -> tuple[str, str]:

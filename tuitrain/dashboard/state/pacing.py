@@ -3,7 +3,7 @@ afford while training runs in this process (`UI_SHARE`, `PACE_WINDOW`, `MAX_SLOW
 `BUSY_DRAIN_INTERVAL`, `DRAIN_LIMIT`, `PROGRESS_INTERVAL`, `LOADING_PLOT_INTERVAL`).
 
 `Pacer` decides when (clock readings in, a decision out) and knows nothing of Textual: it is tested
-alone (tests/dashboard/test_pacer.py). The app's `Feed` (tuitrain/dashboard/feed.py) drains the
+alone (tests/dashboard/test_pacer.py). The app's `Feed` (tuitrain/dashboard/state/feed.py) drains the
 events and refreshes the panels as it says. Like the rest of the dashboard, this module must not
 import the run layer (`tuitrain.config`, `tuitrain.run*`, `tuitrain.runner`, `tuitrain.build`,
 `tuitrain.runs`, `tuitrain.cli`): only `tuitrain.core`, `tuitrain.sinks` and `tuitrain.dashboard`.

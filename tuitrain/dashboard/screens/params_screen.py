@@ -6,7 +6,7 @@ named in the title, pruned or failed trials dim, running ones hollow, a complete
 brighter the better its value. It follows the sweep live: the
 points are read from the app's `SweepState` every second. P, Esc or q: back.
 
-How each key is searched (log, choices, range) is tuitrain/dashboard/params.py's to say.
+How each key is searched (log, choices, range) is tuitrain/dashboard/state/params.py's to say.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from textual.widget import Widget
 from textual.widgets import Static
 
 from tuitrain.core.text import safe_name
-from tuitrain.dashboard.drawing import Line, Palette, blend, draw_chart, rgb_of
+from tuitrain.dashboard.charts.drawing import Line, Palette, blend, draw_chart, rgb_of
 from tuitrain.dashboard.fmt import format_value
-from tuitrain.dashboard.parallel import Column, draw_parallel
-from tuitrain.dashboard.params import (
+from tuitrain.dashboard.charts.parallel import Column, draw_parallel
+from tuitrain.dashboard.state.params import (
     DONE,
     GOING,
     ParamAxis,
@@ -36,8 +36,8 @@ from tuitrain.dashboard.params import (
     searched,
     trial_points,
 )
-from tuitrain.dashboard.sweep import column_heads
-from tuitrain.dashboard.widgets.modal import Modal
+from tuitrain.dashboard.state.sweep import column_heads
+from tuitrain.dashboard.screens.modal import Modal
 
 BEST = (240, 160, 48)  # the best trial, over everything
 DONE_COLOR = (60, 155, 232)  # the completed trials

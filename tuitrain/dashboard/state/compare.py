@@ -23,8 +23,8 @@ from typing import Any
 from collections.abc import Callable, Iterable
 
 from tuitrain.core.events import Event, RunStarted
-from tuitrain.dashboard.model import DashboardState
-from tuitrain.dashboard.sources import Emit, FileSource
+from tuitrain.dashboard.state.model import DashboardState
+from tuitrain.sources.run_files import Emit, FileSource
 from tuitrain.sinks.run_status import KILLED, live_status
 
 # one colour per run, in order (the eleventh run and on take them again; the run's number tells them apart)

@@ -28,10 +28,10 @@ from tuitrain.core.events import (
     MetricsLogged, OutputPrinted, PhaseCompleted, PhaseStarted, RunFailed, RunFinished, RunPaused, RunResumed,
     RunStarted, StepCompleted, StepStarted,
 )
-from tuitrain.dashboard.lookup import StepLookup
-from tuitrain.dashboard.media import MediaState, keep_of
-from tuitrain.dashboard.series import Anchors, Series
-from tuitrain.dashboard.sources import MetricsBlock, PastSessionsRead
+from tuitrain.sources.lookup import StepLookup
+from tuitrain.dashboard.state.media import MediaState, keep_of
+from tuitrain.dashboard.state.series import Anchors, Series
+from tuitrain.sources.run_files import MetricsBlock, PastSessionsRead
 
 # names of metrics where lower is better (the best valid value is their minimum); others: maximum
 LOWER_IS_BETTER = ("loss", "error", "err", "perplexity", "ppl", "mse", "mae", "rmse", "distance", "nll",

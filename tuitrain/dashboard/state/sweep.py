@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Literal
 from collections.abc import Callable, Iterable
 
-from tuitrain.dashboard.compare import CompareSource, CompareState, flatten, read_config
+from tuitrain.dashboard.state.compare import CompareSource, CompareState, flatten, read_config
 from tuitrain.dashboard.fmt import format_value
 from tuitrain.sinks.run_status import live_status
 

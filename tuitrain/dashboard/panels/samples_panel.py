@@ -23,9 +23,9 @@ from textual.widget import Widget
 from textual.widgets import Static
 
 from tuitrain.core.text import safe_name, safe_text
-from tuitrain.dashboard import graphics
-from tuitrain.dashboard.media import MediaItem, MediaState
-from tuitrain.dashboard.pictures import fit, halfblocks, read_image, scaled
+from tuitrain.dashboard.panels import graphics
+from tuitrain.dashboard.state.media import MediaItem, MediaState
+from tuitrain.dashboard.panels.pictures import fit, halfblocks, read_image, scaled
 
 CARD = (18, 5)  # the smallest card: columns, rows (its name's line and four of picture or text)
 TEXT_CHARS = 20_000  # of a text read from its file (an event carries its first 4000 characters)

@@ -24,13 +24,13 @@ from collections.abc import Callable
 from textual.app import App
 from textual.message import Message
 
-from tuitrain.dashboard.bridge import EventBridge
-from tuitrain.dashboard.pacing import DRAIN_LIMIT, Pacer
-from tuitrain.dashboard.sources import Source, skipped_lines
+from tuitrain.dashboard.state.bridge import EventBridge
+from tuitrain.dashboard.state.pacing import DRAIN_LIMIT, Pacer
+from tuitrain.sources.run_files import Source, skipped_lines
 
 if TYPE_CHECKING:
-    from tuitrain.dashboard.model import DashboardState
-    from tuitrain.dashboard.screen import DashboardScreen
+    from tuitrain.dashboard.state.model import DashboardState
+    from tuitrain.dashboard.screens.screen import DashboardScreen
 
 
 class Feed:

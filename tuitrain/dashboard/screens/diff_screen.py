@@ -12,7 +12,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Static
 
 from tuitrain.core.text import safe_name, safe_text
-from tuitrain.dashboard.widgets.modal import Modal
+from tuitrain.dashboard.screens.modal import Modal
 
 
 class DiffScreen(Modal[None]):

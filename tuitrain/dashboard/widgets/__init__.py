@@ -1,1 +1,0 @@
-"""Dashboard widgets, one per file; imported by tuitrain.dashboard.app only."""
