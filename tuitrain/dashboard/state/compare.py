@@ -186,6 +186,7 @@ class CompareState(DashboardState):
     charts); the metric names are every run's. `hidden`, `pinned` and `run_filter` say which runs
     the charts, their titles and the legend show (`shown_runs`)."""
 
+    kind = "compare"  # what the views test in place of `hasattr(state, "runs")`
     noun = "runs"  # what the run list's title calls them
 
     def __init__(

@@ -128,6 +128,7 @@ class SweepSource(CompareSource):
 class SweepState(CompareState):
     """The trials compared: numbered by their own numbers, listed by number (the pinned first)."""
 
+    kind = "sweep"
     noun = "trials"
 
     def __init__(
