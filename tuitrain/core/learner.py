@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
-import platform
 import threading
 import time
 import traceback
@@ -38,6 +37,7 @@ from .callbacks import EventBus
 from .control import Interrupter, stop_asked_for
 from .data import build_loaders, seed_everything
 from .early_stopping import EarlyStopping
+from .environment import env_info, resolve_device
 from .ema import WeightAverage
 from .events import OutputPrinted, RunStarted, StepPoint
 from .health import Health, Watch
@@ -54,46 +54,6 @@ from .schedules import say as say_stretched
 from .sections import Checkpointing, Data, Experiment, Log, Metrics, Train, with_shortcuts
 from .state import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, FitResult, RunDirUnwritable, TrainState  # noqa: F401
 from .strategies.base import Strategy
-
-
-def resolve_device(spec: str | torch.device = "auto") -> torch.device:
-    if isinstance(spec, torch.device):
-        return spec
-    if spec == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda")
-        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-            return torch.device("mps")
-        return torch.device("cpu")
-    dev = torch.device(spec)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError(f"device {spec!r} requested but CUDA is not available")
-    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
-        raise RuntimeError(f"device {spec!r} requested but only {torch.cuda.device_count()} CUDA device(s)")
-    if dev.type == "mps" and not torch.backends.mps.is_available():
-        raise RuntimeError("device 'mps' requested but MPS is not available")
-    return dev
-
-
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
-
-
-def env_info(device: torch.device) -> dict:
-    info: dict[str, object] = {
-        "python": platform.python_version(), "torch": torch.__version__, "platform": platform.platform(),
-        "host": platform.node(), "cpus": os.cpu_count(), "cpu": _cpu_name(), "device": str(device),
-        "cuda": torch.version.cuda if torch.cuda.is_available() else None}
-    if torch.cuda.is_available():
-        info["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-    return info
 
 
 def _seconds(t: float) -> str:
