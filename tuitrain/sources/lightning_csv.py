@@ -1,0 +1,340 @@
+"""Lightning's CSVLogger runs (`<save_dir>/<name>/version_N/metrics.csv` and `hparams.yaml`), read with
+the standard library (docs/formats/others.md).
+
+metrics.csv has one column per metric name ever logged, the sorted union, and a row per `log_metrics`
+call: a cell is empty where the row did not log that name, and one step has several rows (a training
+row, a validation row, an epoch row at an epoch's last step). `step` is the global step, `epoch` the
+epoch from 0 (ours count from 1). A metric logged both per step and per epoch has two columns,
+`<name>_step` and `<name>_epoch`: the scope "step" and "epoch" of one name here. Names split as
+polled.split_name says: "val_loss" and "train_loss" overlay on the chart "loss"; a validation metric
+without a suffix is the epoch's value (scope "epoch"), as Lightning logs validation per epoch.
+
+Live: Lightning appends the rows it holds every `flush_logs_every_n_steps` (100) and rewrites the whole
+file when a new name appears (a new header, the same rows before): the reader reads what the file
+gained, and on a new header reads it again past the rows it has. The file records no times.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from tuitrain.core.events import Event, RunStarted
+from tuitrain.sources.polled import Columns, PolledSource, split_name, written_within
+from tuitrain.sources.refs import RunRef
+
+TOOL = "lightning"
+EXTRA = None  # the standard library's csv; PyYAML for hparams.yaml where installed (a simple reading else)
+METRICS = "metrics.csv"
+HPARAMS = "hparams.yaml"
+_SKIP_DIRS = {"checkpoints", "__pycache__", "node_modules", ".git", "wandb", "mlruns"}
+
+
+def _is_metrics_csv(path: Path) -> bool:
+    """A Lightning metrics.csv: its header names a `step` column (a file being created may be empty)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(65536)
+    except OSError:
+        return False
+    if not head:
+        return True
+    end = _header_end(head)
+    first = head[:end] if end > 0 else head
+    try:
+        names = next(csv.reader(io.StringIO(first.decode("utf-8", "replace"))), [])
+    except csv.Error:
+        return False
+    return "step" in names
+
+
+def find_runs(path: Path | str) -> list[RunRef]:
+    """The Lightning runs `path` is or holds: each folder with a metrics.csv whose header has `step`."""
+    path = Path(path)
+    if path.is_file():
+        if path.name == METRICS and _is_metrics_csv(path):
+            run = path.parent
+            return [RunRef(TOOL, run, _own_name(run))]
+        return []
+    if not path.is_dir():
+        return []
+    if (path / METRICS).is_file():
+        return [RunRef(TOOL, path, _own_name(path))] if _is_metrics_csv(path / METRICS) else []
+    found = []
+    for folder, dirs, files in os.walk(path):
+        dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS and not d.startswith("."))
+        if METRICS in files:
+            run = Path(folder)
+            if _is_metrics_csv(run / METRICS):
+                found.append(RunRef(TOOL, run, run.relative_to(path).as_posix()))
+            dirs[:] = []
+    return found
+
+
+def _own_name(run: Path) -> str:
+    """A run asked for by its own folder: "lightning_logs/version_3" (the version alone says little)."""
+    parent = run.resolve().parent.name
+    return f"{parent}/{run.name}" if parent else run.name
+
+
+def is_live(ref: RunRef) -> bool:
+    return written_within([ref.path / METRICS])
+
+
+def open_source(ref: RunRef, live: bool | None = None) -> LightningSource:
+    return LightningSource(ref, is_live(ref) if live is None else live)
+
+
+def read_hparams(path: Path) -> tuple[dict, str]:
+    """hparams.yaml as a dict, and a problem line ("" when none). PyYAML reads it where installed (the
+    Python objects Lightning may write there shown as their tags); else the top level's `key: value`."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return {}, ""
+    except OSError as e:
+        return {}, f"{path}: not readable ({e.strerror})"
+    try:
+        import yaml
+    except ImportError:
+        return _simple_yaml(text), ""
+    try:
+        got = yaml.load(text, Loader=_loader(yaml))
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        return _simple_yaml(text), f"{path}: not YAML{where}; its simple lines read"
+    if got is None:
+        return {}, ""
+    if not isinstance(got, dict):
+        return {"hparams": got}, ""
+    return {str(k): v for k, v in got.items()}, ""
+
+
+_LOADER: Any = None
+
+
+def _loader(yaml: Any) -> Any:
+    """A safe loader that reads a Python object's tag (`!!python/object:argparse.Namespace`) as the
+    mapping or value under it instead of refusing the file."""
+    global _LOADER
+    if _LOADER is None:
+
+        class Loader(yaml.SafeLoader):
+            pass
+
+        def other(loader: Any, suffix: str, node: Any) -> Any:
+            if isinstance(node, yaml.MappingNode):
+                return loader.construct_mapping(node, deep=True)
+            if isinstance(node, yaml.SequenceNode):
+                return loader.construct_sequence(node, deep=True)
+            return loader.construct_scalar(node)
+
+        Loader.add_multi_constructor("tag:yaml.org,2002:python/", other)
+        Loader.add_multi_constructor("!", other)
+        _LOADER = Loader
+    return _LOADER
+
+
+def _simple_yaml(text: str) -> dict:
+    """The top level's `key: value` lines of a YAML file, values as numbers where they are."""
+    out: dict[str, Any] = {}
+    for line in text.splitlines():
+        if not line or line[0] in " \t#-" or ":" not in line:
+            continue
+        key, _, value = line.partition(":")
+        value = value.strip()
+        if not value:
+            continue
+        for kind in (int, float):
+            try:
+                out[key.strip()] = kind(value)
+                break
+            except ValueError:
+                continue
+        else:
+            out[key.strip()] = {"true": True, "false": False, "null": None}.get(value, value.strip("'\""))
+    return out
+
+
+def _header_end(data: bytes) -> int:
+    """Where the header record ends (past its newline: a quoted name may hold one), or -1."""
+    quoted = False
+    for i, byte in enumerate(data):
+        if byte == 34:  # '"'
+            quoted = not quoted
+        elif byte == 10 and not quoted:
+            return i + 1
+    return -1
+
+
+class LightningSource(PolledSource):
+    """Follows a version folder's metrics.csv (see the module's docstring)."""
+
+    def __init__(self, ref: RunRef, live: bool) -> None:
+        super().__init__(live)
+        self.ref = ref
+        self.csv = Path(ref.path) / METRICS
+        self._started = False
+        self._header = b""  # the header record's bytes, its newline included
+        self._columns: list[tuple[str, str, str] | None] = []  # per column: (split, scope, name), None for step/epoch
+        self._step_at = self._epoch_at = -1
+        self._offset = 0  # bytes of the file read
+        self._rows = 0  # data rows read (a rewritten file is read again past them)
+        self._damaged = 0
+        self._first_damaged = 0
+        self._last_size = -1
+        self._epoch = 0
+
+    def describe(self) -> str:
+        return str(self.csv)
+
+    def _start(self) -> Event:
+        config, problem = read_hparams(Path(self.ref.path) / HPARAMS)
+        if problem:
+            self.problem(problem)
+        times = []
+        for p in (Path(self.ref.path) / HPARAMS, self.csv):
+            try:
+                times.append(os.stat(p).st_mtime)
+            except OSError:
+                pass
+        return RunStarted(
+            run_dir=str(self.ref.path),
+            experiment=self.ref.name,
+            epochs=0,
+            max_steps=0,
+            steps_per_epoch=0,
+            batch_size=0,
+            config=config,
+            env={"tool": TOOL},
+            time=min(times) if times else 0.0,
+        )
+
+    def read(self) -> Iterable[Event]:
+        out: list[Event] = []
+        if not self._started:
+            self._started = True
+            out.append(self._start())
+        try:
+            with open(self.csv, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                if size == self._last_size and size == self._offset:
+                    return out
+                head = f.read(len(self._header)) if self._header else b""
+                if not self._header or head != self._header or size < self._offset:
+                    f.seek(0)
+                    data, start = f.read(), 0
+                else:
+                    f.seek(self._offset)
+                    data, start = f.read(), self._offset
+        except FileNotFoundError:
+            if not self.live:
+                self.problem(f"{self.csv}: not there", "missing")
+            return out
+        except OSError as e:
+            self.problem(f"{self.csv}: not readable ({e.strerror})", "unreadable")
+            return out
+        grown = size != self._last_size
+        self._last_size = size
+        if start == 0:
+            end = _header_end(data)
+            if end < 0:
+                return out  # no whole header yet (a file being written, or rewritten)
+            header = data[:end]
+            if header != self._header:
+                self._set_header(header)
+            body, body_at, skip = data[end:], end, self._rows
+        else:
+            body, body_at, skip = data, start, 0
+        cut = body.rfind(b"\n") + 1
+        if cut < len(body) and (not grown or not self.live):  # a last line with no newline that stays so
+            self.problem(
+                f"{self.csv}: a cut last line at byte {body_at + cut:,} skipped ({len(body) - cut} bytes)", "cut"
+            )
+        if skip:
+            lines = body[:cut].count(b"\n")
+            if lines < skip:  # rewritten and not yet whole: read it again from its start at the next look
+                self._header = b""
+                return out
+        block = self._parse(body[:cut], skip, body_at)
+        self._offset = body_at + cut
+        if block is not None:
+            out.append(block)
+        return out
+
+    def _set_header(self, header: bytes) -> None:
+        text = header.decode("utf-8", "replace")
+        names = next(csv.reader(io.StringIO(text)), [])
+        self._header = header
+        self._step_at = names.index("step") if "step" in names else -1
+        self._epoch_at = names.index("epoch") if "epoch" in names else -1
+        columns: list[tuple[str, str, str] | None] = []
+        for i, name in enumerate(names):
+            if i in (self._step_at, self._epoch_at):
+                columns.append(None)
+                continue
+            base, scope = name, ""
+            for suffix in ("_step", "_epoch"):
+                if name.endswith(suffix) and len(name) > len(suffix):
+                    base, scope = name[: -len(suffix)], suffix[1:]
+            split, short = split_name(base)
+            columns.append((split, scope or ("epoch" if split == "valid" else "step"), short))
+        self._columns = columns
+
+    def _parse(self, body: bytes, skip: int, at: int) -> Any:
+        """The rows of whole lines `body` past the first `skip` (read before) as one block."""
+        cols = Columns()
+        columns, step_at, epoch_at = self._columns, self._step_at, self._epoch_at
+        width = len(columns)
+        text = body.decode("utf-8", "replace")
+        seen = 0
+        line_no = self._rows + 1  # a data row's line in the file, the header being line 1
+        for row in csv.reader(io.StringIO(text)):
+            if not row:
+                continue
+            seen += 1
+            if seen <= skip:
+                continue
+            self._rows += 1
+            line_no = self._rows + 1
+            if len(row) != width:
+                self._damage(line_no)
+                continue
+            try:
+                step = float(row[step_at]) if step_at >= 0 else float(self._rows - 1)
+                if epoch_at >= 0 and row[epoch_at] != "":
+                    self._epoch = int(float(row[epoch_at])) + 1
+            except ValueError:
+                self._damage(line_no)
+                continue
+            if epoch_at >= 0:
+                cols.epochs[step] = self._epoch
+            for j, cell in enumerate(row):
+                key = columns[j]
+                if key is None or cell == "":
+                    continue
+                try:
+                    value = float(cell)
+                except ValueError:
+                    self._damage(line_no)
+                    continue
+                cols.add(key[0], key[1], key[2], step, value)
+        return cols.block(self._epoch)
+
+    def _damage(self, line: int) -> None:
+        self._damaged += 1
+        if self._damaged == 1:
+            self._first_damaged = line
+        self.problem(
+            f"{self.csv}: {self._damaged} damaged row{'s' if self._damaged > 1 else ''} skipped "
+            f"(the first at line {self._first_damaged})",
+            "damaged",
+        )
+
+
+__all__ = ["EXTRA", "TOOL", "LightningSource", "find_runs", "is_live", "open_source", "read_hparams"]
