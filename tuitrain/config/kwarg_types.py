@@ -22,7 +22,7 @@ _SCALARS = {float: "a number", int: "an integer", bool: "true or false", str: "a
 _PLURALS = {"a number": "numbers", "an integer": "integers", "true or false": "booleans", "a string": "strings"}
 
 
-def annotations_of(fn: Callable, sig: inspect.Signature) -> dict[str, Any]:
+def annotations_of(fn: Callable[..., Any], sig: inspect.Signature) -> dict[str, Any]:
     """Parameter name -> its annotation, evaluated where it was a string (`from __future__ import
     annotations`); a string that does not evaluate (a name imported only for type checkers) is left out."""
     try:
@@ -48,7 +48,7 @@ def _is_tensor(t: Any) -> bool:
     return inspect.isclass(t) and t.__name__ == "Tensor" and t.__module__.partition(".")[0] == "torch"
 
 
-def _union_members(ann: Any) -> tuple | None:
+def _union_members(ann: Any) -> tuple[Any, ...] | None:
     if typing.get_origin(ann) in (typing.Union, types.UnionType):
         return typing.get_args(ann)
     return None
@@ -89,7 +89,7 @@ def judge(ann: Any, value: Any) -> bool | None:
     return None  # a class of the user's, Any, a callable, a sequence (a string is one too) ...
 
 
-def _judge_items(kind: type, args: tuple, value: list) -> bool | None:
+def _judge_items(kind: type, args: tuple[Any, ...], value: list[Any]) -> bool | None:
     if not args:
         return True
     if kind is tuple and not (len(args) == 2 and args[1] is Ellipsis):

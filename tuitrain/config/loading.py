@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 from collections.abc import Sequence
 
+from tuitrain.core.sections import table_keys
 from tuitrain.config.schema import (
     OPTIONAL_SECTIONS,
     PRECISION_ALIASES,
@@ -40,7 +41,6 @@ from tuitrain.config.schema import (
     errors_in,
     parts,
     suggest,
-    table_keys,
 )
 from tuitrain.config.targets import check_kwargs, metric_name, resolve_target, split_target
 
@@ -82,7 +82,7 @@ def _split_override(item: str, source: str) -> tuple[list[str], str]:
     return parts, text.strip()
 
 
-def apply_override(d: dict, item: str, source: str = "--set") -> None:
+def apply_override(d: dict[str, Any], item: str, source: str = "--set") -> None:
     """Apply one "dotted.key=TOML value" to the raw config dict `d`, creating tables as needed."""
     parts, text = _split_override(item, source)
     table = d
@@ -97,7 +97,7 @@ def apply_override(d: dict, item: str, source: str = "--set") -> None:
 
 
 def config_from_dict(
-    d: dict, source: str = "<config>", base_dir: Path | None = None, overrides: Sequence[str] = ()
+    d: dict[str, Any], source: str = "<config>", base_dir: Path | None = None, overrides: Sequence[str] = ()
 ) -> Config:
     """A type-checked Config from a TOML-shaped dict, after applying `overrides` (--set items)."""
     if not isinstance(d, dict):
@@ -191,7 +191,7 @@ def _parse_section(name: str, table: Any, raw_text: dict[str, str], where: str |
     return cls(**values)
 
 
-def _is_named(table: dict, fields: list[str], name: str) -> bool:
+def _is_named(table: dict[str, Any], fields: list[str], name: str) -> bool:
     """[model.generator] and [model.discriminator] rather than one [model]: every key is a table
     and none is a setting of [model] itself. A mix of the two is an error naming the odd key."""
     if not table or any(k in fields for k in table):
@@ -344,7 +344,7 @@ def _one_of_name_or_target(section: OptimizerConfig | SchedulerConfig, key: str,
         raise ConfigError(f'required: {what}, or {key}.target = "module:callable"', key=f"{key}.name")
 
 
-def _check_metrics(items: list, key: str, step_values: bool = False) -> list[str]:
+def _check_metrics(items: list[Any], key: str, step_values: bool = False) -> list[str]:
     names: list[str] = []
     for i, item in enumerate(items):
         where = f"{key}[{i}]"
@@ -383,7 +383,7 @@ def _check_metrics(items: list, key: str, step_values: bool = False) -> list[str
     return names
 
 
-def _check_revise_keys(pairs: list) -> None:
+def _check_revise_keys(pairs: list[Any]) -> None:
     for i, pair in enumerate(pairs):
         where = f"checkpoint.revise_keys[{i}]"
         if not (isinstance(pair, list) and len(pair) == 2 and all(isinstance(s, str) for s in pair)):

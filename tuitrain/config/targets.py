@@ -67,7 +67,7 @@ def import_module(module: str, base_dir: Path, key: str, file: str | None = None
         raise ConfigError(f"importing {module!r} failed: {type(e).__name__}: {e}", file=file, key=key) from e
 
 
-def resolve_target(spec: str, base_dir: Path, key: str, file: str | None = None) -> Callable:
+def resolve_target(spec: str, base_dir: Path, key: str, file: str | None = None) -> Callable[..., Any]:
     """The callable named by "module:callable" (or "pkg.mod:Class.attr"); ConfigError otherwise."""
     module_name, attr_path = split_target(spec, key, file)
     obj = import_module(module_name, base_dir, key, file)
@@ -80,18 +80,19 @@ def resolve_target(spec: str, base_dir: Path, key: str, file: str | None = None)
         owner = f"{owner}:{part}" if owner == module_name else f"{owner}.{part}"
     if not callable(obj):
         raise ConfigError(f"{spec!r} is not callable (it is a {type(obj).__name__})", file=file, key=key)
-    return obj
+    found: Callable[..., Any] = obj
+    return found
 
 
-def describe_callable(fn: Callable) -> str:
+def describe_callable(fn: Callable[..., Any]) -> str:
     module = getattr(fn, "__module__", None)
     name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
     return f"{module}:{name}" if module else name
 
 
 def check_kwargs(
-    fn: Callable,
-    kwargs: dict,
+    fn: Callable[..., Any],
+    kwargs: dict[str, Any],
     key: str,
     file: str | None = None,
     provided: Sequence[str] = (),
@@ -140,7 +141,9 @@ def check_kwargs(
     check_kwarg_types(fn, sig, kwargs, key, file)
 
 
-def check_kwarg_types(fn: Callable, sig: inspect.Signature, kwargs: dict, key: str, file: str | None = None) -> None:
+def check_kwarg_types(
+    fn: Callable[..., Any], sig: inspect.Signature, kwargs: dict[str, Any], key: str, file: str | None = None
+) -> None:
     """A keyword argument of a type its parameter's annotation (or, unannotated, its default) rules
     out is a ConfigError at `<key>.<argument>`: `lr = "abc"` where the signature says float."""
     annotations = annotations_of(fn, sig)

@@ -7,6 +7,8 @@ inside validate; textual never.
 
 from __future__ import annotations
 
+from typing import Any
+
 import inspect
 from pathlib import Path
 
@@ -50,7 +52,7 @@ def validate(cfg: Config) -> None:
         _validate_init_from(cfg)
 
 
-def _torch_classes(module, base: type, exclude: tuple[str, ...]) -> dict[str, type]:
+def _torch_classes(module: Any, base: type, exclude: tuple[str, ...]) -> dict[str, type]:
     return {
         n: c
         for n, c in vars(module).items()
@@ -82,7 +84,7 @@ def _validate_phase(cfg: Config, spec: str, key: str) -> None:
     check_kwargs(cls, {}, key, target=spec)
 
 
-def _validate_optimizer(cfg: Config, opt, key: str = "optimizer") -> None:
+def _validate_optimizer(cfg: Config, opt: Any, key: str = "optimizer") -> None:
     from tuitrain.core.optimization import takes_model
 
     if opt.target:
@@ -109,7 +111,7 @@ def _validate_optimizer(cfg: Config, opt, key: str = "optimizer") -> None:
     check_kwargs(fn, opt.kwargs, key, provided=("params",), positional=1, target=what)
 
 
-def _validate_scheduler(cfg: Config, sched, key: str = "scheduler") -> None:
+def _validate_scheduler(cfg: Config, sched: Any, key: str = "scheduler") -> None:
     if sched.chain:
         for part_key, part, _, _ in chain_parts(sched, key):
             _validate_scheduler(cfg, part, part_key)
