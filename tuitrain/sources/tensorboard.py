@@ -1,0 +1,499 @@
+"""TensorBoard event files as a run of tuitrain's dashboard (docs/formats/tensorboard.md).
+
+A folder holding `events.out.tfevents.*` files is a run (as TensorBoard has it; nested folders are runs
+of their own); its files are read in the order of the timestamps in their names (a run written in two
+sessions has two). Scalars go out as `MetricsBlock`s, one per read of the files, decoded with numpy from
+the records' bytes where a record is what `add_scalar` writes (tfrecord.py); pictures, texts,
+histograms and hparams, and scalars written as tensors, through protobuf (tb_summary.py).
+
+A tag's split: "val", "valid", "validation", "eval" or "evaluation" as a part of it ("loss/val",
+"val/loss", "val_loss", "loss_val") makes it a "valid" metric named by the rest ("loss"), "train" or
+"training" a "train" one; any other tag is a "train" metric under its own name. Where two tags would
+take one name ("loss" and "train/loss"), the second keeps its whole tag. tuitrain's own TensorBoard sink
+writes "train/epoch_loss" for a phase's aggregate: read back as scope "epoch".
+
+Live: a run is live while a process of this machine has one of its event files open for writing
+(/proc; a TensorBoard server reading it does not count), or, where that cannot be seen (another
+machine's writer, no /proc), while its newest file changed in the last `LIVE_SECONDS` (SummaryWriter
+flushes every 120 s). A live source polls its files every `poll` seconds.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tuitrain.core.events import RunFinished, RunStarted
+from tuitrain.sources import tfrecord
+from tuitrain.sources.refs import RunRef
+from tuitrain.sources.run_files import Emit, MetricsBlock
+
+TOOL = "tensorboard"
+EXTRA = "tensorboard"  # protobuf for all but plain scalars, and a C CRC32C: pip install 'tuitrain[tensorboard]'
+PREFIX = "events.out.tfevents."
+LIVE_SECONDS = 150.0
+CHUNK = 1 << 26  # bytes read at a time (a 1M-step file of scalars is ~42 MB: one read)
+MAX_PROBLEMS = 20  # lines a file's damage may take; past them one line counts the rest
+_VALID = {"val", "valid", "validation", "eval", "evaluation"}
+_TRAIN = {"train", "training"}
+_TIMESTAMP = re.compile(r"^events\.out\.tfevents\.(\d+)")
+
+
+def is_event_file(name: str) -> bool:
+    return name.startswith(PREFIX) and not name.endswith((".tmp", ".part"))
+
+
+def _file_order(name: str) -> tuple[int, str]:
+    m = _TIMESTAMP.match(name)
+    return (int(m.group(1)) if m else 1 << 62, name)
+
+
+def event_files(folder: Path) -> list[Path]:
+    """A run's event files, in the order of the timestamps in their names."""
+    try:
+        names = [e.name for e in os.scandir(folder) if is_event_file(e.name) and e.is_file()]
+    except OSError:
+        return []
+    return [folder / n for n in sorted(names, key=_file_order)]
+
+
+def find_runs(path: str | os.PathLike) -> list[RunRef]:
+    """Each folder at or under `path` holding event files (a file given: its folder)."""
+    root = Path(path)
+    if root.is_file():
+        return (
+            [_ref(root.parent, root.parent.name or str(root.parent), [root.name])] if is_event_file(root.name) else []
+        )
+    runs: list[RunRef] = []
+    for folder, dirs, files in os.walk(root, onerror=lambda e: None):
+        dirs.sort()
+        names = sorted((f for f in files if is_event_file(f)), key=_file_order)
+        if names:
+            rel = os.path.relpath(folder, root)
+            name = root.resolve().name if rel == "." else rel.replace(os.sep, "/")
+            runs.append(_ref(Path(folder), name, names))
+    return runs
+
+
+def _ref(folder: Path, name: str, names: list[str]) -> RunRef:
+    return RunRef(tool=TOOL, path=folder, name=name, info={"files": len(names)})
+
+
+def open_source(ref: RunRef, live: bool | None = None) -> TensorBoardSource:
+    return TensorBoardSource(ref, live=live)
+
+
+def is_live(ref: RunRef) -> bool:
+    files = event_files(ref.path)
+    if not files:
+        return False
+    held = _held_for_writing()
+    if held is not None and any(_inode(f) in held for f in files):
+        return True
+    try:
+        newest = max(f.stat().st_mtime for f in files)
+    except OSError:
+        return False
+    return time.time() - newest < LIVE_SECONDS
+
+
+def _inode(path: Path) -> tuple[int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+_held_cache: tuple[float, set | None] = (0.0, None)
+_held_lock = threading.Lock()
+
+
+def _held_for_writing() -> set | None:
+    """(device, inode) of the event files this machine's processes (those /proc lets us see) hold open
+    for writing; None without /proc. Kept a second (a folder of many runs asks once)."""
+    global _held_cache
+    with _held_lock:
+        at, held = _held_cache
+        if time.monotonic() - at < 1.0:
+            return held
+        held = _scan_proc()
+        _held_cache = (time.monotonic(), held)
+        return held
+
+
+def _scan_proc() -> set | None:
+    proc = Path("/proc")
+    if not (proc / "self" / "fd").is_dir():
+        return None
+    held: set = set()
+    me = os.getpid()
+    for pid in os.listdir(proc):
+        if not pid.isdigit() or int(pid) == me:
+            continue
+        fd_dir = f"/proc/{pid}/fd"
+        try:
+            fds = os.listdir(fd_dir)
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(f"{fd_dir}/{fd}")
+            except OSError:
+                continue
+            if PREFIX not in target:
+                continue
+            try:
+                with open(f"/proc/{pid}/fdinfo/{fd}") as f:
+                    flags = next((int(line.split()[1], 8) for line in f if line.startswith("flags:")), 0)
+                if flags & 0o3:  # O_WRONLY or O_RDWR
+                    st = os.stat(f"{fd_dir}/{fd}")
+                    held.add((st.st_dev, st.st_ino))
+            except (OSError, ValueError, IndexError):
+                continue
+    return held
+
+
+def split_of(tag: str) -> tuple[str, str, str]:
+    """(split, scope, name) of a tag (the module's docstring says the rule)."""
+    parts = tag.split("/")
+    for i in (0, len(parts) - 1) if len(parts) > 1 else ():
+        low = parts[i].lower()
+        if low in _VALID or low in _TRAIN:
+            rest = "/".join(parts[:i] + parts[i + 1 :])
+            split = "valid" if low in _VALID else "train"
+            if rest.startswith("epoch_") and len(rest) > 6:
+                return split, "epoch", rest[6:]
+            return split, "step", rest
+    if len(parts) == 1:
+        first, _, rest = tag.partition("_")
+        if rest and (first.lower() in _VALID or first.lower() in _TRAIN):
+            return ("valid" if first.lower() in _VALID else "train"), "step", rest
+        rest, _, last = tag.rpartition("_")
+        if rest and (last.lower() in _VALID or last.lower() in _TRAIN):
+            return ("valid" if last.lower() in _VALID else "train"), "step", rest
+    return "train", "step", tag
+
+
+class _File:
+    """How far one event file is read."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.pos = 0  # the next record's first byte
+        self.torn: int | None = None  # a record not all there at the last read
+        self.said = 0  # problem lines of this file so far
+        self.ident: tuple[int, int] | None = None
+
+
+class TensorBoardSource:
+    """The dashboard's source of one TensorBoard run (refs.py's contract): its event files read from
+    the start, followed while `live` (a new file of the folder too), until closed."""
+
+    def __init__(self, ref: RunRef, live: bool | None = None, poll: float = 0.25, verify: bool = True) -> None:
+        self.ref = ref
+        self.folder = Path(ref.path)
+        self._live_given = live
+        self.live = is_live(ref) if live is None else live
+        self.poll = poll
+        self.verify = verify  # every record's data CRC checked (cheap: tfrecord.py)
+        self.problems: list[str] = []
+        self.caught_up = False
+        self.ends_reached = 0
+        self.points = 0  # scalar values handed on
+        self.backlog = lambda: 0  # set by the app: events not yet shown
+        self._stop = threading.Event()
+        self._emit: Emit | None = None
+        self._files: dict[Path, _File] = {}
+        self._decoder: Any = None
+        self._no_protobuf = ""
+        self._names: dict[str, tuple[str, str, str]] = {}  # tag -> (split, scope, name)
+        self._taken: set[tuple[str, str, str]] = set()
+        self._started = False
+        self._finished = False
+        self._first_wall: float | None = None
+        self._last_wall: float | None = None
+        self._max_step = 0
+        self._config: dict = {}
+        self._epoch = 0
+
+    # the Source protocol
+
+    def open(self, emit: Emit) -> None:
+        self._emit = emit
+
+    def close(self) -> None:
+        self._stop.set()
+
+    def work(self) -> int | None:
+        assert self._emit is not None, "open() first"
+        checked = time.monotonic()
+        while not self._stop.is_set():
+            grew = self.read_once()
+            if not self._started:
+                self._start()
+            self.caught_up = True
+            self.ends_reached += 1
+            if self._live_given is None and time.monotonic() - checked > 2.0:
+                checked = time.monotonic()
+                self.live = is_live(self.ref)
+            if not self.live:
+                self._at_rest()
+            elif grew:
+                continue
+            self._stop.wait(self.poll)
+        return None
+
+    # reading
+
+    def read_once(self) -> bool:
+        """Reads what the run's files gained since the last call; whether anything new was read."""
+        grew = False
+        for path in event_files(self.folder):
+            f = self._files.get(path)
+            if f is None:
+                f = self._files[path] = _File(path)
+            grew |= self._read_file(f)
+        return grew
+
+    def _read_file(self, f: _File) -> bool:
+        try:
+            with open(f.path, "rb") as handle:
+                st = os.fstat(handle.fileno())
+                ident = (st.st_dev, st.st_ino)
+                if f.ident is not None and (ident != f.ident or st.st_size < f.pos):  # replaced or cut: anew
+                    self._say(f, f"{f.path.name}: the file was replaced or cut; read again from its start")
+                    f.pos, f.torn = 0, None
+                f.ident = ident
+                if st.st_size <= f.pos:
+                    return False
+                handle.seek(f.pos)
+                grew = False
+                while not self._stop.is_set():
+                    base = f.pos
+                    buf = handle.read(CHUNK)
+                    if not buf:
+                        break
+                    used = self._chunk(f, buf, base)
+                    if used == 0 and len(buf) == CHUNK:  # one record longer than a chunk: read it whole
+                        more = handle.read(self._record_length(buf) + 16 - len(buf))
+                        used = self._chunk(f, buf + more, base)
+                    f.pos = base + used
+                    grew |= used > 0
+                    if len(buf) < CHUNK:
+                        break
+                    handle.seek(f.pos)
+                    while self.backlog() > 50 and not self._stop.is_set():
+                        self._stop.wait(0.05)  # the screen is behind: wait for it
+                return grew
+        except OSError as e:
+            self._say(f, f"{f.path.name}: cannot be read ({e.strerror or e})")
+            return False
+
+    @staticmethod
+    def _record_length(buf: bytes) -> int:
+        return int.from_bytes(buf[:8], "little") if len(buf) >= 8 else 0
+
+    def _chunk(self, f: _File, buf: bytes, base: int) -> int:
+        """The whole records of `buf` (the file's bytes from `base`): handed on; returns the bytes used."""
+        framing = tfrecord.frame(buf)
+        for start, end in framing.damage:
+            self._say(f, f"{f.path.name}: bytes {base + start:,}-{base + end:,} are no records (damaged): skipped")
+        f.torn = base + framing.torn if framing.torn is not None else None
+        starts, lengths = framing.starts, framing.lengths
+        if not starts.size:
+            return framing.stop
+        rec = tfrecord.read_records(buf, starts, lengths, verify=self.verify)
+        bad = np.flatnonzero(~rec.good)
+        for i in bad[:MAX_PROBLEMS].tolist():
+            self._say(f, f"{f.path.name}: the record at byte {base + int(starts[i]):,} is damaged (its CRC): skipped")
+        if bad.size > MAX_PROBLEMS:
+            self._say(f, f"{f.path.name}: {bad.size - MAX_PROBLEMS:,} more damaged records skipped", force=True)
+        rest = np.ones(starts.size, bool)
+        rest[rec.which] = False
+        rest &= rec.good
+        found = self._decode(f, buf, base, starts, lengths, np.flatnonzero(rest))
+        self._hand_on(rec, found)
+        return framing.stop
+
+    def _decode(self, f: _File, buf, base, starts, lengths, which):
+        if not which.size:
+            return None
+        if self._decoder is None and not self._no_protobuf:
+            from tuitrain.sources import tb_summary
+
+            try:
+                self._decoder = tb_summary.Decoder()
+            except tb_summary.MissingProtobuf as e:
+                self._no_protobuf = str(e)
+                self.problems.append(self._no_protobuf)
+        if self._decoder is None:
+            return None
+        found = self._decoder.decode(buf, starts, lengths, which)
+        for i in found.undecodable[:MAX_PROBLEMS]:
+            self._say(f, f"{f.path.name}: the record at byte {base + int(starts[i]):,} is no event: skipped")
+        if found.first_wall is not None and self._first_wall is None:
+            self._first_wall = found.first_wall
+        self._config.update(found.config)
+        return found
+
+    def _name(self, tag: str) -> tuple[str, str, str]:
+        key = self._names.get(tag)
+        if key is None:
+            key = split_of(tag)
+            if key in self._taken:
+                key = ("train", "step", tag)
+                n = 2
+                while key in self._taken:  # "loss" taken by "train/loss" and then a tag named "loss" itself
+                    key, n = ("train", "step", f"{tag} ({n})"), n + 1
+            self._taken.add(key)
+            self._names[tag] = key
+        return key
+
+    def _hand_on(self, rec: tfrecord.Records, found: Any) -> None:
+        emit = self._emit
+        assert emit is not None
+        which, steps, walls, values, ids = rec.which, rec.steps, rec.walls, rec.values, rec.tag_ids
+        tags = [t.decode("utf-8", errors="replace") for t in rec.tags]
+        if found is not None and found.scalars:
+            extra = found.scalars
+            index = {t: k for k, t in enumerate(tags)}
+            for _, tag, *_ in extra:
+                if tag not in index:
+                    index[tag] = len(tags)
+                    tags.append(tag)
+            which = np.concatenate([which, np.array([e[0] for e in extra], np.int64)])
+            steps = np.concatenate([steps, np.array([e[2] for e in extra], np.int64)])
+            walls = np.concatenate([walls, np.array([e[3] for e in extra], np.float64)])
+            values = np.concatenate([values, np.array([e[4] for e in extra], np.float64)])
+            ids = np.concatenate([ids, np.array([index[e[1]] for e in extra], np.int64)])
+            order = np.argsort(which, kind="stable")
+            which, steps, walls, values, ids = which[order], steps[order], walls[order], values[order], ids[order]
+        if walls.size and self._first_wall is None:
+            self._first_wall = float(walls[0])
+        if not self._started and (walls.size or (found is not None and found.media)):
+            self._start()
+        if which.size:
+            block = _block(tags, [self._name(t) for t in tags], steps, walls, values, ids)
+            self._max_step = max(self._max_step, block.max_step or 0)
+            if block.epoch:
+                self._epoch = block.epoch
+            else:
+                block.epoch = self._epoch
+            self._last_wall = block.time
+            self.points += which.size
+            emit(block, None)
+        if found is not None:
+            for _, event in found.media:
+                emit(event, None)
+
+    def _start(self) -> None:
+        self._started = True
+        t = self._first_wall if self._first_wall is not None else time.time()
+        event = RunStarted(
+            run_dir=str(self.folder),
+            experiment=self.ref.name,
+            epochs=0,
+            max_steps=0,
+            steps_per_epoch=0,
+            batch_size=0,
+            config=dict(self._config),
+            time=t,
+        )
+        assert self._emit is not None
+        self._emit(event, None)
+
+    def _at_rest(self) -> None:
+        """The writer stopped: a record left torn is said once, and the run is said finished once."""
+        for f in self._files.values():
+            if f.torn is not None:
+                self._say(f, f"{f.path.name}: a torn last record at byte {f.torn:,} skipped")
+                f.torn = None
+        if not self._finished and self._started:
+            self._finished = True
+            assert self._emit is not None
+            first = self._first_wall or 0.0
+            last = self._last_wall or first
+            self._emit(
+                RunFinished(
+                    status="completed",
+                    exit_code=0,
+                    epoch=self._epoch,
+                    step=self._max_step,
+                    reason="",
+                    duration=max(0.0, last - first),
+                    summary={},
+                    best={},
+                    time=last,
+                ),
+                None,
+            )
+
+    def _say(self, f: _File, line: str, force: bool = False) -> None:
+        if f.said < MAX_PROBLEMS or force:
+            self.problems.append(line)
+        f.said += 1
+
+
+class TensorBoardBlock(MetricsBlock):
+    """A MetricsBlock of TensorBoard scalars (it has no events.jsonl lines behind it)."""
+
+    __slots__ = ()
+
+    @property
+    def lines(self) -> list[bytes]:
+        return []
+
+    def events(self) -> list:
+        from tuitrain.core.events import MetricsLogged
+
+        out = []
+        for (split, scope, name), (xs, ys) in self.series.items():
+            for x, y in zip(xs.tolist(), ys.tolist(), strict=True):
+                out.append(MetricsLogged(split=split, epoch=self.epoch, step=int(x), metrics={name: y}, scope=scope))
+        return out
+
+
+def _block(tags, keys, steps, walls, values, ids) -> TensorBoardBlock:
+    """The scalars of one read as a block: each tag's (steps, values) in the records' order."""
+    block = TensorBoardBlock.__new__(TensorBoardBlock)
+    block._lines, block._raw, block._n = [], None, int(steps.size)
+    block.samples, block.progress = [], {}
+    block.series, block.latest = {}, {}
+    fsteps = steps.astype(np.float64)
+    if len(tags) == 1:
+        groups = [(0, np.arange(steps.size))]
+    else:
+        order = np.argsort(ids, kind="stable")
+        bounds = np.flatnonzero(np.diff(ids[order])) + 1
+        groups = [(int(ids[part[0]]), part) for part in np.split(order, bounds)]
+        groups.sort(key=lambda g: g[1][0])  # names in the order they first came
+    train = []
+    for tag_id, part in groups:
+        key = keys[tag_id]
+        block.series[key] = (fsteps[part], values[part])
+        block.latest[f"{key[0]}/{key[2]}"] = float(values[part[-1]])
+        if key[0] == "train" and key[1] == "step":
+            train.append(part)
+    block.max_step = int(steps.max())
+    block.time = float(walls[-1])
+    block.epoch = 0
+    epoch = next((part for tag_id, part in groups if tags[tag_id] == "epoch"), None)
+    if epoch is not None:  # Lightning logs the epoch (from 0) as a scalar
+        last = values[epoch[-1]]
+        block.epoch = int(last) + 1 if np.isfinite(last) and 0 <= last < 1e9 else 0
+    block.train_steps = None
+    if train:
+        rows = np.sort(np.concatenate(train)) if len(train) > 1 else train[0]
+        zeros = np.zeros(rows.size)
+        block.train_steps = (fsteps[rows], walls[rows], zeros, zeros, zeros)
+    return block
+
+
+__all__ = ["EXTRA", "TOOL", "TensorBoardSource", "event_files", "find_runs", "is_live", "open_source", "split_of"]
