@@ -90,6 +90,10 @@ class Decoder:
         if value.HasField("metadata") and value.metadata.plugin_data.plugin_name:
             self.plugins.setdefault(tag, value.metadata.plugin_data.plugin_name)
         plugin = self.plugins.get(tag, "")
+        if plugin == "hparams":  # torch writes its three summaries with metadata and no value
+            if value.HasField("metadata"):
+                out.config.update(hparams_of(value.metadata.plugin_data.content))
+            return
         kind = value.WhichOneof("value")
         step, wall = int(event.step), float(event.wall_time)
         if kind == "simple_value":
@@ -104,9 +108,6 @@ class Decoder:
 
     def _tensor(self, i: int, tag: str, plugin: str, step: int, wall: float, value: Any, out: Found) -> None:
         t = value.tensor
-        if plugin == "hparams":
-            out.config.update(hparams_of(value.metadata.plugin_data.content))
-            return
         if t.dtype == DT_STRING:
             strings = list(t.string_val)
             if plugin == "images" or (not plugin and len(strings) >= 3 and media_cache.png_size(strings[2])[0]):
@@ -147,6 +148,7 @@ class Decoder:
         out.media.append((i, event))
 
     def _text(self, i: int, tag: str, step: int, wall: float, text: str, out: Found) -> None:
+        tag = tag.removesuffix("/text_summary")  # torch's add_text names the tag so
         path = media_cache.store(text.encode("utf-8"), ".txt") if len(text) > TEXT_CHARS else None
         event = MediaLogged(key=tag, step=step, kind="text", path=str(path or ""), text=text[:TEXT_CHARS], time=wall)
         out.media.append((i, event))

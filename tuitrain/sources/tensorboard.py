@@ -43,6 +43,7 @@ MAX_PROBLEMS = 20  # lines a file's damage may take; past them one line counts t
 _VALID = {"val", "valid", "validation", "eval", "evaluation"}
 _TRAIN = {"train", "training"}
 _TIMESTAMP = re.compile(r"^events\.out\.tfevents\.(\d+)")
+_HPARAMS_DIR = re.compile(r"^\d{9,11}\.\d+$")  # SummaryWriter.add_hparams writes into RUN/<time.time()>/
 
 
 def is_event_file(name: str) -> bool:
@@ -63,6 +64,19 @@ def event_files(folder: Path) -> list[Path]:
     return [folder / n for n in sorted(names, key=_file_order)]
 
 
+def run_files(folder: Path) -> list[Path]:
+    """The files a run's source reads: those of the folders `add_hparams` made in it first (its config
+    is wanted before the run is said started), then its own."""
+    own = event_files(folder)
+    if not own:
+        return own
+    try:
+        subs = sorted(e.name for e in os.scandir(folder) if e.is_dir() and _HPARAMS_DIR.match(e.name))
+    except OSError:
+        subs = []
+    return [f for sub in subs for f in event_files(folder / sub)] + own
+
+
 def find_runs(path: str | os.PathLike) -> list[RunRef]:
     """Each folder at or under `path` holding event files (a file given: its folder)."""
     root = Path(path)
@@ -75,6 +89,7 @@ def find_runs(path: str | os.PathLike) -> list[RunRef]:
         dirs.sort()
         names = sorted((f for f in files if is_event_file(f)), key=_file_order)
         if names:
+            dirs[:] = [d for d in dirs if not _HPARAMS_DIR.match(d)]  # torch's add_hparams: this run's config
             rel = os.path.relpath(folder, root)
             name = root.resolve().name if rel == "." else rel.replace(os.sep, "/")
             runs.append(_ref(Path(folder), name, names))
@@ -235,27 +250,32 @@ class TensorBoardSource:
         assert self._emit is not None, "open() first"
         checked = time.monotonic()
         while not self._stop.is_set():
-            grew = self.read_once()
-            if not self._started:
-                self._start()
+            grew = self.read_to_end()
             self.caught_up = True
             self.ends_reached += 1
             if self._live_given is None and time.monotonic() - checked > 2.0:
                 checked = time.monotonic()
                 self.live = is_live(self.ref)
-            if not self.live:
-                self._at_rest()
-            elif grew:
-                continue
-            self._stop.wait(self.poll)
+            if not (self.live and grew):
+                self._stop.wait(self.poll)
         return None
+
+    def read_to_end(self) -> bool:
+        """One pass of `work`: what the files gained is handed on; the run said started (the first time)
+        and, where its writer stopped, a torn record and its end said once. Whether anything new came."""
+        grew = self.read_once()
+        if not self._started:
+            self._start()
+        if not self.live:
+            self._at_rest()
+        return grew
 
     # reading
 
     def read_once(self) -> bool:
         """Reads what the run's files gained since the last call; whether anything new was read."""
         grew = False
-        for path in event_files(self.folder):
+        for path in run_files(self.folder):
             f = self._files.get(path)
             if f is None:
                 f = self._files[path] = _File(path)
@@ -395,7 +415,8 @@ class TensorBoardSource:
 
     def _start(self) -> None:
         self._started = True
-        t = self._first_wall if self._first_wall is not None else time.time()
+        t = _opened_at(event_files(self.folder)) or self._first_wall or time.time()
+        self._first_wall = t
         event = RunStarted(
             run_dir=str(self.folder),
             experiment=self.ref.name,
@@ -439,6 +460,20 @@ class TensorBoardSource:
         if f.said < MAX_PROBLEMS or force:
             self.problems.append(line)
         f.said += 1
+
+
+def _opened_at(files: list[Path]) -> float | None:
+    """When the run's first file was begun: the wall time of its first record (the file_version event)."""
+    for path in files[:1]:
+        try:
+            with open(path, "rb") as f:
+                head = f.read(21)
+        except OSError:
+            return None
+        if len(head) == 21 and head[12] == 9:
+            wall = float(np.frombuffer(head[13:21], "<f8")[0])
+            return wall if np.isfinite(wall) and wall > 0 else None
+    return None
 
 
 class TensorBoardBlock(MetricsBlock):
