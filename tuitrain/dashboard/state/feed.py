@@ -25,6 +25,18 @@ from textual.app import App
 from textual.message import Message
 
 from tuitrain.dashboard.state.bridge import EventBridge
+from tuitrain.dashboard.state.changes import (
+    Alerts,
+    Changes,
+    Checkpoints,
+    Devices,
+    Log,
+    Media,
+    NewEpisode,
+    Plot,
+    Progress,
+    Result,
+)
 from tuitrain.dashboard.state.pacing import DRAIN_LIMIT, Pacer
 from tuitrain.sources.run_files import Source, skipped_lines
 
@@ -72,7 +84,7 @@ class Feed:
         self.pace_clock, self.cpu_clock = pace_clock, cpu_clock  # seconds; the UI thread's CPU seconds
         self.every = interval  # the drain timer's interval now (see pacing.BUSY_DRAIN_INTERVAL)
         self.timer = None  # the drain timer, once started
-        self.dirty: set[str] = set()  # the panels that wait for a refresh
+        self.dirty: Changes = set()  # the kinds of change whose panels wait for a refresh (changes.py)
         self.skipped_shown = 0  # damaged lines counted in the notice
         self.work_done = False  # the source's work returned: nothing comes but what the bridge holds
         self.screen: DashboardScreen | None = None
@@ -112,9 +124,9 @@ class Feed:
         batch = self.bridge.drain(DRAIN_LIMIT)
         if batch:
             changed = st.apply(batch)
-            if "alerts" in changed:
-                self.dirty.add("plot")  # the charts' marks at the alerts' steps
-            if "episode" in changed and st.bell and not self.watching and present:  # a live alert's new
+            if Alerts in changed:
+                self.dirty.add(Plot)  # the charts' marks at the alerts' steps
+            if NewEpisode in changed and st.bell and not self.watching and present:  # a live alert's new
                 self.host.bell()  # episode, not one read back from a past session, nor each skip of one rung for
             self.dirty |= changed
         skipped = skipped_lines(self.source)
@@ -127,37 +139,37 @@ class Feed:
         now = self.pace_clock()
         pacer = self.pacer
         pacer.observe(now, self.cpu_clock(), self.relaxed())
-        keep: set[str] = set()  # what waits for its turn
-        if "progress" in dirty:
+        keep: Changes = set()  # what waits for its turn
+        if Progress in dirty:
             # a change of state (paused, stopping, checkpointing, ended) shows at once; counters wait
             status = (st.activity, st.paused, st.stopping, st.checkpointing, st.final, st.epoch)
             if pacer.progress_due(now, status, st.ended):
                 self.refresh_progress()
             else:
-                keep.add("progress")
-        if "devices" in dirty:
+                keep.add(Progress)
+        if Devices in dirty:
             screen.devices.show(st.devices, st.env)
-        if "checkpoints" in dirty:
+        if Checkpoints in dirty:
             screen.checkpoints.show(st.checkpoints, st.best_file, st.monitor)
-        if "media" in dirty:
+        if Media in dirty:
             screen.show_media(st)
-        if "log" in dirty:
+        if Log in dirty:
             log = screen.output
             for stream, text, partial in st.take_lines():
                 log.add(stream, text, partial)
             if log.count and not log.has_class("-has-lines"):
                 log.add_class("-has-lines")  # the panel takes rows from its first line on
-        if "plot" in dirty:
+        if Plot in dirty:
             loading = not getattr(self.source, "caught_up", True)
             if pacer.plot_due(now, screen.grid.build_cost(), self.relaxed(), st.ended, loading):
                 self.replot()
             else:
-                keep.add("plot")
-        if "result" in dirty and st.ended and (self.watching or self.work_done):
+                keep.add(Plot)
+        if Result in dirty and st.ended and (self.watching or self.work_done):
             if self.settled():
                 self.host.post_message(self.Settled())
             else:  # an earlier session's end, read back: a later session may follow
-                keep.add("result")
+                keep.add(Result)
         self.dirty = keep
 
     def settled(self) -> bool:
@@ -188,7 +200,7 @@ class Feed:
     def every_second(self) -> None:
         if not self.host.is_running:  # shutting down (see drain)
             return
-        self.dirty.add("progress")  # elapsed time and ETA move without events; drain paces it
+        self.dirty.add(Progress)  # elapsed time and ETA move without events; drain paces it
         self.screen.checkpoints.render_rows()  # ages
         if self.watching and not self.state.ended and getattr(self.source, "caught_up", False):
             self.check_alive()

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from tuitrain.core.events import HistogramLogged, MediaLogged
 from tuitrain.core.retention import thin
+from tuitrain.dashboard.state.changes import Changes, Media, Plot
 
 MEDIA_KEEP = 100  # items kept per name (the run's `log.media_keep` when it says; see `keep_of`)
 MAX_KEEP = 1000  # however many files a run keeps (media_keep 0: all), this many in memory
@@ -105,8 +106,8 @@ class MediaState:
     def __bool__(self) -> bool:
         return bool(self.items)
 
-    def add(self, event: MediaLogged | HistogramLogged) -> set[str]:
-        """Folds one event in; the parts of the screen that changed ("media" the panel, "plot" the charts)."""
+    def add(self, event: MediaLogged | HistogramLogged) -> Changes:
+        """Folds one event in; the kinds of change it made (`Media`: the samples panel, `Plot`: the charts)."""
         if isinstance(event, HistogramLogged):
             series = self.histograms.get(event.key)
             if series is None:
@@ -123,7 +124,7 @@ class MediaState:
                     event.epoch,
                 )
             )
-            return {"plot"}
+            return {Plot}
         if event.kind not in ("image", "text"):
             return set()
         item = MediaItem(
@@ -143,7 +144,7 @@ class MediaState:
             items[:] = [x for x in items if x.step not in gone]
         self._steps = None
         self.version += 1
-        return {"media"}
+        return {Media}
 
     # --- reading ---------------------------------------------------------------------------
 

@@ -1,8 +1,9 @@
 """`DashboardState`: the dashboard's view of a run, folded from the event stream.
 
 Pure Python so it can be tested without a screen: `apply(events)` updates the state and returns
-the names of the panels that changed ("plot", "progress", "devices", "checkpoints", "log",
-"result"). The widgets only read it. A file's logged metrics may come as `MetricsBlock`s (many
+the kinds of change it made (changes.py: `Plot`, `Progress`, `Devices`, `Checkpoints`, `Log`,
+`Result` ...), which `Feed` refreshes. The widgets only read it. Speed and ETA come from
+`Throughput` (throughput.py). A file's logged metrics may come as `MetricsBlock`s (many
 MetricsLogged at once, folded with numpy); device samples become series too (`device/cpu`, ...),
 charted after the metrics. Must not import textual.
 
@@ -19,29 +20,65 @@ import time
 from collections import deque
 from pathlib import Path
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
 from tuitrain.core.events import (
-    CheckpointDeleted, CheckpointFailed, CheckpointSaved, CheckpointStarted, ControlReceived,
-    AlertRaised, DevicesSampled, EpochCompleted, RolledBack, EpochStarted, Event, HistogramLogged, MediaLogged,
-    MetricsLogged, OutputPrinted, PhaseCompleted, PhaseStarted, RunFailed, RunFinished, RunPaused, RunResumed,
-    RunStarted, StepCompleted, StepStarted,
+    CheckpointDeleted,
+    CheckpointFailed,
+    CheckpointSaved,
+    CheckpointStarted,
+    ControlReceived,
+    AlertRaised,
+    DevicesSampled,
+    EpochCompleted,
+    RolledBack,
+    EpochStarted,
+    Event,
+    HistogramLogged,
+    MediaLogged,
+    MetricsLogged,
+    OutputPrinted,
+    PhaseCompleted,
+    PhaseStarted,
+    RunFailed,
+    RunFinished,
+    RunPaused,
+    RunResumed,
+    RunStarted,
+    StepCompleted,
+    StepStarted,
 )
 from tuitrain.sources.lookup import StepLookup
+from tuitrain.dashboard.state.changes import (
+    Alerts,
+    Changes,
+    Checkpoints,
+    Devices,
+    Log,
+    NewEpisode,
+    Plot,
+    Progress,
+    Result,
+)
+from tuitrain.dashboard.state.devices import DEVICE_PREFIX, device_values
 from tuitrain.dashboard.state.media import MediaState, keep_of
 from tuitrain.dashboard.state.series import Anchors, Series
+from tuitrain.dashboard.state.throughput import Throughput
 from tuitrain.sources.run_files import MetricsBlock, PastSessionsRead
 
+if TYPE_CHECKING:
+    from tuitrain.dashboard.state.compare import CompareState
+
 # names of metrics where lower is better (the best valid value is their minimum); others: maximum
-LOWER_IS_BETTER = ("loss", "error", "err", "perplexity", "ppl", "mse", "mae", "rmse", "distance", "nll",
-                   "wait", "time", "bpc", "bpd", "cer", "wer")
+LOWER_IS_BETTER = frozenset("loss error err perplexity ppl mse mae rmse distance nll wait time bpc bpd cer wer".split())
 X_AXES = ("step", "epoch", "time", "samples")  # what a chart's x axis can be
 
-WARMUP_STEPS = 5  # steps ignored before items/s and ETA are shown (compilation, loader start-up)
-RATE_WINDOW = 50  # training steps the items/s average covers
-DEVICE_PREFIX = "device/"  # device samples charted over time: device/cpu, device/gpu0_util, ... (a `/cpu` filter)
-MIB = 1 << 20
+
+def compared(state: DashboardState) -> CompareState:
+    """The state of compared runs (`state.kind` "compare" or "sweep"), as the type checker knows it."""
+    return cast("CompareState", state)
 
 
 def _is_number(v: object) -> bool:
@@ -56,6 +93,9 @@ def _table(cfg: dict, key: str) -> dict:
 
 class DashboardState:
     """Everything the panels show; fed in order by `apply`."""
+
+    #: what the views ask in place of probing attributes: "run" (one run), "compare" (compare.py), "sweep"
+    kind = "run"
 
     def __init__(self, clock: Callable[[], float] = time.time, capacity: int = 1024, recent: int = 400) -> None:
         self.clock = clock
@@ -102,14 +142,8 @@ class DashboardState:
         self.axes: dict[str, Anchors] = {"epoch": Anchors(), "time": Anchors(), "samples": Anchors()}
         self.mode = ""  # "min" or "max": the monitored metric's direction, from the config
         self._samples = 0  # items of training steps seen (StepCompleted)
-        # throughput: (time, step, items) of recent training steps in the current stretch
-        # (time, step, items, stretch): a stretch is training without a gap (validation, a pause)
-        self._ticks: deque[tuple[float, int, int, int]] = deque(maxlen=RATE_WINDOW + 1)
-        self._stretch = 0
-        self._train_steps_seen = 0
-        # blocks' (steps, times, stretch), not yet ticks
-        self._waiting_ticks: list[tuple[np.ndarray, np.ndarray, int]] = []
-        self._last_rates: tuple[float | None, float | None] = (None, None)
+        #: the recent training steps: items/s, steps/s (throughput.py)
+        self.throughput = Throughput(lambda: self.batch_size)
         self._step_events = False  # live runs send StepCompleted; files only MetricsLogged
         self._valid_durations: list[float] = []
         self._validated_epoch = 0  # the newest epoch whose validation started: later ones are still to come
@@ -164,23 +198,9 @@ class DashboardState:
         return total
 
     def rates(self) -> tuple[float | None, float | None]:
-        """(items/s, steps/s) over recent training steps; None during warm-up or when unknown.
-
-        Right after a phase starts (too few steps to measure) the previous phase's rate stands.
-        """
-        self._fold_ticks()
-        if self._train_steps_seen < WARMUP_STEPS or len(self._ticks) < 3:
-            return self._last_rates
-        # over consecutive ticks of one stretch: short epochs add up, their gaps are left out
-        dt, steps, items, pairs = 0.0, 0, 0, 0
-        ticks = list(self._ticks)
-        for (t0, s0, _, k0), (t1, s1, n1, k1) in zip(ticks, ticks[1:]):
-            if k0 == k1:
-                dt, steps, items, pairs = dt + t1 - t0, steps + s1 - s0, items + n1, pairs + 1
-        if pairs < 2 or dt <= 0 or steps <= 0:
-            return self._last_rates
-        self._last_rates = (items / dt, steps / dt)
-        return self._last_rates
+        """(items/s, steps/s) over recent training steps; None during warm-up or when unknown
+        (`Throughput.rates`)."""
+        return self.throughput.rates()
 
     def eta(self) -> float | None:
         """Seconds left: remaining training steps at the recent rate plus the remaining validations."""
@@ -204,8 +224,15 @@ class DashboardState:
             return None
         # an end without a final event (killed, or work returned without one): its last event's time
         stopped = self.between_sessions or (self.final and self.finished is None and self.failed is None)
-        end = (self.finished.time if self.finished else self.failed.time if self.failed else
-               self._active_at if stopped and self._active_at is not None else self.clock())
+        end = (
+            self.finished.time
+            if self.finished
+            else self.failed.time
+            if self.failed
+            else self._active_at
+            if stopped and self._active_at is not None
+            else self.clock()
+        )
         return max(end - self.origin, 0.0)
 
     def value_at(self, split: str, name: str, step: float, run: str | None = None) -> tuple[float, float] | None:
@@ -259,8 +286,8 @@ class DashboardState:
 
     # --- folding ---------------------------------------------------------------------------
 
-    def apply(self, events: Iterable[Event]) -> set[str]:
-        changed: set[str] = set()
+    def apply(self, events: Iterable[Event]) -> Changes:
+        changed: Changes = set()
         for event in events:
             changed |= self._apply(event)
             t = getattr(event, "time", None)
@@ -282,7 +309,7 @@ class DashboardState:
             self.lines.pop()  # a line being redrawn (or then ended): only its newest state waits to be shown
         self.lines.append((stream, text, partial))
 
-    def _apply(self, event: Event) -> set[str]:
+    def _apply(self, event: Event) -> Changes:
         match event:
             case StepCompleted():
                 self._step_events = True
@@ -290,7 +317,7 @@ class DashboardState:
                 if event.phase == "train" or (self.split == "train" and event.phase == self.phase):
                     self.step = max(self.step, event.step)
                     self._tick(event.time, event.step, event.items)
-                return {"progress"}
+                return {Progress}
             case StepStarted():
                 self.epoch = event.epoch
                 return set()
@@ -301,7 +328,7 @@ class DashboardState:
             case PastSessionsRead():  # this session is being built: its clock starts with its RunStarted
                 self.final, self.finished, self.failed, self.between_sessions = "", None, None, True
                 self.activity, self.stopping, self.paused, self.checkpointing = "starting", False, False, False
-                return {"progress"}
+                return {Progress}
             case RunStarted():
                 self.experiment, self.run_dir = event.experiment, event.run_dir
                 self.env = dict(event.env) if isinstance(event.env, dict) else {}
@@ -324,20 +351,21 @@ class DashboardState:
                 self.activity = "running"
                 if event.resumed_from:
                     self._log("tuitrain", f"resumed from {event.resumed_from} at step {event.start_step}")
-                return {"progress", "log", "checkpoints"}
+                return {Progress, Log, Checkpoints}
             case EpochStarted():
                 self.epoch, self.epochs = event.epoch, event.epochs or self.epochs
-                return {"progress"}
+                return {Progress}
             case PhaseStarted():
                 self.phase, self.split, self.epoch = event.phase, event.split, event.epoch
                 self.batch, self.batches = 0, event.batches
-                self.activity = ("validating" if event.split == "valid"
-                                 else "running" if event.phase == "train" else event.phase)
+                self.activity = (
+                    "validating" if event.split == "valid" else "running" if event.phase == "train" else event.phase
+                )
                 if event.split == "train":
-                    self._stretch += 1  # the gap since the last training step was not training
+                    self.throughput.gap()  # the gap since the last training step was not training
                 elif event.split == "valid":
                     self._validated_epoch = max(self._validated_epoch, event.epoch)
-                return {"progress"}
+                return {Progress}
             case PhaseCompleted():
                 if event.split == self.split and event.phase == self.phase:
                     self.batch = max(self.batch, self.batches)  # done: a run's files log no valid batches
@@ -345,57 +373,65 @@ class DashboardState:
                     self.activity = "running"  # between phases the run is still running
                 if event.split == "valid" and event.duration > 0:
                     self._valid_durations = (self._valid_durations + [event.duration])[-5:]
-                return {"progress"}
+                return {Progress}
             case EpochCompleted():
                 if not self.epoch_steps or self.epoch_steps[-1] != event.step:
                     self.epoch_steps.append(event.step)
                 self.axes["epoch"].add(event.step, event.epoch)
                 self.epoch = event.epoch
                 self.latest.update({k: v for k, v in event.metrics.items() if _is_number(v)})
-                return {"progress", "plot"}
+                return {Progress, Plot}
             case CheckpointStarted():
                 self.checkpointing = True
-                return {"progress"}
+                return {Progress}
             case CheckpointSaved():
                 self.checkpointing = False
                 self.checkpoints = [c for c in self.checkpoints if c["file"] != event.file]
-                self.checkpoints.insert(0, {
-                    "file": event.file, "epoch": event.epoch, "step": event.step, "bytes": event.bytes,
-                    "value": self.monitored_value(event.metrics), "time": event.time, "reason": event.reason,
-                    "requested": event.requested,
-                })
+                self.checkpoints.insert(
+                    0,
+                    {
+                        "file": event.file,
+                        "epoch": event.epoch,
+                        "step": event.step,
+                        "bytes": event.bytes,
+                        "value": self.monitored_value(event.metrics),
+                        "time": event.time,
+                        "reason": event.reason,
+                        "requested": event.requested,
+                    },
+                )
                 if event.best:
                     self.best_file = event.file
-                return {"progress", "checkpoints"}
+                return {Progress, Checkpoints}
             case CheckpointDeleted():
                 self.checkpoints = [c for c in self.checkpoints if c["file"] != event.file]
-                return {"checkpoints"}
+                return {Checkpoints}
             case CheckpointFailed():
                 self.checkpointing = False
                 self._log("stderr", f"[tuitrain] checkpoint at step {event.step} failed: {event.error}")
-                return {"progress", "log"}
+                return {Progress, Log}
             case ControlReceived():
                 if event.command == "stop":
                     self.stopping = True
                 detail = f": {event.detail}" if event.detail else ""
                 self._log("tuitrain", f"[tuitrain] {event.command} requested ({event.source}{detail})")
-                return {"progress", "log"}
+                return {Progress, Log}
             case RunPaused():
                 self.paused = True
-                return {"progress"}
+                return {Progress}
             case RunResumed():
                 self.paused = False
-                self._stretch += 1  # paused time is not training time
-                return {"progress"}
+                self.throughput.gap()  # paused time is not training time
+                return {Progress}
             case OutputPrinted():
                 self._log(event.stream, event.text, event.partial)
-                return {"log"}
+                return {Log}
             case MediaLogged() | HistogramLogged():
                 return self.media.add(event)
             case AlertRaised(level="info"):  # said in the output panel and the header; no mark, no bell
                 self.infos.append(event)
                 self._log("tuitrain", f"[info] step {event.step}: {event.title}: {event.text}")
-                return {"log", "progress"}
+                return {Log, Progress}
             case AlertRaised():
                 self.alerts.append(event)
                 key = (event.rule, event.episode) if event.episode else (event.rule, 0, len(self.alerts))
@@ -407,26 +443,29 @@ class DashboardState:
                     held = f" (+{event.held} more spike{'s' if event.held != 1 else ''} since the previous alert)"
                 self._log("stderr", f"[alert] step {event.step}: {event.title} ({event.action}): {event.text}{held}")
                 # "episode": a new one (the bell rings once an episode, not for each of its skips)
-                return {"log", "alerts", "progress"} | ({"episode"} if new else set())
+                return {Log, Alerts, Progress} | ({NewEpisode} if new else set())
             case RolledBack():
-                self._log("tuitrain", f"[tuitrain] rolled back from step {event.from_step} to step {event.to_step}; "
-                                      f"{len(event.skipped_batches)} batch(es) passed over")
-                return {"log", "progress"}
+                self._log(
+                    "tuitrain",
+                    f"[tuitrain] rolled back from step {event.from_step} to step {event.to_step}; "
+                    f"{len(event.skipped_batches)} batch(es) passed over",
+                )
+                return {Log, Progress}
             case DevicesSampled():
                 self.devices[event.rank] = event
-                return {"devices"} | self._device_history(event)
+                return {Devices} | self._device_history(event)
             case RunFinished():
                 self.finished, self.final = event, event.status or "completed"
                 self.epoch, self.step = event.epoch, event.step
                 self.paused = self.checkpointing = False
                 if event.best.get("file"):
                     self.best_file = event.best["file"]
-                return {"progress", "result", "checkpoints", "plot"}
+                return {Progress, Result, Checkpoints, Plot}
             case RunFailed():
                 self.failed, self.final = event, "failed"
                 self.epoch, self.step = event.epoch, event.step
                 self.paused = self.checkpointing = False
-                return {"progress", "result"}
+                return {Progress, Result}
         return set()
 
     def _new_session(self, t: float) -> None:
@@ -440,13 +479,9 @@ class DashboardState:
         else:
             self.origin += max(t - (self._active_at if self._active_at is not None else t), 0.0)
         self.finished = self.failed = None
-        self._ticks.clear()
-        self._waiting_ticks = []
-        self._train_steps_seen = 0
-        self._last_rates = (None, None)
-        self._stretch += 1
+        self.throughput.restart()
 
-    def _metrics(self, event: MetricsLogged) -> set[str]:
+    def _metrics(self, event: MetricsLogged) -> Changes:
         self.epoch = event.epoch
         if event.scope == "step" or event.split == "train":
             self.step = max(self.step, event.step)
@@ -463,11 +498,10 @@ class DashboardState:
             self._anchor(event)
         if event.split == "train" and event.scope == "step" and not self._step_events:
             # from a file there are no step events: logged steps are the ticks
-            self._fold_ticks()
-            prev = self._ticks[-1][1] if self._ticks else None
+            prev = self.throughput.last_step()
             items = (event.step - prev) * self.batch_size if prev is not None else 0
             self._tick(event.time, event.step, items, steps=event.step - prev if prev is not None else 1)
-        return {"plot", "progress"}
+        return {Plot, Progress}
 
     def _new_series(self, key: tuple[str, str, str]) -> Series:
         series = self.series[key] = Series(self.capacity, self.recent)
@@ -476,15 +510,16 @@ class DashboardState:
             if name.startswith(DEVICE_PREFIX):
                 self.metric_names.append(name)  # device charts after the metrics: training comes first
             else:  # loss first: it is what people look at; then the others as they came, before the devices
-                devices = next((i for i, n in enumerate(self.metric_names) if n.startswith(DEVICE_PREFIX)),
-                               len(self.metric_names))
+                devices = next(
+                    (i for i, n in enumerate(self.metric_names) if n.startswith(DEVICE_PREFIX)), len(self.metric_names)
+                )
                 self.metric_names.insert(0 if name == "loss" else devices, name)
         return series
 
-    def _block(self, block: MetricsBlock) -> set[str]:
+    def _block(self, block: MetricsBlock) -> Changes:
         """Many MetricsLogged of a file at once: what `_metrics` of each would leave, with numpy."""
         self.epoch = block.epoch
-        changed = {"plot", "progress"}
+        changed: Changes = {Plot, Progress}
         if block.samples:  # device samples that came between the rows: each at the newest step before it
             before = self.step
             top = np.maximum.accumulate(block.train_steps[0]) if block.train_steps is not None else None
@@ -512,59 +547,17 @@ class DashboardState:
             elif self.batch_size and not self._step_events:
                 self.axes["samples"].extend(steps, steps * self.batch_size)
             if not self._step_events:
-                self._waiting_ticks.append((steps, times, self._stretch))
-                if len(self._waiting_ticks) > 64:
-                    self._fold_ticks()
+                self.throughput.wait(steps, times)
         return changed
 
-    def _fold_ticks(self) -> None:
-        """The blocks' logged training steps as ticks, those of one stretch at once."""
-        if not self._waiting_ticks:
-            return
-        waiting, self._waiting_ticks = self._waiting_ticks, []
-        while waiting:
-            stretch = waiting[0][2]
-            same = next((i for i, w in enumerate(waiting) if w[2] != stretch), len(waiting))
-            part, waiting = waiting[:same], waiting[same:]
-            self._ticks_of(np.concatenate([w[0] for w in part]), np.concatenate([w[1] for w in part]), stretch)
-
-    def _ticks_of(self, steps, times, stretch: int) -> None:
-        """`_tick` of each logged training step of a block (only the newest RATE_WINDOW + 1 are kept)."""
-        prev = self._ticks[-1][1] if self._ticks else None
-        before = np.maximum.accumulate(np.concatenate(([-np.inf if prev is None else prev], steps)))[:-1]
-        new = steps > before  # a repeated step (validation reports the current one) is not a tick
-        kept, at = steps[new], times[new]
-        if not kept.size:
-            return
-        gaps = np.diff(kept, prepend=kept[0] - 1 if prev is None else prev)
-        first_items = 0 if prev is None else None  # the first tick of all counts no items
-        self._train_steps_seen += int(np.maximum(gaps, 1).sum())
-        start = max(0, kept.size - (self._ticks.maxlen or kept.size))
-        for i in range(start, kept.size):
-            items = first_items if i == 0 and first_items is not None else int(gaps[i]) * self.batch_size
-            self._ticks.append((float(at[i]), int(kept[i]), items, stretch))
-
-    def _device_history(self, event: DevicesSampled) -> set[str]:
-        """A device sample as points at the newest training step: machine CPU and memory (%), the run's
-        RSS (MiB), each GPU's utilization and memory (%); under DDP other ranks' as device/rankN/..."""
-        prefix = DEVICE_PREFIX if not event.rank else f"{DEVICE_PREFIX}rank{event.rank}/"
-        values: list[tuple[str, object]] = [("cpu", event.cpu), ("memory", event.memory),
-                                            ("rss_mib", event.rss / MIB if _is_number(event.rss) else None)]
-        for i, gpu in enumerate(event.gpus):
-            index = gpu.get("index", i)
-            index = index if isinstance(index, int) and not isinstance(index, bool) else i
-            used, total = gpu.get("mem_used"), gpu.get("mem_total")
-            memory = 100.0 * used / total if _is_number(used) and _is_number(total) and total > 0 else None
-            values += [(f"gpu{index}_util", gpu.get("util")), (f"gpu{index}_memory", memory)]
-        shown = False
+    def _device_history(self, event: DevicesSampled) -> Changes:
+        """A device sample as points at the newest training step (devices.py)."""
+        values = device_values(event)
         for name, value in values:
-            if not _is_number(value):
-                continue
-            key = ("train", "step", prefix + name)
+            key = ("train", "step", name)
             (self.series.get(key) or self._new_series(key)).append(self.step, value)
-            self.latest[f"train/{prefix}{name}"] = value
-            shown = True
-        return {"plot"} if shown else set()
+            self.latest[f"train/{name}"] = value
+        return {Plot} if values else set()
 
     def _anchor(self, event: MetricsLogged) -> None:
         """The other x axes at a logged training step."""
@@ -578,11 +571,5 @@ class DashboardState:
             self.axes["samples"].add(event.step, event.step * self.batch_size)
 
     def _tick(self, t: float, step: int, items: int, steps: int = 1) -> None:
-        if self._waiting_ticks:
-            self._fold_ticks()
-        if self._ticks and step <= self._ticks[-1][1]:
-            return  # a repeated step (validation reports the current step)
-        if self._step_events:
+        if self.throughput.tick(t, step, items, steps) and self._step_events:
             self._samples += items
-        self._ticks.append((t, step, items, self._stretch))
-        self._train_steps_seen += max(steps, 1)
