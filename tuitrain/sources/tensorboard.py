@@ -13,15 +13,20 @@ take one name ("loss" and "train/loss"), the second keeps its whole tag. tuitrai
 writes "train/epoch_loss" for a phase's aggregate: read back as scope "epoch".
 
 Live: a run is live while a process of this machine has one of its event files open for writing
-(/proc; a TensorBoard server reading it does not count), or, where that cannot be seen (another
-machine's writer, no /proc), while its newest file changed in the last `LIVE_SECONDS` (SummaryWriter
-flushes every 120 s). A live source polls its files every `poll` seconds.
+(/proc; a TensorBoard server reading it does not count: tensorboardX holds its file), or the process
+its file's name names still runs and the file changed in the last `LIVE_SECONDS` (torch's writer opens
+the file at each flush only, and names it `<time>.<host>.<pid>.<n>`; a notebook's kernel lives on after
+its writer is done); a file whose name says it was written on this machine is otherwise not being
+written. Where that cannot be seen (no /proc, a file written on another machine onto a shared disk),
+while its newest file changed in the last `LIVE_SECONDS` (SummaryWriter flushes every 120 s). A live
+source polls its files every `poll` seconds.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import socket
 import threading
 import time
 from pathlib import Path
@@ -109,13 +114,62 @@ def is_live(ref: RunRef) -> bool:
     if not files:
         return False
     held = _held_for_writing()
-    if held is not None and any(_inode(f) in held for f in files):
-        return True
+    if held is not None:
+        if any(_inode(f) in held for f in files):
+            return True
+        here = socket.gethostname()
+        remote = []
+        for f in files:
+            written_here, pid, stamp = _name_parts(f.name, here)
+            if not written_here:
+                remote.append(f)
+            elif pid and _running_since(pid, stamp) and _changed_within(f, LIVE_SECONDS):
+                return True  # torch's writer opens its file at each flush only
+        if not remote:  # written on this machine, and no process of it is writing
+            return False
+        files = remote
     try:
         newest = max(f.stat().st_mtime for f in files)
     except OSError:
         return False
     return time.time() - newest < LIVE_SECONDS
+
+
+def _changed_within(path: Path, seconds: float) -> bool:
+    try:
+        return time.time() - path.stat().st_mtime < seconds
+    except OSError:
+        return False
+
+
+_PID = re.compile(r"^\.(\d+)\.\d+")
+
+
+def _name_parts(name: str, host: str) -> tuple[bool, int, int]:
+    """(written on this machine, the writer's pid or 0, the name's timestamp) of an event file's name:
+    torch names its files `events.out.tfevents.<time>.<host>.<pid>.<n>`, tensorboardX `...<time>.<host>`."""
+    m = _TIMESTAMP.match(name)
+    if not m or not host:
+        return False, 0, 0
+    rest = name[m.end() + 1 :]
+    if not rest.startswith(host):
+        return False, 0, 0
+    pid = _PID.match(rest[len(host) :])
+    return True, int(pid.group(1)) if pid else 0, int(m.group(1))
+
+
+def _running_since(pid: int, stamp: int) -> bool:
+    """Whether process `pid` runs and began before the file named at `stamp` (not a later process that
+    was given the same number)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read().rsplit(b")", 1)[1].split()
+        with open("/proc/stat", "rb") as f:
+            boot = next(int(line.split()[1]) for line in f if line.startswith(b"btime"))
+        began = boot + int(stat[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return False
+    return began <= stamp + 2
 
 
 def _inode(path: Path) -> tuple[int, int] | None:
