@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from tuitrain.core.events import Event, RunStarted
-from tuitrain.sources.polled import Columns, PolledSource, split_name, written_within
+from tuitrain.sources.polled import Item, Columns, PolledSource, simple_yaml, split_name, written_within
 from tuitrain.sources.refs import RunRef
 
 TOOL = "lightning"
@@ -101,13 +101,13 @@ def read_hparams(path: Path) -> tuple[dict, str]:
     try:
         import yaml
     except ImportError:
-        return _simple_yaml(text), ""
+        return simple_yaml(text), ""
     try:
         got = yaml.load(text, Loader=_loader(yaml))
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
-        return _simple_yaml(text), f"{path}: not YAML{where}; its simple lines read"
+        return simple_yaml(text), f"{path}: not YAML{where}; its simple lines read"
     if got is None:
         return {}, ""
     if not isinstance(got, dict):
@@ -138,27 +138,6 @@ def _loader(yaml: Any) -> Any:
         Loader.add_multi_constructor("!", other)
         _LOADER = Loader
     return _LOADER
-
-
-def _simple_yaml(text: str) -> dict:
-    """The top level's `key: value` lines of a YAML file, values as numbers where they are."""
-    out: dict[str, Any] = {}
-    for line in text.splitlines():
-        if not line or line[0] in " \t#-" or ":" not in line:
-            continue
-        key, _, value = line.partition(":")
-        value = value.strip()
-        if not value:
-            continue
-        for kind in (int, float):
-            try:
-                out[key.strip()] = kind(value)
-                break
-            except ValueError:
-                continue
-        else:
-            out[key.strip()] = {"true": True, "false": False, "null": None}.get(value, value.strip("'\""))
-    return out
 
 
 def _header_end(data: bytes) -> int:
@@ -215,8 +194,8 @@ class LightningSource(PolledSource):
             time=min(times) if times else 0.0,
         )
 
-    def read(self) -> Iterable[Event]:
-        out: list[Event] = []
+    def read(self) -> Iterable[Item]:
+        out: list[Item] = []
         if not self._started:
             self._started = True
             out.append(self._start())

@@ -24,6 +24,7 @@ from tuitrain.core.events import Event, MetricsLogged
 from tuitrain.sources.run_files import Emit, MetricsBlock
 
 LIVE_WITHIN = 60.0  # seconds: a run whose files changed this recently may still be written (a writer flushes)
+Item = Event | MetricsBlock  # what a source hands on
 _VALID = ("validation", "valid", "eval", "val")  # longest first: "validation_loss" is not "idation_loss"
 _SEPARATORS = "/_-"
 
@@ -47,6 +48,44 @@ def written_within(paths: Iterable[os.PathLike | str], seconds: float = LIVE_WIT
         except OSError:
             continue
     return False
+
+
+def simple_yaml(text: str) -> dict:
+    """The top level's `key: value` lines of a YAML file (hparams.yaml without PyYAML, MLflow's
+    meta.yaml), values as numbers where they are, quotes taken off."""
+    out: dict[str, Any] = {}
+    for line in text.splitlines():
+        if not line or line[0] in " \t#-" or ":" not in line:
+            continue
+        key, _, value = line.partition(":")
+        value = value.strip()
+        if not value:
+            continue
+        for kind in (int, float):
+            try:
+                out[key.strip()] = kind(value)
+                break
+            except ValueError:
+                continue
+        else:
+            out[key.strip()] = {"true": True, "false": False, "null": None}.get(value, unquote(value))
+    return out
+
+
+def unquote(value: str) -> str:
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+        return value[1:-1]
+    return value
+
+
+def as_number(text: str) -> Any:
+    """A parameter logged as text ("0.1", "32") as the number it says, else the text itself."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            continue
+    return text
 
 
 def number(value: Any) -> float | None:
@@ -180,15 +219,23 @@ class PolledSource:
         """Say `line` once; a line of a `kind` said before takes its place (a count that grew)."""
         if kind and kind in self._kinds:
             self.problems[self._kinds[kind]] = line
-        elif line not in self.problems:
+        elif line not in self.problems:  # (a line said once)
             if kind:
                 self._kinds[kind] = len(self.problems)
             self.problems.append(line)
 
+    def clear(self, kind: str) -> None:
+        """A problem of a `kind` that went away (a database no longer locked)."""
+        at = self._kinds.pop(kind, None)
+        if at is None:
+            return
+        del self.problems[at]
+        self._kinds = {k: i - (i > at) for k, i in self._kinds.items()}
+
     def open(self, emit: Emit) -> None:
         self._emit = emit
 
-    def read(self) -> Iterable[Event]:  # pragma: no cover - each reader has its own
+    def read(self) -> Iterable[Item]:  # pragma: no cover - each reader has its own
         raise NotImplementedError
 
     def release(self) -> None:
@@ -207,7 +254,7 @@ class PolledSource:
                     self._stop.wait()
                     break
                 for event in events:
-                    emit(event, None)
+                    emit(event, None)  # type: ignore[arg-type]  # a block goes where events go, as FileSource's do
                 self.caught_up = True
                 self._stop.wait(self.poll_live if self.live else self.poll_done)
         finally:
@@ -236,4 +283,15 @@ def drain(source: Any, timeout: float = 30.0) -> list[Event]:
     return got
 
 
-__all__ = ["LIVE_WITHIN", "Columns", "ForeignBlock", "drain", "PolledSource", "number", "split_name", "written_within"]
+__all__ = [
+    "LIVE_WITHIN",
+    "Columns",
+    "ForeignBlock",
+    "drain",
+    "PolledSource",
+    "as_number",
+    "number",
+    "simple_yaml",
+    "split_name",
+    "written_within",
+]
