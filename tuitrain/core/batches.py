@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from .metrics import StepOutput
+from .state import StepOutput
 
 
 def batch_size_of(batch: Any) -> int:
@@ -26,7 +26,7 @@ def tokens_of(batch: Any) -> int:
     if isinstance(batch, Mapping):
         for key in ("labels", "input_ids"):
             if isinstance(batch.get(key), torch.Tensor):
-                return batch[key].numel()
+                return int(batch[key].numel())
     if isinstance(batch, (list, tuple)) and len(batch) == 2 and isinstance(batch[1], torch.Tensor):
         return batch[1].numel()
     if isinstance(batch, torch.Tensor):
@@ -41,7 +41,7 @@ def _field(obj: Any, name: str) -> Any:
     return getattr(obj, name, None)
 
 
-def mapping_step(model: Any, batch: Mapping, loss_fn: Any = None) -> StepOutput:
+def mapping_step(model: Any, batch: Mapping[str, Any], loss_fn: Any = None) -> StepOutput:
     """The default step for a mapping batch: `model(**batch)`; the loss is the output's `loss`
     (attribute or key), else `loss_fn(logits, labels)`; accuracy-like metrics read `logits` and
     `labels`."""

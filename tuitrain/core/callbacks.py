@@ -273,7 +273,7 @@ class StepSampler:
     FIRST = 3
     __slots__ = ("emit", "phase", "items", "due", "first", "held")
 
-    def __init__(self, emit, phase: str) -> None:
+    def __init__(self, emit: Callable[[Event], None], phase: str) -> None:
         self.emit, self.phase = emit, phase
         self.items = 0
         self.due = 0.0
@@ -281,7 +281,7 @@ class StepSampler:
         self.held: tuple[int, int, int] | None = None  # the last step, when not reported
 
     @classmethod
-    def of(cls, bus, phase: str) -> StepSampler | None:
+    def of(cls, bus: EventBus, phase: str) -> StepSampler | None:
         return cls(bus.emit_step, phase) if bus.wants_sampled_steps else None
 
     def __call__(self, epoch: int, step: int, batch: int, items: int) -> None:

@@ -90,7 +90,7 @@ class Interrupter:
         self.paused = False
         #: called (from the watchdog's thread) before the process ends itself on a stall (`[watch]
         #: stall_action = "abort"`): a screen gives the terminal back first; each may take a few seconds
-        self.before_abort: list = []
+        self.before_abort: list[Callable[[], None]] = []
         #: why the run must end as failed at the next step boundary ("" while nothing failed): a
         #: write of the run directory that failed (see EventBus.on_write_failure)
         self.failure = ""
@@ -225,14 +225,14 @@ class Interrupter:
 # --- across processes: command files in RUN_DIR/control/ ------------------------------------
 
 
-def control_dir(run_dir: str | os.PathLike) -> Path:
+def control_dir(run_dir: str | os.PathLike[str]) -> Path:
     return Path(run_dir) / "control"
 
 
 class FileControl:
     """A `Controller` for a run in another process, through its run directory."""
 
-    def __init__(self, run_dir: str | os.PathLike) -> None:
+    def __init__(self, run_dir: str | os.PathLike[str]) -> None:
         self.run_dir = Path(run_dir)
 
     def send(self, command: str, source: str = "file") -> Path:
@@ -278,7 +278,7 @@ class ControlWatcher:
 
     def __init__(
         self,
-        run_dir: str | os.PathLike,
+        run_dir: str | os.PathLike[str],
         interrupter: Interrupter,
         interval: float = 0.5,
         housekeeping: Housekeeping | None = None,

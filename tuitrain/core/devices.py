@@ -41,7 +41,7 @@ class _Nvml:
         except Exception:  # no driver, no library, no devices: simply no GPUs
             self.handles = []
 
-    def sample(self) -> list[dict]:
+    def sample(self) -> list[dict[str, Any]]:
         nv = self._nv
         gpus = []
         for i, h in enumerate(self.handles):
@@ -101,7 +101,7 @@ def _torch_allocated() -> dict[int, int]:
 CHILDREN_EVERY = 10  # samples between scans for child processes (a scan reads every process's stat)
 
 
-def _cpu_percents(last: list | None) -> tuple[float, list[float], list]:
+def _cpu_percents(last: list[Any] | None) -> tuple[float, list[float], list[Any]]:
     """(whole machine %, per core %, times to pass next time) from one read of /proc/stat: every
     file a sampling thread reads hands the GIL back and forth with the training thread."""
     now = psutil.cpu_times(percpu=True)
@@ -147,7 +147,7 @@ class DeviceMonitor:
         self.rank = rank
         self.progress = progress
         self._last: tuple[float, int, int] | None = None
-        self._cpu_times: list | None = None
+        self._cpu_times: list[Any] | None = None
         self._children: list[psutil.Process] = []
         self._samples = 0
         self._emitted = 0  # samples handed to `emit`
@@ -231,7 +231,7 @@ class DeviceMonitor:
         """This process and its children (data-loader workers), whose list is refreshed every
         CHILDREN_EVERY samples."""
         try:
-            total = self._proc.memory_info().rss
+            total: int = self._proc.memory_info().rss
         except (psutil.Error, OSError):
             return 0
         if self._samples % CHILDREN_EVERY == 0:

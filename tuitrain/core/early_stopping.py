@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 
 class EarlyStopping:
@@ -24,7 +25,7 @@ class EarlyStopping:
             return value < self.best - self.min_delta
         return value > self.best + self.min_delta
 
-    def update(self, epoch_metrics: dict, epoch: int) -> bool:
+    def update(self, epoch_metrics: dict[str, Any], epoch: int) -> bool:
         """Feed one epoch's metrics; True when training should stop."""
         value = epoch_metrics.get(self.monitor)
         if value is None:
@@ -44,8 +45,8 @@ class EarlyStopping:
             return True
         return False
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         return {"best": self.best, "best_epoch": self.best_epoch, "bad_epochs": self.bad_epochs}
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         self.best, self.best_epoch, self.bad_epochs = state["best"], state["best_epoch"], state["bad_epochs"]

@@ -20,7 +20,7 @@ from collections.abc import Callable
 TMP_PREFIX = ".tmp-"
 
 
-def fsync_dir(folder: str | os.PathLike) -> None:
+def fsync_dir(folder: str | os.PathLike[str]) -> None:
     try:
         fd = os.open(folder, os.O_RDONLY)
     except OSError:
@@ -33,7 +33,7 @@ def fsync_dir(folder: str | os.PathLike) -> None:
         os.close(fd)
 
 
-def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], object]) -> int:
+def atomic_write(path: str | os.PathLike[str], write: Callable[[IO[bytes]], object]) -> int:
     """Write `path` through `write(fileobj)`; returns the size in bytes. Nothing is left on failure."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX + path.name + ".", dir=path.parent)
@@ -54,19 +54,19 @@ def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], object]) 
     return size
 
 
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> int:
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> int:
     return atomic_write(path, lambda f: f.write(data))
 
 
-def atomic_write_text(path: str | os.PathLike, text: str) -> int:
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> int:
     return atomic_write_bytes(path, text.encode("utf-8"))
 
 
-def atomic_write_json(path: str | os.PathLike, obj: Any) -> int:
+def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> int:
     return atomic_write_text(path, json.dumps(obj, indent=2, default=str) + "\n")
 
 
-def remove(path: str | os.PathLike) -> None:
+def remove(path: str | os.PathLike[str]) -> None:
     """Delete a file or a whole directory; nothing when it is already gone."""
     path = Path(path)
     try:
@@ -89,7 +89,7 @@ WRITE_FAULTS = {
 }
 
 
-def write_fault(e: BaseException, path: str | os.PathLike | None = None) -> str:
+def write_fault(e: BaseException, path: str | os.PathLike[str] | None = None) -> str:
     """One line for a failed write: "cannot write PATH: No space left on device (the disk is full)"."""
     path = getattr(e, "filename", None) or path
     where = f" {path}" if path else ""
@@ -98,7 +98,7 @@ def write_fault(e: BaseException, path: str | os.PathLike | None = None) -> str:
     return f"cannot write{where}: {words}" + (f" ({why})" if why else "")
 
 
-def overwrite_in_place(path: str | os.PathLike, data: bytes) -> None:
+def overwrite_in_place(path: str | os.PathLike[str], data: bytes) -> None:
     """Write `data` over the existing file `path` without a temporary file: its blocks are reused, so
     this works on a full disk where `atomic_write` cannot (a reader may see it half-written)."""
     fd = os.open(path, os.O_WRONLY)
@@ -112,7 +112,7 @@ def overwrite_in_place(path: str | os.PathLike, data: bytes) -> None:
         os.close(fd)
 
 
-def file_sha256(path: str | os.PathLike) -> str:
+def file_sha256(path: str | os.PathLike[str]) -> str:
     """The file's sha256, hex (read in 1 MiB blocks; hashlib lets go of the GIL while it hashes)."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -121,7 +121,7 @@ def file_sha256(path: str | os.PathLike) -> str:
     return h.hexdigest()
 
 
-def tree_sha256(path: str | os.PathLike) -> str:
+def tree_sha256(path: str | os.PathLike[str]) -> str:
     """A file's sha256, or for a directory the sha256 of its files' relative paths and their sha256s
     (sorted), so that a changed, added or removed file changes it."""
     path = Path(path)
@@ -133,7 +133,7 @@ def tree_sha256(path: str | os.PathLike) -> str:
     return h.hexdigest()
 
 
-def tree_size(path: str | os.PathLike) -> int:
+def tree_size(path: str | os.PathLike[str]) -> int:
     """Bytes of a file, or of every file under a directory."""
     path = Path(path)
     if not path.is_dir():
@@ -141,7 +141,7 @@ def tree_size(path: str | os.PathLike) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
-def replace_dir(tmp: str | os.PathLike, path: str | os.PathLike) -> int:
+def replace_dir(tmp: str | os.PathLike[str], path: str | os.PathLike[str]) -> int:
     """Rename the complete directory `tmp` to `path` (replacing an older one of that name); returns its
     size. os.replace cannot replace a non-empty directory, so an older one is first renamed aside."""
     tmp, path = Path(tmp), Path(path)
@@ -158,7 +158,7 @@ def replace_dir(tmp: str | os.PathLike, path: str | os.PathLike) -> int:
     return tree_size(path)
 
 
-def remove_leftovers(folder: str | os.PathLike) -> list[Path]:
+def remove_leftovers(folder: str | os.PathLike[str]) -> list[Path]:
     """Delete temporary files and directories a killed writer left behind; returns what was removed."""
     removed: list[Path] = []
     folder = Path(folder)

@@ -48,7 +48,7 @@ def take_copy(t: torch.Tensor) -> _Copy:
     if t.device.type == "cuda":
         out = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
         out.copy_(t, non_blocking=True)
-        ready = torch.cuda.Event()
+        ready = torch.cuda.Event()  # type: ignore[no-untyped-call]  # torch's Event.__init__ is unannotated
         ready.record()
         return _Copy(out, ready)
     return _Copy(t.to("cpu"))

@@ -43,7 +43,7 @@ def collapse_redraws(text: str) -> str:
     return "\n".join(out)
 
 
-def _sgr(match: re.Match) -> str:
+def _sgr(match: re.Match[str]) -> str:
     """The colour a sequence sets, as a clean SGR ("" for any other sequence)."""
     params, final = match.group(1), match.group(2)
     if final == "m" and params is not None and _SGR_PARAMS.fullmatch(params):
