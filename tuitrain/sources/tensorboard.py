@@ -389,10 +389,10 @@ class TensorBoardSource:
             self._say(f, f"{f.path.name}: the record at byte {base + int(starts[i]):,} is damaged (its CRC): skipped")
         if bad.size > MAX_PROBLEMS:
             self._say(f, f"{f.path.name}: {bad.size - MAX_PROBLEMS:,} more damaged records skipped", force=True)
-        rest = np.ones(starts.size, bool)
+        rest = rec.good.copy()
         rest[rec.which] = False
-        rest &= rec.good
-        found = self._decode(f, buf, base, starts, lengths, np.flatnonzero(rest))
+        others = [i for i in np.flatnonzero(rest).tolist() if not _file_version(buf, int(starts[i]), int(lengths[i]))]
+        found = self._decode(f, buf, base, starts, lengths, np.array(others, np.int64))
         self._hand_on(rec, found)
         return framing.stop
 
@@ -514,6 +514,16 @@ class TensorBoardSource:
         if f.said < MAX_PROBLEMS or force:
             self.problems.append(line)
         f.said += 1
+
+
+def _file_version(buf: bytes, start: int, length: int) -> bool:
+    """Whether a record is a file's first: its wall time, `file_version` ("brain.Event:2") and perhaps
+    `source_metadata` (the writer's name) alone; read without protobuf (plain scalars then need none)."""
+    d, end = start + 12, start + 12 + length
+    if length >= 256 or buf[d] != 9 or buf[d + 9] != 0x1A:
+        return False
+    j = d + 11 + buf[d + 10]
+    return j == end or (j + 2 <= end and buf[j] == 0x52 and j + 2 + buf[j + 1] == end)
 
 
 def _opened_at(files: list[Path]) -> float | None:

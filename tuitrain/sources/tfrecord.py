@@ -284,8 +284,8 @@ def _scalar_rows(rows: np.ndarray, idx: np.ndarray, ok: np.ndarray, length: int)
         lt = length - pv - 11  # the tag's bytes: length = p + 2 + L1, L1 = L2 + 2, L2 = Lt + 7
         if lt < 0 or lt + 9 >= 128 or pv > 20:
             continue
-        r = rows[ok & (p == pv)] if pv != 9 or has_step.any() else rows[ok]
-        sel = idx[ok & (p == pv)]
+        mask = ok & (p == pv)
+        r, sel = (rows, idx) if mask.all() else (rows[mask], idx[mask])
         shape = (
             (r[:, pv] == 0x2A)
             & (r[:, pv + 1] == lt + 9)
