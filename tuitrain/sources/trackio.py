@@ -1,0 +1,216 @@
+"""trackio's projects, read with the standard library (docs/formats/others.md): one SQLite database a
+project (`<project>.db` under `TRACKIO_DIR`, by default ~/.cache/huggingface/trackio; WAL mode), opened
+read-only. Its `metrics` table has a row per `trackio.log` call: run_name, step, an ISO timestamp and the
+logged dict as JSON (NaN and infinities as the strings "NaN", "Infinity", "-Infinity"; a nested dict's
+values under "outer/inner" here; media and tables, dicts with a "_type", left out); `configs` a run's
+config as JSON (trackio's own keys, "_Created" and the like, are not the run's config: "_Created" is its
+start). A run is a run name of the project; its new rows are those past the last id read.
+
+Live: trackio records no run's end, so a run is live while its newest row is under polled.LIVE_WITHIN
+seconds old.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from tuitrain.core.events import RunStarted
+from tuitrain.sources.polled import LIVE_WITHIN, Columns, Item, PolledSource, split_name
+from tuitrain.sources.refs import RunRef
+from tuitrain.sources.sqlite_ro import Database, Unreadable, is_sqlite
+
+TOOL = "trackio"
+EXTRA = None  # the standard library only
+_NON_FINITE = {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}
+_SKIP_DIRS = {"media", "__pycache__", "node_modules", ".git", "wandb", "mlruns"}
+
+
+def default_dir() -> Path:
+    """Where trackio keeps its projects: TRACKIO_DIR, else ~/.cache/huggingface/trackio."""
+    return Path(os.environ.get("TRACKIO_DIR") or Path.home() / ".cache" / "huggingface" / "trackio")
+
+
+def _is_project(path: Path) -> bool:
+    if path.suffix != ".db" or path.name.startswith("registry-") or not is_sqlite(path):
+        return False
+    db = Database(path)
+    try:
+        tables = db.tables()
+    finally:
+        db.close()
+    return {"metrics", "configs"} <= tables and "runs" not in tables  # (MLflow's has `runs` and `metrics`)
+
+
+def _runs(path: Path) -> list[RunRef]:
+    db = Database(path)
+    try:
+        rows, _ = db.rows(
+            "SELECT run_name, min(id) FROM (SELECT run_name, id FROM metrics UNION ALL "
+            "SELECT run_name, -1000000000 + id FROM configs) GROUP BY run_name ORDER BY min(id)"
+        )
+    except Unreadable:
+        return []
+    finally:
+        db.close()
+    return [RunRef(TOOL, path, f"{path.stem}/{name}", str(name), {"project": path.stem}) for name, _ in rows]
+
+
+def find_runs(path: Path | str) -> list[RunRef]:
+    """The trackio runs `path` is (a project's .db) or holds (its projects' runs, nested folders too)."""
+    path = Path(path)
+    if path.is_file():
+        return _runs(path) if _is_project(path) else []
+    if not path.is_dir():
+        return []
+    found: list[RunRef] = []
+    for folder, dirs, files in os.walk(path):
+        dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS and not d.startswith("."))
+        for name in sorted(files):
+            if name.endswith(".db") and _is_project(Path(folder) / name):
+                found.extend(_runs(Path(folder) / name))
+    return found
+
+
+def _seconds(stamp: Any) -> float | None:
+    """An ISO timestamp as seconds since the epoch (a time without a zone read as UTC, as trackio writes)."""
+    if not isinstance(stamp, str):
+        return None
+    try:
+        when = datetime.fromisoformat(stamp)
+    except ValueError:
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return when.timestamp()
+
+
+def is_live(ref: RunRef) -> bool:
+    db = Database(ref.path)
+    try:
+        rows, _ = db.rows("SELECT timestamp FROM metrics WHERE run_name = ? ORDER BY id DESC LIMIT 1", (ref.key,))
+    except Unreadable:
+        return False
+    finally:
+        db.close()
+    newest = _seconds(rows[0][0]) if rows else None
+    return newest is not None and time.time() - newest < LIVE_WITHIN
+
+
+def open_source(ref: RunRef, live: bool | None = None) -> TrackioSource:
+    return TrackioSource(ref, is_live(ref) if live is None else live)
+
+
+def _text(raw: Any) -> str:
+    return raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+
+
+def flat_numbers(logged: dict, prefix: str = "") -> Iterable[tuple[str, float]]:
+    """(name, value) of each number in a logged dict: nested dicts' under "outer/inner", media left out."""
+    for key, value in logged.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            if "_type" not in value:
+                yield from flat_numbers(value, name + "/")
+        elif isinstance(value, str):
+            if value in _NON_FINITE:
+                yield name, _NON_FINITE[value]
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            yield name, float(value)
+
+
+class TrackioSource(PolledSource):
+    """Follows one run of a trackio project's database: its rows past the last id read."""
+
+    def __init__(self, ref: RunRef, live: bool) -> None:
+        super().__init__(live)
+        self.ref = ref
+        self.db = Database(ref.path)
+        self._id = 0
+        self._said_start = False
+        self._damaged = 0
+
+    def describe(self) -> str:
+        return f"{self.ref.path} (run {self.ref.key})"
+
+    def read(self) -> Iterable[Item]:
+        out: list[Item] = []
+        try:
+            if not self._said_start:
+                configs, _ = self.db.rows("SELECT config FROM configs WHERE run_name = ?", (self.ref.key,))
+                out.append(self._start(configs))
+                self._said_start = True
+            rows, damage = self.db.rows(
+                "SELECT id, step, timestamp, metrics FROM metrics WHERE id > ? AND run_name = ? ORDER BY id",
+                (self._id, self.ref.key),
+            )
+        except Unreadable as e:
+            if e.kind == "locked":
+                self.problem(f"{self.ref.path}: locked by its writer; read again at the next look", "locked")
+            else:
+                self.problem(f"{self.ref.path}: not readable as a database ({e})", "damaged")
+            return out
+        self.clear("locked")
+        if damage:
+            self.problem(f"{self.ref.path}: damaged ({damage}); the rows before it read", "damaged")
+        if self.db.immutable:
+            self.problem(f"{self.ref.path}: read as it is on disk (its -wal file's newest rows not read)", "ro")
+        cols = Columns()
+        for row_id, step, stamp, raw in rows:
+            self._id = max(self._id, row_id)
+            try:
+                logged = json.loads(_text(raw))
+                if not isinstance(logged, dict) or not isinstance(step, int):
+                    raise ValueError("not a dict at a step")
+            except (ValueError, RecursionError):
+                self._damaged += 1
+                self.problem(
+                    f"{self.ref.path}: {self._damaged} damaged row{'s' if self._damaged > 1 else ''} of run "
+                    f"{self.ref.key!r} skipped (the first: metrics id {row_id})",
+                    "rows",
+                )
+                continue
+            at = _seconds(stamp)
+            for key, value in flat_numbers(logged):
+                split, name = split_name(key)
+                cols.add(split, "step", name, float(step), value, at)
+        block = cols.block()
+        if block is not None:
+            out.append(block)
+        return out
+
+    def _start(self, configs: list) -> RunStarted:
+        config: dict = {}
+        for (raw,) in configs:
+            try:
+                got = json.loads(_text(raw))
+            except (ValueError, RecursionError):
+                self.problem(f"{self.ref.path}: the config of run {self.ref.key!r} is not JSON", "config")
+                continue
+            if isinstance(got, dict):
+                config.update(got)
+        started = _seconds(config.get("_Created"))
+        env = {"tool": TOOL, "project": self.ref.path.stem}
+        env.update({k[1:]: v for k, v in config.items() if k.startswith("_") and v is not None})
+        return RunStarted(
+            run_dir=str(self.ref.path),
+            experiment=self.ref.name,
+            epochs=0,
+            max_steps=0,
+            steps_per_epoch=0,
+            batch_size=0,
+            config={k: v for k, v in config.items() if not k.startswith("_")},
+            env=env,
+            time=started or 0.0,
+        )
+
+    def release(self) -> None:
+        self.db.close()
+
+
+__all__ = ["EXTRA", "TOOL", "TrackioSource", "default_dir", "find_runs", "flat_numbers", "is_live", "open_source"]
