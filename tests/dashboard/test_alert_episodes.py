@@ -5,6 +5,7 @@ the charts mark the episode once, at its first step; every alert stays listed in
 from __future__ import annotations
 
 from tuitrain.core.events import AlertRaised
+from tuitrain.dashboard.state.changes import Alerts, NewEpisode
 from tuitrain.dashboard.state.model import DashboardState
 from tuitrain.dashboard.charts.chart_grid import ChartGrid
 
@@ -34,8 +35,8 @@ def test_five_alerts_of_one_episode_are_one_episode_marked_at_its_first_step():
     changed = [state.apply([a]) for a in skips(30, 5, episode=1)]
     assert len(state.alerts) == 5 and len(state.episodes) == 1
     assert state.alert_steps() == [30]
-    assert ["episode" in c for c in changed] == [True, False, False, False, False]  # the bell rings once
-    assert all("alerts" in c for c in changed)  # each is listed
+    assert [NewEpisode in c for c in changed] == [True, False, False, False, False]  # the bell rings once
+    assert all(Alerts in c for c in changed)  # each is listed
     lines = [text for _, text, _ in state.take_lines()]
     assert [t.split(":")[0] for t in lines] == [f"[alert] step {s}" for s in range(30, 35)]
 

@@ -1,7 +1,8 @@
-"""`ChartGrid`: one `MetricPlot` per metric (or group of metrics), in a grid sized to the space it
-has (`charts.grid_shape`): four or more at 120x40, one at 80x24, more on large terminals; the rest
-scroll. It keeps the charts in step with the state's metric names, hides those the filter leaves
-out, and moves the focus between the charts it shows. Inspecting (`i`), the cursor is on the
+"""`ChartGrid`: the charts of the registered kinds (kinds.py: a metric's lines, the device history, a
+histogram's heatmap, ...), in a grid sized to the space it has (`charts.grid_shape`): four or more at
+120x40, one at 80x24, more on large terminals; the rest scroll. It keeps the charts in step with what
+each kind finds in the state, hides those the filter leaves out (as each kind says), and moves the
+focus between the charts it shows. Inspecting (`i`), the cursor is on the
 focused chart and follows the focus to another chart at the same x.
 
 The chart keys are its bindings (`CHART_KEYS`): l log, s smooth, x x-axis, w window, / filter,
@@ -22,13 +23,11 @@ from textual.message import Message
 from textual.widget import Widget
 
 from tuitrain.core.text import safe_text
-from tuitrain.dashboard.charts.plan import compile_filter, grid_shape, group_metrics
-from tuitrain.dashboard.state.model import DashboardState
+from tuitrain.dashboard.charts.chart import Chart
+from tuitrain.dashboard.charts.kinds import ChartKey, ChartKind, chart_kinds
+from tuitrain.dashboard.charts.plan import compile_filter, grid_shape
 from tuitrain.dashboard.screens.filter_screen import FilterScreen
-from tuitrain.dashboard.charts.histogram_plot import HistogramPlot
-from tuitrain.dashboard.charts.metric_plot import MetricPlot
-
-HISTOGRAM = "\x00histogram:"  # a histogram's chart among the metrics' (a metric may have its name)
+from tuitrain.dashboard.state.model import DashboardState
 
 
 class ChartGrid(VerticalScroll):
@@ -79,7 +78,9 @@ class ChartGrid(VerticalScroll):
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
         self.can_focus = False  # the charts take the focus, not their container
-        self.charts: dict[str, MetricPlot] = {}
+        #: the charts by their key (`ChartKey`: a metric's chart by its name), in the grid's order
+        self.charts: dict[ChartKey, Chart] = {}
+        self._kinds: dict[ChartKey, ChartKind] = {}  # each chart's kind
         self.filter_text = ""
         self._pattern = None
         self._state: DashboardState | None = None
@@ -98,54 +99,61 @@ class ChartGrid(VerticalScroll):
 
     def show(self, state: DashboardState) -> None:
         self._state = state
-        groups = group_metrics(state.metric_names)
-        # a run's histograms, after its metrics (one run's: runs compared have none here)
-        media = getattr(state, "media", None) if getattr(state, "runs", None) is None else None
-        histograms = [HISTOGRAM + key for key in media.histograms] if media is not None else []
-        wanted = {name for name, _ in groups} | set(histograms)
-        for name in [n for n in self.charts if n not in wanted]:  # a chart that became part of a group
-            self.charts.pop(name).remove()
-        new, new_histograms = [], []
-        for name, metrics in groups:
-            chart = self.charts.get(name)
+        # what each kind finds in the state, in the kinds' order: (kind, name, metrics, shown)
+        wanted: dict[ChartKey, tuple[ChartKind, str, list[str], bool]] = {}
+        for kind in chart_kinds():
+            for name, metrics in kind.charts(state):
+                shown = kind.shown(name, metrics, self._pattern)
+                if shown or kind.made_hidden:
+                    wanted[kind.key(name)] = (kind, name, metrics, shown)
+        for key in [k for k in self.charts if k not in wanted]:  # a chart that became part of a group
+            self._kinds.pop(key, None)
+            self.charts.pop(key).remove()
+        new: dict[ChartKey, Chart] = {}
+        for key, (kind, name, metrics, shown) in wanted.items():
+            chart = self.charts.get(key)
             if chart is None:
-                chart = self.charts[name] = MetricPlot(name, metrics, classes="panel chart")
-                new.append(chart)
-            chart.display = self.matches(chart)
-        for name in histograms:
-            chart = self.charts.get(name)
-            if chart is None:
-                chart = self.charts[name] = HistogramPlot(name[len(HISTOGRAM) :], classes="panel chart")
-                new_histograms.append(chart)
-            chart.display = self.matches(chart)
-        for chart in new + new_histograms:
-            chart.pending = state  # shown once mounted (its colours come from CSS)
-        if new:  # a metric's chart before the histograms
-            first = next((c for c in self.charts.values() if isinstance(c, HistogramPlot) and c.is_attached), None)
-            if first is not None:
-                self.mount_all(new, before=first)
-            else:
-                self.mount_all(new)
-        if new_histograms:
-            self.mount_all(new_histograms)
-        new += new_histograms
+                chart = new[key] = kind.make(name, metrics)
+                chart.pending = state  # shown once mounted (its colours come from CSS)
+                self._kinds[key] = kind
+            chart.display = shown
+        if new:
+            self._mount_new(new)
         for chart in self.charts.values():
-            if chart.is_mounted and chart not in new and chart.display:
+            if chart.is_mounted and chart not in new.values() and chart.display:
                 chart.show(state)
         self.fit_grid()
         self.call_after_refresh(self.report_view)  # once laid out: the charts out of view
+
+    def _mount_new(self, new: dict[ChartKey, Chart]) -> None:
+        """The new charts after those of their kind (in the order they came), before the next kind's."""
+        rank = {kind.name: i for i, kind in enumerate(chart_kinds())}
+        order = lambda key: rank[self._kinds[key].name]  # noqa: E731
+        for i in sorted({order(key) for key in new}):
+            mine = [chart for key, chart in new.items() if order(key) == i]
+            later = next(
+                (c for key, c in self.charts.items() if order(key) > i and c.is_attached and c not in new.values()),
+                None,
+            )
+            if later is not None:
+                self.mount_all(mine, before=later)
+            else:
+                self.mount_all(mine)
+        self.charts.update(new)
+        # the grid's order: by kind, the charts of a kind in the order they came
+        self.charts = dict(sorted(self.charts.items(), key=lambda item: order(item[0])))
 
     @property
     def state(self) -> DashboardState | None:
         """The state last shown (None before the first metric)."""
         return self._state
 
-    def replot(self, chart: MetricPlot) -> None:
+    def replot(self, chart: Chart) -> None:
         """After a reading tool changed on one chart."""
         if self._state is not None:
             chart.show(self._state)
 
-    def visible(self) -> list[MetricPlot]:
+    def visible(self) -> list[Chart]:
         return [c for c in self.charts.values() if c.display]
 
     # --- the grid --------------------------------------------------------------------------
@@ -227,13 +235,6 @@ class ChartGrid(VerticalScroll):
 
     # --- the filter and the focus ----------------------------------------------------------
 
-    def matches(self, chart: MetricPlot) -> bool:
-        """Shown under the filter; without one, every chart but the device history (`device/...`), which
-        a filter that names it shows (`/cpu`, `/device`): the training metrics keep the grid."""
-        if self._pattern is None:
-            return not chart.chart.startswith("device/")
-        return any(self._pattern.search(m) for m in chart.metrics + [chart.chart])
-
     def set_filter(self, text: str) -> str:
         """Show only the charts whose metric names match the regular expression `text` (empty: all).
         Returns an error message for a bad expression, and then changes nothing."""
@@ -245,11 +246,11 @@ class ChartGrid(VerticalScroll):
             self.show(self._state)
         return ""
 
-    def current(self) -> MetricPlot | None:
+    def current(self) -> Chart | None:
         """The chart the keys act on: the focused one, else the first shown."""
         focused = self.app.focused
         shown = self.visible()
-        if isinstance(focused, MetricPlot) and focused in shown:
+        if isinstance(focused, Chart) and focused in shown:
             return focused
         return shown[0] if shown else None
 
@@ -276,11 +277,11 @@ class ChartGrid(VerticalScroll):
 
     # --- inspect ----------------------------------------------------------------------------
 
-    def inspected(self) -> MetricPlot | None:
+    def inspected(self) -> Chart | None:
         """The chart that shows the cursor, if any."""
         return next((c for c in self.charts.values() if c.inspecting), None)
 
-    def toggle_inspect(self) -> MetricPlot | None:
+    def toggle_inspect(self) -> Chart | None:
         """`i`: the cursor on the focused chart, or off."""
         chart = self.inspected()
         if chart is not None:
@@ -295,7 +296,7 @@ class ChartGrid(VerticalScroll):
     def on_descendant_focus(self, event: events.DescendantFocus) -> None:
         """The cursor moves with the focus, to the same x when the charts share their x axis."""
         old, new = self.inspected(), event.widget
-        if old is None or old is new or not isinstance(new, MetricPlot):
+        if old is None or old is new or not isinstance(new, Chart):
             return
         x = old.cursor if old.x_axis == new.x_axis else None
         old.stop_inspecting()

@@ -98,7 +98,7 @@ def _cells_of(text: Text, width: int, base: Style) -> list[list]:
     return cells + [[" ", base] for _ in range(width - len(cells))]
 
 
-def _strip(cells: list) -> Strip:
+def strip_of(cells: list) -> Strip:
     """Cells to a Strip, neighbours of one style in one segment."""
     segments: list[Segment] = []
     run: list[str] = []
@@ -157,7 +157,7 @@ def draw_chart(
             start = max(0, (width - len(message)) // 2)
             for i, ch in enumerate(message[:width]):
                 mid[start + i][0] = ch
-        return Drawn([_strip(c) for c in out + rows], top=top)
+        return Drawn([strip_of(c) for c in out + rows], top=top)
     rows_h = height - top - 2  # the x axis and its labels below
     ys_all = [y for ln in drawn for y in ln.ys]
     y = snap_axis(
@@ -199,7 +199,7 @@ def draw_chart(
         x_ticks.append(col)
     y_ticks = {y.cell(t): label for t, label in zip(y.ticks, y.labels)}
 
-    canvas = _canvas(drawn, cols_w, rows_h, x, y, base, bg)
+    canvas = braille_canvas(drawn, cols_w, rows_h, x, y, base, bg)
     grid_style = Style(color=hex_of(palette.grid), bgcolor=hex_of(bg))
     epoch_style = Style(color=hex_of(palette.epoch), bgcolor=hex_of(bg))
     cursor_style = Style(color=hex_of(palette.cursor), bgcolor=hex_of(bg), bold=True)
@@ -247,7 +247,7 @@ def draw_chart(
     axis += [["┬" if c in x_ticks else "─", base] for c in range(cols_w)]
     out.append(axis)
     out.append(label_row)
-    return Drawn([_strip(c) for c in out], x, y, label_w + 1, top)
+    return Drawn([strip_of(c) for c in out], x, y, label_w + 1, top)
 
 
 def choice_axis(choices: list[str], cells: int) -> Axis:
@@ -258,7 +258,7 @@ def choice_axis(choices: list[str], cells: int) -> Axis:
     return Axis(-0.5 + unit / 2, unit, max(cells, 2), tuple(float(i) for i in range(len(choices))), tuple(choices), 1.0)
 
 
-def _canvas(
+def braille_canvas(
     lines: list[Line], width: int, height: int, x: Axis, y: Axis, base: Style, bg: tuple[int, int, int]
 ) -> list[list]:
     """The braille lines on a canvas of width x height cells, drawn by plotext's public module API
@@ -287,4 +287,15 @@ def _canvas(
     return rows + [[[" ", base] for _ in range(width)] for _ in range(height - len(rows))]
 
 
-__all__ = ["Drawn", "Line", "Palette", "blend", "choice_axis", "draw_chart", "hex_of", "rgb_of"]
+__all__ = [
+    "Drawn",
+    "Line",
+    "Palette",
+    "blend",
+    "braille_canvas",
+    "choice_axis",
+    "draw_chart",
+    "hex_of",
+    "rgb_of",
+    "strip_of",
+]

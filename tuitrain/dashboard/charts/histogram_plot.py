@@ -3,10 +3,11 @@ steps across, the values up (the name's range, `low` to `high`), each step's dis
 of the theme's train colour, its fullest row the brightest (a heatmap, as TensorBoard's
 distributions). The title names it and gives the newest step's min, max and mean.
 
-It is a `MetricPlot` to the grid: focused, zoomed (Enter), filtered (`/` matches its name) and
-inspected (`i`: the step under the cursor with its min, mean and max) as a metric's chart is; `l`
-shades by log(1 + count) (the tails show), `w` the most recent steps only; smoothing and other x axes
-do not apply. The axes and labels are `draw_chart`'s, the shades `pictures.heat_columns`'.
+It is a `Chart` of the grid, the kind "histograms" (kinds.py: one run's histograms, after its metrics):
+focused, zoomed (Enter), filtered (`/` matches its name) and inspected (`i`: the step under the cursor
+with its min, mean and max) as a metric's chart is; `l` shades by log(1 + count) (the tails show), `w`
+the most recent steps only; smoothing and other x axes do not apply. The axes and labels are
+`draw_chart`'s, the shades `pictures.heat_columns`'.
 """
 
 from __future__ import annotations
@@ -19,17 +20,18 @@ from rich.text import Text
 from textual.strip import Strip
 
 from tuitrain.core.text import safe_name
-from tuitrain.dashboard.charts.plan import short
+from tuitrain.dashboard.charts.chart import Chart
 from tuitrain.dashboard.charts.drawing import Drawn, Line, blend, draw_chart, hex_of
-from tuitrain.dashboard.state.model import DashboardState
+from tuitrain.dashboard.charts.kinds import ChartKind, register
+from tuitrain.dashboard.charts.plan import short
 from tuitrain.dashboard.panels.pictures import heat_columns
-from tuitrain.dashboard.charts.metric_plot import MetricPlot
+from tuitrain.dashboard.state.model import DashboardState
 
 RECENT = 50  # steps `w` keeps
 SHADES = 24  # levels of shade
 
 
-class HistogramPlot(MetricPlot):
+class HistogramPlot(Chart):
     """The heatmap of histogram `key` (its chart name, what `/` matches)."""
 
     def __init__(self, key: str, *, id: str | None = None, classes: str | None = None) -> None:
@@ -37,7 +39,7 @@ class HistogramPlot(MetricPlot):
         self.columns: list = []  # what the last show() took (tests read it)
         self._shown: tuple | None = None
 
-    def show(self, state: DashboardState, metric: str | None = None, window: str | None = None) -> None:
+    def show(self, state: DashboardState) -> None:
         self._state = state
         series = state.media.histograms.get(self.chart)
         key = (series.version if series else -1, self.window, self.log_scale, self.outer_size.width)
@@ -178,5 +180,12 @@ class HistogramPlot(MetricPlot):
             out.append(Color.from_rgb(*rgb))
         return out
 
+
+def _histograms(state: DashboardState) -> list[tuple[str, list[str]]]:
+    """One run's histograms (runs compared have none here)."""
+    return [(key, [key]) for key in state.media.histograms] if state.kind == "run" else []
+
+
+register(ChartKind("histograms", 20, _histograms, lambda name, _: HistogramPlot(name, classes="panel chart")))
 
 __all__ = ["HistogramPlot"]

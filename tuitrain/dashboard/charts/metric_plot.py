@@ -14,23 +14,23 @@ the cursor and each series' value at or before it, shown in a line above the can
 
 from __future__ import annotations
 
-import bisect
-import math
-import time
+from typing import TYPE_CHECKING
 
 from rich.style import Style
 from rich.text import Text
-from textual import events
-from textual.strip import Strip
-from textual.widget import Widget
 
 from tuitrain.core.text import NAME_WIDTH, safe_name
-from tuitrain.dashboard.charts.plan import SMOOTHING, ema, finite_for, short, thin
-from tuitrain.dashboard.charts.drawing import Drawn, Line, Palette, blend, draw_chart, hex_of, rgb_of
-from tuitrain.dashboard.state.model import DashboardState
+from tuitrain.dashboard.charts.chart import AXIS_NAMES, Chart
+from tuitrain.dashboard.charts.drawing import Drawn, Line, Palette, blend, draw_chart, rgb_of
+from tuitrain.dashboard.charts.kinds import ChartKind, register, shown_by_filter
+from tuitrain.dashboard.charts.plan import ema, finite_for, group_metrics, short, thin
+from tuitrain.dashboard.state.devices import DEVICE_PREFIX
+from tuitrain.dashboard.state.model import DashboardState, compared
+
+if TYPE_CHECKING:
+    from tuitrain.dashboard.state.compare import CompareState
 
 MAX_BOUNDARIES = 12  # epoch lines drawn at most
-AXIS_NAMES = {"step": "step", "epoch": "epoch", "time": "wall time", "samples": "samples"}
 EXTRA = [(80, 200, 120), (220, 110, 200), (230, 220, 90), (120, 220, 230)]  # a group's further metrics
 
 #: the title's forms, the first that fits: (in words, best value in the title, gap, digits); in words
@@ -51,62 +51,16 @@ COMPARED_FORMS = [("long", 4), ("short", 4), ("tight", 4), ("tight", 3)]
 __all__ = ["Drawn", "Line", "MetricPlot", "Palette", "draw_chart", "thin"]
 
 
-class MetricPlot(Widget, can_focus=True):
-    """A chart of `metrics` (one name, or a group that shares a chart) named `chart`."""
-
-    COMPONENT_CLASSES = {"metric-plot--train", "metric-plot--valid", "metric-plot--epoch"}
-
-    DEFAULT_CSS = """
-    MetricPlot { width: 1fr; height: 1fr; min-height: 6; }
-    MetricPlot.-maximized { height: 1fr; }
-    MetricPlot > .metric-plot--train { color: #3c9be8; }
-    MetricPlot > .metric-plot--valid { color: #f0a030; }
-    MetricPlot > .metric-plot--epoch { color: #555555; }
-    """
+class MetricPlot(Chart):
+    """A chart of `metrics` (one name, or a group that shares a chart) named `chart`: the kinds "lines"
+    (training metrics) and "devices" (the device history)."""
 
     def __init__(
         self, chart: str = "", metrics: list[str] | None = None, *, id: str | None = None, classes: str | None = None
     ) -> None:
-        super().__init__(id=id, classes=classes)
-        self.chart = chart
-        self.metrics: list[str] = list(metrics) if metrics else ([chart] if chart else [])
-        # the reading tools, this chart's own
-        self.log_scale = False
-        self.smoothing = 0.0
-        self.x_axis = "step"
-        self.window = "full"
-        # what the last show() computed (tests read these)
-        self.points: dict[str, tuple[list[float], list[float]]] = {}  # raw, by split ("valid/d_loss" in groups)
-        self.smoothed: dict[str, tuple[list[float], list[float]]] = {}
-        self.steps: dict[str, list[float]] = {}  # each raw series' global steps, beside its x values
-        self.origin: dict[str, tuple] = {}  # each raw series' (run or None, split, metric)
-        self.cursor: float | None = None  # inspecting: the x the cursor stands at (None: off)
-        self.readout_text = ""  # what the inspect line says (tests read it)
-        self.drawn = Drawn([])
-        self.boundaries: list[float] = []
-        self.alert_marks: list[float] = []  # x of the health alerts shown on this chart
+        super().__init__(chart, metrics, id=id, classes=classes)
         self.key_colors: dict[str, tuple[int, int, int]] = {}  # compared runs: each run's colour
-        self.skipped = 0  # points left out: not finite, or <= 0 on a log scale
-        self.title_text = ""
         self._best_note = ""  # "best 0.48", in the bottom border where the title has no room for it
-        self._name_width = NAME_WIDTH
-        self._state: DashboardState | None = None
-        self.pending: DashboardState | None = None  # to show once mounted
-        self._version = 0  # bumped by each show(): frame() rebuilds the figure only then
-        self._rendered: tuple | None = None
-        self._lines: list[Strip] = []  # the frame of the render pass under way
-        self.builds = 0  # figures built, for tests
-        self.build_cost = 0.0  # CPU seconds the last figure took to build
-
-    @property
-    def metric(self) -> str:
-        return self.metrics[0] if self.metrics else ""
-
-    def _series_color(self, part: str) -> tuple[int, int, int]:
-        style = self.get_component_rich_style(f"metric-plot--{part}")
-        if style.color is None:
-            return (200, 200, 200)
-        return tuple(style.color.get_truecolor())  # type: ignore[return-value]
 
     # --- the data ---------------------------------------------------------------------------
 
@@ -122,9 +76,8 @@ class MetricPlot(Widget, can_focus=True):
         axis = state.axes.get(self.x_axis)
         group = len(self.metrics) > 1
         self.points, self.smoothed, self.steps, self.skipped, self.origin = {}, {}, {}, 0, {}
-        runs = getattr(state, "runs", None)
-        if runs:  # several runs compared: each one's series, in its own colour
-            self._show_runs(state, runs)
+        if state.kind != "run":  # several runs compared: each one's series, in its own colour
+            self._show_runs(compared(state))
             return
         lo: float | None = None
         for name in self.metrics:
@@ -169,19 +122,13 @@ class MetricPlot(Widget, can_focus=True):
         self._set_subtitle()
         self._replotted()
 
-    def _replotted(self) -> None:
-        if self.cursor is not None:
-            self.cursor = self._snap(self.cursor)
-        self._version += 1
-        self.refresh()
-
-    def _show_runs(self, state: DashboardState, runs: dict) -> None:
+    def _show_runs(self, state: CompareState) -> None:
         from tuitrain.dashboard.state.compare import color_indexes, run_color
 
         self.key_colors = {}
+        runs = state.runs
         numbers = color_indexes(state, runs)  # a run's colour is its own, shown or not
-        drawn = state.drawn_runs() if hasattr(state, "drawn_runs") else list(runs)  # the pinned last: on top
-        for run in drawn:
+        for run in state.drawn_runs():  # the pinned last: on top
             i, rs = numbers[run], runs[run]
             axis = rs.axes.get(self.x_axis)
             for name in self.metrics:
@@ -232,8 +179,7 @@ class MetricPlot(Widget, can_focus=True):
         room = max(self.outer_size.width - 6, 10) if self.size.width else 80
         self._name_width = max(8, min(NAME_WIDTH, room // 2))  # a long name gives way to the numbers
         title = Text()
-        runs = getattr(state, "runs", None)
-        for form in COMPARED_FORMS if runs else FORMS:
+        for form in COMPARED_FORMS if state.kind != "run" else FORMS:
             title = self._title(state, form)
             if title.cell_len <= room:
                 break
@@ -242,15 +188,15 @@ class MetricPlot(Widget, can_focus=True):
 
     def _title(self, state: DashboardState, form: tuple) -> Text:
         hexed = lambda c: Style(color="#%02x%02x%02x" % c)  # noqa: E731
-        runs = getattr(state, "runs", None)
-        if runs:  # compared runs: each one's latest train value and best valid value, in its colour
+        if state.kind != "run":  # compared runs: each one's latest train value and best valid value, in its colour
             from tuitrain.dashboard.state.compare import color_indexes, run_color
 
             form, digits = form
             title = Text(safe_name(self.chart or "metrics", self._name_width), style="bold")
             name = self.metric
+            runs = compared(state).runs
             numbers = color_indexes(state, runs)
-            for run in state.shown_runs() if hasattr(state, "shown_runs") else list(runs):  # the pinned first
+            for run in compared(state).shown_runs():  # the pinned first
                 i, rs = numbers[run], runs[run]
                 latest, best = rs.latest.get(f"train/{name}"), rs.best_valid(name)
                 if latest is None and best is None:
@@ -315,155 +261,6 @@ class MetricPlot(Widget, can_focus=True):
             tools.append(f"{self.skipped} not drawn" + (" (<= 0)" if self.log_scale else ""))
         self.border_subtitle = " · ".join(tools)
 
-    # --- the reading tools (the app's keys) ------------------------------------------------
-
-    def toggle_log(self) -> None:
-        self.log_scale = not self.log_scale
-
-    def cycle_smoothing(self) -> None:
-        i = SMOOTHING.index(self.smoothing) if self.smoothing in SMOOTHING else 0
-        self.smoothing = SMOOTHING[(i + 1) % len(SMOOTHING)]
-
-    def cycle_x_axis(self, available: list[str]) -> None:
-        i = available.index(self.x_axis) if self.x_axis in available else 0
-        self.x_axis = available[(i + 1) % len(available)]
-
-    def toggle_window(self) -> None:
-        self.window = "recent" if self.window == "full" else "full"
-
-    # --- inspect: a cursor at a step, and every series' value there --------------------------
-
-    @property
-    def inspecting(self) -> bool:
-        return self.cursor is not None
-
-    def _xs(self) -> list[float]:
-        """Every logged x of the chart's raw series, in order: where the cursor can stand."""
-        return sorted({x for xs, _ in self.points.values() for x in xs})
-
-    def _snap(self, x: float) -> float | None:
-        """The logged x at or before x (the first one when none is before)."""
-        xs = self._xs()
-        if not xs:
-            return x
-        i = bisect.bisect_right(xs, x) - 1
-        return xs[max(i, 0)]
-
-    def inspect(self, x: float | None = None) -> None:
-        """Cursor on, at x (snapped to a logged point at or before it), else at the newest point."""
-        xs = self._xs()
-        self.cursor = self._snap(x) if x is not None else (xs[-1] if xs else 0.0)
-        self._moved()
-
-    def stop_inspecting(self) -> None:
-        self.cursor = None
-        self._moved()
-
-    def _column(self, x: float) -> int:
-        axis = self.drawn.x
-        return axis.cell(x) if axis is not None else 0
-
-    def move_cursor(self, delta: int) -> None:
-        """One column right (delta 1) or left (-1), to the newest logged point in that column: each
-        press moves the line on screen, and the cursor always stands on a real point."""
-        if self.cursor is None:
-            return
-        xs = self._xs()
-        if not xs:
-            return
-        if self.drawn.x is None:  # not drawn yet: point by point
-            i = bisect.bisect_left(xs, self.cursor)
-            self.cursor = xs[min(max(i + delta, 0), len(xs) - 1)]
-        else:
-            here = self._column(self.cursor)
-            if delta > 0:
-                right = [x for x in xs if self._column(x) > here]
-                if right:
-                    target = self._column(right[0])
-                    self.cursor = max(x for x in right if self._column(x) == target)
-            else:
-                left = [x for x in xs if self._column(x) < here]
-                if left:
-                    self.cursor = left[-1]
-        self._moved()
-
-    def cursor_to_column(self, column: int) -> None:
-        """The cursor at the canvas's column (a click): the newest logged point at or before it."""
-        xs = self._xs()
-        if not xs or self.drawn.x is None:
-            return
-        at = [x for x in xs if self._column(x) <= column]
-        self.cursor = at[-1] if at else xs[0]
-        self._moved()
-
-    def _moved(self) -> None:
-        self._set_subtitle()
-        self._version += 1
-        self.refresh()
-
-    def readout(self) -> tuple[float | None, list[tuple[Line, float | None]]]:
-        """(the step under the cursor, [(series, its value at or before the cursor)]), None: no value."""
-        lines = self.lines()
-        step = None
-        values: list[tuple[Line, float | None]] = []
-        for line in lines:
-            i = line.at(self.cursor) if self.cursor is not None else -1
-            values.append((line, line.ys[i] if i >= 0 else None))
-            if step is None and i >= 0 and line.xs[i] == self.cursor and line.steps is not None:
-                step = line.steps[i]
-        if step is not None:
-            values = [(line, self._exact(line, step, value)) for line, value in values]
-        return step, values
-
-    def _exact(self, line: Line, step: float, shown: float | None) -> float | None:
-        """A series' value at the newest step at or before `step` as the run's files hold it: a long
-        run's chart keeps each bucket's extremes only, so its nearest stored point may be steps away.
-        The chart's own point where it is as new (a live run's newest, not yet in the files), or where
-        the files cannot tell."""
-        origin, value_at = self.origin.get(line.key), getattr(self._state, "value_at", None)
-        if origin is None or value_at is None:
-            return shown
-        run, split, name = origin
-        found = value_at(split, name, step, run)
-        if found is None:
-            return shown
-        i = line.at(self.cursor)
-        own = line.steps[i] if i >= 0 and line.steps is not None else -math.inf
-        return found[1] if found[0] >= own else shown
-
-    def _readout(self, lines: list[Line], width: int) -> list[Text]:
-        """The inspect line(s) above the canvas: the step (and the x, on another x axis), then each
-        series' glyph, name and value in its colour; shorter forms when the width is short."""
-        step, values = self.readout()
-        fg = self.palette().foreground
-        where = f"step {step:,.0f}" if step is not None else f"{AXIS_NAMES[self.x_axis]} {short(self.cursor)}"
-        if step is not None and self.x_axis != "step":
-            where += f" · {AXIS_NAMES[self.x_axis]} {short(self.cursor, 4)}"
-        out: list[Text] = []
-        for named, digits in ((True, 4), (False, 4), (False, 3)):  # then the glyph alone names a series
-            head = Text("▏" + where, style=Style(color=hex_of(fg), bold=True))
-            out = [head]
-            for line, value in values:
-                name = line.label if named else line.short
-                part = Text(line.glyph + (" " if name else "") + name, style=Style(color=hex_of(line.color)))
-                part.append(" " + (short(value, digits) if value is not None else "-"), style=Style(color=hex_of(fg)))
-                if out[-1].cell_len + 2 + part.cell_len > width:
-                    out.append(Text(" "))
-                else:
-                    out[-1].append("  ")
-                out[-1].append_text(part)
-            if len(out) == 1:
-                break
-        self.readout_text = " ".join(t.plain.strip() for t in out)
-        return out[:3]
-
-    def on_click(self, event: events.Click) -> None:
-        if self.cursor is None:
-            return
-        offset = event.get_content_offset(self)
-        if offset is not None and self.drawn.x is not None:
-            self.cursor_to_column(offset.x - self.drawn.left)
-
     # --- drawing -------------------------------------------------------------------------
 
     def lines(self) -> list[Line]:
@@ -471,7 +268,8 @@ class MetricPlot(Widget, can_focus=True):
         _, _, bg, _ = self.colors
         background = rgb_of(bg)
         train, valid = self._series_color("train"), self._series_color("valid")
-        runs = list(getattr(self._state, "runs", None) or [])
+        state = self._state
+        runs = list(compared(state).runs) if state is not None and state.kind != "run" else []
         group = len(self.metrics) > 1
         out: list[Line] = []
 
@@ -515,13 +313,6 @@ class MetricPlot(Widget, can_focus=True):
             out.append(Line(key, xs, ys, color, "dot", "•" + number, long or "valid", self.steps.get(key), tag))
         return out
 
-    def palette(self) -> Palette:
-        _, _, bg, fg = self.colors
-        background, foreground = rgb_of(bg), rgb_of(fg)
-        return Palette(
-            background, foreground, blend(foreground, background, 0.22), self._series_color("epoch"), foreground
-        )
-
     def _draw(self, width: int, height: int) -> Drawn:
         lines = self.lines()
         header = self._readout(lines, width) if self.cursor is not None else []
@@ -538,42 +329,18 @@ class MetricPlot(Widget, can_focus=True):
             alerts=self.alert_marks,
         )
 
-    def frame(self) -> list[Strip]:
-        """The figure's lines, top first, each the widget's width. Textual re-renders on layout
-        passes triggered by other panels; building a figure is the dashboard's costliest work, so
-        it happens only for new data, a new size or colours."""
-        width, height = self.content_size
-        key = (self._version, self.content_size, self.app.theme, self.colors)
-        if self._rendered is None or self._rendered[0] != key:
-            t0 = time.thread_time()
-            style = self.rich_style
-            lines: list[Strip] = []
-            if width >= 1 and height >= 1:
-                self.drawn = self._draw(width, height)
-                lines = [line.crop_extend(0, width, style) for line in self.drawn.lines[:height]]
-            lines += [Strip.blank(width, style)] * (height - len(lines))
-            self._rendered = (key, lines)
-            self.build_cost = time.thread_time() - t0
-            self.builds += 1
-        return self._rendered[1]
 
-    def render_lines(self, crop):
-        self._lines = self.frame()  # once per pass: the key's colours are looked up through the DOM
-        return super().render_lines(crop)
+# --- the kinds: a metric's lines, and the device history's (shown when a filter names it: `/cpu`) -----
 
-    def render_line(self, y: int) -> Strip:
-        lines = self._lines
-        return lines[y] if y < len(lines) else Strip.blank(self.content_size.width, self.rich_style)
 
-    def on_mount(self) -> None:
-        if self.pending is not None:
-            state, self.pending = self.pending, None
-            self.show(state)
-            if isinstance(self.parent, Widget) and hasattr(self.parent, "fit_grid"):
-                self.parent.fit_grid()
+def _metric_charts(state: DashboardState, devices: bool) -> list[tuple[str, list[str]]]:
+    names = [n for n in state.metric_names if n.startswith(DEVICE_PREFIX) == devices]
+    return group_metrics(names)
 
-    def on_resize(self) -> None:
-        if self._state is not None:
-            self.show(self._state)  # the title's words and the epoch lines follow the width
-        self._rendered = None
-        self.refresh()
+
+def _make(name: str, metrics: list[str]) -> MetricPlot:
+    return MetricPlot(name, metrics, classes="panel chart")
+
+
+register(ChartKind("lines", 0, lambda state: _metric_charts(state, False), _make, by_name=True))
+register(ChartKind("devices", 10, lambda state: _metric_charts(state, True), _make, shown_by_filter, by_name=True))

@@ -14,7 +14,7 @@ from rich.style import Style
 from textual.strip import Strip
 
 from tuitrain.dashboard.charts.plan import Axis
-from tuitrain.dashboard.charts.drawing import Line, Palette, _canvas, _strip, hex_of
+from tuitrain.dashboard.charts.drawing import Line, Palette, braille_canvas, hex_of, strip_of
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ def draw_parallel(
         mid = out[len(out) // 2] if out else []
         for i, ch in enumerate(text[:width]):
             mid[max(0, (width - len(text)) // 2) + i][0] = ch
-        return [_strip(c) for c in out]
+        return [strip_of(c) for c in out]
     last_w = max([len(label) for _, label in columns[-1].ticks] + [1])
     left, right = 1, last_w + 2
     n = len(columns) - 1
@@ -58,7 +58,9 @@ def draw_parallel(
     x = Axis(-at[0] * unit, unit, width, (), (), 1.0)
     y = Axis(0.0, 1.0 / (rows - 1), rows, (), (), 1.0)
     drawn = [ln for ln in lines if ln.xs]
-    canvas = _canvas([Line(ln.key, ln.xs, ln.ys, ln.color, "braille") for ln in drawn], width, rows, x, y, base, bg)
+    canvas = braille_canvas(
+        [Line(ln.key, ln.xs, ln.ys, ln.color, "braille") for ln in drawn], width, rows, x, y, base, bg
+    )
 
     def row_of(p: float) -> int:
         return rows - 1 - round(min(max(p, 0.0), 1.0) * (rows - 1))
@@ -91,7 +93,7 @@ def draw_parallel(
             if 0 <= start + j < width:
                 names[start + j] = [ch, bold]
         end = start + len(name) - 1
-    return [_strip(names)] + [_strip(row) for row in canvas]
+    return [strip_of(names)] + [strip_of(row) for row in canvas]
 
 
 __all__ = ["Column", "draw_parallel"]
