@@ -146,6 +146,10 @@ def test_find_runs_nested_and_files_in_order(summarywriter_run, tmp_path):
         ("test/acc", ("train", "step", "test/acc")),
         ("interval", ("train", "step", "interval")),
         ("val", ("train", "step", "val")),
+        ("val-acc", ("valid", "step", "acc")),
+        ("VAL_loss", ("valid", "step", "loss")),
+        ("interval_loss", ("train", "step", "interval_loss")),
+        ("train_loss_epoch", ("train", "step", "loss_epoch")),
     ],
 )
 def test_split_of(tag, key):

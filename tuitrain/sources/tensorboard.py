@@ -6,27 +6,22 @@ sessions has two). Scalars go out as `MetricsBlock`s, one per read of the files,
 the records' bytes where a record is what `add_scalar` writes (tfrecord.py); pictures, texts,
 histograms and hparams, and scalars written as tensors, through protobuf (tb_summary.py).
 
-A tag's split: "val", "valid", "validation", "eval" or "evaluation" as a part of it ("loss/val",
-"val/loss", "val_loss", "loss_val") makes it a "valid" metric named by the rest ("loss"), "train" or
-"training" a "train" one; any other tag is a "train" metric under its own name. Where two tags would
-take one name ("loss" and "train/loss"), the second keeps its whole tag. tuitrain's own TensorBoard sink
-writes "train/epoch_loss" for a phase's aggregate: read back as scope "epoch".
+A tag's split: "val", "valid", "validation", "eval" or "evaluation" as its first or last part makes it
+a "valid" metric named by the rest ("loss/val", "val/loss", "val_loss", "loss_val", "val-loss" -> valid
+"loss"; parts are split at "/", or at "_" and "-" in a tag without "/"), "train" or "training" a "train"
+one ("train_loss" -> train "loss"); any other tag is a "train" metric under its own name ("test/acc").
+Where two tags would take one name ("train/loss" and "loss"), the later keeps its whole tag ("loss (2)"
+if that is taken too). tuitrain's own TensorBoard sink writes "train/epoch_loss" for a phase's aggregate:
+read back as scope "epoch".
 
-Live: a run is live while a process of this machine has one of its event files open for writing
-(/proc; a TensorBoard server reading it does not count: tensorboardX holds its file), or the process
-its file's name names still runs and the file changed in the last `LIVE_SECONDS` (torch's writer opens
-the file at each flush only, and names it `<time>.<host>.<pid>.<n>`; a notebook's kernel lives on after
-its writer is done); a file whose name says it was written on this machine is otherwise not being
-written. Where that cannot be seen (no /proc, a file written on another machine onto a shared disk),
-while its newest file changed in the last `LIVE_SECONDS` (SummaryWriter flushes every 120 s). A live
-source polls its files every `poll` seconds.
+Live: while a process of this machine writes a file of the run (or, for a file written elsewhere, while
+it changed in the last 150 s): tb_live.py. A live source reads what its files gained every `poll` s.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import socket
 import threading
 import time
 from pathlib import Path
@@ -36,18 +31,20 @@ import numpy as np
 
 from tuitrain.core.events import RunFinished, RunStarted
 from tuitrain.sources import tfrecord
+from tuitrain.sources.tb_live import LIVE_SECONDS, TIMESTAMP, writing
 from tuitrain.sources.refs import RunRef
 from tuitrain.sources.run_files import Emit, MetricsBlock
 
 TOOL = "tensorboard"
 EXTRA = "tensorboard"  # protobuf for all but plain scalars, and a C CRC32C: pip install 'tuitrain[tensorboard]'
 PREFIX = "events.out.tfevents."
-LIVE_SECONDS = 150.0
 CHUNK = 1 << 26  # bytes read at a time (a 1M-step file of scalars is ~42 MB: one read)
 MAX_PROBLEMS = 20  # lines a file's damage may take; past them one line counts the rest
 _VALID = {"val", "valid", "validation", "eval", "evaluation"}
 _TRAIN = {"train", "training"}
-_TIMESTAMP = re.compile(r"^events\.out\.tfevents\.(\d+)")
+_WORDS = "|".join(sorted(_VALID | _TRAIN, key=len, reverse=True))
+_PREFIXED = re.compile(rf"^(?P<word>{_WORDS})[_-](?P<rest>.+)$", re.IGNORECASE)
+_SUFFIXED = re.compile(rf"^(?P<rest>.+?)[_-](?P<word>{_WORDS})$", re.IGNORECASE)
 _HPARAMS_DIR = re.compile(r"^\d{9,11}\.\d+$")  # SummaryWriter.add_hparams writes into RUN/<time.time()>/
 
 
@@ -56,7 +53,7 @@ def is_event_file(name: str) -> bool:
 
 
 def _file_order(name: str) -> tuple[int, str]:
-    m = _TIMESTAMP.match(name)
+    m = TIMESTAMP.match(name)
     return (int(m.group(1)) if m else 1 << 62, name)
 
 
@@ -110,123 +107,8 @@ def open_source(ref: RunRef, live: bool | None = None) -> TensorBoardSource:
 
 
 def is_live(ref: RunRef) -> bool:
-    files = event_files(ref.path)
-    if not files:
-        return False
-    held = _held_for_writing()
-    if held is not None:
-        if any(_inode(f) in held for f in files):
-            return True
-        here = socket.gethostname()
-        remote = []
-        for f in files:
-            written_here, pid, stamp = _name_parts(f.name, here)
-            if not written_here:
-                remote.append(f)
-            elif pid and _running_since(pid, stamp) and _changed_within(f, LIVE_SECONDS):
-                return True  # torch's writer opens its file at each flush only
-        if not remote:  # written on this machine, and no process of it is writing
-            return False
-        files = remote
-    try:
-        newest = max(f.stat().st_mtime for f in files)
-    except OSError:
-        return False
-    return time.time() - newest < LIVE_SECONDS
-
-
-def _changed_within(path: Path, seconds: float) -> bool:
-    try:
-        return time.time() - path.stat().st_mtime < seconds
-    except OSError:
-        return False
-
-
-_PID = re.compile(r"^\.(\d+)\.\d+")
-
-
-def _name_parts(name: str, host: str) -> tuple[bool, int, int]:
-    """(written on this machine, the writer's pid or 0, the name's timestamp) of an event file's name:
-    torch names its files `events.out.tfevents.<time>.<host>.<pid>.<n>`, tensorboardX `...<time>.<host>`."""
-    m = _TIMESTAMP.match(name)
-    if not m or not host:
-        return False, 0, 0
-    rest = name[m.end() + 1 :]
-    if not rest.startswith(host):
-        return False, 0, 0
-    pid = _PID.match(rest[len(host) :])
-    return True, int(pid.group(1)) if pid else 0, int(m.group(1))
-
-
-def _running_since(pid: int, stamp: int) -> bool:
-    """Whether process `pid` runs and began before the file named at `stamp` (not a later process that
-    was given the same number)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read().rsplit(b")", 1)[1].split()
-        with open("/proc/stat", "rb") as f:
-            boot = next(int(line.split()[1]) for line in f if line.startswith(b"btime"))
-        began = boot + int(stat[19]) / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError, StopIteration):
-        return False
-    return began <= stamp + 2
-
-
-def _inode(path: Path) -> tuple[int, int] | None:
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    return st.st_dev, st.st_ino
-
-
-_held_cache: tuple[float, set | None] = (0.0, None)
-_held_lock = threading.Lock()
-
-
-def _held_for_writing() -> set | None:
-    """(device, inode) of the event files this machine's processes (those /proc lets us see) hold open
-    for writing; None without /proc. Kept a second (a folder of many runs asks once)."""
-    global _held_cache
-    with _held_lock:
-        at, held = _held_cache
-        if time.monotonic() - at < 1.0:
-            return held
-        held = _scan_proc()
-        _held_cache = (time.monotonic(), held)
-        return held
-
-
-def _scan_proc() -> set | None:
-    proc = Path("/proc")
-    if not (proc / "self" / "fd").is_dir():
-        return None
-    held: set = set()
-    me = os.getpid()
-    for pid in os.listdir(proc):
-        if not pid.isdigit() or int(pid) == me:
-            continue
-        fd_dir = f"/proc/{pid}/fd"
-        try:
-            fds = os.listdir(fd_dir)
-        except OSError:
-            continue
-        for fd in fds:
-            try:
-                target = os.readlink(f"{fd_dir}/{fd}")
-            except OSError:
-                continue
-            if PREFIX not in target:
-                continue
-            try:
-                with open(f"/proc/{pid}/fdinfo/{fd}") as f:
-                    flags = next((int(line.split()[1], 8) for line in f if line.startswith("flags:")), 0)
-                if flags & 0o3:  # O_WRONLY or O_RDWR
-                    st = os.stat(f"{fd_dir}/{fd}")
-                    held.add((st.st_dev, st.st_ino))
-            except (OSError, ValueError, IndexError):
-                continue
-    return held
+    """Whether the run's writer is still writing (the module's docstring says the rule: tb_live.py)."""
+    return writing(event_files(ref.path))
 
 
 def split_of(tag: str) -> tuple[str, str, str]:
@@ -241,12 +123,9 @@ def split_of(tag: str) -> tuple[str, str, str]:
                 return split, "epoch", rest[6:]
             return split, "step", rest
     if len(parts) == 1:
-        first, _, rest = tag.partition("_")
-        if rest and (first.lower() in _VALID or first.lower() in _TRAIN):
-            return ("valid" if first.lower() in _VALID else "train"), "step", rest
-        rest, _, last = tag.rpartition("_")
-        if rest and (last.lower() in _VALID or last.lower() in _TRAIN):
-            return ("valid" if last.lower() in _VALID else "train"), "step", rest
+        m = _PREFIXED.match(tag) or _SUFFIXED.match(tag)
+        if m:
+            return ("valid" if m.group("word").lower() in _VALID else "train"), "step", m.group("rest")
     return "train", "step", tag
 
 
@@ -595,4 +474,14 @@ def _block(tags, keys, steps, walls, values, ids) -> TensorBoardBlock:
     return block
 
 
-__all__ = ["EXTRA", "TOOL", "TensorBoardSource", "event_files", "find_runs", "is_live", "open_source", "split_of"]
+__all__ = [
+    "EXTRA",
+    "LIVE_SECONDS",
+    "TOOL",
+    "TensorBoardSource",
+    "event_files",
+    "find_runs",
+    "is_live",
+    "open_source",
+    "split_of",
+]

@@ -92,16 +92,20 @@ def _tables_for(length: int) -> tuple[np.ndarray, int]:
     return got
 
 
-def crc_rows(rows: np.ndarray) -> np.ndarray:
-    """The CRC32C of each row of an (n, L) uint8 array: one numpy step per two columns (a table of
-    65,536 entries per pair of positions)."""
-    n, length = rows.shape
+def crc_rows(rows: np.ndarray, length: int | None = None) -> np.ndarray:
+    """The CRC32C of each row of an (n, L) uint8 array (of its first `length` columns): one numpy step
+    per two columns (a table of 65,536 entries per pair of positions)."""
+    n = rows.shape[0]
+    length = rows.shape[1] if length is None else length
     t, zeros = _tables_for(length)
     acc = np.full(n, zeros, np.uint32)
     pairs = length // 2
     if pairs:
         t2 = _pair_tables(length, t)
-        wide = np.ascontiguousarray(rows[:, : 2 * pairs]).view("<u2")
+        if rows.flags.c_contiguous and rows.shape[1] % 2 == 0:
+            wide = rows.view("<u2")  # no copy: the pairs of each row in place
+        else:
+            wide = np.ascontiguousarray(rows[:, : 2 * pairs]).view("<u2")
         for j in range(pairs):
             acc ^= t2[j][wide[:, j]]
     if length % 2:
@@ -164,7 +168,7 @@ def frame(buf: bytes, start: int = 0, end: int | None = None) -> Framing:
         head = gather(a, cand, 12)
         small = ~head[:, 4:8].any(axis=1)
         cand, head = cand[small], head[small]
-        good = masked(crc_rows(np.ascontiguousarray(head[:, :8]))) == head[:, 8:12].copy().view("<u4").ravel()
+        good = masked(crc_rows(head, 8)) == head[:, 8:12].copy().view("<u4").ravel()
         cand, head = cand[good], head[good]
     lengths_all = np.ascontiguousarray(head[:, :8]).view("<u8").ravel().astype(np.int64) if cand.size else empty
     nxt = cand + lengths_all + 16
@@ -258,7 +262,7 @@ def read_records(buf: bytes, starts: np.ndarray, lengths: np.ndarray, verify: bo
         rows = gather(a, starts[idx] + 12, length + 4)
         if verify:
             want = np.ascontiguousarray(rows[:, length:]).view("<u4").ravel()
-            ok = masked(crc_rows(rows[:, :length])) == want
+            ok = masked(crc_rows(rows, length)) == want
             good[idx] = ok
         else:
             ok = np.ones(idx.size, bool)
@@ -279,8 +283,7 @@ def _scalar_rows(rows: np.ndarray, idx: np.ndarray, ok: np.ndarray, length: int)
     k = np.where(cont.all(axis=1), 99, cont.argmin(axis=1) + 1)
     p = np.where(has_step, 10 + k, 9)
     ok = ok & (rows[:, 0] == 9)
-    for pv in np.unique(p[ok]):
-        pv = int(pv)
+    for pv in np.flatnonzero(np.bincount(p[ok])).tolist():
         lt = length - pv - 11  # the tag's bytes: length = p + 2 + L1, L1 = L2 + 2, L2 = Lt + 7
         if lt < 0 or lt + 9 >= 128 or pv > 20:
             continue
