@@ -10,9 +10,11 @@ Must not import textual.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 import torch
+from torch.utils.hooks import RemovableHandle
 
 
 class WeightAverage:
@@ -25,8 +27,8 @@ class WeightAverage:
         self._names = list(model.state_dict().keys())
         with torch.no_grad():
             self.average = {k: v.detach().clone() for k, v in model.state_dict().items()}
-        self._hooks: list = []
-        self._saved: dict | None = None  # the model's own weights while the average is swapped in
+        self._hooks: list[RemovableHandle] = []
+        self._saved: dict[str, torch.Tensor] | None = None  # the model's own weights while the average is swapped in
 
     def _pairs(self) -> tuple[list[torch.Tensor], list[torch.Tensor], list[tuple[torch.Tensor, torch.Tensor]]]:
         live = self.model.state_dict()
@@ -49,7 +51,7 @@ class WeightAverage:
             a.copy_(w)
         self.updates += 1
 
-    def follow(self, optimizers) -> None:
+    def follow(self, optimizers: Iterable[torch.optim.Optimizer]) -> None:
         """Update after every step of these optimizers (torch's step post-hooks)."""
         for opt in optimizers:
             self._hooks.append(opt.register_step_post_hook(lambda *_: self.update()))
@@ -79,15 +81,15 @@ class WeightAverage:
                     live[k].copy_(saved[k])
             self._saved = None
 
-    def model_state(self) -> dict:
+    def model_state(self) -> dict[str, Any]:
         """The model's own state_dict, also while the average is swapped in (a checkpoint in validation)."""
         live = self.model.state_dict()
         return {k: self._saved.get(k, v) for k, v in live.items()} if self._saved is not None else live
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         return {"decay": self.decay, "updates": self.updates, "average": dict(self.average)}
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         with torch.no_grad():
             for k, v in state["average"].items():
                 if k in self.average:

@@ -12,12 +12,19 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 from collections.abc import Callable, Iterable
 
 import torch
 
+from torch.utils.hooks import RemovableHandle
+
 from .events import PhaseCompleted, PhaseStarted, RunFailed, RunFinished
+
+if TYPE_CHECKING:  # imported where used: the counter when a batch is counted, the metrics by `setup`
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from .metrics import MetricSet
 
 #: dense (no 2:4 sparsity) bf16 tensor-core peak TFLOP/s per device, from the vendors' datasheets
 #: (their figures "with sparsity" halved). First match wins: a specific name before a general one.
@@ -125,9 +132,9 @@ class StepFlops:
         self.position = position
         self.batches_per_step = batches_per_step
         self.flops: float | None = None  # per optimizer step, once counted
-        self._counter = None
-        self._at = None  # the position where counting began
-        self._hooks: list = []
+        self._counter: FlopCounterMode | None = None
+        self._at: Any = None  # the position where counting began
+        self._hooks: list[RemovableHandle] = []
         self._swapped: list[tuple[torch.nn.Module, str, Any]] = []  # (module, attribute, what it held)
 
     def on_event(self, event: Any, state: Any) -> None:
@@ -151,7 +158,7 @@ class StepFlops:
                 if any(m is c for c in in_place):
                     self._swap(m, "_compiled_call_impl", m._call_impl)
                 elif hasattr(m, "_orig_mod"):  # the wrapper's forward is the compiled call of the module
-                    self._swap(m, "forward", m._orig_mod)
+                    self._swap(m, "forward", cast(torch.nn.Module, m._orig_mod))
                 else:
                     self._hooks.append(m.register_forward_pre_hook(self._on_forward))
         else:  # any module: a train_step may call the model's parts rather than the model
@@ -159,13 +166,13 @@ class StepFlops:
         for opt in self.optimizers:
             self._hooks.append(opt.register_step_pre_hook(self._on_step))
 
-    def _swap(self, module: torch.nn.Module, attribute: str, uncompiled: Callable) -> None:
+    def _swap(self, module: torch.nn.Module, attribute: str, uncompiled: Callable[..., Any]) -> None:
         """`module.<attribute>` (its compiled call) watched; while the batch is counted, `uncompiled` runs."""
         held = module.__dict__.get(attribute)  # an instance attribute (None: the class's)
         compiled = getattr(module, attribute)
         self._swapped.append((module, attribute, held))
 
-        def watched(*args, **kwargs):
+        def watched(*args: Any, **kwargs: Any) -> Any:
             self._on_forward(module, args)
             return (uncompiled if self._counter is not None else compiled)(*args, **kwargs)
 
@@ -189,13 +196,13 @@ class StepFlops:
 
         self._at = at
         self._counter = FlopCounterMode(display=False)
-        self._counter.__enter__()
+        self._counter.__enter__()  # type: ignore[no-untyped-call]  # unannotated in torch
 
     def finish(self) -> None:
         """Stop counting (what was counted is the batch) and stop watching."""
         if self._counter is not None:
             counter, self._counter = self._counter, None
-            counter.__exit__(None, None, None)
+            counter.__exit__(None, None, None)  # type: ignore[no-untyped-call]  # unannotated in torch
             self.flops = float(counter.get_total_flops()) * self.batches_per_step
         if self.flops is not None:
             self.close()
@@ -204,7 +211,7 @@ class StepFlops:
         """Stop watching (the hooks removed, compiled calls given back)."""
         if self._counter is not None:
             counter, self._counter = self._counter, None
-            counter.__exit__(None, None, None)
+            counter.__exit__(None, None, None)  # type: ignore[no-untyped-call]  # unannotated in torch
         for h in self._hooks:
             h.remove()
         self._hooks = []
@@ -233,7 +240,7 @@ class GivenFlops:
 
 
 def setup(
-    metric_sets: dict,
+    metric_sets: dict[str, MetricSet],
     device: torch.device,
     flops_per_step: Any,
     peak_tflops: Any,

@@ -10,18 +10,19 @@ from __future__ import annotations
 import math
 import re
 import time
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
 
 import torch
 
-from .state import StepOutput  # noqa: F401 (what a step returns: its home before was here)
+from .state import StepOutput as StepOutput  # what a step returns: its home before was here
 
 
 class Context:
     """What a metric may read when asked for a value: the optimizer and the window/phase counters."""
 
     def __init__(self) -> None:
-        self.optimizer = None
+        self.optimizer: torch.optim.Optimizer | None = None
         self.window_items = 0
         self.window_steps = 0
         self.window_time = 0.0
@@ -48,10 +49,10 @@ class Metric:
     def reset(self) -> None:
         pass
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         return {}
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         pass
 
 
@@ -123,7 +124,7 @@ class _Ratio(Metric):
         self._fold()
         return self.total / self.count if self.count else None
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         return {"window": self._window_sum(), "window_count": self._count, "total": self.total, "count": self.count}
 
     def window_sum(self) -> tuple[float, int]:
@@ -135,7 +136,7 @@ class _Ratio(Metric):
         self._fsum = float(s) if c else 0.0
         self._count = c
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         self.reset()
         self.total, self.count = float(state["total"]), int(state["count"])
         self.set_window(state["window"], int(state["window_count"]))
@@ -193,7 +194,7 @@ class _Hits(_Ratio):
         self._settle()
         return super().window_sum()
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         self._settle()
         return super().state_dict()
 
@@ -286,10 +287,10 @@ class GradNorm(Metric):
     name = "grad_norm"
 
     def __init__(self) -> None:
-        self._norms: list = []
+        self._norms: list[torch.Tensor | float] = []
         self._last: float | None = None
 
-    def add(self, norm) -> None:
+    def add(self, norm: torch.Tensor | float) -> None:
         self._norms.append(norm.detach() if isinstance(norm, torch.Tensor) else norm)
 
     def window(self, ctx: Context) -> float | None:
@@ -317,6 +318,12 @@ class DataWait(Metric):
         return min(1.0, ctx.phase_wait / ctx.phase_time) if ctx.phase_time > 0 else None
 
 
+class FlopsSource(Protocol):
+    """What tflops and mfu read the FLOPs of one optimizer step from (flops.py's StepFlops, GivenFlops)."""
+
+    def per_step(self) -> float | None: ...
+
+
 class Tflops(Metric):
     """Achieved TFLOP/s of this process: the FLOPs of one optimizer step (counted once on the first
     batch, or given; see flops.py) times the steps since the last read, over their seconds. Nothing
@@ -326,7 +333,7 @@ class Tflops(Metric):
     name = "tflops"
 
     def __init__(self) -> None:
-        self.flops = None  # an object with per_step() -> FLOPs or None (set by flops.setup)
+        self.flops: FlopsSource | None = None  # an object with per_step() -> FLOPs or None (set by flops.setup)
         self.peak = 0.0  # one device's peak TFLOP/s (mfu)
 
     def _value(self, steps: int, seconds: float) -> float | None:
@@ -388,8 +395,9 @@ class MaxMemory(Metric):
 
     def reset(self) -> None:
         self._phase_max = 0.0
-        if self.device is not None and self.device.type == "cuda" and torch.cuda.is_initialized():
-            torch.cuda.reset_peak_memory_stats(self.device)
+        if self.device is not None and self.device.type == "cuda":
+            if torch.cuda.is_initialized():  # type: ignore[no-untyped-call]  # unannotated in torch
+                torch.cuda.reset_peak_memory_stats(self.device)
 
 
 class TorchMetric(Metric):
@@ -418,14 +426,14 @@ class TorchMetric(Metric):
     def reset(self) -> None:
         self.metric.reset()
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         return {
             k: (v.detach().cpu().clone() if isinstance(v, torch.Tensor) else v)
             for k, v in getattr(self.metric, "metric_state", {}).items()
             if isinstance(v, torch.Tensor)
         }
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         for k, v in state.items():
             setattr(self.metric, k, v)
         if state and hasattr(self.metric, "_update_count"):
@@ -470,7 +478,9 @@ def make_metric(spec: Any, step_values: bool = False) -> Metric:
 class MetricSet:
     """The metrics of one split, with the counters that timing metrics read."""
 
-    def __init__(self, specs=(), optimizer=None, step_values: bool = False) -> None:
+    def __init__(
+        self, specs: Iterable[Any] = (), optimizer: torch.optim.Optimizer | None = None, step_values: bool = False
+    ) -> None:
         self.metrics: list[Metric] = [make_metric(s, step_values) for s in specs]
         self.batch_metrics = [m for m in self.metrics if type(m).update is not Metric.update]
         #: the loop times its waits for data (the `data_wait` metric is asked for)
@@ -478,12 +488,12 @@ class MetricSet:
         self.grad_norm = next((m for m in self.metrics if isinstance(m, GradNorm)), None)
         #: every other scalar a step returns by name is logged as a metric of that name
         self.adopt_values = True
-        self._seen: frozenset = frozenset()
+        self._seen: frozenset[str] = frozenset()
         self.ctx = Context()
         self.ctx.optimizer = optimizer
         self._window_t0 = self._phase_t0 = time.perf_counter()
         # distributed only: sums a list of floats over every rank (one collective per read)
-        self.reducer = None
+        self.reducer: Callable[[list[float]], list[float]] | None = None
 
     @property
     def names(self) -> list[str]:
@@ -504,7 +514,7 @@ class MetricSet:
             m.update(out, n)
         self.ctx.window_items += n
 
-    def _adopt(self, extras: dict) -> None:
+    def _adopt(self, extras: dict[str, Any]) -> None:
         """Log the named scalars a step returns (`{"loss": ..., "perplexity": ...}`) that no metric
         names yet, from this batch on."""
         self._seen = frozenset(extras)
@@ -531,14 +541,14 @@ class MetricSet:
         c.phase_wait += c.window_wait
         self._window_t0 = now
 
-    def _reduce(self) -> None:
+    def _reduce(self, reducer: Callable[[list[float]], list[float]]) -> None:
         """Distributed: replace this rank's window (ratio sums and counts, items) by every rank's sum."""
         ratios = [m for m in self.metrics if isinstance(m, _Ratio)]
         vals: list[float] = []
         for m in ratios:
             vals.extend(m.window_sum())
         vals.append(self.ctx.window_items)
-        out = self.reducer(vals)
+        out = reducer(vals)
         for i, m in enumerate(ratios):
             m.set_window(out[2 * i], int(out[2 * i + 1]))
         self.ctx.window_items = int(out[-1])
@@ -546,7 +556,7 @@ class MetricSet:
     def read_window(self) -> dict[str, float]:
         """Values since the last read (syncs the device once per metric)."""
         if self.reducer is not None:
-            self._reduce()
+            self._reduce(self.reducer)
         self._close_window()
         out = {}
         for m in self.metrics:
@@ -559,7 +569,7 @@ class MetricSet:
 
     def read_phase(self) -> dict[str, float]:
         if self.reducer is not None:
-            self._reduce()
+            self._reduce(self.reducer)
         self._close_window()
         self.ctx.window_items = self.ctx.window_steps = 0
         self.ctx.window_wait = 0.0
@@ -574,14 +584,14 @@ class MetricSet:
         """Leave time spent paused or checkpointing out of throughput."""
         self._window_t0 += seconds
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         c = self.ctx
         return {
             "metrics": {m.name: m.state_dict() for m in self.metrics},
             "counters": [c.window_items, c.window_steps, c.phase_items, c.phase_steps, c.phase_time],
         }
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         names = set(self.names)
         for name, saved in state["metrics"].items():  # values the step returned, adopted before the save
             if self.adopt_values and name not in names and set(saved) == {"window", "window_count", "total", "count"}:

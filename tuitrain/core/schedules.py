@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import bisect
 import copy
-from typing import NamedTuple
+from collections.abc import Mapping
+from typing import Any, NamedTuple
 
 import torch
 
@@ -32,17 +33,21 @@ class Stretch(NamedTuple):
     at: int  # where the schedule stands (the scheduler's step or epoch count)
 
 
-def parts(sched) -> list:
+# a scheduler is read by duck typing (getattr with defaults): torch's classes, or any object with their
+# attributes; hence `Any` for one
+
+
+def parts(sched: Any) -> list[Any]:
     """`sched` and, for SequentialLR / ChainedScheduler, its windows (in order)."""
     inner = getattr(sched, "_schedulers", None)
     return [sched] if not inner else [sched, *(p for s in inner for p in parts(s))]
 
 
-def lengths(sched) -> list[dict]:
+def lengths(sched: Any) -> list[dict[str, Any]]:
     """The length attributes of each of `parts(sched)`, with what is derived from them (copies)."""
     out = []
     for p in parts(sched):
-        kept = {}
+        kept: dict[str, Any] = {}
         for attr in LENGTHS:
             value = getattr(p, attr, None)
             if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -52,7 +57,7 @@ def lengths(sched) -> list[dict]:
     return out
 
 
-def keep_lengths(name: str, sched, built: list[dict]) -> list[Stretch]:
+def keep_lengths(name: str, sched: Any, built: list[dict[str, Any]]) -> list[Stretch]:
     """After `sched.load_state_dict(...)`: its lengths back to `built` (`lengths(sched)` before the load)
     where they differ; the lr then follows the new schedule from where it stands. A length shorter
     than the step the schedule stands at is left as loaded (the run ends there anyway)."""
@@ -80,7 +85,7 @@ def keep_lengths(name: str, sched, built: list[dict]) -> list[Stretch]:
     return changed
 
 
-def _active(sched):
+def _active(sched: Any) -> Any:
     """The part whose lr the optimizer has now: a SequentialLR's current window, a plain scheduler
     itself; None for ChainedScheduler (its parts act together: their lr is left to their next step)."""
     if isinstance(sched, torch.optim.lr_scheduler.SequentialLR):
@@ -91,7 +96,7 @@ def _active(sched):
     return sched
 
 
-def reposition(sched) -> None:
+def reposition(sched: Any) -> None:
     """The optimizer's lr (and OneCycleLR's momentum) to the schedule's value at the step it stands at.
     A class with neither a closed form nor OneCycleLR's computed get_lr keeps its lr (its next step
     goes on from there)."""
@@ -111,7 +116,7 @@ def reposition(sched) -> None:
     sched._last_lr = [group["lr"] for group in sched.optimizer.param_groups]
 
 
-def say(stretches: list[Stretch], interval: dict, why: str = "") -> str:
+def say(stretches: list[Stretch], interval: Mapping[str, str], why: str = "") -> str:
     """One line for the run's log: what was stretched, and `why` (the runner: "train.epochs changed 3 -> 5")."""
     items = []
     for s in stretches:
