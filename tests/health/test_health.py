@@ -414,7 +414,9 @@ def test_the_dashboard_model_lists_alerts_and_logs_them(project):
     changed = set()
     for e in events:
         changed |= state.apply([from_dict(e)])
-    assert "alerts" in changed
+    from tuitrain.dashboard.state.changes import Alerts
+
+    assert Alerts in changed
     assert [(a.rule, a.step, a.action) for a in state.alerts] == [("loss_spike", SPIKE_BATCH + 1, "rollback")]
     shown = [text for _, text, _ in state.lines]
     assert any(t.startswith(f"[alert] step {SPIKE_BATCH + 1}: loss spike") for t in shown), shown
