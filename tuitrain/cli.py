@@ -201,10 +201,10 @@ def cmd_control(args: argparse.Namespace, command: str) -> int:
     request nobody reads is withdrawn and reported, never printed as done."""
     import time
 
-    from .run.sweep import is_sweep_dir
+    from .sources.sweep_files import is_sweep_dir
 
     if is_sweep_dir(args.run_dir) and command == "stop":
-        from .run.sweep import stop_sweep
+        from .run.sweep_command import stop_sweep
 
         live = stop_sweep(args.run_dir)
         print(
@@ -277,7 +277,7 @@ def _watched_runs(paths: list[str]) -> list[Path] | int:
 def cmd_watch(args: argparse.Namespace) -> int:
     if args.frames:  # a notebook's picture of its own run, which may not have written anything yet
         return _frames(Path(args.run_dirs[0]), args)
-    from .run.sweep import is_sweep_dir
+    from .sources.sweep_files import is_sweep_dir
 
     sweep = Path(args.run_dirs[0]) if len(args.run_dirs) == 1 and is_sweep_dir(args.run_dirs[0]) else None
     runs = [sweep] if sweep is not None else _watched_runs(args.run_dirs)  # a sweep may have no trial yet
@@ -312,7 +312,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from .run.sweep import is_sweep_dir
+    from .sources.sweep_files import is_sweep_dir
 
     sweep = Path(args.run_dirs[0]) if len(args.run_dirs) == 1 and is_sweep_dir(args.run_dirs[0]) else None
     runs = [sweep] if sweep is not None else _watched_runs(args.run_dirs)  # a sweep may have no trial yet
@@ -339,7 +339,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from .run.sweep import sweep_command
+    from .run.sweep_command import sweep_command
 
     headless = args.headless or not sys.stdout.isatty()
     return sweep_command(args.config, args.overrides, args.trials, args.parallel, args.storage, _error, headless)

@@ -30,7 +30,8 @@ from tuitrain.core.events import (
 )
 from tuitrain.dashboard.entry import sweep_app
 from tuitrain.dashboard.state.compare import RunAdded
-from tuitrain.dashboard.state.sweep import SweepState, TrialChecked, column_heads, read_sweep
+from tuitrain.dashboard.state.sweep import SweepState, TrialChecked, column_heads
+from tuitrain.sources.sweep_files import read_sweep
 from tuitrain.dashboard.charts.chart_grid import ChartGrid
 from tuitrain.dashboard.panels.run_list import RunList
 from tuitrain.sinks.jsonl import JsonlWriter

@@ -270,11 +270,10 @@ def test_a_config_error_found_while_building_closes_the_dashboard_at_once(gpt):
     and `tuitrain run` then prints the one line (tested above), as for errors found before it opened."""
     import asyncio
 
-    from tuitrain.dashboard.app import DashboardApp
-    from tuitrain.sources.run_files import RunSource
+    from tuitrain.dashboard.live import LiveApp, LiveRun
 
     run = prepare_run(gpt, ["optimizer.target=gptproj:no_optimizer"])
-    app = DashboardApp(RunSource(run), run.interrupter)
+    app = LiveApp(LiveRun(run), None)  # as `tuitrain run` opens it (run_live)
 
     async def watch():
         async with app.run_test(size=(120, 40)) as pilot:

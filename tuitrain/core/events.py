@@ -526,9 +526,5 @@ def parse_line(line: str | bytes) -> Event | None:
         return None
 
 
-def is_finite(x: float) -> bool:
-    return not (math.isnan(x) or math.isinf(x))
-
-
 # one encoder for every line: json.dumps with options builds a new one per call
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=_default)

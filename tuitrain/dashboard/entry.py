@@ -113,7 +113,8 @@ def sweep_app(sweep_dir: Path, theme: Path | None):
     `compare_app` compares runs, each listed with its searched values, status and best value of the
     sweep's metric; a trial that starts later joins the list and the charts within a second or two."""
     from tuitrain.dashboard.app import DashboardApp
-    from tuitrain.dashboard.state.sweep import SweepSource, SweepState, read_sweep
+    from tuitrain.dashboard.state.sweep import SweepSource, SweepState
+    from tuitrain.sources.sweep_files import read_sweep
 
     sweep_dir = Path(sweep_dir)
     sweep = read_sweep(sweep_dir)

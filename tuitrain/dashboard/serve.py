@@ -184,7 +184,7 @@ def open_viewer(runs: list[Path], theme: Path | None) -> int:
     """The dashboard `tuitrain watch` shows for `runs`: several runs compared, a sweep's folder (its
     trials, live, with the parameters view), or one run."""
     from tuitrain.dashboard import entry
-    from tuitrain.dashboard.state.sweep import is_sweep_dir
+    from tuitrain.sources.sweep_files import is_sweep_dir
 
     if len(runs) > 1:
         return entry.run_compare(runs, theme)

@@ -16,6 +16,7 @@ from typing import Any
 
 from tuitrain.core.text import safe_name
 from tuitrain.sinks.run_status import live_status, read_run
+from tuitrain.sources.sweep_files import is_sweep_dir
 
 
 def new_run_dir(cfg: Any) -> Path:
@@ -100,7 +101,7 @@ def _row(run_dir: Path, root: Path) -> dict:
     experiment = info.get("experiment") or run_dir.parent.name or run_dir.name
     best = info.get("best") if isinstance(info.get("best"), dict) else {}
     # a sweep's trial (SWEEP_DIR/trial-NNNN, beside sweep.json) is named with its sweep
-    name = f"{run_dir.parent.name}/{run_dir.name}" if (run_dir.parent / "sweep.json").is_file() else run_dir.name
+    name = f"{run_dir.parent.name}/{run_dir.name}" if is_sweep_dir(run_dir.parent) else run_dir.name
     status = "pruned" if status == "interrupted" and info.get("reason") == "pruned" else status
     return {
         "path": run_dir,

@@ -23,9 +23,7 @@ the command again continues the study.
 
 from __future__ import annotations
 
-import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -34,41 +32,23 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
-from collections.abc import Callable
 
 from tuitrain.core.control import PRUNED, FileControl
-from tuitrain.run.signals import PREEMPTION_SIGNALS, die_with_parent
+from tuitrain.core.events import MetricsLogged, RunStarted, parse_line
+from tuitrain.run.signals import die_with_parent
+from tuitrain.run.sweep_optuna import grid_size, journal, pruner, sampler
 from tuitrain.run.sweep_spec import SweepSpec, set_item
 from tuitrain.sinks.run_status import live_status, pid_alive, read_run
+from tuitrain.sources.events_file import EVENTS_FILE, Tail
+from tuitrain.sources.sweep_files import SWEEP_FILE, SweepInfo, trial_name
 
 EXIT_OK, EXIT_FAILED, EXIT_STOPPED = 0, 1, 130
 #: seconds between looks at a trial's events
 POLL = 0.5
 #: the file in SWEEP_DIR that `tuitrain stop SWEEP_DIR` leaves: no new trials start while it is there
 STOP_FILE = "stop"
-SWEEP_FILE = "sweep.json"
 #: this many first trials failed with the same error: no more are started
 SAME_FAILURES = 3
-
-
-def _sweep_dir(cfg, spec: SweepSpec) -> Path:
-    """<experiment.dir>/<experiment.name>/sweep-<name>/, experiment.dir as a run of the config has it
-    (relative to the current folder)."""
-    return Path(cfg.experiment.dir) / cfg.experiment.name / f"sweep-{spec.name}"
-
-
-def is_sweep_dir(path: str | os.PathLike) -> bool:
-    return (Path(path) / SWEEP_FILE).is_file()
-
-
-def stop_sweep(path: str | os.PathLike) -> list[Path]:
-    """`tuitrain stop SWEEP_DIR`: no new trials; each live trial asked to stop. The live trials."""
-    d = Path(path)
-    (d / STOP_FILE).write_text(f"{time.time()}\n")
-    live = [t for t in sorted(d.glob("trial-*")) if live_status(t) == "running"]
-    for t in live:
-        FileControl(t).send("stop", source="cli")
-    return live
 
 
 @dataclass
@@ -85,8 +65,15 @@ class Outcome:
 class Sweep:
     """One worker of the study: `parallel` trials at once until the study has `trials` or a stop."""
 
-    def __init__(self, spec: SweepSpec, config_path: str, overrides: list[str], folder: Path,
-                 out: TextIO | None = None, python: str = sys.executable) -> None:
+    def __init__(
+        self,
+        spec: SweepSpec,
+        config_path: str,
+        overrides: list[str],
+        folder: Path,
+        out: TextIO | None = None,
+        python: str = sys.executable,
+    ) -> None:
         self.spec = spec
         self.config_path = config_path
         self.overrides = list(overrides)
@@ -110,15 +97,21 @@ class Sweep:
         self.folder.mkdir(parents=True, exist_ok=True)
         spec = self.spec
         if spec.storage:
-            storage = optuna.storages.RDBStorage(spec.storage) if "://" in spec.storage else _journal(spec.storage)
+            storage = optuna.storages.RDBStorage(spec.storage) if "://" in spec.storage else journal(spec.storage)
         else:
-            storage = _journal(self.folder / "study.journal")
-        self.study = optuna.create_study(study_name=spec.name, storage=storage, direction=spec.direction,
-                                         sampler=_sampler(spec), pruner=_pruner(spec), load_if_exists=True)
-        info = {"name": spec.name, "config": str(Path(self.config_path).resolve()), "metric": spec.metric,
-                "mode": spec.mode, "trials": spec.trials, "params": list(spec.params),
-                "storage": spec.storage or str(self.folder / "study.journal")}
-        (self.folder / SWEEP_FILE).write_text(json.dumps(info, indent=2) + "\n")
+            storage = journal(self.folder / "study.journal")
+        self.study = optuna.create_study(
+            study_name=spec.name,
+            storage=storage,
+            direction=spec.direction,
+            sampler=sampler(spec),
+            pruner=pruner(spec),
+            load_if_exists=True,
+        )
+        info = SweepInfo(spec.name, spec.metric, spec.mode, tuple(spec.params), str(Path(self.config_path).resolve()))
+        (self.folder / SWEEP_FILE).write_text(
+            info.to_json(spec.trials, spec.storage or str(self.folder / "study.journal"))
+        )
         return self.study
 
     def take(self):
@@ -146,9 +139,12 @@ class Sweep:
         from optuna.trial import TrialState
 
         retried = {t.user_attrs.get("resume_of") for t in trials} - {None}
-        return sum(1 for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING,
-                                                    TrialState.WAITING)
-                   or (t.state == TrialState.FAIL and t.number not in retried))
+        return sum(
+            1
+            for t in trials
+            if t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING)
+            or (t.state == TrialState.FAIL and t.number not in retried)
+        )
 
     def take_up_lost(self) -> None:
         """Trials running in the study whose worker is gone (on this host: its process no longer exists;
@@ -167,8 +163,11 @@ class Sweep:
             else:
                 run_dir = t.user_attrs.get("run_dir")
                 run = read_run(self.folder / run_dir) if run_dir else None
-                lost = run is not None and run.get("status") != "running" and \
-                    time.time() - (self.folder / run_dir / "run.json").stat().st_mtime > 60
+                lost = (
+                    run is not None
+                    and run.get("status") != "running"
+                    and time.time() - (self.folder / run_dir / "run.json").stat().st_mtime > 60
+                )
             if lost:
                 self.requeue(t.number, t.params, t.user_attrs.get("run_dir"))
 
@@ -192,17 +191,27 @@ class Sweep:
         from optuna.trial import TrialState
 
         values = {key: p.suggest(trial) for key, p in self.spec.params.items()}
-        rel = trial.user_attrs.get("run_dir") or f"trial-{trial.number:04d}"
+        rel = trial.user_attrs.get("run_dir") or trial_name(trial.number)
         run_dir = self.folder / rel
         trial.set_user_attr("run_dir", rel)
-        cmd = [self.python, "-m", "tuitrain", "run", self.config_path, *(f"--set={o}" for o in self.overrides),
-               *(f"--set={set_item(k, v)}" for k, v in values.items()),
-               "--set=train.requeue=false",  # a preempted trial is the study's to queue again, not Slurm's
-               "--run-dir", str(run_dir), "--resume", "auto", "--headless"]
+        cmd = [
+            self.python,
+            "-m",
+            "tuitrain",
+            "run",
+            self.config_path,
+            *(f"--set={o}" for o in self.overrides),
+            *(f"--set={set_item(k, v)}" for k, v in values.items()),
+            "--set=train.requeue=false",  # a preempted trial is the study's to queue again, not Slurm's
+            "--run-dir",
+            str(run_dir),
+            "--resume",
+            "auto",
+            "--headless",
+        ]
         resumed = "resume_of" in trial.user_attrs
         how = f"continues trial {trial.user_attrs['resume_of']} in " if resumed else "starts in "
-        self.say(f"trial {trial.number} {how}"
-                 f"{run_dir}: {_values_text(values)}")
+        self.say(f"trial {trial.number} {how}{run_dir}: {_values_text(values)}")
         start = time.monotonic()
         if resumed and live_status(run_dir) == "completed":
             # its worker died after the run's end and before telling the study: the run is not redone
@@ -212,8 +221,14 @@ class Sweep:
             env = {**os.environ, "PYTHONUNBUFFERED": "1"}
             # trials side by side share the cores rather than each taking all of them (torch's default)
             env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // self.spec.parallel)))
-            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                    preexec_fn=die_with_parent(), env=env)
+            proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                preexec_fn=die_with_parent(),
+                env=env,
+            )
         finally:
             out.close()
         reports = self.follow(trial, proc, run_dir)
@@ -227,17 +242,27 @@ class Sweep:
                 outcome = Outcome(trial.number, "completed", best, values, seconds)
             elif reason == PRUNED:
                 self.study.tell(trial, state=TrialState.PRUNED)
-                outcome = Outcome(trial.number, "pruned", best, values, seconds,
-                                  why=f"at step {self.pruned_at.get(trial.number, reports[-1][0] if reports else 0)}")
+                outcome = Outcome(
+                    trial.number,
+                    "pruned",
+                    best,
+                    values,
+                    seconds,
+                    why=f"at step {self.pruned_at.get(trial.number, reports[-1][0] if reports else 0)}",
+                )
             elif status == "interrupted" and (self.stopped() or reason == "preempted"):
                 # the sweep was stopped: the trial is queued again, to go on when the command runs again
                 self.requeue(trial.number, trial.params, rel)
-                outcome = Outcome(trial.number, "stopped", best, values, seconds,
-                                  why="it continues when the sweep runs again")
+                outcome = Outcome(
+                    trial.number, "stopped", best, values, seconds, why="it continues when the sweep runs again"
+                )
             else:
-                why = run.get("error") or (f"{self.spec.metric} was never logged" if status == "completed"
-                                           else f"the run ended {status or 'without a run.json'}"
-                                                f"{' (' + reason + ')' if reason else ''}, exit code {proc.returncode}")
+                why = run.get("error") or (
+                    f"{self.spec.metric} was never logged"
+                    if status == "completed"
+                    else f"the run ended {status or 'without a run.json'}"
+                    f"{' (' + reason + ')' if reason else ''}, exit code {proc.returncode}"
+                )
                 if proc.returncode == 2 and not run:
                     why = _last_line(self.folder / f"{rel}.out") or why
                 self.study.tell(trial, state=TrialState.FAIL)
@@ -255,54 +280,43 @@ class Sweep:
         """Until the trial's process ends: each logged value of the metric reported to the study; a stop
         asked when the pruner says so, or when the sweep stops."""
         split, _, name = self.spec.metric.partition("/")
-        events = run_dir / "events.jsonl"
-        offset, partial = 0, b""
+        tail = Tail(run_dir / EVENTS_FILE)
         reports: list[tuple[int, float]] = []
         seen_steps: set[int] = set()
         steps_per_epoch = 0  # from the run's start: how far `prune_after` epochs is, in steps
         asked = False
-        while True:
-            ended = proc.poll() is not None
-            try:
-                with open(events, "rb") as f:
-                    f.seek(offset)
-                    chunk = f.read()
-            except FileNotFoundError:
-                chunk = b""
-            offset += len(chunk)
-            lines = (partial + chunk).split(b"\n")
-            partial = lines.pop()
-            for line in lines:
+        try:
+            while True:
+                ended = proc.poll() is not None
+                for line in tail.lines():
+                    e = parse_line(line)
+                    if isinstance(e, RunStarted) and isinstance(e.steps_per_epoch, int):
+                        steps_per_epoch = e.steps_per_epoch
+                    if not isinstance(e, MetricsLogged) or e.split != split or e.scope == "step":
+                        continue
+                    value = e.metrics.get(name)
+                    if not isinstance(value, (int, float)) or e.step in seen_steps:
+                        continue
+                    seen_steps.add(e.step)
+                    reports.append((e.step, float(value)))
+                    trial.report(float(value), e.step)  # (one the run logged just before it ended too)
+                    epochs = e.step / steps_per_epoch if steps_per_epoch > 0 else e.epoch
+                    if not asked and not ended and epochs >= self.spec.prune_after:
+                        if trial.should_prune():
+                            FileControl(run_dir).send("stop", source=PRUNED)
+                            asked = True
+                            self.pruned_at[trial.number] = e.step
+                if ended:
+                    return reports
+                if not asked and self.stopped() and (run_dir / "run.json").exists():
+                    FileControl(run_dir).send("stop", source="sweep")
+                    asked = True
                 try:
-                    e = json.loads(line)
-                except ValueError:
-                    continue
-                if e.get("event") == "RunStarted" and isinstance(e.get("steps_per_epoch"), int):
-                    steps_per_epoch = e["steps_per_epoch"]
-                if e.get("event") != "MetricsLogged" or e.get("split") != split or e.get("scope") == "step":
-                    continue
-                value = (e.get("metrics") or {}).get(name)
-                step = int(e.get("step", 0))
-                if not isinstance(value, (int, float)) or step in seen_steps:
-                    continue
-                seen_steps.add(step)
-                reports.append((step, float(value)))
-                trial.report(float(value), step)  # (one the run logged just before it ended too)
-                epochs = step / steps_per_epoch if steps_per_epoch > 0 else int(e.get("epoch", 0))
-                if not asked and not ended and epochs >= self.spec.prune_after:
-                    if trial.should_prune():
-                        FileControl(run_dir).send("stop", source=PRUNED)
-                        asked = True
-                        self.pruned_at[trial.number] = step
-            if ended:
-                return reports
-            if not asked and self.stopped() and (run_dir / "run.json").exists():
-                FileControl(run_dir).send("stop", source="sweep")
-                asked = True
-            try:
-                proc.wait(timeout=POLL)  # (wakes at once when the trial ends: the next one starts then)
-            except subprocess.TimeoutExpired:
-                pass
+                    proc.wait(timeout=POLL)  # (wakes at once when the trial ends: the next one starts then)
+                except subprocess.TimeoutExpired:
+                    pass
+        finally:
+            tail.close()
 
     # --- the worker --------------------------------------------------------------------------------
 
@@ -315,11 +329,15 @@ class Sweep:
             pass
         spec = self.spec
         warmup = f" (after {spec.prune_after:g} epochs)" if spec.prune_after and spec.pruner != "none" else ""
-        self.say(f"sweep {self.spec.name}: {self.spec.trials} trials of {self.config_path}, {self.spec.parallel} "
-                 f"at once, {self.spec.sampler} sampler, {self.spec.pruner} pruner{warmup}, {self.spec.mode} "
-                 f"{self.spec.metric}; study in {self.spec.storage or self.folder / 'study.journal'}")
-        slots = [threading.Thread(target=self._slot, name=f"tuitrain-sweep-{i}", daemon=True)
-                 for i in range(self.spec.parallel)]
+        self.say(
+            f"sweep {self.spec.name}: {self.spec.trials} trials of {self.config_path}, {self.spec.parallel} "
+            f"at once, {self.spec.sampler} sampler, {self.spec.pruner} pruner{warmup}, {self.spec.mode} "
+            f"{self.spec.metric}; study in {self.spec.storage or self.folder / 'study.journal'}"
+        )
+        slots = [
+            threading.Thread(target=self._slot, name=f"tuitrain-sweep-{i}", daemon=True)
+            for i in range(self.spec.parallel)
+        ]
         for t in slots:
             t.start()
         for t in slots:
@@ -328,8 +346,10 @@ class Sweep:
         self.say_best()
         if self.given_up:
             left = max(self.wanted() - self.counted(self.study.get_trials(deepcopy=False)), 0)
-            self.say(f"the first {SAME_FAILURES} trials failed with the same error, so the sweep stopped: "
-                     f"{left} trial{'s' if left != 1 else ''} not started. The error:")
+            self.say(
+                f"the first {SAME_FAILURES} trials failed with the same error, so the sweep stopped: "
+                f"{left} trial{'s' if left != 1 else ''} not started. The error:"
+            )
             self.say(f"  {self.given_up}")
             self.say("fix it and run the same command: the study goes on with the trials left")
         if self.stopped():
@@ -369,8 +389,12 @@ class Sweep:
         best = self.best()
         best_text = f" · best: trial {best.number}, {best.value:.6g}" if best is not None else ""
         failed = f"failed: {o.why}" if o.same_as is None else f"failed with the same error as trial {o.same_as}"
-        what = {"completed": f"completed, {value}", "pruned": f"pruned {o.why}, {value}",
-                "failed": failed, "stopped": f"stopped ({o.why})"}[o.state]
+        what = {
+            "completed": f"completed, {value}",
+            "pruned": f"pruned {o.why}, {value}",
+            "failed": failed,
+            "stopped": f"stopped ({o.why})",
+        }[o.state]
         self.say(f"trial {o.number} {what} in {o.seconds:.0f}s · {_values_text(o.values)}{best_text}")
 
     def best(self) -> Outcome | None:
@@ -393,65 +417,20 @@ class Sweep:
         done.sort(key=lambda t: t.value, reverse=self.spec.mode == "max")
         rows = [["trial", self.spec.metric, *self.spec.params, "run"]]
         for t in done[:top]:
-            rows.append([str(t.number), f"{t.value:.6g}", *(_short(t.params.get(k)) for k in self.spec.params),
-                         str(self.folder / t.user_attrs.get("run_dir", ""))])
+            rows.append(
+                [
+                    str(t.number),
+                    f"{t.value:.6g}",
+                    *(_short(t.params.get(k)) for k in self.spec.params),
+                    str(self.folder / t.user_attrs.get("run_dir", "")),
+                ]
+            )
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
         self.say(f"best trials ({self.spec.mode} {self.spec.metric}):")
         for r in rows:
             self.say("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
         best = done[0]
         self.say("best trial's settings: " + " ".join(f"--set {set_item(k, v)}" for k, v in best.params.items()))
-
-
-def grid_size(spec: SweepSpec) -> int:
-    n = 1
-    for p in spec.params.values():
-        n *= len(p.grid())
-    return n
-
-
-def _Grid(search_space: dict, seed: int | None):
-    """Optuna's GridSampler, without its stop of an `optimize` loop once the grid is used up (there is no
-    such loop here: the sweep asks for no more trials than the grid has)."""
-    import optuna
-
-    class Grid(optuna.samplers.GridSampler):
-        def after_trial(self, study, trial, state, values) -> None:
-            pass
-
-    return Grid(search_space, seed=seed)
-
-
-def _journal(path):
-    from optuna.storages import JournalStorage
-    from optuna.storages.journal import JournalFileBackend
-
-    return JournalStorage(JournalFileBackend(str(path)))
-
-
-def _sampler(spec: SweepSpec):
-    import optuna
-
-    seed = spec.seed
-    if spec.sampler == "random":
-        return optuna.samplers.RandomSampler(seed=seed)
-    if spec.sampler == "grid":
-        return _Grid({k: p.grid() for k, p in spec.params.items()}, seed=seed)
-    if spec.sampler == "cmaes":
-        return optuna.samplers.CmaEsSampler(seed=seed)
-    if spec.sampler == "gp":
-        return optuna.samplers.GPSampler(seed=seed)
-    return optuna.samplers.TPESampler(seed=seed)
-
-
-def _pruner(spec: SweepSpec):
-    import optuna
-
-    if spec.pruner == "median":
-        return optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=0)
-    if spec.pruner == "hyperband":
-        return optuna.pruners.HyperbandPruner()
-    return optuna.pruners.NopPruner()
 
 
 def _best(values: list[float], mode: str) -> float | None:
@@ -472,73 +451,3 @@ def _last_line(path: Path) -> str:
     except OSError:
         return ""
     return lines[-1] if lines else ""
-
-
-def sweep_command(config: str, overrides: list[str], trials: int | None, parallel: int | None,
-                  storage: str | None, say: Callable[[str], int], headless: bool = True) -> int:
-    """The command: read and check the config and its [sweep] (exit 2 before anything runs), then work
-    on the study until it has its trials (or a stop)."""
-    from tuitrain.config import ConfigError, load_config
-    from tuitrain.run.preflight import preflight
-    from tuitrain.run.sweep_spec import read_spec
-
-    extra = [f"sweep.trials={trials}"] if trials is not None else []
-    extra += [f"sweep.parallel={parallel}"] if parallel is not None else []
-    extra += [set_item("sweep.storage", storage)] if storage is not None else []
-    try:
-        cfg = load_config(config, [*overrides, *extra])
-        spec = read_spec(cfg, config, overrides, check=preflight)  # as `tuitrain run` checks a config
-    except ConfigError as e:
-        return say(str(e))
-    try:
-        import optuna  # noqa: F401
-    except ImportError:
-        return say("sweep needs optuna: pip install 'tuitrain[sweep]'")
-    sweep = Sweep(spec, config, [o for o in overrides if not o.startswith("sweep.")], _sweep_dir(cfg, spec))
-    # Ctrl+C, SIGTERM and a cluster's "time is up" (SIGUSR1/SIGUSR2, as `tuitrain run` takes them): every
-    # running trial stops with a checkpoint and is queued again in the study
-    previous = {s: signal.signal(s, sweep.stop) for s in (signal.SIGINT, signal.SIGTERM, *PREEMPTION_SIGNALS)}
-    try:
-        if headless:
-            return sweep.run()
-        from tuitrain.dashboard.themes import resolve_theme
-
-        theme = resolve_theme(cfg.dashboard.theme, cfg.base_dir)
-        return _under_dashboard(sweep, theme)
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-
-
-def _under_dashboard(sweep: Sweep, theme) -> int:
-    """The workers on a thread, their lines in SWEEP_DIR/sweep.log, the trials compared live on the
-    screen; leaving the dashboard (q, Ctrl+C) stops the sweep gracefully, and its end (the best trials)
-    is printed on the terminal, alone: not the result of the trial the dashboard's panels follow (the first),
-    which the dashboard prints on leaving a run it shows."""
-    from tuitrain.dashboard.entry import sweep_app
-
-    sweep.open_study()
-    log_path = sweep.folder / "sweep.log"
-    log = open(log_path, "a", encoding="utf-8")
-    sweep.out = log
-    code: list[int] = []
-    worker = threading.Thread(target=lambda: code.append(sweep.run()), name="tuitrain-sweep", daemon=True)
-    worker.start()
-    try:
-        app = sweep_app(sweep.folder, theme)
-        leave = app.exit
-        app.exit = lambda result=None, return_code=0, message=None: leave(result, return_code)  # no trial's result
-        app.run()
-    finally:
-        if worker.is_alive():
-            print("tuitrain: stopping the sweep: each running trial saves a checkpoint and stops; the same "
-                  "command goes on with it later", flush=True)
-            sweep.stop()
-            sweep.out = log  # (stop() said it in the log too)
-        while worker.is_alive():
-            worker.join(0.2)
-        log.close()
-    lines = log_path.read_text(encoding="utf-8").splitlines()
-    start = max((i for i, ln in enumerate(lines) if ln.startswith("study ")), default=len(lines))
-    print("\n".join(lines[start:]))  # the study's counts and its best trials
-    return code[0] if code else EXIT_FAILED

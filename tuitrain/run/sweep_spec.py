@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import importlib.util
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 from collections.abc import Callable
 
 from tuitrain.config import ConfigError
 from tuitrain.config.schema import suggest
 from tuitrain.config.toml_writer import value_text
+from tuitrain.sources.sweep_files import PARAM_KEYS, BadParam, Param, read_param
 
 SAMPLERS = ("tpe", "random", "grid", "cmaes", "gp")
 PRUNERS = ("median", "hyperband", "none")
@@ -28,44 +29,6 @@ KEYS = ("name", "metric", "mode", "trials", "parallel", "sampler", "pruner", "pr
 KEY_REFUSED = ("unexpected keyword argument", "is passed by tuitrain", "is a positional-only argument")
 #: what a sampler needs besides optuna (its own dependency), and how to get it
 SAMPLER_NEEDS = {"cmaes": ("cmaes", "pip install cmaes"), "gp": ("scipy", "pip install scipy")}
-
-
-@dataclass
-class Param:
-    """One searched config key: a range (`low`..`high`, `log` or `step`) or `choices`."""
-
-    key: str
-    low: float | int | None = None
-    high: float | int | None = None
-    log: bool = False
-    step: float | int | None = None
-    choices: list = field(default_factory=list)
-
-    @property
-    def is_int(self) -> bool:
-        return all(isinstance(v, int) and not isinstance(v, bool) for v in (self.low, self.high)) and (
-            self.step is None or isinstance(self.step, int)
-        )
-
-    def values_to_check(self) -> list:
-        """The values that must each make a valid config: the ends of a range, every choice."""
-        return list(self.choices) if self.choices else [self.low, self.high]
-
-    def suggest(self, trial) -> Any:
-        """The trial's value (an optuna Trial)."""
-        if self.choices:
-            return trial.suggest_categorical(self.key, self.choices)
-        if self.is_int:
-            return trial.suggest_int(self.key, self.low, self.high, step=self.step or 1, log=self.log)
-        return trial.suggest_float(self.key, float(self.low), float(self.high), step=self.step, log=self.log)
-
-    def grid(self) -> list:
-        """The values a grid search tries."""
-        if self.choices:
-            return list(self.choices)
-        n = int(round((self.high - self.low) / self.step))
-        values = [self.low + i * self.step for i in range(n + 1)]
-        return [int(v) for v in values] if self.is_int else [round(v, 12) for v in values]
 
 
 @dataclass
@@ -207,43 +170,9 @@ def _as_dict(cfg) -> dict:
     return cfg.to_dict()
 
 
-def _param(key: str, spec: Any, fail) -> Param:
-    where = f'params."{key}"'
-    if not isinstance(spec, dict):
-        raise fail(where, f"expected a table such as {{ low = 1, high = 10 }} or {{ choices = [...] }}, got {spec!r}")
-    unknown = [k for k in spec if k not in ("low", "high", "log", "step", "choices")]
-    if unknown:
-        keys = ("low", "high", "log", "step", "choices")
-        raise fail(f"{where}.{unknown[0]}", "unknown key" + suggest(unknown[0], keys))
-    if "choices" in spec:
-        choices = spec["choices"]
-        if set(spec) - {"choices"}:
-            raise fail(where, "choices and a range (low, high, log, step) do not go together")
-        if not isinstance(choices, list) or not choices:
-            raise fail(f"{where}.choices", f"expected a list of values, got {choices!r}")
-        if any(isinstance(c, (dict, list)) for c in choices):
-            raise fail(f"{where}.choices", "each choice must be a number, a string or a boolean")
-        return Param(key, choices=choices)
-    if "low" not in spec or "high" not in spec:
-        raise fail(where, "expected low and high (or choices)")
-    low, high, log, step = spec["low"], spec["high"], spec.get("log", False), spec.get("step")
-
-    def number(value: Any, name: str) -> None:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise fail(f"{where}.{name}", f"expected a number, got {value!r}")
-
-    number(low, "low")
-    number(high, "high")
-    if not low < high:
-        raise fail(where, f"low ({low}) must be below high ({high})")
-    if not isinstance(log, bool):
-        raise fail(f"{where}.log", f"expected true or false, got {log!r}")
-    if log and low <= 0:
-        raise fail(f"{where}.low", f"a log range must start above 0, got {low}")
-    if step is not None:
-        number(step, "step")
-        if step <= 0:
-            raise fail(f"{where}.step", f"must be above 0, got {step}")
-        if log:
-            raise fail(where, "log and step do not go together (Optuna samples one or the other)")
-    return Param(key, low=low, high=high, log=log, step=step)
+def _param(key: str, spec: Any, fail: Callable[[str, str], ConfigError]) -> Param:
+    """One key's table as `read_param` reads it; a ConfigError naming the key where it is refused."""
+    try:
+        return read_param(key, spec)
+    except BadParam as e:
+        raise fail(e.where, e.why + (suggest(e.unknown, PARAM_KEYS) if e.unknown else "")) from None

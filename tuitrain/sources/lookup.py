@@ -5,20 +5,19 @@ cursor of a 1M-step run stands on those points and the other series' stored poin
 steps away. The run's `events.columns` (the numbers `JsonlWriter` writes beside events.jsonl, see
 tuitrain/sinks/columns.py) holds every logged value: an index of each record's steps (read once,
 then only what the file gained) says which records can hold a step, and only those are read. A
-record is believed only where events.jsonl still holds the very bytes it was written from (CRC-32),
-as `FileSource` believes it; otherwise, or without the side file, the lookup says None and the
-cursor reads the chart's own points. Must not import textual.
+record is believed only where events.jsonl still holds the very bytes it was written from (CRC-32:
+`events_file.record_lines`), as `FileSource` believes it; otherwise, or without the side file, the
+lookup says None and the cursor reads the chart's own points. Must not import textual.
 """
 
 from __future__ import annotations
 
-import os
-import zlib
 from pathlib import Path
 
 import numpy as np
 
 from tuitrain.sinks.columns import ColumnsReader, Record
+from tuitrain.sources.events_file import record_lines
 
 
 class StepLookup:
@@ -54,14 +53,7 @@ class StepLookup:
     def _values(self, record: Record, name: str) -> tuple[np.ndarray, np.ndarray] | None:
         """(steps, values) of one record, if its lines in events.jsonl are still the ones it came from."""
         cols = self._reader.columns(record) if self._reader is not None else None
-        if cols is None:
-            return None
-        try:
-            with open(self.run_dir / "events.jsonl", "rb") as f:
-                raw = os.pread(f.fileno(), record.end - record.start, record.start)
-        except OSError:
-            return None
-        if len(raw) != record.end - record.start or zlib.crc32(raw) != record.crc:
+        if cols is None or record_lines(self.run_dir, record) is None:
             return None
         self.reads += 1
         ints, floats = cols

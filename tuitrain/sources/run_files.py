@@ -1,5 +1,6 @@
-"""Where the dashboard's events come from: a run in this process, a run directory's events.jsonl,
-or a fixed list (tests).
+"""Where the dashboard's events come from: a run directory's events.jsonl (`FileSource`), or a fixed list
+(`ReplaySource`: tests); a run in this process is `LiveRun`'s (tuitrain/dashboard/live.py), another tool's
+files a reader module's (refs.py, registry.py).
 
 A source has `open(emit)` (called once, before any work: subscribe here), `work()` (blocking, run
 in a thread worker; its return value is the exit code, or None) and `close()` (ask `work` to end).
@@ -18,7 +19,6 @@ import itertools
 import operator
 import os
 import threading
-import zlib
 from collections import deque
 from pathlib import Path
 import time
@@ -29,6 +29,7 @@ import numpy as np
 
 from tuitrain.core.events import MAX_LINE, DevicesSampled, Event, parse_line
 from tuitrain.sinks.columns import ColumnsReader, Record
+from tuitrain.sources.events_file import EVENTS_FILE, Tail, holds
 
 try:  # a typed JSON decoder: MetricsLogged lines at about 1 µs each (the json module and events: ~25 µs)
     import msgspec
@@ -53,30 +54,30 @@ class Source(Protocol):
     def close(self) -> None: ...
 
 
+def _each(source: Any) -> list[Any]:
+    readers = getattr(source, "readers", None)
+    return list(readers.values()) if isinstance(readers, dict) else [source]
+
+
 def skipped_lines(source: Any) -> int:
     """Lines of a watched run's events.jsonl (or the compared runs', or a resumed run's past sessions')
     left out as damaged: the notice counts them."""
-    readers = getattr(source, "readers", None)
-    sources = readers.values() if isinstance(readers, dict) else [source]
-    return sum(getattr(s, "bad_lines", 0) for s in sources)
+    return sum(getattr(s, "bad_lines", 0) for s in _each(source))
 
 
-class RunSource:
-    """A run trained in this process: `run.subscribe(callback)` then `run.execute()`."""
+def problems(source: Any) -> list[str]:
+    """What the readers of another tool's files skipped as damaged (a source's `problems`, refs.py), one
+    line each, the compared runs' together."""
+    return [line for s in _each(source) for line in (getattr(s, "problems", None) or ())]
 
-    live = True
 
-    def __init__(self, run: Any) -> None:
-        self.run = run
-
-    def open(self, emit: Emit) -> None:
-        self.run.subscribe(emit)
-
-    def work(self) -> int | None:
-        return self.run.execute()
-
-    def close(self) -> None:
-        pass  # training stops through the interrupter, never by abandoning the thread
+def problems_notice(source: Any) -> str:
+    """`problems` as the notice's one line: the first, and how many more ("" when none)."""
+    found = problems(source)
+    if not found:
+        return ""
+    more = len(found) - 1
+    return found[0] + (f" (and {more} more thing{'s' if more != 1 else ''} skipped)" if more else "")
 
 
 class ReplaySource:
@@ -311,7 +312,7 @@ class FileSource:
         until: int | None = None,
     ) -> None:
         self.run_dir = Path(run_dir)
-        self.path = self.run_dir / "events.jsonl"
+        self.path = self.run_dir / EVENTS_FILE
         self.live = live
         self.poll = poll
         self.chunk = chunk
@@ -337,60 +338,44 @@ class FileSource:
     def work(self) -> int | None:
         assert self._emit is not None, "open() first"
         emit = self._emit
-        partial = b""
-        pos = 0  # where `partial` begins in the file
-        skipping = False  # inside a line past MAX_LINE
-        handle = None
+        tail = Tail(self.path, self.until)
+        opened = 0  # the file's opening the columns reader began with
         want = self.chunk
         try:
             while not self._stop.is_set():
-                if handle is None:
-                    try:
-                        handle = open(self.path, "rb")
-                    except FileNotFoundError:
-                        if self.until is not None:
-                            break
-                        self._stop.wait(self.poll)  # the run may not have written it yet
-                        continue
+                got = tail.read(want)
+                if got is None:
+                    if self.until is not None:
+                        break
+                    self._stop.wait(self.poll)  # the run may not have written it yet
+                    continue
+                if tail.opens != opened:
+                    opened = tail.opens
                     self._open_columns()
-                if self.until is not None:
-                    want = max(0, min(want, self.until - handle.tell()))
-                data = handle.read(want) if want else b""
-                if not data and self._awaiting is None:
+                if not got and self._awaiting is None:
                     if self.until is not None:  # read as far as asked
                         self.caught_up = True
                         break
-                    if self._truncated(handle):
-                        handle.close()
-                        handle, partial, pos, skipping = None, b"", 0, False
+                    if tail.cut_short():
                         continue
                     self.caught_up = True
                     self.ends_reached += 1
                     self._stop.wait(self.poll)
                     continue
-                if not data:  # a record's lines never came whole (the file was cut): they go as JSON
+                if not got:  # a record's lines never came whole (the file was cut): they go as JSON
                     self._records.popleft()
-                data = partial + data
-                if skipping:  # the rest of a line too long to keep
-                    nl = data.find(b"\n")
-                    if nl >= 0:
-                        data, pos, skipping = data[nl + 1 :], pos + nl + 1, False
-                cut = data.rfind(b"\n") + 1  # a line still being written has no newline yet
-                done = self._chunk(data, cut, pos, handle, emit) if cut else 0
-                partial, pos = data[done:], pos + done
+                cut = tail.whole()
+                done = self._chunk(tail.data, cut, tail.pos, tail.handle, emit) if cut else 0
+                if tail.take(done, hold=self._awaiting is not None):  # no line is this long: counted once
+                    self.lines_read += 1
+                    self.bad_lines += 1
                 want = self.chunk
                 if self._awaiting is not None:  # read on to a record's end
-                    want = max(self.chunk, self._awaiting - pos - len(partial))
-                elif len(partial) > MAX_LINE:  # no line is this long: count it once, drop it to its end
-                    if not skipping:
-                        self.lines_read += 1
-                        self.bad_lines += 1
-                    partial, pos, skipping = b"", pos + len(partial), True
+                    want = max(self.chunk, self._awaiting - tail.end)
                 while self._behind() and not self._stop.is_set():
                     self._stop.wait(0.05)  # let the screen catch up: keys stay responsive, memory bounded
         finally:
-            if handle is not None:
-                handle.close()
+            tail.close()
             if self._columns is not None:
                 self._columns.close()
         return None
@@ -461,7 +446,7 @@ class FileSource:
 
     def _matching(self, data: bytes, s: int, e: int, record: Record) -> tuple | None:
         """A record's columns, if data[s:e] are the very bytes it was written from."""
-        if data[e - 1] != 10 or zlib.crc32(memoryview(data)[s:e]) != record.crc:
+        if not holds(memoryview(data)[s:e], record):
             return None
         return self._columns.columns(record)
 
@@ -559,12 +544,6 @@ class FileSource:
             self.bad_lines += 1  # unknown, damaged or ill-shaped line: skip it, count it, keep following
             return
         emit(event, None)
-
-    def _truncated(self, handle: Any) -> bool:
-        try:
-            return os.fstat(handle.fileno()).st_size < handle.tell() or not self.path.exists()
-        except OSError:
-            return True
 
     def close(self) -> None:
         self._stop.set()

@@ -23,6 +23,7 @@ from typing import Any
 from collections.abc import Callable, Iterable
 
 from tuitrain.core.events import Event, RunStarted
+from tuitrain.dashboard.state.changes import Changes, Checkpoints, Plot, Progress, Result
 from tuitrain.dashboard.state.model import DashboardState
 from tuitrain.sources.run_files import Emit, FileSource
 from tuitrain.sinks.run_status import KILLED, live_status
@@ -207,8 +208,8 @@ class CompareState(DashboardState):
         self.pinned: list[str] = []  # in the order they were pinned
         self.run_filter = RunFilter("")
 
-    def apply(self, events: Iterable[Any]) -> set[str]:
-        dirty: set[str] = set()
+    def apply(self, events: Iterable[Any]) -> Changes:
+        dirty: Changes = set()
         for item in events:
             if isinstance(item, RunAdded):
                 dirty |= self.add_run(item.run, item.config, item.run_dir, item.number)
@@ -227,16 +228,16 @@ class CompareState(DashboardState):
             changed = run.apply([item.event])
             if item.run == self.primary:
                 dirty |= super().apply([item.event])
-            if changed & {"progress", "checkpoints", "result"}:
-                dirty.add("progress")  # the run list's status and value, the legend's state
-            if "plot" in changed:
-                dirty.add("plot")
+            if changed & {Progress, Checkpoints, Result}:
+                dirty.add(Progress)  # the run list's status and value, the legend's state
+            if Plot in changed:
+                dirty.add(Plot)
                 for name in run.metric_names:
                     if name not in self.metric_names:
                         self.metric_names.insert(0 if name == "loss" else len(self.metric_names), name)
         return dirty
 
-    def add_run(self, name: str, config: dict, files_dir: Path | None = None, number: int | None = None) -> set[str]:
+    def add_run(self, name: str, config: dict, files_dir: Path | None = None, number: int | None = None) -> Changes:
         """A run that appeared while watching: listed after the others (numbered after them unless
         `number` says), shown unless the filter leaves it out. Its events follow."""
         if name in self.runs:
@@ -247,9 +248,9 @@ class CompareState(DashboardState):
         self.number[name] = number if number is not None else max(self.number.values(), default=0) + 1
         if self.primary is None:
             self.primary = name
-        return {"progress", "plot"}
+        return {Progress, Plot}
 
-    def killed(self, name: str) -> set[str]:
+    def killed(self, name: str) -> Changes:
         """The run's process is gone without its final event: it ended there, "killed" (its time
         stops at its last event); the primary run's panels say so too."""
         rs = self.runs.get(name)
@@ -258,8 +259,8 @@ class CompareState(DashboardState):
         rs.final = KILLED
         if name == self.primary and not self.final:
             self.final = KILLED
-            return {"progress", "result"}
-        return {"progress"}
+            return {Progress, Result}
+        return {Progress}
 
     # --- which runs are shown ----------------------------------------------------------------
 

@@ -7,81 +7,28 @@ each trial's run.json as often (a trial whose process is gone before its final e
 values (sweep.json's "params", dotted keys into the trial's config), its status (running, completed,
 pruned, interrupted, failed) and its best value of sweep.json's "metric" (min or max by its "mode").
 
-sweep.json is read here, not through `tuitrain.run.sweep`, which writes it: the dashboard must not
-import the run layer. Must not import textual.
+sweep.json and the trial folders are read through `tuitrain.sources.sweep_files` (`tuitrain.run.sweep`
+writes them: the dashboard must not import the run layer). Must not import textual.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import re
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 from collections.abc import Callable, Iterable
 
+from tuitrain.dashboard.state.changes import Changes, Progress
 from tuitrain.dashboard.state.compare import CompareSource, CompareState, flatten, read_config
 from tuitrain.dashboard.fmt import format_value
 from tuitrain.sinks.run_status import live_status
+from tuitrain.sources.sweep_files import SweepInfo, trial_dirs
 
-SWEEP_FILE = "sweep.json"
-TRIAL = re.compile(r"^trial-(\d+)$")
 #: seconds between looks for new trials
 SCAN = 1.0
 # the run list's order of statuses in the title bar's count
 _STATUSES = ("running", "paused", "completed", "pruned", "interrupted", "failed", "killed")
-
-
-@dataclass(frozen=True)
-class SweepInfo:
-    """sweep.json as the dashboard needs it: what is searched, and which value is best."""
-
-    name: str = ""
-    metric: str = ""  # "valid/loss"
-    mode: str = "min"
-    params: tuple[str, ...] = ()  # the dotted config keys searched
-    config: str = ""  # the sweep's config file (its [sweep.params] say how each key is searched)
-
-
-def is_sweep_dir(path: str | Path) -> bool:
-    return (Path(path) / SWEEP_FILE).is_file()
-
-
-def read_sweep(folder: str | Path) -> SweepInfo:
-    """SWEEP_DIR/sweep.json; what is missing or of the wrong shape takes its default."""
-    folder = Path(folder)
-    try:
-        data = json.loads((folder / SWEEP_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
-        data = {}
-    data = data if isinstance(data, dict) else {}
-    text = lambda key, default: data[key] if isinstance(data.get(key), str) and data[key] else default  # noqa: E731
-    params = data.get("params")
-    params = tuple(p for p in params if isinstance(p, str)) if isinstance(params, list) else ()
-    mode = text("mode", "min")
-    return SweepInfo(
-        name=text("name", folder.name.removeprefix("sweep-")),
-        metric=text("metric", ""),
-        mode=mode if mode in ("min", "max") else "min",
-        params=params,
-        config=text("config", ""),
-    )
-
-
-def trial_dirs(folder: str | Path) -> list[tuple[int, Path]]:
-    """(trial number, run directory) of each `trial-NNNN/` that has its run.json, by number."""
-    try:
-        entries = list(Path(folder).iterdir())
-    except OSError:
-        return []
-    found = []
-    for p in entries:
-        m = TRIAL.match(p.name)
-        if m and (p / "run.json").is_file():
-            found.append((int(m.group(1)), p))
-    return sorted(found)
 
 
 class TrialChecked:
@@ -148,9 +95,9 @@ class SweepState(CompareState):
         # the best trial, once found since the last events (False: not yet)
         self._best: str | None | Literal[False] = False
 
-    def apply(self, events: Iterable[Any]) -> set[str]:
+    def apply(self, events: Iterable[Any]) -> Changes:
         self._best = False
-        dirty: set[str] = set()
+        dirty: Changes = set()
         rest: list[Any] = []
         for item in events:
             if isinstance(item, TrialChecked):
@@ -159,7 +106,7 @@ class SweepState(CompareState):
                     rest = []
                 if item.run in self.runs and self.checked.get(item.run) != item.status:
                     self.checked[item.run] = item.status
-                    dirty.add("progress")
+                    dirty.add(Progress)
             else:
                 rest.append(item)
         return dirty | (super().apply(rest) if rest else set())
@@ -262,4 +209,4 @@ def column_heads(keys: Iterable[str]) -> list[str]:
     return heads
 
 
-__all__ = ["SweepInfo", "SweepSource", "SweepState", "TrialChecked", "is_sweep_dir", "read_sweep", "trial_dirs"]
+__all__ = ["SweepSource", "SweepState", "TrialChecked", "column_heads"]
