@@ -73,7 +73,7 @@ def test_a_subclass_s_own_backward_and_optimizer_step_are_the_ones_the_loop_call
     assert calls == {"backward": 4, "optimizer_step": 4}
     # the plain Learner takes the fast path: neither is called through the learner
     plain = _learner()
-    autocast, backward, step = plain.loop_parts()
+    autocast, backward, step = plain.step_calls()
     assert autocast is None and backward is torch.Tensor.backward and step is None
 
 

@@ -9,7 +9,8 @@ Its settings come as sections, grouped as a config's TOML tables (sections.py: `
 `Data`, `Metrics`, `Log`, `Checkpointing`; `Watch` in health.py), each checked once as it is made; the
 common flat keywords (`epochs=`, `batch_size=` ...: `sections.SHORTCUTS`) still set their fields.
 What it does between start and finish is the run's `Lifecycle` (lifecycle.py: control at boundaries,
-the summary, the end and its exit code); the loop itself is loop.py (`Loop`). It owns four
+the summary, the end and its exit code); the loop itself is loop.py (`Loop`, given one fit's `LoopParts`,
+loop_parts.py), run inside a `TrainingSession` (session.py); when to save is saving.py's. It owns four
 collaborators, each built with what it works on (none holds the Learner): `precision` and
 `optimization` (optimization.py), `ckpt_io` (learner_checkpoint.py: what a checkpoint holds, saving and
 loading it, model.pt) and `guard` (learner_health.py: the `[watch]` rules acted on, the watchdog).
@@ -20,10 +21,7 @@ and `state_dict`/`load_state_dict`/`save_checkpoint` stay here and hand over to 
 from __future__ import annotations
 
 import contextlib
-import gc
 import os
-import threading
-import time
 import traceback
 from pathlib import Path
 from collections.abc import Callable, Iterable
@@ -32,9 +30,8 @@ import torch
 
 from . import checkpoint as ckpt
 from . import flops
-from . import heap
 from .callbacks import EventBus
-from .control import Interrupter, stop_asked_for
+from .control import Interrupter
 from .data import build_loaders, seed_everything
 from .early_stopping import EarlyStopping
 from .environment import env_info, resolve_device
@@ -43,8 +40,9 @@ from .events import OutputPrinted, RunStarted, StepPoint
 from .health import Health, Watch
 from .learner_checkpoint import CheckpointIO
 from .learner_health import HealthGuard
-from .lifecycle import Lifecycle, Summary, out_of_memory  # noqa: F401 (out_of_memory: its home before)
+from .lifecycle import Lifecycle, Summary, out_of_memory
 from .loop import Loop
+from .loop_parts import LoopParts
 from .media import LearnerMedia, MediaLog, QuietMedia
 from .metrics import MetricSet
 from .optimization import Optimization, Precision
@@ -52,16 +50,10 @@ from .output import capture_output
 from .phases import CancelFitting, NonFiniteLoss, Phase, TrainPhase, ValidPhase
 from .schedules import say as say_stretched
 from .sections import Checkpointing, Data, Experiment, Log, Metrics, Train, with_shortcuts
-from .state import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, FitResult, RunDirUnwritable, TrainState  # noqa: F401
+from .saving import End, Request, SavePolicy
+from .session import TrainingSession, max_time_spent, out_of_memory_advice
+from .state import EXIT_FAILED, FitResult, RunDirUnwritable, TrainState
 from .strategies.base import Strategy
-
-
-def _seconds(t: float) -> str:
-    """3725.0 -> "1h2m5s"."""
-    t = int(round(t))
-    h, rest = divmod(t, 3600)
-    m, s = divmod(rest, 60)
-    return "".join(f"{v}{u}" for v, u in ((h, "h"), (m, "m"), (s, "s")) if v) or "0s"
 
 
 class CoreLearner:
@@ -86,20 +78,44 @@ class CoreLearner:
     #: otherwise return to the kernel and come back page fault by page fault
     keep_freed_memory = True
 
-    def __init__(self, model: torch.nn.Module | dict, optimizer: torch.optim.Optimizer | dict, *, loss_fn=None,
-                 scheduler=None, experiment: Experiment | str | None = None, train: Train | None = None,
-                 data: Data | None = None, metrics: Metrics | None = None, log: Log | None = None,
-                 checkpoint: Checkpointing | ckpt.Checkpointer | None = None, watch: Watch | dict | None = None,
-                 early_stopping: EarlyStopping | None = None, train_phase: Phase | None = None,
-                 valid_phase: Phase | None = None, callbacks: Iterable = (), bus: EventBus | None = None,
-                 interrupter: Interrupter | None = None, strategy: Strategy | None = None,
-                 run_dir: str | os.PathLike | None = None, **shortcuts) -> None:
+    def __init__(
+        self,
+        model: torch.nn.Module | dict,
+        optimizer: torch.optim.Optimizer | dict,
+        *,
+        loss_fn=None,
+        scheduler=None,
+        experiment: Experiment | str | None = None,
+        train: Train | None = None,
+        data: Data | None = None,
+        metrics: Metrics | None = None,
+        log: Log | None = None,
+        checkpoint: Checkpointing | ckpt.Checkpointer | None = None,
+        watch: Watch | dict | None = None,
+        early_stopping: EarlyStopping | None = None,
+        train_phase: Phase | None = None,
+        valid_phase: Phase | None = None,
+        callbacks: Iterable = (),
+        bus: EventBus | None = None,
+        interrupter: Interrupter | None = None,
+        strategy: Strategy | None = None,
+        run_dir: str | os.PathLike | None = None,
+        **shortcuts,
+    ) -> None:
         if isinstance(experiment, str):
             experiment = Experiment(name=experiment)
         checkpointer = checkpoint if isinstance(checkpoint, ckpt.Checkpointer) else None
-        got = with_shortcuts({"experiment": experiment, "train": train, "data": data, "metrics": metrics,
-                              "log": log, "checkpoint": None if checkpointer is not None else checkpoint},
-                             shortcuts)
+        got = with_shortcuts(
+            {
+                "experiment": experiment,
+                "train": train,
+                "data": data,
+                "metrics": metrics,
+                "log": log,
+                "checkpoint": None if checkpointer is not None else checkpoint,
+            },
+            shortcuts,
+        )
         exp, t, d, m, lg, c = (got[k] for k in ("experiment", "train", "data", "metrics", "log", "checkpoint"))
         self.sections = got  #: the settings this learner was built with, by section
         #: how this process trains among others (one process, a DDP or FSDP rank): strategies/base.py
@@ -126,9 +142,9 @@ class CoreLearner:
         else:
             self.schedulers = {first: scheduler} if scheduler is not None else {}
         every = t.scheduler_interval
-        self.scheduler_intervals = {k: every.get(k, "step") if isinstance(every, dict) else every
-                                    for k in self.schedulers}
-        self.phase: Phase | None = None  # the phase running now (set as it begins)
+        self.scheduler_intervals = {
+            k: every.get(k, "step") if isinstance(every, dict) else every for k in self.schedulers
+        }
         self.epochs, self.max_steps, self.grad_accumulation = t.epochs, t.max_steps, t.grad_accumulation
         #: seconds of training (over every resume) after which the run stops as completed; 0: none
         self.max_time = t.seconds()
@@ -141,8 +157,10 @@ class CoreLearner:
         self.train_phase = train_phase or TrainPhase()
         self.valid_phase = valid_phase or ValidPhase()
         if len(self.models) > 1 and type(self.train_phase).step is Phase.step:
-            raise ValueError(f"several models ({', '.join(self.models)}) need a training phase with its own "
-                             "step: subclass CustomTrainPhase ([train] phase = \"module:Class\")")
+            raise ValueError(
+                f"several models ({', '.join(self.models)}) need a training phase with its own "
+                'step: subclass CustomTrainPhase ([train] phase = "module:Class")'
+            )
         self.capture_output = lg.capture_output
         self.log_settings = lg
         #: the run's images, texts and histograms (core/media.py), during a fit; `media_chores`: what
@@ -169,7 +187,7 @@ class CoreLearner:
         if self.ema is not None:
             self.ema.follow(self.optimizers.values())
         #: the loop over epochs (loop.py), and what it keeps between steps
-        self.loop = Loop(self)
+        self.loop = Loop()
         if self.validate_every_n_steps and self.optimizer is not None:
             self.optimizer.register_step_post_hook(self.loop.count_step)
         # a sink that cannot write the run directory (a full disk) ends the run at the next step
@@ -182,13 +200,19 @@ class CoreLearner:
         # the other named scalars a step returns are logged too, under their own names
         self.metric_sets = {
             "train": MetricSet(m.train, self.optimizer, step_values=True),
-            "valid": MetricSet(m.valid, self.optimizer, step_values=True)}
+            "valid": MetricSet(m.valid, self.optimizer, step_values=True),
+        }
         # tflops, mfu, max_memory: the FLOPs of a step (given, or counted on the first batch) and the peak
         self._step_flops = flops.setup(
-            self.metric_sets, self.device, t.flops_per_step, t.peak_tflops, models=self.models.values(),
-            optimizers=self.optimizers.values(), batches_per_step=1 if getattr(
-                self.train_phase, "manual_optimization", False) else t.grad_accumulation,
-            position=lambda: (self.state.epoch, self.state.batch) if self.state.stage == "train" else None)
+            self.metric_sets,
+            self.device,
+            t.flops_per_step,
+            t.peak_tflops,
+            models=self.models.values(),
+            optimizers=self.optimizers.values(),
+            batches_per_step=1 if getattr(self.train_phase, "manual_optimization", False) else t.grad_accumulation,
+            position=lambda: (self.state.epoch, self.state.batch) if self.state.stage == "train" else None,
+        )
         if self._step_flops is not None:
             bus.subscribe(self._step_flops.on_event, steps=False)
         self.throughput_unit = m.throughput_unit
@@ -207,21 +231,49 @@ class CoreLearner:
         self.precision = Precision(t.precision, self.device, self.notes)
         health = Health(Watch.of(watch))
         self.ckpt_io = CheckpointIO(
-            checkpointer=checkpointer, bus=bus, state=state, model=self.raw_model, ema=self.ema,
-            optimizers=self.optimizers, schedulers=self.schedulers, precision=self.precision,
-            metric_sets=self.metric_sets, early_stopping=early_stopping, health=health, config=exp.config,
-            world_size=self.world_size, model_path=model_path)
+            checkpointer=checkpointer,
+            bus=bus,
+            state=state,
+            model=self.raw_model,
+            ema=self.ema,
+            optimizers=self.optimizers,
+            schedulers=self.schedulers,
+            precision=self.precision,
+            metric_sets=self.metric_sets,
+            early_stopping=early_stopping,
+            health=health,
+            config=exp.config,
+            world_size=self.world_size,
+            model_path=model_path,
+        )
         self.guard = HealthGuard(
-            health=health, bus=bus, state=state, interrupter=self.interrupter, strategy=strategy,
-            optimizers=self.optimizers, schedulers=self.schedulers, precision=self.precision,
-            ckpt_io=self.ckpt_io, log_every=lg.every_n_steps, run_dir=self.run_dir,
+            health=health,
+            bus=bus,
+            state=state,
+            interrupter=self.interrupter,
+            strategy=strategy,
+            optimizers=self.optimizers,
+            schedulers=self.schedulers,
+            precision=self.precision,
+            ckpt_io=self.ckpt_io,
+            log_every=lg.every_n_steps,
+            run_dir=self.run_dir,
             # a CPU loss reads back for free, so every step is judged; elsewhere only logged steps
-            check_every_step=self.device.type == "cpu")
+            check_every_step=self.device.type == "cpu",
+        )
         self.optimization = Optimization(
-            model=self.raw_model, optimizers=self.optimizers, schedulers=self.schedulers,
-            intervals=self.scheduler_intervals, precision=self.precision, state=state,
-            clip_grad_norm=t.clip_grad_norm, accumulation=t.grad_accumulation, log_every=lg.every_n_steps,
-            grad_norm=self.metric_sets["train"].grad_norm, guard=self.guard)
+            model=self.raw_model,
+            optimizers=self.optimizers,
+            schedulers=self.schedulers,
+            intervals=self.scheduler_intervals,
+            precision=self.precision,
+            state=state,
+            clip_grad_norm=t.clip_grad_norm,
+            accumulation=t.grad_accumulation,
+            log_every=lg.every_n_steps,
+            grad_norm=self.metric_sets["train"].grad_norm,
+            guard=self.guard,
+        )
         strategy.bind(self)
 
     # the model the phases call: DDP's wrapper while training; the plain module in validation, where ranks
@@ -235,6 +287,11 @@ class CoreLearner:
     @model.setter
     def model(self, value: torch.nn.Module) -> None:
         self._model = value
+
+    @property
+    def phase(self) -> Phase | None:
+        """The phase running now (set by the loop as it begins)."""
+        return self.loop.phase
 
     @property
     def checkpointer(self) -> ckpt.Checkpointer | None:
@@ -302,14 +359,17 @@ class CoreLearner:
             s = self.state
             self.bus.emit_step(StepPoint(point=point, phase=s.phase, epoch=s.epoch, step=s.step + 1, detail=detail))
 
-    def loop_parts(self):
+    def step_calls(self):
         """(autocast or None, backward, optimizer step or None) for a training loop to bind once per
         epoch: None where the plain form applies (no autocast; `opt.step()` then `zero_grad()` with no
         clipping, scaler or per-step scheduler), so the loop makes no call it does not need. A
         subclass that overrides one of these methods keeps it."""
         cls = type(self)
-        amp = self.autocast if (cls.autocast is not CoreLearner.autocast or self.precision.dtype is not None
-                                or self.world_size > 1) else None
+        amp = (
+            self.autocast
+            if (cls.autocast is not CoreLearner.autocast or self.precision.dtype is not None or self.world_size > 1)
+            else None
+        )
         plain_backward = cls.backward is CoreLearner.backward and self.precision.scaler is None
         backward = torch.Tensor.backward if plain_backward else self.backward
         plain_step = cls.optimizer_step is CoreLearner.optimizer_step and self.optimization.plain
@@ -340,6 +400,12 @@ class CoreLearner:
             return
         self.ckpt_io.save(reason, self.state_dict)
 
+    def _save_requested(self, by: str) -> None:
+        """A checkpoint someone asked for (the run's `Lifecycle` hands the request over at a boundary)."""
+        save = SavePolicy.of(self.checkpointer).decide(Request(by))
+        if save is not None:
+            self.save_checkpoint(save.reason, save.requested)
+
     def write_failed(self) -> None:
         """A sink could not write the run directory: raise RunDirUnwritable with its line."""
         line, tb = self.bus.write_failure or (self.interrupter.failure, "")
@@ -347,8 +413,13 @@ class CoreLearner:
 
     # --- the run -------------------------------------------------------------------------------
 
-    def fit(self, train_data, valid_data=None, resume: str | os.PathLike | dict | None = None,
-            resumed_from: str | os.PathLike | None = None) -> FitResult:
+    def fit(
+        self,
+        train_data,
+        valid_data=None,
+        resume: str | os.PathLike | dict | None = None,
+        resumed_from: str | os.PathLike | None = None,
+    ) -> FitResult:
         """Train; returns a FitResult (never raises for errors in user code: status "failed").
 
         `resume` is a checkpoint path or an already loaded checkpoint dict."""
@@ -362,14 +433,16 @@ class CoreLearner:
 
     def _fit(self, train_data, valid_data, resume, resumed_from) -> FitResult:
         s = self.state
-        life = self.lifecycle = Lifecycle(self.bus, self.interrupter, chores=self._pause_chores,
-                                          save=lambda by: self.save_checkpoint("request", by))
+        life = self.lifecycle = Lifecycle(
+            self.bus, self.interrupter, chores=self._pause_chores, save=self._save_requested
+        )
         life.after_pause.extend(ms.pause_clock for ms in self.metric_sets.values())
         try:
             if self.seed is not None:
                 seed_everything(self.seed)
-            train, valid = self.strategy.loaders(self, *build_loaders(
-                train_data, valid_data, self.data, self.seed if self.seed is not None else 0))
+            train, valid = self.strategy.loaders(
+                self, *build_loaders(train_data, valid_data, self.data, self.seed if self.seed is not None else 0)
+            )
             if valid is not None and self.limit_valid_batches:
                 valid.limit = self.limit_valid_batches
             stretched, why = [], ""
@@ -387,24 +460,35 @@ class CoreLearner:
             steps_per_epoch = -(-batches // self.grad_accumulation) if batches else 0
             if s.stage == "done":
                 s.epoch, s.batch, s.stage = s.epoch + 1, 0, "train"
-            self.bus.emit(RunStarted(
-                run_dir=str(self.run_dir or ""), experiment=self.experiment, epochs=self.epochs,
-                max_steps=self.max_steps, steps_per_epoch=steps_per_epoch, batch_size=train.batch_size,
-                start_epoch=s.epoch, start_step=s.step, resumed_from=str(resumed_from or ""), pid=os.getpid(),
-                env={**env_info(self.device), **self.env_extra}, config=self.config))
+            self.bus.emit(
+                RunStarted(
+                    run_dir=str(self.run_dir or ""),
+                    experiment=self.experiment,
+                    epochs=self.epochs,
+                    max_steps=self.max_steps,
+                    steps_per_epoch=steps_per_epoch,
+                    batch_size=train.batch_size,
+                    start_epoch=s.epoch,
+                    start_step=s.step,
+                    resumed_from=str(resumed_from or ""),
+                    pid=os.getpid(),
+                    env={**env_info(self.device), **self.env_extra},
+                    config=self.config,
+                )
+            )
             for note in self.notes:
                 self.bus.emit(OutputPrinted(text=note, stream="tuitrain"))
             self._start_media()
             if stretched:
-                self.bus.emit(OutputPrinted(text=say_stretched(stretched, self.scheduler_intervals, why),
-                                            stream="tuitrain"))
+                self.bus.emit(
+                    OutputPrinted(text=say_stretched(stretched, self.scheduler_intervals, why), stream="tuitrain")
+                )
             reason = self._train(train, valid)
             if self.interrupter.failure:  # the run directory failed as the loop ended: no final writes
                 self.write_failed()
-            final = "end" if reason not in ("stopped", "preempted", "pruned") else "stop"
-            # a stop someone asked for (q/y, Ctrl+C, SIGTERM, `tuitrain stop`): its checkpoint is theirs
-            asked = "stop" if reason == "stopped" and stop_asked_for(self.interrupter.stop_source) else ""
-            self.ckpt_io.final(final, lambda: self.save_checkpoint(final, asked))
+            final = SavePolicy.of(self.checkpointer).decide(End(reason, self.interrupter.stop_source))
+            if final is not None:  # a stop someone asked for (q/y, Ctrl+C, SIGTERM, `tuitrain stop`): theirs
+                self.ckpt_io.final(final.reason, lambda: self.save_checkpoint(final.reason, final.requested))
             if not self.strategy.save_model(self):  # model.pt (a sharded model gathers it first, on every rank)
                 self.ckpt_io.save_model()
             self._end_media()
@@ -430,8 +514,9 @@ class CoreLearner:
         self.media = MediaLog(self.run_dir, self.bus.emit, keep=lg.media_keep, epoch=lambda: self.state.epoch)
         if lg.samples_every or (lg.histograms and lg.histograms_every_n_steps):
             if self.strategy.name == "fsdp":  # rank 0 alone holds a shard: no whole model to sample
-                self.bus.emit(OutputPrinted(text="[log] samples and histograms are not taken under FSDP",
-                                            stream="tuitrain"))
+                self.bus.emit(
+                    OutputPrinted(text="[log] samples and histograms are not taken under FSDP", stream="tuitrain")
+                )
                 return
             self.media_chores = LearnerMedia(self.media, self.raw_model, self.optimizers, lg, self.state, self.ema)
 
@@ -465,82 +550,51 @@ class CoreLearner:
         self._media_now("log_histogram").histogram(self.state.step if step is None else step, name, values)
 
     def _train(self, train, valid) -> str:
-        """The loop (loop.py), with the garbage collector, the heap, the watchdog and the max_time clock
-        set for it; why it ended."""
-        # what exists now lives as long as the run: the collector stops walking it (unless the
-        # program froze the heap itself: its freeze is left alone)
-        frozen = self.freeze_gc and gc.isenabled() and gc.get_freeze_count() == 0
-        if frozen:  # (no collection first: garbage frozen now is collected after the unfreeze)
-            gc.freeze()
-        kept = self.keep_freed_memory and heap.keep_freed_memory()
-        self.state.session_start = time.monotonic()
-        timer = self._start_clock()
-        self.guard.start_watchdog()
-        try:
-            return self.loop.run(train, valid)
-        except CancelFitting as stop:
-            if stop.reason == "max_time":
-                self.bus.emit(OutputPrinted(text=f"max_time ({_seconds(self.max_time)}) spent: training "
-                                            "stops here, as completed", stream="tuitrain"))
-            return stop.reason
-        finally:
-            self.guard.stop_watchdog()
-            if timer is not None:
-                timer.cancel()
-            if frozen:
-                gc.unfreeze()
-            if kept:
-                heap.release_freed_memory()
-
-    def _start_clock(self):
-        """A timer that stops the run when `max_time` is spent (None without a budget)."""
-        if not self.max_time:
-            return None
-        left = self.max_time - self.state.time_used
-        timer = threading.Timer(max(left, 0.0), self.interrupter.time_up, args=(_seconds(self.max_time),))
-        timer.daemon = True
-        timer.start()
-        return timer
+        """The loop (loop.py) over this fit's parts, inside a `TrainingSession` (session.py: the garbage
+        collector, the heap, the watchdog and the max_time clock set for it); why it ended."""
+        with TrainingSession(
+            state=self.state,
+            guard=self.guard,
+            time_up=self.interrupter.time_up,
+            max_time=self.max_time,
+            freeze_gc=self.freeze_gc,
+            keep_freed_memory=self.keep_freed_memory,
+        ):
+            try:
+                return self.loop.run(LoopParts.of(self), train, valid)
+            except CancelFitting as stop:
+                if stop.reason == "max_time":
+                    self.bus.emit(OutputPrinted(text=max_time_spent(self.max_time), stream="tuitrain"))
+                return stop.reason
 
     def time_used(self) -> float:
         """Seconds of training so far, earlier sessions of this run included."""
         return self.state.training_time()
 
-    def _out_of_memory_message(self, e: BaseException) -> str:
-        first = (str(e).strip().splitlines() or [""])[0]
-        what = f"{type(e).__name__}: {first}" if first else type(e).__name__
-        batch, accumulate = (("data.batch_size", "train.grad_accumulation") if self.config.get("data")
-                             else ("data=Data(batch_size=...)", "train=Train(grad_accumulation=...)"))
-        return (f"out of memory in a {self.state.stage} step with batch size {self.batch_size} on "
-                f"{self.device} ({what}); lower {batch}, and raise {accumulate} to keep the same "
-                "effective batch")
-
     def _failed(self, e: BaseException) -> FitResult:
         s = self.state
-        try:
+        with contextlib.suppress(Exception):
             self.ckpt_io.finish()
-        except Exception:
-            pass
-        try:
+        with contextlib.suppress(Exception):
             self._end_media()  # what was logged before the failure is kept
-        except Exception:
-            pass
         error, tb, cause = e, "", ""
         if out_of_memory(e) and not isinstance(e, RunDirUnwritable):  # what to change, in place of torch's line
-            error, tb, cause = self._out_of_memory_message(e), "".join(traceback.format_exception(e)), "out_of_memory"
+            from_config = bool(self.config.get("data"))
+            advice = out_of_memory_advice(
+                e, stage=s.stage, batch_size=self.batch_size, device=self.device, from_config=from_config
+            )
+            error, tb, cause = advice, "".join(traceback.format_exception(e)), "out_of_memory"
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
         summary = Summary.of(s.history).table()
         epoch, step = (e.epoch, e.step) if isinstance(e, NonFiniteLoss) else (s.epoch, s.step)
         last = None
         if self.checkpointer is not None:
-            try:
+            with contextlib.suppress(Exception):
                 last = self.checkpointer.last_complete()
-            except Exception:
-                pass
         life = self.lifecycle or Lifecycle(self.bus, self.interrupter)
-        end = life.failed(error, epoch=epoch, step=step, summary=summary, traceback=tb, cause=cause,
-                          checkpoint=str(last or ""))
+        end = life.failed(
+            error, epoch=epoch, step=step, summary=summary, traceback=tb, cause=cause, checkpoint=str(last or "")
+        )
         self.bus.close()
-        return FitResult(self.raw_model, "failed", EXIT_FAILED, "failed", summary, self.ckpt_io.best(),
-                         error=end.error)
+        return FitResult(self.raw_model, "failed", EXIT_FAILED, "failed", summary, self.ckpt_io.best(), error=end.error)

@@ -23,7 +23,8 @@ from collections.abc import Callable
 
 from tuitrain.core.callbacks import EventBus
 from tuitrain.core.control import raise_in
-from tuitrain.core.learner import EXIT_FAILED, CoreLearner, FitResult
+from tuitrain.core.learner import CoreLearner
+from tuitrain.core.state import EXIT_FAILED, FitResult
 from tuitrain.core.sections import Experiment
 from tuitrain.run.directories import claim_run_dir
 from tuitrain.run.session import RunSession
