@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import random
 import warnings
-from typing import Any
-from collections.abc import Iterator
+from typing import Any, cast
+from collections.abc import Callable, Iterator, Sized
 
 import torch
 from torch.utils.data import (
@@ -87,7 +87,7 @@ class EpochSampler(Sampler[int]):
         return self.length - self.start
 
 
-class SeededItems(Dataset):
+class SeededItems(Dataset[Any]):
     """The user's map-style Dataset, each item fetched under a seed of its own, from the run's seed, the
     epoch and the item's index: torch's, Python's and NumPy's global RNGs in the worker are seeded right
     before `__getitem__`. A loader worker's RNG otherwise runs on from the items it fetched before, so an
@@ -104,7 +104,7 @@ class SeededItems(Dataset):
     def __len__(self) -> int:
         return len(self.dataset)
 
-    def __getitem__(self, key):
+    def __getitem__(self, key: tuple[int, int]) -> Any:
         epoch, index = key
         s = _mix(self.seed, epoch, index + 2)
         torch.default_generator.manual_seed(s)
@@ -117,7 +117,7 @@ class SeededItems(Dataset):
             pass
         return self.dataset[index]
 
-    def __getattr__(self, name: str):  # the user's dataset's own attributes (classes, vocab ...)
+    def __getattr__(self, name: str) -> Any:  # the user's dataset's own attributes (classes, vocab ...)
         if name in ("dataset", "seed"):
             raise AttributeError(name)
         return getattr(self.dataset, name)
@@ -134,7 +134,7 @@ def _seeded(dataset: Any, sampler: EpochSampler, num_workers: int, seed: int) ->
 class _WorkerSeeder:
     """worker_init_fn: seeds NumPy in each worker from the seed torch gave it (picklable)."""
 
-    def __init__(self, user_fn=None) -> None:
+    def __init__(self, user_fn: Callable[[int], None] | None = None) -> None:
         self.user_fn = user_fn
 
     def __call__(self, worker_id: int) -> None:
@@ -162,7 +162,7 @@ class ResumableLoader:
     them read in this process (num_workers = 0). `state_dict()` is that position, checkpointed;
     `restore(state)` hands it back before the resumed epoch's first batch."""
 
-    def __init__(self, loader: DataLoader, sampler: EpochSampler | None, seed: int) -> None:
+    def __init__(self, loader: DataLoader[Any], sampler: EpochSampler | None, seed: int) -> None:
         self.loader = loader
         self.sampler = sampler
         self.seed = seed
@@ -198,7 +198,7 @@ class ResumableLoader:
         bs = self.batch_size
         return n // bs if self.loader.drop_last else -(-n // bs)
 
-    def epoch_iter(self, epoch: int, skip_batches: int = 0):
+    def epoch_iter(self, epoch: int, skip_batches: int = 0) -> Iterator[Any]:
         restore, self._restore = self._restore, None
         if self.sampler is not None:
             self.sampler.set_epoch(epoch, skip_batches * self.batch_size)
@@ -231,22 +231,23 @@ class WholeBatches(TensorDataset):
     def __init__(self, dataset: TensorDataset) -> None:  # no super().__init__: the tensors stay the user's
         self.dataset = dataset
 
-    @property
-    def tensors(self):
+    @property  # a view of the user's dataset's tensors, never set: TensorDataset's attribute made read-only
+    def tensors(self) -> tuple[torch.Tensor, ...]:  # type: ignore[override]
         return self.dataset.tensors
 
     def __len__(self) -> int:
         return len(self.dataset)
 
-    def __getitem__(self, index):
-        return self.dataset[index]
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, ...]:
+        row: tuple[torch.Tensor, ...] = self.dataset[index]  # (TensorDataset's is unannotated)
+        return row
 
     def __getitems__(self, indices: list[int]) -> list[torch.Tensor]:
         rows = torch.as_tensor(indices, dtype=torch.long)
         return [t.index_select(0, rows) for t in self.dataset.tensors]
 
     @staticmethod
-    def fits(data: Any, collate_fn, num_workers: int) -> bool:
+    def fits(data: Any, collate_fn: Callable[..., Any] | None, num_workers: int) -> bool:
         """A plain TensorDataset of plain, contiguous CPU tensors that need no gradient (a stacked
         batch's grad_fn would differ), the default collate_fn (None or default_collate), no worker
         processes (whose default_collate writes into shared memory)."""
@@ -273,7 +274,7 @@ def _whole_batch(batch: list[torch.Tensor]) -> list[torch.Tensor]:
     return batch
 
 
-def _fetch(dataset: Any, collate_fn, num_workers: int) -> tuple[Any, Any]:
+def _fetch(dataset: Any, collate_fn: Callable[..., Any] | None, num_workers: int) -> tuple[Any, Any]:
     """The dataset and collate_fn a loader is built on: a TensorDataset that `WholeBatches.fits`
     wrapped to fetch whole batches, anything else as given."""
     if WholeBatches.fits(dataset, collate_fn, num_workers):
@@ -344,7 +345,7 @@ def build_loaders(
     )
 
 
-def _adopt(loader: DataLoader, seed: int) -> ResumableLoader:
+def _adopt(loader: DataLoader[Any], seed: int) -> ResumableLoader:
     plain = (
         type(loader.batch_sampler) is BatchSampler
         and loader.batch_size is not None  # not batch_sampler=
@@ -357,10 +358,12 @@ def _adopt(loader: DataLoader, seed: int) -> ResumableLoader:
         loader.sampler.replacement or loader.sampler._num_samples is not None
     ):
         return ResumableLoader(loader, None, seed)
-    sampler = EpochSampler(len(loader.dataset), shuffle=isinstance(loader.sampler, RandomSampler), seed=seed)
+    sampler = EpochSampler(
+        len(cast(Sized, loader.dataset)), shuffle=isinstance(loader.sampler, RandomSampler), seed=seed
+    )
     dataset, collate = _fetch(loader.dataset, loader.collate_fn, loader.num_workers)
     dataset = _seeded(dataset, sampler, loader.num_workers, seed)
-    kwargs = dict(
+    kwargs: dict[str, Any] = dict(
         batch_size=loader.batch_size,
         sampler=sampler,
         num_workers=loader.num_workers,
@@ -392,11 +395,11 @@ def seed_everything(seed: int) -> None:
         pass
 
 
-def rng_state() -> dict:
+def rng_state() -> dict[str, Any]:
     """Every global RNG state, in types that torch.load(weights_only=True) accepts."""
     version, internal, gauss = random.getstate()
     state: dict[str, Any] = {"python": [version, list(internal), gauss], "torch": torch.get_rng_state()}
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
+    if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]  # torch: unannotated
         state["cuda"] = torch.cuda.get_rng_state_all()
     try:
         import numpy as np
@@ -409,7 +412,7 @@ def rng_state() -> dict:
     return state
 
 
-def set_rng_state(state: dict) -> None:
+def set_rng_state(state: dict[str, Any]) -> None:
     version, internal, gauss = state["python"]
     random.setstate((version, tuple(internal), gauss))
     torch.set_rng_state(state["torch"])

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.utils.hooks import RemovableHandle
 
 from .events import HistogramLogged, MediaLogged, OutputPrinted
 from .images import check_image, image_of, is_numpy, png_bytes, take_copy, take_image
@@ -76,8 +77,8 @@ def _range_of(parts: list[torch.Tensor]) -> tuple[float, float]:
         finite = v[torch.isfinite(v)]
         if finite.numel():
             a, b = (float(x) for x in torch.aminmax(finite))
-            lo, hi = (a, b) if lo is None else (min(lo, a), max(hi, b))
-    if lo is None:
+            lo, hi = (a, b) if lo is None or hi is None else (min(lo, a), max(hi, b))
+    if lo is None or hi is None:  # (both set together)
         return -1.0, 1.0
     span = hi - lo
     if span <= 0 or not math.isfinite(span):
@@ -127,12 +128,15 @@ def histogram_counts(parts: list[torch.Tensor], low: float, high: float, bins: i
         hi = vmax if hi is None else torch.maximum(hi, vmax)
         total = v.sum() if total is None else total + v.sum()
         n += v.numel()
-    if counts is None:
+    if counts is None or lo is None or hi is None or total is None:  # (all set together)
         return torch.zeros(bins + 3)
     return torch.cat([counts.float(), torch.stack([lo.float(), hi.float(), (total / n).float()])])
 
 
 # -- the log --------------------------------------------------------------------------------------------
+
+#: what the caller hands the worker: (kind: "text", "image" or "histogram", step, name, the copy)
+Item = tuple[str, int, str, Any]
 
 
 class MediaLog:
@@ -142,7 +146,7 @@ class MediaLog:
 
     def __init__(
         self,
-        run_dir: str | os.PathLike | None,
+        run_dir: str | os.PathLike[str] | None,
         emit: Callable[[Any], None],
         keep: int = 100,
         epoch: Callable[[], int] = lambda: 0,
@@ -153,7 +157,7 @@ class MediaLog:
         self.epoch = epoch
         self._ranges: dict[str, tuple[float, float]] = {}
         self._steps: dict[tuple[str, str], list[int]] = {}  # (folder, suffix) -> steps with a file
-        self._queue: queue.Queue = queue.Queue()
+        self._queue: queue.Queue[tuple[Item, int] | None] = queue.Queue()  # (item, epoch); None: the end
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self.dropped = 0
@@ -199,7 +203,7 @@ class MediaLog:
             r = self._ranges[name] = _range_of([_flat(p) for p in parts])
         return r
 
-    def _put(self, item: tuple) -> None:
+    def _put(self, item: Item) -> None:
         if self._closed:
             return
         if self._queue.qsize() >= QUEUE_LIMIT:
@@ -340,7 +344,7 @@ class MediaLog:
 def module_groups(model: torch.nn.Module) -> list[tuple[str, list[torch.nn.Parameter]]]:
     """(name, parameters) of each top-level module that has any; the model's own parameters (outside
     its children) under its class name."""
-    groups = []
+    groups: list[tuple[str, list[torch.nn.Parameter]]] = []
     own = [p for p in model._parameters.values() if p is not None]
     if own:
         groups.append((type(model).__name__, own))
@@ -361,16 +365,22 @@ class LearnerMedia:
     the gradients right after), the weights' after the step."""
 
     def __init__(
-        self, media: MediaLog, model: torch.nn.Module, optimizers: dict, log: Any, state: Any, ema: Any = None
+        self,
+        media: MediaLog,
+        model: torch.nn.Module,
+        optimizers: dict[str, torch.optim.Optimizer],
+        log: Any,
+        state: Any,
+        ema: Any = None,
     ) -> None:
         self.media, self.model, self.state, self.ema = media, model, state, ema
-        self.fn = log.samples.get("target") if log.samples else None
+        self.fn: Callable[[torch.nn.Module, int], Any] | None = log.samples.get("target") if log.samples else None
         self.samples_every = log.samples_every if self.fn is not None else 0
         self.hist_every = log.histograms_every_n_steps if log.histograms else 0
         self.weights = "weights" in log.histograms and self.hist_every > 0
         self.grads = "grads" in log.histograms and self.hist_every > 0
         self.groups = module_groups(model) if self.hist_every else []
-        self._hooks = []
+        self._hooks: list[RemovableHandle] = []
         if self.grads:
             for opt in optimizers.values():
                 ids = {id(p) for g in opt.param_groups for p in g["params"]}
@@ -383,8 +393,10 @@ class LearnerMedia:
         due = [step - step % n + n for n in (self.samples_every, self.hist_every if self.weights else 0) if n]
         return min(due) if due else 1 << 62
 
-    def _grads_hook(self, groups):
-        def hook(optimizer, args, kwargs) -> None:
+    def _grads_hook(
+        self, groups: list[tuple[str, list[torch.nn.Parameter]]]
+    ) -> Callable[[torch.optim.Optimizer, tuple[Any, ...], dict[str, Any]], None]:
+        def hook(optimizer: torch.optim.Optimizer, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
             step = self.state.step + 1  # the step this update makes
             if step % self.hist_every == 0:
                 for name, params in groups:
@@ -406,12 +418,15 @@ class LearnerMedia:
     def sample(self, step: int) -> None:
         """Calls the samples function in eval mode under no_grad (the EMA's weights when [ema] is on) and
         logs what it returns."""
+        fn = self.fn
+        if fn is None:  # (never: no samples function, no samples due)
+            return
         model = self.model
         was = model.training
         model.eval()
         try:
             with torch.no_grad(), self.ema.swapped_in() if self.ema is not None else contextlib.nullcontext():
-                got = self.fn(model, step)
+                got = fn(model, step)
         finally:
             model.train(was)
         self.log_returned(step, got)
@@ -435,7 +450,7 @@ class LearnerMedia:
 class QuietMedia:
     """The media of a rank other than 0: every call ignored (rank 0 logs the run's)."""
 
-    def text(self, *args) -> None:
+    def text(self, *args: Any) -> None:
         pass
 
     image = histogram = text
