@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from tuitrain.core.events import RunFinished, RunStarted
+from tuitrain.core.text import safe_text
 from tuitrain.sources import tfrecord
 from tuitrain.sources.tb_live import LIVE_SECONDS, TIMESTAMP, writing
 from tuitrain.sources.refs import RunRef
@@ -134,6 +135,7 @@ class _File:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self.label = safe_text(path.name, lines=False)  # as problem lines name it: nothing in it obeyed
         self.pos = 0  # the next record's first byte
         self.torn: int | None = None  # a record not all there at the last read
         self.said = 0  # problem lines of this file so far
@@ -221,7 +223,7 @@ class TensorBoardSource:
                 st = os.fstat(handle.fileno())
                 ident = (st.st_dev, st.st_ino)
                 if f.ident is not None and (ident != f.ident or st.st_size < f.pos):  # replaced or cut: anew
-                    self._say(f, f"{f.path.name}: the file was replaced or cut; read again from its start")
+                    self._say(f, f"{f.label}: the file was replaced or cut; read again from its start")
                     f.pos, f.torn = 0, None
                 f.ident = ident
                 if st.st_size <= f.pos:
@@ -246,7 +248,7 @@ class TensorBoardSource:
                         self._stop.wait(0.05)  # the screen is behind: wait for it
                 return grew
         except OSError as e:
-            self._say(f, f"{f.path.name}: cannot be read ({e.strerror or e})")
+            self._say(f, f"{f.label}: cannot be read ({e.strerror or e})")
             return False
 
     @staticmethod
@@ -257,7 +259,7 @@ class TensorBoardSource:
         """The whole records of `buf` (the file's bytes from `base`): handed on; returns the bytes used."""
         framing = tfrecord.frame(buf)
         for start, end in framing.damage:
-            self._say(f, f"{f.path.name}: bytes {base + start:,}-{base + end:,} are no records (damaged): skipped")
+            self._say(f, f"{f.label}: bytes {base + start:,}-{base + end:,} are no records (damaged): skipped")
         f.torn = base + framing.torn if framing.torn is not None else None
         starts, lengths = framing.starts, framing.lengths
         if not starts.size:
@@ -265,9 +267,9 @@ class TensorBoardSource:
         rec = tfrecord.read_records(buf, starts, lengths, verify=self.verify)
         bad = np.flatnonzero(~rec.good)
         for i in bad[:MAX_PROBLEMS].tolist():
-            self._say(f, f"{f.path.name}: the record at byte {base + int(starts[i]):,} is damaged (its CRC): skipped")
+            self._say(f, f"{f.label}: the record at byte {base + int(starts[i]):,} is damaged (its CRC): skipped")
         if bad.size > MAX_PROBLEMS:
-            self._say(f, f"{f.path.name}: {bad.size - MAX_PROBLEMS:,} more damaged records skipped", force=True)
+            self._say(f, f"{f.label}: {bad.size - MAX_PROBLEMS:,} more damaged records skipped", force=True)
         rest = rec.good.copy()
         rest[rec.which] = False
         others = [i for i in np.flatnonzero(rest).tolist() if not _file_version(buf, int(starts[i]), int(lengths[i]))]
@@ -290,7 +292,7 @@ class TensorBoardSource:
             return None
         found = self._decoder.decode(buf, starts, lengths, which)
         for i in found.undecodable[:MAX_PROBLEMS]:
-            self._say(f, f"{f.path.name}: the record at byte {base + int(starts[i]):,} is no event: skipped")
+            self._say(f, f"{f.label}: the record at byte {base + int(starts[i]):,} is no event: skipped")
         if found.first_wall is not None and self._first_wall is None:
             self._first_wall = found.first_wall
         self._config.update(found.config)
@@ -367,7 +369,7 @@ class TensorBoardSource:
         """The writer stopped: a record left torn is said once, and the run is said finished once."""
         for f in self._files.values():
             if f.torn is not None:
-                self._say(f, f"{f.path.name}: a torn last record at byte {f.torn:,} skipped")
+                self._say(f, f"{f.label}: a torn last record at byte {f.torn:,} skipped")
                 f.torn = None
         if not self._finished and self._started:
             self._finished = True
