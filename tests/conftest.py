@@ -462,6 +462,30 @@ def exact_device(test_device):
         torch.use_deterministic_algorithms(before[0], warn_only=before[1])
 
 
+# --- where the suite's time goes: TUITRAIN_TEST_CPU=FILE writes each test's CPU seconds ------------------
+# Wall times (`--durations`) on a shared machine measure the neighbours as much as the test; CPU seconds
+# (this process and the subprocesses it waited for: torch imports, CLI runs, ranks) do not. Each line of
+# FILE: seconds, then the test's id; sort -rn FILE | head lists the costliest.
+_CPU_FILE = os.environ.get("TUITRAIN_TEST_CPU", "")
+
+
+def _cpu_seconds() -> float:
+    import resource
+
+    me, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + children.ru_utime + children.ru_stime
+
+
+if _CPU_FILE:
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(item, nextitem):
+        before = _cpu_seconds()
+        yield
+        with open(_CPU_FILE, "a") as f:
+            f.write(f"{_cpu_seconds() - before:.2f} {item.nodeid}\n")
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.nodeid in SLOW:
