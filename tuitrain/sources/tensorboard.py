@@ -343,7 +343,7 @@ class TensorBoardSource:
                 block.epoch = self._epoch
             self._last_wall = block.time
             self.points += which.size
-            emit(block, None)
+            emit(block, None)  # type: ignore[arg-type]  # a block stands for many MetricsLogged, as FileSource's do
         if found is not None:
             for _, event in found.media:
                 emit(event, None)
