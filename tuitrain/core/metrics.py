@@ -23,8 +23,7 @@ class Context:
 
     def __init__(self) -> None:
         self.optimizer: torch.optim.Optimizer | None = None
-        self.window_items = 0
-        self.window_steps = 0
+        self.window_items = self.window_steps = 0
         self.window_time = 0.0
         self.phase_items = 0
         self.phase_steps = 0
@@ -62,8 +61,7 @@ class _Ratio(Metric):
     def __init__(self) -> None:
         self.reset()
 
-    #: values kept as tensors before they are summed on the device in one op
-    BATCH = 256
+    BATCH = 256  #: values kept as tensors before they are summed on the device in one op
 
     def reset(self) -> None:
         self._values: list[torch.Tensor] = []
@@ -318,9 +316,7 @@ class DataWait(Metric):
         return min(1.0, ctx.phase_wait / ctx.phase_time) if ctx.phase_time > 0 else None
 
 
-class FlopsSource(Protocol):
-    """What tflops and mfu read the FLOPs of one optimizer step from (flops.py's StepFlops, GivenFlops)."""
-
+class FlopsSource(Protocol):  # what tflops and mfu read a step's FLOPs from: flops.py's StepFlops, GivenFlops
     def per_step(self) -> float | None: ...
 
 
@@ -404,8 +400,7 @@ class TorchMetric(Metric):
     """Any torchmetrics `Metric`: updated with (output, target); a logged step shows the running value."""
 
     def __init__(self, metric: Any, name: str) -> None:
-        self.metric = metric
-        self.name = name
+        self.metric, self.name = metric, name
 
     def update(self, out: StepOutput, n: int) -> None:
         if out.output is None or out.target is None:
@@ -492,8 +487,7 @@ class MetricSet:
         self.ctx = Context()
         self.ctx.optimizer = optimizer
         self._window_t0 = self._phase_t0 = time.perf_counter()
-        # distributed only: sums a list of floats over every rank (one collective per read)
-        self.reducer: Callable[[list[float]], list[float]] | None = None
+        self.reducer: Callable[[list[float]], list[float]] | None = None  # distributed: sums over every rank
 
     @property
     def names(self) -> list[str]:

@@ -11,8 +11,16 @@ from __future__ import annotations
 import contextlib
 import math
 import warnings
+from collections.abc import Callable, Collection
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+if TYPE_CHECKING:  # the learner's other collaborators, which import this module's neighbours
+    from .learner_health import HealthGuard
+    from .metrics import GradNorm
+    from .phases import Phase
+    from .state import TrainState
 
 
 class Precision:
@@ -21,11 +29,11 @@ class Precision:
 
     NO_AUTOCAST = contextlib.nullcontext()  # reusable: one less object per step
 
-    def __init__(self, precision: str, device: torch.device, notes: list) -> None:
+    def __init__(self, precision: str, device: torch.device, notes: list[str]) -> None:
         self.device = device
         self.name = precision
-        self.scaler = None
-        self.dtype = None
+        self.scaler: torch.amp.GradScaler | None = None
+        self.dtype: torch.dtype | None = None
         self.unscaled = False  # scaler.unscale_ was called in this step
         self.stepped = False  # a phase's own step stepped an optimizer through the scaler
         if precision in ("32", "32-true", "fp32"):
@@ -47,16 +55,16 @@ class Precision:
             return
         raise ValueError(f"unknown precision {precision!r}: use '32', 'bf16-mixed' or '16-mixed'")
 
-    def autocast(self):
+    def autocast(self) -> contextlib.AbstractContextManager[Any]:
         if self.dtype is None:
             return self.NO_AUTOCAST
         return torch.autocast(device_type=self.device.type, dtype=self.dtype)
 
     def backward(self, loss: torch.Tensor) -> None:
         if self.scaler is not None:
-            self.scaler.scale(loss).backward()
+            self.scaler.scale(loss).backward()  # type: ignore[no-untyped-call]  # unannotated in torch
         else:
-            loss.backward()
+            loss.backward()  # type: ignore[no-untyped-call]  # unannotated in torch
 
 
 class Optimization:
@@ -68,16 +76,16 @@ class Optimization:
         self,
         *,
         model: torch.nn.Module,
-        optimizers: dict,
-        schedulers: dict,
-        intervals: dict,
+        optimizers: dict[str, torch.optim.Optimizer],
+        schedulers: dict[str, Any],  # torch's or any with step() (schedules.py reads them by duck typing)
+        intervals: dict[str, str],
         precision: Precision,
-        state,
+        state: TrainState,
         clip_grad_norm: float,
         accumulation: int,
         log_every: int,
-        grad_norm,
-        guard,
+        grad_norm: GradNorm | None,
+        guard: HealthGuard,
     ) -> None:
         self.model, self.optimizers, self.schedulers, self.intervals = model, optimizers, schedulers, intervals
         self.optimizer = next(iter(optimizers.values()), None)
@@ -87,7 +95,7 @@ class Optimization:
         self.grad_norm = grad_norm  # the `grad_norm` metric, when asked for (None: not)
 
     @property
-    def scheduler(self):
+    def scheduler(self) -> Any:
         """The default training step's scheduler: the first optimizer's (None: none)."""
         return self.schedulers.get(self._first)
 
@@ -106,7 +114,7 @@ class Optimization:
             and not (self.scheduler is not None and self.scheduler_interval == "step")
         )
 
-    def _clip_and_measure(self, opt, params) -> bool:
+    def _clip_and_measure(self, opt: torch.optim.Optimizer, params: list[torch.Tensor]) -> bool:
         """Clip the gradients (train.clip_grad_norm) and, on a logged step, keep their total norm
         before clipping for `grad_norm` (a device tensor: read when the step is logged). The `[watch]`
         rules judge the norm on logged steps (and on every step where clipping reads it on the CPU).
@@ -125,7 +133,7 @@ class Optimization:
             norm = torch.nn.utils.clip_grad_norm_(params, self.clip_grad_norm)
         else:
             norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
-        if due:
+        if due and self.grad_norm is not None:  # (due: it is)
             self.grad_norm.add(norm)
         if judge:
             s = self.state
@@ -141,6 +149,8 @@ class Optimization:
         """Clip, step, zero the gradients, step a per-step scheduler. False: a `[watch]` rule judged the
         gradients and the update was not applied (nothing stepped; the caller's step counter stays)."""
         opt = self.optimizer
+        if opt is None:
+            raise RuntimeError("optimizer_step: this learner has no optimizer")
         if self._clip_and_measure(opt, list(self.model.parameters())):
             self.guard.skip_update()
             return False
@@ -154,12 +164,13 @@ class Optimization:
         opt.zero_grad(set_to_none=True)
         if self.scheduler is not None and self.scheduler_interval == "step":
             self.scheduler.step()
+        return None
 
     def zero_grad(self, name: str | None = None) -> None:
         for opt in self.optimizers.values() if name is None else (self.named(name),):
             opt.zero_grad(set_to_none=True)
 
-    def step_optimizer(self, name: str | None, phase) -> None:
+    def step_optimizer(self, name: str | None, phase: Phase | None) -> None:
         """A phase's own step (`phase`, the one running): clip, step and zero one optimizer, then its
         step-interval scheduler."""
         if phase is not None and not phase.training:
@@ -183,7 +194,7 @@ class Optimization:
         if name is None:
             if len(self.optimizers) != 1:
                 raise ValueError(f"several optimizers ({', '.join(self.optimizers)}): name the one to step")
-            return self.optimizer
+            return next(iter(self.optimizers.values()))  # the only one
         try:
             return self.optimizers[name]
         except KeyError:
@@ -212,7 +223,7 @@ def cpu_bf16() -> bool | None:
     return bool(flags & {"avx512_bf16", "amx_bf16", "bf16"})
 
 
-def takes_model(fn) -> bool:
+def takes_model(fn: Callable[..., Any]) -> bool:
     """Whether an optimizer factory's first parameter is named `model`: it is then called with the
     model itself (to build its own parameter groups), not with the parameters."""
     import inspect
@@ -224,7 +235,7 @@ def takes_model(fn) -> bool:
     return bool(params) and params[0].name == "model"
 
 
-def parameter_groups(model: torch.nn.Module, no_decay) -> list[dict]:
+def parameter_groups(model: torch.nn.Module, no_decay: Collection[str]) -> list[dict[str, Any]]:
     """Two groups for an optimizer: parameters whose names contain none of the `no_decay` substrings
     (the optimizer's weight decay), and the others with weight_decay 0 (biases and norms, the usual
     recipe for transformers). A group left empty is left out."""
@@ -233,5 +244,5 @@ def parameter_groups(model: torch.nn.Module, no_decay) -> list[dict]:
     for name, p in model.named_parameters():
         if p.requires_grad:
             (plain if any(s in name for s in no_decay) else decay).append(p)
-    groups = [{"params": decay}, {"params": plain, "weight_decay": 0.0}]
+    groups: list[dict[str, Any]] = [{"params": decay}, {"params": plain, "weight_decay": 0.0}]
     return [g for g in groups if g["params"]]
