@@ -68,16 +68,18 @@ def event_files(folder: Path) -> list[Path]:
 
 
 def run_files(folder: Path) -> list[Path]:
-    """The files a run's source reads: those of the folders `add_hparams` made in it first (its config
-    is wanted before the run is said started), then its own."""
+    """The files a run's source reads: its own, then those of the folders `add_hparams` made in it."""
     own = event_files(folder)
-    if not own:
-        return own
+    return own + hparams_files(folder) if own else own
+
+
+def hparams_files(folder: Path) -> list[Path]:
+    """The event files of the folders `SummaryWriter.add_hparams` made in a run (named by time.time())."""
     try:
         subs = sorted(e.name for e in os.scandir(folder) if e.is_dir() and _HPARAMS_DIR.match(e.name))
     except OSError:
-        subs = []
-    return [f for sub in subs for f in event_files(folder / sub)] + own
+        return []
+    return [f for sub in subs for f in event_files(folder / sub)]
 
 
 def find_runs(path: str | os.PathLike) -> list[RunRef]:
@@ -350,6 +352,7 @@ class TensorBoardSource:
 
     def _start(self) -> None:
         self._started = True
+        self._config.update(self._hparams_config())
         t = _opened_at(event_files(self.folder)) or self._first_wall or time.time()
         self._first_wall = t
         event = RunStarted(
@@ -364,6 +367,15 @@ class TensorBoardSource:
         )
         assert self._emit is not None
         self._emit(event, None)
+
+    def _hparams_config(self) -> dict:
+        """The config in the run's add_hparams folders: wanted in RunStarted, though their files are read
+        after the run's own (so that the run's own metrics come first in the chart grid)."""
+        config: dict = {}
+        for path in hparams_files(self.folder):
+            if path not in self._files:
+                config.update(_config_of(path))
+        return config
 
     def _at_rest(self) -> None:
         """The writer stopped: a record left torn is said once, and the run is said finished once."""
@@ -395,6 +407,19 @@ class TensorBoardSource:
         if f.said < MAX_PROBLEMS or force:
             self.problems.append(line)
         f.said += 1
+
+
+def _config_of(path: Path) -> dict:
+    """The hparams a small event file holds (an add_hparams folder's), read ahead of the run's start."""
+    try:
+        from tuitrain.sources import tb_summary
+
+        buf = path.read_bytes()[: 1 << 24]
+        framing = tfrecord.frame(buf)
+        which = np.arange(framing.starts.size)
+        return tb_summary.Decoder().decode(buf, framing.starts, framing.lengths, which).config
+    except (OSError, ImportError):
+        return {}
 
 
 def _file_version(buf: bytes, start: int, length: int) -> bool:
