@@ -563,11 +563,11 @@ async def test_redraws_give_way_when_the_screen_takes_more_than_its_share_of_a_c
     """The UI thread's CPU time over PACE_WINDOW sets `slow`: a screen that costs 4 times its
     share spreads its refreshes (up to MAX_SLOW times); paused (nothing to give way to) it goes back to 1."""
     from tuitrain.core.events import RunPaused
-    from tuitrain.dashboard import app as app_module
+    from tuitrain.dashboard.state import pacing
 
     cpu = [0.0]
     now = [1000.0]  # the pace's clock, moved by the test (this machine can stall for a second)
-    window = app_module.PACE_WINDOW
+    window = pacing.PACE_WINDOW
     events = recorded_run(epochs=1, total_epochs=3, end="running")
     source = ReplaySource(events)
     app = make_app(events, source=source, ui_share=0.025, cpu_clock=lambda: cpu[0], pace_clock=lambda: now[0])
@@ -584,7 +584,7 @@ async def test_redraws_give_way_when_the_screen_takes_more_than_its_share_of_a_c
         now[0] += window
         app.feed.dirty.add("progress")
         app.drain()
-        assert app.pacer.slow == pytest.approx(app_module.MAX_SLOW)
+        assert app.pacer.slow == pytest.approx(pacing.MAX_SLOW)
         app.pacer.last_plot = now[0]  # the plot was just drawn
         plot = loss_chart(app)
         more = recorded_run(epochs=2, total_epochs=3, end="running")[len(events) :]
@@ -597,7 +597,7 @@ async def test_redraws_give_way_when_the_screen_takes_more_than_its_share_of_a_c
         now[0] += 3.5  # more than plot_interval (1 s), less than plot_interval * slow: the new points wait
         cpu[0] += 0.1 * 3.5  # the screen still takes 4x its share
         await pilot.pause(0.3)
-        assert plot.builds == before and app.pacer.slow == pytest.approx(app_module.MAX_SLOW)
+        assert plot.builds == before and app.pacer.slow == pytest.approx(pacing.MAX_SLOW)
         now[0] += app.pacer.plot_wait(plot_cost(app), False)
         await until(pilot, lambda: plot.builds > before)  # their turn came
         source.push(RunPaused(epoch=2, step=40))
@@ -613,7 +613,7 @@ async def test_the_screen_wakes_less_often_while_training_runs_and_at_once_when_
     """While training runs in this process the drain timer fires every BUSY_DRAIN_INTERVAL (each
     wake takes the GIL from training); paused, it goes back to the quick interval."""
     from tuitrain.core.events import RunPaused, RunResumed
-    from tuitrain.dashboard import app as app_module
+    from tuitrain.dashboard.state import pacing
 
     events = recorded_run(epochs=1, total_epochs=3, end="running")
     source = ReplaySource(events)
@@ -628,15 +628,15 @@ async def test_the_screen_wakes_less_often_while_training_runs_and_at_once_when_
 
     app.set_interval = recording
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: app.feed.every == app_module.BUSY_DRAIN_INTERVAL)
+        await until(pilot, lambda: app.feed.every == pacing.BUSY_DRAIN_INTERVAL)
         timer = app.feed.timer
-        assert timer is not None and drain_timers[-1] == app_module.BUSY_DRAIN_INTERVAL
+        assert timer is not None and drain_timers[-1] == pacing.BUSY_DRAIN_INTERVAL
         source.push(RunPaused(epoch=1, step=20))
         await until(pilot, lambda: app.state.paused)
         await until(pilot, lambda: app.feed.every == app.drain_interval)
         assert app.feed.timer is not timer and drain_timers[-1] == app.drain_interval
         source.push(RunResumed(epoch=1, step=20, paused_for=1.0))
-        await until(pilot, lambda: app.feed.every == app_module.BUSY_DRAIN_INTERVAL)
+        await until(pilot, lambda: app.feed.every == pacing.BUSY_DRAIN_INTERVAL)
         more = recorded_run(epochs=2, total_epochs=3, end="running")[len(events) :]
         source.push(*more)  # still drained, a quarter of a second apart
         await until(pilot, lambda: app.state.step == 40)

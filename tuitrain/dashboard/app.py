@@ -25,8 +25,6 @@ This module must not import the run layer (`tuitrain.config`, `tuitrain.run*`, `
 
 from __future__ import annotations
 
-import os
-import signal
 import time
 import traceback
 from pathlib import Path
@@ -39,43 +37,27 @@ from textual.binding import Binding
 from textual.screen import ModalScreen
 
 from tuitrain.core.control import Controller
+from tuitrain.dashboard.steering import SteeredApp, restore_terminal_and_exit
 from tuitrain.core.text import safe_text
 from tuitrain.dashboard.state.bridge import EventBridge
 from tuitrain.dashboard.screens.ending import Ending, ended_notice, stopped_why
 from tuitrain.dashboard.state.feed import Feed
 from tuitrain.dashboard.layout import DASHBOARD_TCSS, HIGH_CONTRAST, base_theme_of, default_theme
 from tuitrain.dashboard.messages import TrainingEnded
+from tuitrain.dashboard.state.compared import compared
 from tuitrain.dashboard.state.model import DashboardState
 from tuitrain.dashboard.state.pacing import UI_SHARE, Pacer
 from tuitrain.sources.run_files import Source, skipped_lines
-from tuitrain.dashboard.export import export_folder, write_compared, write_media, write_series
+from tuitrain.dashboard.export import export_folder, write_view
 from tuitrain.dashboard.screens.screen import DashboardScreen
 from tuitrain.dashboard.charts.chart_grid import ChartGrid
-from tuitrain.dashboard.screens.confirm_screen import ConfirmScreen, stop_says
 from tuitrain.dashboard.panels.control_bar import ControlBar
 from tuitrain.dashboard.screens.help_screen import HelpScreen
 from tuitrain.dashboard.screens.result_screen import ResultScreen, result_body, result_title
 from tuitrain.dashboard.panels.run_list import RunList
 
-# the names this module held before the split, still importable from here (tests read the pacing ones)
-from tuitrain.dashboard.layout import COMPACT, TOO_SMALL  # noqa: F401
-from tuitrain.dashboard.state.pacing import (BUSY_DRAIN_INTERVAL, DRAIN_LIMIT, MAX_SLOW, PACE_WINDOW,  # noqa: F401
-                                       PLOT_SHARE, PROGRESS_INTERVAL)
 
-
-def _restore_terminal_and_exit(app: App) -> None:
-    """Second Ctrl+C: leave the alternate screen, give the terminal back, end the process now.
-    `App.suspend` (public) stops the driver's application mode and flushes the restore sequences
-    still queued in its writer thread; where it cannot (no terminal of its own), the process ends all
-    the same."""
-    try:
-        with app.suspend():
-            os._exit(130)
-    finally:
-        os._exit(130)
-
-
-class DashboardApp(App[int]):
+class DashboardApp(SteeredApp):
     """The dashboard of one run. `source` delivers events; `controller` steers (None: read-only)."""
 
     TITLE = "tuitrain"
@@ -99,15 +81,25 @@ class DashboardApp(App[int]):
     ]
     #: the keys the footer shows after the chart keys (the run's keys come before them)
     FOOTER_AFTER = frozenset({"d", "R", "P", "r", "question_mark"})
-    #: seconds within which another `c` is the same request (the key held down: one checkpoint, one notice)
-    CHECKPOINT_REPEAT = 1.0
 
-    def __init__(self, source: Source, controller: Controller | None = None, theme: Path | None = None, *,
-                 watch: bool = False, owned: bool = False, notice: str = "", clock: Callable[[], float] = time.time,
-                 drain_interval: float = 1 / 15, plot_interval: float = 1.0,
-                 hard_exit: Callable[[App], None] | None = None, use_default_theme: bool = True,
-                 ui_share: float = UI_SHARE, cpu_clock: Callable[[], float] = time.thread_time,
-                 pace_clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        source: Source,
+        controller: Controller | None = None,
+        theme: Path | None = None,
+        *,
+        watch: bool = False,
+        owned: bool = False,
+        notice: str = "",
+        clock: Callable[[], float] = time.time,
+        drain_interval: float = 1 / 15,
+        plot_interval: float = 1.0,
+        hard_exit: Callable[[App], None] | None = None,
+        use_default_theme: bool = True,
+        ui_share: float = UI_SHARE,
+        cpu_clock: Callable[[], float] = time.thread_time,
+        pace_clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         if theme is None and use_default_theme:
             theme = default_theme()
         self.theme_path = Path(theme) if theme is not None else None
@@ -122,7 +114,7 @@ class DashboardApp(App[int]):
         self.notice = notice
         self.clock = clock
         self.drain_interval = drain_interval
-        self.hard_exit = hard_exit or _restore_terminal_and_exit
+        self.hard_exit = hard_exit or restore_terminal_and_exit
         self.bridge = EventBridge()
         self.state = DashboardState(clock=clock)
         self.exit_code: int | None = None  # from the source's work (live) once it returned
@@ -134,9 +126,19 @@ class DashboardApp(App[int]):
         #: when to redraw (pacing.py): the clocks in, a decision out
         self.pacer = Pacer(pace_clock(), cpu_clock(), ui_share=ui_share, plot_interval=plot_interval)
         #: the event stream into the state and onto the screen, as the pacer says (feed.py)
-        self.feed = Feed(self, self.bridge, source, self.pacer, tick=self.drain, interval=drain_interval,
-                         watching=watch, watching_label=watch and not self.owned, note=self.progress_note,
-                         pace_clock=pace_clock, cpu_clock=cpu_clock)
+        self.feed = Feed(
+            self,
+            self.bridge,
+            source,
+            self.pacer,
+            tick=self.drain,
+            interval=drain_interval,
+            watching=watch,
+            watching_label=watch and not self.owned,
+            note=self.progress_note,
+            pace_clock=pace_clock,
+            cpu_clock=cpu_clock,
+        )
         #: the result screen at the run's end (ending.py)
         self.ending = Ending(self, self.feed)
         self._source_closed = False
@@ -151,9 +153,13 @@ class DashboardApp(App[int]):
 
     def get_default_screen(self) -> DashboardScreen:
         """The dashboard's screen: it composes and lays out the widgets (tuitrain/dashboard/screens/screen.py)."""
-        self.dashboard = DashboardScreen(comparing=self.comparing, clock=self.clock,
-                                         notice=self.notice, skipped=self.skipped_lines(),
-                                         footer_after=self.FOOTER_AFTER)
+        self.dashboard = DashboardScreen(
+            comparing=self.comparing,
+            clock=self.clock,
+            notice=self.notice,
+            skipped=self.skipped_lines(),
+            footer_after=self.FOOTER_AFTER,
+        )
         return self.dashboard
 
     async def on_mount(self) -> None:
@@ -185,12 +191,12 @@ class DashboardApp(App[int]):
     @property
     def comparing(self) -> bool:
         """Several runs watched (`tuitrain watch A B`, an experiment folder, a sweep: maybe none yet)."""
-        return getattr(self.state, "runs", None) is not None
+        return self.state.kind != "run"
 
     @property
     def sweeping(self) -> bool:
         """A sweep's trials watched (`SweepState`): the parameters view is there to open."""
-        return getattr(self.state, "sweep", None) is not None
+        return self.state.kind == "sweep"
 
     def set_notice(self, text: str) -> None:
         """The bottom bar's one line of notice (shown as typed, never as markup)."""
@@ -213,7 +219,7 @@ class DashboardApp(App[int]):
         run_dir = getattr(self.source, "run_dir", None)
         if isinstance(run_dir, Path) and getattr(self.source, "readers", None) is None:
             self.state.files_dir = run_dir
-        runs = getattr(self.state, "runs", None)
+        runs = compared(self.state).runs if self.comparing else {}
         for name, reader in (getattr(self.source, "readers", None) or {}).items():
             if runs and name in runs:
                 runs[name].files_dir = reader.run_dir
@@ -253,8 +259,10 @@ class DashboardApp(App[int]):
         if message.error and self.state.failed is None:
             from tuitrain.core.lifecycle import run_failed
 
-            self.bridge(run_failed(message.error, traceback=message.traceback, epoch=self.state.epoch,
-                                   step=self.state.step), None)
+            self.bridge(
+                run_failed(message.error, traceback=message.traceback, epoch=self.state.epoch, step=self.state.step),
+                None,
+            )
         # the last events, the final one included, may still sit there (drain does nothing once shutting down)
         while self.is_running and self.bridge.pending():
             self.drain()
@@ -291,8 +299,9 @@ class DashboardApp(App[int]):
         if self.state.ended or self._source_closed:  # its final event came meanwhile: `Feed.Settled`'s
             return
         if self.controller is not None:
-            self.read_only(stopped_why(message.status, getattr(self.source, "run_dir", None)) +
-                           "; keys that steer are off")
+            self.read_only(
+                stopped_why(message.status, getattr(self.source, "run_dir", None)) + "; keys that steer are off"
+            )
         if message.status == KILLED:
             self.state.final = KILLED
             self.feed.refresh_progress()
@@ -303,125 +312,19 @@ class DashboardApp(App[int]):
         self.steering_changed()
         self.set_notice(why)
 
-    # --- keys ------------------------------------------------------------------------------
-
-    @property
-    def training_over(self) -> bool:
-        """Nothing left to steer: the run ended (live: its thread returned)."""
-        return self.worker_done if not self.watching else self.state.ended
-
-    @property
-    def steerable(self) -> bool:
-        """The keys c and p act on the run: a live run that has not ended, and not a read-only view."""
-        return self.controller is not None and not self.training_over
-
-    def _stops_the_run(self) -> bool:
-        """Ctrl+C stops the run (a run this process started), rather than leaving the viewer."""
-        return self.steerable and (self.owned or not self.watching)
+    # --- keys ---------------------------------------------------------------------------
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """Keys that steer leave the footer (and do nothing) once there is nothing to steer. Once the app is
-        leaving and its screens are gone, no key acts (a key queued behind `q` read no screen there)."""
+        """Keys that steer leave the footer (and do nothing) once there is nothing to steer (`SteeredApp`);
+        R and P only where there are runs compared, a sweep. Once the app is leaving and its screens are
+        gone, no key acts (a key queued behind `q` read no screen there)."""
         if not self.screen_stack:
             return False
-        if action == "checkpoint":
-            return self.steerable
-        if action in ("pause", "resume"):  # one of the two in the footer, as the run is
-            return self.steerable and bool(self.state.paused) == (action == "resume")
-        if action == "interrupt":
-            return self._stops_the_run()
-        if action == "leave_viewer":
-            return not self._stops_the_run()
         if action == "runs":
             return self.comparing
         if action == "parameters":
             return self.sweeping
-        return True
-
-    def steering_changed(self) -> None:
-        """The run can no longer be steered (ended, or read-only): buttons and footer follow."""
-        self.dashboard.controls.set_enabled(self.steerable)
-        self.refresh_bindings()
-
-    def action_leave_viewer(self) -> None:
-        self.leave()
-
-    def _steer(self, what: str) -> bool:
-        if self.controller is None or self.training_over:
-            self.notify("nothing to steer: " + ("the run has ended" if self.training_over else "read-only"),
-                        severity="warning", timeout=3)
-            return False
-        return True
-
-    def action_checkpoint(self) -> None:
-        now, last = self.pace_clock(), self._last_c
-        self._last_c = now
-        if now - last < self.CHECKPOINT_REPEAT:  # held down, or typed twice: the request already made
-            return
-        if self._steer("checkpoint"):
-            self.controller.request_checkpoint("dashboard")
-            self.notify("checkpoint requested", timeout=2)
-
-    def action_resume(self) -> None:
-        self.action_pause()
-
-    def action_suspend(self) -> None:
-        """Ctrl+Z: the process suspended as a terminal job is (training stops with it); `fg` brings the
-        screen back. Where there is no job control (a browser, Windows) the notice says so."""
-        if self.is_headless:  # a test's screen: there is no terminal job to suspend
-            self.notify("Ctrl+Z: no terminal to suspend in", severity="warning", timeout=4)
-        elif self.is_web or not hasattr(signal, "SIGTSTP"):
-            self.notify("Ctrl+Z: a browser's screen cannot be suspended; q leaves (a live run asks first)",
-                        severity="warning", timeout=4)
-        else:
-            self.action_suspend_process()
-
-    def action_pause(self) -> None:
-        if self._steer("pause"):
-            self.controller.toggle_pause("dashboard")
-            self.notify("resume requested" if self.state.paused else "pause requested", timeout=2)
-
-    def action_quit_request(self) -> None:
-        if self.controller is None or self.training_over:
-            self.leave()
-            return
-        self.push_screen(ConfirmScreen("Stop training and leave?", offer_leave=self.watching and not self.owned,
-                                       stop=self._stop_says()[0]), self._confirmed)
-
-    def _stop_says(self) -> tuple[str, str]:
-        """What `y` does to this run (its loop's kind), and the notice once it is asked for."""
-        run_dir = getattr(self.state, "run_dir", "") or str(getattr(self.source, "run_dir", "") or "")
-        return stop_says(getattr(self.state, "loop", ""), bool(run_dir))
-
-    def _confirmed(self, answer: str | None) -> None:
-        if answer == "leave":
-            self.leave()
-        elif answer == "stop":
-            if self.training_over or self.controller is None:
-                self.leave()
-                return
-            self.controller.request_stop("dashboard", "quit")
-            if self.watching and not self.owned:
-                self.leave()  # the run in the other process stops on its own
-            else:
-                self.leave_when_done = True
-                self.feed.refresh_progress()
-                self.notify(self._stop_says()[1], timeout=5)
-
-    def action_interrupt(self) -> None:
-        if self.training_over or self.controller is None or (self.watching and not self.owned):
-            self.leave()  # watching another's run: Ctrl+C leaves the viewer, the run goes on
-            return
-        self.interrupts += 1
-        if self.interrupts > 1:
-            self.hard_exit(self)
-            return
-        self.controller.request_stop("dashboard", "ctrl+c")
-        self.leave_when_done = True
-        if isinstance(self.screen, ModalScreen):
-            self.screen.dismiss()
-        self.feed.refresh_progress()
-        self.notify("stopping gracefully; Ctrl+C again ends the process", severity="warning", timeout=5)
+        return super().check_action(action, parameters)
 
     def _on_dashboard(self) -> bool:
         """The dashboard's own screen is up (no dialog over it)."""
@@ -436,27 +339,19 @@ class DashboardApp(App[int]):
             return
         try:
             folder = export_folder(run_dir, self.clock())
-            runs = getattr(self.state, "runs", None)
-            if runs:  # runs compared: each run's series in its own subfolder
-                files = write_compared(runs, self.state.differences(), folder)
-            else:
-                files = write_series(self.state, folder)
-                media = write_media(self.state, folder)  # histograms as CSV, and the samples' list
+            written = write_view(self.state, folder)  # export.py: the series, histograms, samples' list
             self.save_screenshot(filename="screen.svg", path=str(folder))
         except OSError as e:
             self.notify(safe_text(f"export failed: {e}"), severity="error", timeout=6, markup=False)
             return
         self.last_export = folder
-        of = f" of {len(runs)} runs" if runs else ""
-        histograms = sum(p.name.startswith("histogram-") for p in ([] if runs else media))
-        also = f", {histograms} histogram{'s' if histograms != 1 else ''}" if histograms else ""
-        self.notify(safe_text(f"exported the screen{also} and {len(files)} series{of} to {folder}"), timeout=6,
-                    markup=False)
+        self.notify(safe_text(f"exported the screen{written} to {folder}"), timeout=6, markup=False)
         self.set_notice(f"exported to {folder}")
 
     def action_differences(self) -> None:
         """d: the config keys whose values differ between the compared runs shown."""
-        runs = getattr(self.state, "runs", None)
+        state = compared(self.state)
+        runs = state.runs if self.comparing else {}
         if not runs or not self._on_dashboard():
             if not runs:
                 self.notify("d compares configs when watching several runs (tuitrain watch A B)", timeout=4)
@@ -464,10 +359,13 @@ class DashboardApp(App[int]):
         from tuitrain.dashboard.state.compare import run_color
         from tuitrain.dashboard.screens.diff_screen import DiffScreen
 
-        names = self.state.shown_runs() or list(runs)
-        numbers = [self.state.number[n] for n in names]
-        self.push_screen(DiffScreen(names, self.state.differences(names), [run_color(i - 1) for i in numbers],
-                                    numbers=numbers, of=len(runs)))
+        names = state.shown_runs() or list(runs)
+        numbers = [state.number[n] for n in names]
+        self.push_screen(
+            DiffScreen(
+                names, state.differences(names), [run_color(i - 1) for i in numbers], numbers=numbers, of=len(runs)
+            )
+        )
 
     def action_runs(self) -> None:
         """R: the run list takes the keys (show/hide, pin, filter the runs); R again: the charts."""
@@ -512,9 +410,11 @@ class DashboardApp(App[int]):
             return
         note = ""
         if self.comparing:
-            note = ("Comparing runs: R moves to the run list (space show/hide, p pin, o only this, a all, / filter by "
-                    "name or config value such as optimizer.lr=1e-3, v sort, Esc back); d shows the config keys "
-                    "that differ; c, p and the buttons are off.")
+            note = (
+                "Comparing runs: R moves to the run list (space show/hide, p pin, o only this, a all, / filter by "
+                "name or config value such as optimizer.lr=1e-3, v sort, Esc back); d shows the config keys "
+                "that differ; c, p and the buttons are off."
+            )
             if self.sweeping:
                 note += " P: the sweep's parameters view."
         elif self.controller is None:
@@ -523,16 +423,17 @@ class DashboardApp(App[int]):
             note = "Your loop runs in another process: c, p, q-y and Ctrl+C act on it."
         elif self.watching:
             note = "Watching a run in another process: c, p and q-y act on it; Ctrl+C leaves the viewer."
-        media = getattr(self.state, "media", None)
-        self.push_screen(HelpScreen(note, comparing=self.comparing, media=bool(media) and not self.comparing))
+        media = bool(self.state.media) and not self.comparing
+        self.push_screen(HelpScreen(note, comparing=self.comparing, media=media))
 
     def action_show_result(self) -> None:
         if self.state.ended and not isinstance(self.screen, ResultScreen):
             self.ending.show_result(self.state, self.exit_code, again=True)
 
     def on_control_bar_requested(self, message: ControlBar.Requested) -> None:
-        {"stop": self.action_quit_request, "pause": self.action_pause,
-         "checkpoint": self.action_checkpoint}[message.command]()
+        {"stop": self.action_quit_request, "pause": self.action_pause, "checkpoint": self.action_checkpoint}[
+            message.command
+        ]()
 
     def action_leave(self) -> None:
         self.leave()

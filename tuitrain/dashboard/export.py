@@ -17,6 +17,7 @@ import csv
 import time
 from pathlib import Path
 
+from tuitrain.dashboard.state.compared import compared
 from tuitrain.dashboard.state.model import DashboardState
 from tuitrain.sinks.metric_files import safe_stem
 
@@ -31,6 +32,21 @@ def export_folder(run_dir: str | Path, when: float) -> Path:
         folder = base / f"{stamp}-{n}"
     folder.mkdir(parents=True)
     return folder
+
+
+def write_view(state: DashboardState, folder: Path) -> str:
+    """Every series of the view into `folder`: one run's (`write_series`) with its histograms and samples'
+    list (`write_media`), or each compared run's in its own subfolder (`write_compared`). What was
+    written, in words that follow "the screen" in the notice: ", 2 histograms and 12 series"."""
+    if state.kind != "run":  # runs compared: each run's series in its own subfolder
+        runs = compared(state).runs
+        files = write_compared(runs, compared(state).differences(), folder)
+        return f" and {len(files)} series of {len(runs)} runs"
+    files = write_series(state, folder)
+    media = write_media(state, folder)  # histograms as CSV, and the samples' list
+    histograms = sum(p.name.startswith("histogram-") for p in media)
+    also = f", {histograms} histogram{'s' if histograms != 1 else ''}" if histograms else ""
+    return f"{also} and {len(files)} series"
 
 
 def write_series(state: DashboardState, folder: Path) -> list[Path]:
@@ -59,7 +75,7 @@ def write_media(state: DashboardState, folder: Path) -> list[Path]:
     then the count of each bin, bin i from low + i * (high - low) / bins), and media.csv listing its
     images and texts (key, step, epoch, kind, path in the run directory, width, height, text); nothing
     for a run without media."""
-    media = getattr(state, "media", None)
+    media = state.media
     if media is None:
         return []
     written = []

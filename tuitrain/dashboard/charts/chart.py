@@ -219,7 +219,7 @@ class Chart(Widget, can_focus=True):
         run's chart keeps each bucket's extremes only, so its nearest stored point may be steps away.
         The chart's own point where it is as new (a live run's newest, not yet in the files), or where
         the files cannot tell (a series without an `origin`: one the chart computed)."""
-        origin, value_at = self.origin.get(line.key), getattr(self._state, "value_at", None)
+        origin, value_at = self.origin.get(line.key), (self._state.value_at if self._state is not None else None)
         if origin is None or value_at is None:
             return shown
         run, split, name = origin

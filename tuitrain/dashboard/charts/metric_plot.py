@@ -25,7 +25,8 @@ from tuitrain.dashboard.charts.drawing import Drawn, Line, Palette, blend, draw_
 from tuitrain.dashboard.charts.kinds import ChartKind, register, shown_by_filter
 from tuitrain.dashboard.charts.plan import ema, finite_for, group_metrics, short, thin
 from tuitrain.dashboard.state.devices import DEVICE_PREFIX
-from tuitrain.dashboard.state.model import DashboardState, compared
+from tuitrain.dashboard.state.compared import compared
+from tuitrain.dashboard.state.model import DashboardState
 
 if TYPE_CHECKING:
     from tuitrain.dashboard.state.compare import CompareState
@@ -114,7 +115,7 @@ class MetricPlot(Chart):
             every = -(-len(inside) // most)  # many epochs: every k-th line, 6 columns apart, or they hide the data
             self.boundaries = inside[every - 1 :: every] if inside else []
         self.alert_marks = []
-        if xs_all and getattr(state, "alerts", None):  # each alert episode's first step (SPEC "Health")
+        if xs_all and state.alerts:  # each alert episode's first step (SPEC "Health")
             x_lo, x_hi = min(xs_all), max(xs_all)
             marks = [axis(s) if axis else s for s in state.alert_steps() if lo is None or s >= lo]
             self.alert_marks = [x for x in marks if x is not None and x_lo <= x <= x_hi]

@@ -30,7 +30,7 @@ class Ending:
             return
         self.result_shown = True
         self.feed.replot()
-        if getattr(state, "runs", None):  # compared runs: the charts are the point; r shows it
+        if state.kind != "run":  # compared runs: the charts are the point; r shows it
             return
         self.host.push_screen(ResultScreen(state, exit_code), self._chart_key)
 

@@ -52,7 +52,7 @@ def result_body(state: DashboardState, exit_code: int | None) -> str:
 def _duration(state: DashboardState, session: float | None) -> str:
     """How long the run trained: this session; a resumed run's training time over all its sessions
     (the gaps between them left out), this session's too."""
-    sessions, total = getattr(state, "sessions", 1), state.elapsed()
+    sessions, total = state.sessions, state.elapsed()
     if sessions > 1 and total is not None:
         return f"{format_duration(total)} in {sessions} sessions (this one {format_duration(session)})"
     return format_duration(session)

@@ -181,8 +181,8 @@ class DashboardScreen(Screen):
     def show_media(self, state) -> None:
         """The samples panel: the run's logged images and texts (it takes its rows from the first one
         on), their paths the run directory's as this dashboard reads it (a watched run's folder)."""
-        media = getattr(state, "media", None)
-        if media is None or getattr(state, "runs", None) is not None or not media:
+        media = state.media
+        if state.kind != "run" or not media:
             return
         root = state.files_dir or (Path(state.run_dir) if state.run_dir else None)
         first = not self.samples.has_class("-has-media")
@@ -229,7 +229,7 @@ class DashboardScreen(Screen):
     def show_title(self, state, where: str, watching: bool) -> None:
         """The first row: the run's name, where it is, live/paused/ended, and its alerts (one run);
         compared runs: the legend of the shown ones (see `show_runs`)."""
-        if getattr(state, "runs", None) is not None:
+        if state.kind != "run":
             self.show_runs(state)
             return
         self._title_of = (state, where, watching)
@@ -238,9 +238,9 @@ class DashboardScreen(Screen):
         mode = run_state(state)
         if watching:
             mode = f"watching · {mode}"
-        alerts = len(getattr(state, "episodes", ()))  # counted by episode: a burst of skips is one (SPEC "Health")
+        alerts = len(state.episodes)  # counted by episode: a burst of skips is one (SPEC "Health")
         newest = state.alerts[-1].title if alerts else ""
-        infos = getattr(state, "infos", ())
+        infos = state.infos
         width = self.size.width or self.app.size.width
         key = (name, where, mode, alerts, newest, len(infos), width)
         if key == self._title_shown:

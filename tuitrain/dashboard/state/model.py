@@ -20,7 +20,6 @@ import time
 from collections import deque
 from pathlib import Path
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
@@ -68,17 +67,9 @@ from tuitrain.dashboard.state.series import Anchors, Series
 from tuitrain.dashboard.state.throughput import Throughput
 from tuitrain.sources.run_files import MetricsBlock, PastSessionsRead
 
-if TYPE_CHECKING:
-    from tuitrain.dashboard.state.compare import CompareState
-
 # names of metrics where lower is better (the best valid value is their minimum); others: maximum
 LOWER_IS_BETTER = frozenset("loss error err perplexity ppl mse mae rmse distance nll wait time bpc bpd cer wer".split())
 X_AXES = ("step", "epoch", "time", "samples")  # what a chart's x axis can be
-
-
-def compared(state: DashboardState) -> CompareState:
-    """The state of compared runs (`state.kind` "compare" or "sweep"), as the type checker knows it."""
-    return cast("CompareState", state)
 
 
 def _is_number(v: object) -> bool:
