@@ -69,9 +69,10 @@ def _parser() -> argparse.ArgumentParser:
     sw.add_argument("--headless", action="store_true", help="plain lines, a line per trial")
     w = sub.add_parser(
         "watch",
-        help="the dashboard of a live or finished run, from its files; several runs (or an experiment folder) compared",
+        help="the dashboard of a live or finished run, from its files (tuitrain's, or TensorBoard, Lightning, "
+        "MLflow, trackio, W&B logs); several runs (or a folder of runs) compared",
     )
-    w.add_argument("run_dirs", metavar="RUN_DIR", nargs="+")
+    w.add_argument("run_dirs", metavar="PATH", nargs="+")
     w.add_argument("--theme", metavar="NAME|FILE.tcss")
     # Monitor's viewer: the run is the parent's, so Ctrl+C stops it instead of leaving the viewer
     w.add_argument("--owned", action="store_true", help=argparse.SUPPRESS)
@@ -96,7 +97,7 @@ def _parser() -> argparse.ArgumentParser:
     c = sub.add_parser("checkpoint", help="ask a live run to write a checkpoint now")
     c.add_argument("run_dir", metavar="RUN_DIR")
     ls = sub.add_parser("ls", help="one line per run: name, started, status, epoch/step, best value")
-    ls.add_argument("dir", metavar="DIR", nargs="?", default="runs")
+    ls.add_argument("dir", metavar="PATH", nargs="?", default="runs")
     lr = sub.add_parser(
         "lr-find", help="learning-rate range test: a plot, the suggested lr and a CSV; nothing of the run is kept"
     )
@@ -253,87 +254,98 @@ def _frames(run_dir: Path, args: argparse.Namespace) -> int:
     return run_frames(run_dir, Path(args.frames), theme, (int(cols), int(rows)))
 
 
-def _watched_runs(paths: list[str]) -> list[Path] | int:
-    """The run directories that `watch` shows: each path a run directory, or an experiment folder
-    (all its runs, newest first)."""
-    from .run.directories import find_runs
+#: the tools whose runs `watch`, `ls` and `serve` find, as an error names them
+TOOLS = "tuitrain, TensorBoard, Lightning CSVLogger, MLflow, trackio, W&B"
 
-    runs: list[Path] = []
-    for path in paths:
-        d = Path(path)
-        if (d / "events.jsonl").exists() or (d / "run.json").exists():
-            runs.append(d)
-            continue
-        found = find_runs(d)
-        if not found:
-            return _error(f"{path}: not a run directory (no events.jsonl) and no runs under it")
-        runs.extend(found)
-    unique: dict[Path, Path] = {}
-    for run in runs:
-        unique.setdefault(run.resolve(), run)
-    return list(unique.values())
+
+def _watched(paths: list[str]) -> tuple[list, str] | int:
+    """The runs that `watch` and `serve` show (`RunRef`s, tuitrain/sources/refs.py): each path a run of
+    any tool, or a folder of runs (all of them, nested ones too: an experiment folder's runs newest first);
+    and a line naming the extras their readers miss ("" when none). A path with no run: one line, exit 2."""
+    from .sources import registry
+
+    found = registry.find(paths)
+    for line in found.unreadable:
+        print(f"tuitrain: {line}", file=sys.stderr)
+    for path in found.empty:
+        if not Path(path).exists():
+            return _error(f"{path}: no such file or folder")
+        return _error(f"{path}: not a run directory (no events.jsonl) and no runs under it (of {TOOLS})")
+    return found.runs, " · ".join(found.missing)
+
+
+def _watched_runs(paths: list[str]) -> list | int:
+    """`_watched`'s runs alone."""
+    got = _watched(paths)
+    return got if isinstance(got, int) else got[0]
+
+
+def _theme(args: argparse.Namespace) -> Path | None | int:
+    from .dashboard.themes import ThemeError, resolve_theme
+
+    if not args.theme:
+        return None
+    try:
+        return resolve_theme(args.theme, Path.cwd())
+    except ThemeError as e:
+        return _error(f"--theme: {e}")
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
     if args.frames:  # a notebook's picture of its own run, which may not have written anything yet
         return _frames(Path(args.run_dirs[0]), args)
+    from .sources import registry
     from .sources.sweep_files import is_sweep_dir
 
     sweep = Path(args.run_dirs[0]) if len(args.run_dirs) == 1 and is_sweep_dir(args.run_dirs[0]) else None
-    runs = [sweep] if sweep is not None else _watched_runs(args.run_dirs)  # a sweep may have no trial yet
-    if isinstance(runs, int):
-        return runs
+    got = ([], "") if sweep is not None else _watched(args.run_dirs)  # a sweep may have no trial yet
+    if isinstance(got, int):
+        return got
+    runs, note = got
     if not sys.stdout.isatty():
-        plain = (
-            f"{sweep}/trial-NNNN.out"
-            if sweep is not None
-            else f"{runs[0] / 'experiment.log'} (tail -f) or events.jsonl"
-        )
+        if sweep is not None:
+            plain = f"{sweep}/trial-NNNN.out"
+        elif registry.is_own(runs[0]):
+            plain = f"{runs[0].path / 'experiment.log'} (tail -f) or events.jsonl"
+        else:
+            plain = "`tuitrain ls PATH` for the runs' list"
         return _error(f"watch shows the dashboard and needs a terminal; for plain lines read {plain}")
-    from .dashboard.themes import ThemeError, resolve_theme
-
-    theme = None
-    if args.theme:
-        try:
-            theme = resolve_theme(args.theme, Path.cwd())
-        except ThemeError as e:
-            return _error(f"--theme: {e}")
+    theme = _theme(args)
+    if isinstance(theme, int):
+        return theme
     if sweep is not None:  # the trials compared, new ones joining as they start
         from .dashboard.entry import run_sweep_watch
 
         return run_sweep_watch(sweep, theme)
-    if len(runs) > 1:
+    if len(runs) > 1:  # runs of any tools compared
         from .dashboard.entry import run_compare
 
-        return run_compare(runs, theme)
+        return run_compare(runs, theme, note)
     from .dashboard.entry import run_watch
 
-    return run_watch(runs[0], theme, owned=args.owned)
+    if registry.is_own(runs[0]):
+        return run_watch(runs[0].path, theme, owned=args.owned)
+    return run_watch(runs[0], theme, note=note)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from .sources.sweep_files import is_sweep_dir
 
     sweep = Path(args.run_dirs[0]) if len(args.run_dirs) == 1 and is_sweep_dir(args.run_dirs[0]) else None
-    runs = [sweep] if sweep is not None else _watched_runs(args.run_dirs)  # a sweep may have no trial yet
-    if isinstance(runs, int):
-        return runs
-    from .dashboard.themes import ThemeError, resolve_theme
-
-    theme = None
-    if args.theme:
-        try:
-            theme = resolve_theme(args.theme, Path.cwd())
-        except ThemeError as e:
-            return _error(f"--theme: {e}")
+    got = ([], "") if sweep is not None else _watched(args.run_dirs)  # a sweep may have no trial yet
+    if isinstance(got, int):
+        return got
+    theme = _theme(args)
+    if isinstance(theme, int):
+        return theme
     import importlib.util
 
     if importlib.util.find_spec("textual_serve") is None:
         return _error("serve needs textual-serve: pip install 'tuitrain[serve]'")
     from .dashboard.serve import ServeError, serve
 
-    try:
-        return serve(runs, theme, host=args.host, port=args.port)
+    try:  # each tab's viewer finds the runs of these paths as `watch` does
+        return serve([Path(p) for p in args.run_dirs], theme, host=args.host, port=args.port)
     except ServeError as e:
         return _error(str(e))
 
@@ -355,9 +367,9 @@ def cmd_ls(args: argparse.Namespace) -> int:
     from .run.directories import format_runs, list_runs
 
     root = Path(args.dir)
-    if not root.is_dir():
+    if not root.exists():
         return _error(f"{args.dir}: no such folder")
-    rows = list_runs(root)
+    rows = list_runs(root)  # tuitrain's runs and every other tool's (a file: an MLflow or trackio database)
     if not rows:
         print(f"no runs under {root}")
         return 0

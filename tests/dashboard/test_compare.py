@@ -95,7 +95,7 @@ async def test_every_chart_overlays_the_runs_and_d_shows_the_lr_difference(two_r
 
 def test_an_experiment_folder_means_all_its_runs(two_runs):
     tiny, runs = two_runs
-    found = _watched_runs([str(runs[0].parent)])
+    found = [ref.path for ref in _watched_runs([str(runs[0].parent)])]  # (RunRefs: tuitrain/sources/refs.py)
     assert sorted(p.resolve() for p in found) == sorted(p.resolve() for p in runs)
     assert len(_watched_runs([str(runs[0]), str(runs[0])])) == 1  # named twice: shown once
     assert _watched_runs([str(tiny.root / "nothing-here")]) == 2

@@ -1,6 +1,7 @@
 """The entry points the CLI calls: `run_live` (train in this process under the dashboard) and
 `run_watch` (follow a run directory's events.jsonl, steering it through `FileControl` while it
-is live), `run_compare`, and `run_sweep_watch` (a sweep's folder, its new trials taken in). Each
+is live; another tool's run, read only), `run_compare` (runs of any tools, found by
+`tuitrain.sources.registry`), and `run_sweep_watch` (a sweep's folder, its new trials taken in). Each
 imports the app when called: textual loads only once a dashboard opens. `run_live` is the only way
 into a live run's dashboard (`LiveRun` and `LiveApp`, tuitrain/dashboard/live.py).
 
@@ -18,6 +19,8 @@ from typing import Any
 
 from tuitrain.core.control import FileControl
 from tuitrain.dashboard.failure import head, traceback_file
+from tuitrain.sources import registry
+from tuitrain.sources.refs import RunRef
 from tuitrain.sources.run_files import FileSource
 
 
@@ -49,13 +52,19 @@ def run_live(run: Any, theme: Path | None) -> int:
     return live.finish(app, crash)
 
 
-def run_watch(run_dir: Path, theme: Path | None, owned: bool = False) -> int:
+def run_watch(run_dir: Path | RunRef, theme: Path | None, owned: bool = False, note: str = "") -> int:
     """The dashboard of a run from its files; steers it through FileControl while it is live.
-    `owned`: the run is this viewer's parent's (`Monitor`): Ctrl+C stops it (see DashboardApp)."""
+    `owned`: the run is this viewer's parent's (`Monitor`): Ctrl+C stops it (see DashboardApp).
+    Another tool's run (a RunRef of its reader) is read only (`watch_app`); `note`: a line for the notice."""
     from tuitrain.dashboard.panels import graphics
     from tuitrain.dashboard.app import DashboardApp
     from tuitrain.sinks.run_status import live_status as run_status
 
+    if isinstance(run_dir, RunRef):
+        if not registry.is_own(run_dir):
+            graphics.probe()
+            return viewed(watch_app(run_dir, theme, note))
+        run_dir = run_dir.path
     run_dir = Path(run_dir)
     graphics.probe()  # before the app reads the keys (never in a browser: serve's web driver)
     status = run_status(run_dir)
@@ -66,6 +75,20 @@ def run_watch(run_dir: Path, theme: Path | None, owned: bool = False) -> int:
     )
     app = DashboardApp(FileSource(run_dir, live=live), controller, theme, watch=True, owned=owned, notice=notice)
     return viewed(app)
+
+
+def watch_app(ref: RunRef, theme: Path | None, note: str = ""):
+    """The dashboard of another tool's run (a TensorBoard folder, a Lightning version_N ...): its series,
+    samples and histograms as its reader hands them on; nothing is steered (tuitrain did not start it)."""
+    from tuitrain.dashboard.files_app import FilesApp
+
+    source = registry.open_source(ref)
+    notice = f"{registry.label(ref.tool)} run, read only: keys that steer are off"
+    return FilesApp(source, None, theme, watch=True, notice=_joined(note, notice))
+
+
+def _joined(*parts: str) -> str:
+    return " · ".join(p for p in parts if p)
 
 
 def viewed(app) -> int:
@@ -81,31 +104,35 @@ def viewed(app) -> int:
     return 1
 
 
-def compare_app(runs: list[Path], theme: Path | None):
-    """The dashboard of several runs: every chart overlays the runs shown, the run list names them
-    all (R: show/hide, pin, filter), `d` lists their config differences; nothing is steered."""
-    from tuitrain.dashboard.app import DashboardApp
-    from tuitrain.dashboard.state.compare import CompareSource, CompareState, read_config, run_names
-    from tuitrain.sinks.run_status import live_status as run_status
+def compare_app(runs: list[Path] | list[RunRef], theme: Path | None, note: str = ""):
+    """The dashboard of several runs (tuitrain's run folders, or runs of any tool the registry found):
+    every chart overlays the runs shown, each series named by its run, the run list names them all (R:
+    show/hide, pin, filter), `d` lists their config differences; nothing is steered."""
+    from tuitrain.dashboard.files_app import FilesApp
+    from tuitrain.dashboard.state.compare import CompareSource, CompareState, read_config
 
-    runs = [Path(r) for r in runs]
-    names = run_names(runs)
-    live = [run_status(r) == "running" for r in runs]
-    source = CompareSource(runs, names, live)
-    app = DashboardApp(
+    refs = [r if isinstance(r, RunRef) else registry.own(r) for r in runs]
+    names = registry.names(refs)
+    live = [registry.is_live(r) for r in refs]
+    source = CompareSource(refs, names, live)
+    app = FilesApp(
         source,
         None,
         theme,
         watch=True,
-        notice=f"comparing {len(runs)} runs: R run list · d config differences · keys that steer are off",
+        notice=_joined(
+            note, f"comparing {len(refs)} runs: R run list · d config differences · keys that steer are off"
+        ),
     )
-    app.state = CompareState(names, {n: read_config(r) for n, r in zip(names, runs)}, clock=app.clock)
+    # a tuitrain run's config.toml; another tool's config comes with its RunStarted
+    configs = {n: read_config(r.path) if registry.is_own(r) else {} for n, r in zip(names, refs)}
+    app.state = CompareState(names, configs, clock=app.clock)
     return app
 
 
-def run_compare(runs: list[Path], theme: Path | None) -> int:
+def run_compare(runs: list[Path] | list[RunRef], theme: Path | None, note: str = "") -> int:
     """Several runs' dashboards in one (see `compare_app`); each run keeps its own `tuitrain stop`."""
-    return viewed(compare_app(runs, theme))
+    return viewed(compare_app(runs, theme, note))
 
 
 def sweep_app(sweep_dir: Path, theme: Path | None):
@@ -136,4 +163,13 @@ def run_sweep_watch(sweep_dir: Path, theme: Path | None) -> int:
     return viewed(sweep_app(sweep_dir, theme))
 
 
-__all__ = ["compare_app", "run_compare", "run_live", "run_sweep_watch", "run_watch", "sweep_app", "viewed"]
+__all__ = [
+    "compare_app",
+    "run_compare",
+    "run_live",
+    "run_sweep_watch",
+    "run_watch",
+    "sweep_app",
+    "viewed",
+    "watch_app",
+]

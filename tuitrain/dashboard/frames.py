@@ -17,7 +17,8 @@ from tuitrain.core.fsutil import atomic_write_text
 from tuitrain.dashboard.app import DashboardApp
 from tuitrain.dashboard.state.feed import Feed
 from tuitrain.dashboard.small_svg import smaller
-from tuitrain.sources.run_files import FileSource
+from tuitrain.sources import registry
+from tuitrain.sources.run_files import FileSource, Source
 from tuitrain.sinks.run_status import process_gone
 
 #: seconds between pictures
@@ -36,14 +37,21 @@ class FramesApp(DashboardApp):
     CSS = "Footer { display: none; }"
 
     def __init__(
-        self, run_dir: Path, out: Path, theme: Path | None = None, every: float = EVERY, live: bool = True
+        self,
+        run_dir: Path,
+        out: Path,
+        theme: Path | None = None,
+        every: float = EVERY,
+        live: bool = True,
+        source: Source | None = None,
     ) -> None:
         # owned: the run is the one this picture is drawn for (its title says live, not "watching")
         # one wake-up a second: the events read, the panels redrawn and the picture taken together (a
         # terminal's 15 drains a second answer keys; here each wake-up takes a core from the training)
-        super().__init__(
-            FileSource(Path(run_dir), live=live), None, theme, watch=True, owned=True, drain_interval=every
-        )
+        # `source`: another tool's run (its reader's, tuitrain/sources/registry.py), in place of RUN_DIR's files
+        if source is None:
+            source = FileSource(Path(run_dir), live=live)
+        super().__init__(source, None, theme, watch=True, owned=True, drain_interval=every)
         self.out = Path(out)
         self.run_dir = Path(run_dir)
         self._leaving = False
@@ -88,10 +96,13 @@ def run_frames(
     run_dir: Path, out: Path, theme: Path | None = None, size: tuple[int, int] = (120, 40), every: float = EVERY
 ) -> int:
     """Draw `run_dir`'s dashboard to `out` until the run has ended (see `FramesApp`); 0. A run not
-    started yet (no run.json) counts as live: a notebook starts the pictures before its run."""
+    started yet (no run.json) counts as live: a notebook starts the pictures before its run. A path that
+    holds another tool's run (and no run of tuitrain's) draws the first such run its readers find."""
     from tuitrain.sinks.run_status import live_status
 
-    live = live_status(Path(run_dir)) in ("running", "unknown")
+    found = registry.find([run_dir]).runs if Path(run_dir).exists() else []  # (none yet: tuitrain's, to come)
+    source = registry.open_source(found[0]) if found and not registry.is_own(found[0]) else None
+    live = live_status(Path(run_dir)) in ("running", "unknown") if source is None else source.live
     yield_to_training()
-    FramesApp(run_dir, out, theme, every, live=live).run(headless=True, size=size)
+    FramesApp(run_dir, out, theme, every, live=live, source=source).run(headless=True, size=size)
     return 0

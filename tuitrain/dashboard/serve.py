@@ -7,7 +7,7 @@ keys) and relays that process's screen over a websocket. This module adds two th
   a request whose path does not start with it, whatever it asks for, gets 403. In the path rather than
   in a query or a cookie, because the page's own links (the websocket, the scripts) then carry it with
   no help from the browser, and no other page on the same host can borrow it;
-- the viewer each connection runs (`python -m tuitrain.dashboard.serve RUN_DIR...`, or one SWEEP_DIR): `watch` without
+- the viewer each connection runs (`python -m tuitrain.dashboard.serve PATH...`, or one SWEEP_DIR): `watch` without
   its terminal check, as textual-serve's driver talks to the app over pipes; it ends with its tab, with
   the server's end (Ctrl+C ends the open tabs first), or on its own when the server is gone.
 
@@ -181,16 +181,25 @@ def view(argv: list[str] | None = None) -> int:
 
 
 def open_viewer(runs: list[Path], theme: Path | None) -> int:
-    """The dashboard `tuitrain watch` shows for `runs`: several runs compared, a sweep's folder (its
-    trials, live, with the parameters view), or one run."""
+    """The dashboard `tuitrain watch` shows for `runs` (paths): a sweep's folder (its trials, live, with the
+    parameters view), several runs of any tools compared, or one run (another tool's: read only)."""
     from tuitrain.dashboard import entry
+    from tuitrain.sources import registry
     from tuitrain.sources.sweep_files import is_sweep_dir
 
-    if len(runs) > 1:
-        return entry.run_compare(runs, theme)
-    if is_sweep_dir(runs[0]):
+    if len(runs) == 1 and is_sweep_dir(runs[0]):
         return entry.run_sweep_watch(runs[0], theme)
-    return entry.run_watch(runs[0], theme)
+    found = registry.find(list(runs))
+    note = " · ".join(found.missing)
+    if not found.runs:  # (the server checked the paths: they were emptied since)
+        print(f"tuitrain: no runs under {', '.join(map(str, runs))}", file=sys.stderr)
+        return 2
+    if len(found.runs) > 1:
+        return entry.run_compare(found.runs, theme, note) if note else entry.run_compare(found.runs, theme)
+    ref = found.runs[0]
+    if registry.is_own(ref):
+        return entry.run_watch(ref.path, theme)
+    return entry.run_watch(ref, theme, note=note)
 
 
 def _end_without(server_pid: int) -> None:

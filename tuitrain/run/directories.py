@@ -3,7 +3,8 @@
 A run directory is `<experiment.dir>/<experiment.name>/<YYYYmmdd-HHMMSS>`, or a folder the user names
 (`--run-dir`, `run_dir=`): one run per folder, a named folder that holds a run already gets a sibling
 (`claim_run_dir`). Listing reads run.json with plain json (`tuitrain.sinks.run_status`), so `ls` stays
-fast. Must not import torch or textual.
+fast; other tools' runs are found by their readers (`tuitrain.sources.registry`). Must not import torch or
+textual.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from typing import Any
 
 from tuitrain.core.text import safe_name
 from tuitrain.sinks.run_status import live_status, read_run
+from tuitrain.sources import registry
+from tuitrain.sources.refs import RunRef
 from tuitrain.sources.sweep_files import is_sweep_dir
 
 
@@ -115,17 +118,41 @@ def _row(run_dir: Path, root: Path) -> dict:
     }
 
 
-def list_runs(root: Path = Path("runs")) -> list[dict]:
-    """Every run directory under `root` (or `root` itself), newest first.
+def _foreign_row(ref: RunRef) -> dict:
+    """Another tool's run as `ls` lists it: named by its reader, with the tool's name after it; running
+    while its writer writes, else finished (its epoch, step and best are the dashboard's to show)."""
+    started = ref.info.get("started")
+    if not isinstance(started, (int, float)) or isinstance(started, bool):
+        try:
+            started = Path(ref.path).stat().st_mtime
+        except OSError:
+            started = 0.0
+    return {
+        "path": Path(ref.path),
+        "name": f"{ref.name} ({registry.label(ref.tool)})",
+        "started": float(started),
+        "status": "running" if registry.is_live(ref) else "finished",
+        "exit_code": None,
+        "epoch": None,
+        "step": None,
+        "best": {},
+    }
+
+
+def list_runs(root: Path = Path("runs"), others: bool = True) -> list[dict]:
+    """Every run directory under `root` (or `root` itself), newest first; with `others`, every other
+    tool's run there too (tuitrain/sources/registry.py: a TensorBoard folder, an MLflow store ...).
 
     Each row: path, name ("experiment/timestamp"), started (epoch seconds), status (a running
     run whose process is gone reads "killed"), exit_code, epoch, step, best ({file, monitor, value}).
     """
     root = Path(root)
-    if not root.is_dir():
-        return []
-    dirs = {p.parent for p in root.rglob("run.json") if p.is_file()}
-    rows = [_row(d, root) for d in dirs]
+    rows = []
+    if root.is_dir():
+        dirs = {p.parent for p in root.rglob("run.json") if p.is_file()}
+        rows = [_row(d, root) for d in dirs]
+    if others and root.exists():
+        rows += [_foreign_row(ref) for ref in registry.find([root]).runs if not registry.is_own(ref)]
     rows.sort(key=lambda r: (r["started"], str(r["path"])), reverse=True)
     return rows
 

@@ -1,13 +1,15 @@
-"""Several runs compared (`tuitrain watch RUN_DIR RUN_DIR...`): each run's events.jsonl followed by
-its own reader, folded into one `DashboardState` per run; every chart overlays the runs shown, one
-colour each, and `d` lists the config keys whose values differ. Nothing is steered.
+"""Several runs compared (`tuitrain watch RUN_DIR RUN_DIR...`, a folder of runs): each run followed by
+its own reader (`tuitrain.sources.registry`: a tuitrain run's events.jsonl, or another tool's files, so
+one view compares runs of several tools), folded into one `DashboardState` per run; every chart overlays
+the runs shown, one colour each, and `d` lists the config keys whose values differ. Nothing is steered.
 
 Which runs are shown is the state's too (the run list's keys change it): a run is shown when it is
 pinned, or when it is not hidden and matches the filter (`RunFilter`: name patterns and config
 conditions such as `optimizer.lr=1e-3`). Pinned runs are listed first and drawn last (on top).
 A run that appears while they are watched (a sweep's new trial) comes as `RunAdded` through the same
 bridge (`CompareSource.add`, `CompareState.add_run`), before its events. A run whose process is gone
-before its final event (run.json, looked at every second) is "killed" (`RunKilled`), once all it wrote is read.
+before its final event (a tuitrain run's run.json, looked at every second) is "killed" (`RunKilled`), once all
+it wrote is read.
 The first run is the primary one: the output panel shows it. Must not import torch or textual.
 """
 
@@ -25,7 +27,9 @@ from collections.abc import Callable, Iterable
 from tuitrain.core.events import Event, RunStarted
 from tuitrain.dashboard.state.changes import Changes, Checkpoints, Plot, Progress, Result
 from tuitrain.dashboard.state.model import DashboardState
-from tuitrain.sources.run_files import Emit, FileSource
+from tuitrain.sources import registry
+from tuitrain.sources.refs import RunRef
+from tuitrain.sources.run_files import Emit, Source
 from tuitrain.sinks.run_status import KILLED, live_status
 
 # one colour per run, in order (the eleventh run and on take them again; the run's number tells them apart)
@@ -93,16 +97,22 @@ class RunKilled:
 
 
 class CompareSource:
-    """One `FileSource` per run, each on its own thread; events reach the app tagged by run. `add`
-    takes one more run while it works (`readers` is replaced, never changed in place: the screen's
-    thread reads it)."""
+    """One source per run (its reader's, from the registry: a tuitrain run folder given as a path), each on
+    its own thread; events reach the app tagged by run. `add` takes one more run while it works (`readers`
+    is replaced, never changed in place: the screen's thread reads it)."""
 
     CHECK = 1.0  # seconds between looks at the runs' run.json (a run killed without its end)
 
-    def __init__(self, runs: list[Path], names: list[str], live: Iterable[bool] | None = None) -> None:
-        lives = list(live) if live is not None else [False] * len(runs)
-        self.readers = {name: FileSource(run, live=alive) for name, run, alive in zip(names, runs, lives)}
-        self.run_dir = Path(runs[0]) if runs else None  # exports go to the first run's folder
+    def __init__(
+        self, runs: list[Path] | list[RunRef], names: list[str], live: Iterable[bool | None] | None = None
+    ) -> None:
+        refs = [r if isinstance(r, RunRef) else registry.own(r) for r in runs]
+        lives = list(live) if live is not None else [False] * len(refs)
+        self.readers: dict[str, Source] = {
+            name: registry.open_source(ref, alive) for name, ref, alive in zip(names, refs, lives)
+        }
+        # exports go to the first tuitrain run's folder (never into another tool's)
+        self.run_dir = next((Path(r.path) for r in refs if registry.is_own(r)), None)
         self._closed = threading.Event()
         self._backlog: Callable[[], int] = lambda: 0
         self._emit: Emit | None = None
@@ -124,11 +134,11 @@ class CompareSource:
         for name, reader in self.readers.items():
             self._open(name, reader)
 
-    def _open(self, name: str, reader: FileSource) -> None:
+    def _open(self, name: str, reader: Source) -> None:
         emit = self._emit
         reader.open(lambda event, state=None, _run=name: emit(Tagged(event, _run), state))
 
-    def _start(self, name: str, reader: FileSource) -> None:
+    def _start(self, name: str, reader: Source) -> None:
         t = threading.Thread(target=reader.work, name=f"tuitrain-compare-{name}", daemon=True)
         self._threads.append(t)
         t.start()
@@ -137,7 +147,7 @@ class CompareSource:
         """One more run, from the thread that runs `work`: the state told first (`RunAdded`), then its
         events read as the others' are."""
         assert self._emit is not None, "open() first"
-        reader = FileSource(run_dir, live=live)
+        reader = registry.open_source(registry.own(run_dir), live)
         reader.backlog = self._backlog
         self._emit(RunAdded(name, Path(run_dir), config, number), None)
         self._open(name, reader)
@@ -164,6 +174,9 @@ class CompareSource:
         while not self._closed.wait(self.CHECK):
             for name, reader in self.readers.items():
                 if name in done:
+                    continue
+                if not isinstance(getattr(reader, "run_dir", None), Path):  # another tool's: no run.json
+                    done.add(name)
                     continue
                 if name in pending:
                     if reader.ends_reached > pending[name]:  # read to the end since it died: all of it

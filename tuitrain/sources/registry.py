@@ -1,0 +1,217 @@
+"""Every reader of runs, in one list: given paths, the runs of every tool they hold (`find`), a run's
+`Source` (`open_source`) and whether it is live (`is_live`). `tuitrain watch`, `ls`, `serve`, the notebook's
+picture and the compare view find and open runs through here, whatever tool wrote them.
+
+A reader module (refs.py's contract) is imported by name when first asked for, so a module that is not
+there is skipped and none costs anything before it is needed. A tool whose reader needs an extra that is
+not installed still has its runs listed where the reader can find them; the one line saying which extra
+to install (`pip install 'tuitrain[tensorboard]'`) comes with them (`Found.missing`). A folder that is a
+run of tuitrain is that run: what other tools wrote inside it (its TensorBoard sink's files) is not a run
+of its own.
+
+Adding a tool: its reader module under tuitrain/sources/ and one line in `READERS` (docs/architecture.md,
+"Adding a source"). Must not import textual.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from tuitrain.sources.refs import RunRef
+
+
+@dataclass(frozen=True)
+class Reader:
+    """A reader module, by name, and what the registry says of it before it is imported: the tool's name
+    in lines, the extra it needs and the module whose absence means that extra is missing."""
+
+    module: str
+    label: str  # "TensorBoard"
+    extra: str | None = None  # pip install 'tuitrain[EXTRA]'
+    needs: str | None = None  # the package the extra brings (importlib.util.find_spec of it)
+
+
+#: the readers, tuitrain's own first; a run's tool is its module's TOOL
+READERS = (
+    Reader("tuitrain.sources.own_runs", "tuitrain"),
+    Reader("tuitrain.sources.tensorboard", "TensorBoard", "tensorboard", "tensorboard"),
+    Reader("tuitrain.sources.lightning_csv", "Lightning CSVLogger"),
+    Reader("tuitrain.sources.mlflow", "MLflow"),
+    Reader("tuitrain.sources.trackio", "trackio"),
+    Reader("tuitrain.sources.wandb", "W&B", "wandb", "wandb"),
+)
+
+_modules: dict[str, ModuleType | None] = {}  # module name -> the module, or None: not there
+
+
+def module(reader: Reader) -> ModuleType | None:
+    """The reader's module, imported once; None when it is not there (a reader not written yet, or one
+    whose own imports fail: a dependency the extra would bring)."""
+    if reader.module not in _modules:
+        try:
+            _modules[reader.module] = importlib.import_module(reader.module)
+        except ImportError:
+            _modules[reader.module] = None
+    return _modules[reader.module]
+
+
+def readers() -> list[tuple[Reader, ModuleType]]:
+    """The readers whose module is there."""
+    return [(r, m) for r in READERS if (m := module(r)) is not None]
+
+
+def _reader_of(tool: str) -> tuple[Reader, ModuleType]:
+    for reader, mod in readers():
+        if getattr(mod, "TOOL", None) == tool:
+            return reader, mod
+    raise LookupError(f"no reader of {tool} runs")
+
+
+def label(tool: str) -> str:
+    """The tool's name as lines write it ("TensorBoard" for "tensorboard")."""
+    for reader, mod in readers():
+        if getattr(mod, "TOOL", None) == tool:
+            return reader.label
+    return tool
+
+
+def extra_missing(reader: Reader) -> bool:
+    return reader.needs is not None and importlib.util.find_spec(reader.needs) is None
+
+
+def install_line(reader: Reader) -> str:
+    return f"{reader.label} runs need an extra: pip install 'tuitrain[{reader.extra}]'"
+
+
+@dataclass
+class Found:
+    """What `find` found: the runs, in the order of the paths asked for (each path's runs by tool, the
+    tool's own order within); `missing`: one line per extra those runs need that is not installed;
+    `empty`: the paths that hold no run of any tool; `unreadable`: a reader that failed on a path, one
+    line each (the others' runs still found)."""
+
+    runs: list[RunRef] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    empty: list[str] = field(default_factory=list)
+    unreadable: list[str] = field(default_factory=list)
+
+
+def find(paths: list[str | os.PathLike]) -> Found:
+    """The runs of every tool at or under each path; a run named twice is listed once."""
+    out = Found()
+    seen: set[tuple[str, str, str]] = set()
+    for path in paths:
+        here = _find_one(Path(path), out)
+        if not here:
+            out.empty.append(str(path))
+        for ref in here:
+            key = (ref.tool, str(Path(ref.path).resolve()), ref.key)
+            if key not in seen:
+                seen.add(key)
+                out.runs.append(ref)
+    return out
+
+
+def _find_one(path: Path, out: Found) -> list[RunRef]:
+    own: list[Path] = []
+    found: list[RunRef] = []
+    for reader, mod in readers():
+        try:
+            refs = list(mod.find_runs(path))
+        except Exception as e:  # a reader's own failure on odd files: one line, the other readers go on
+            out.unreadable.append(f"{path}: the {reader.label} reader failed ({type(e).__name__}: {e})")
+            continue
+        if mod.TOOL == "tuitrain":
+            own = [Path(r.path).resolve() for r in refs]
+        else:  # what tuitrain's own runs hold (their TensorBoard sink's files) is theirs
+            refs = [r for r in refs if not _inside(Path(r.path).resolve(), own)]
+        if refs and extra_missing(reader):
+            line = install_line(reader)
+            if line not in out.missing:
+                out.missing.append(line)
+        found += refs
+    return found
+
+
+def _inside(path: Path, folders: list[Path]) -> bool:
+    return any(path == f or f in path.parents for f in folders)
+
+
+def open_source(ref: RunRef, live: bool | None = None) -> Any:
+    """The run's Source (run_files.Source, with `problems`: refs.py); `live` None: its reader decides. A
+    reader whose extra is missing when it opens: ImportError naming the extra."""
+    reader, mod = _reader_of(ref.tool)
+    try:
+        source = mod.open_source(ref, live)
+    except ImportError as e:
+        raise ImportError(install_line(reader) if reader.extra else str(e)) from e
+    if not hasattr(source, "run_dir"):  # the tuitrain run folder it reads: none (exports never go into it)
+        source.run_dir = None
+    if not hasattr(source, "problems"):
+        source.problems = []
+    return source
+
+
+def is_live(ref: RunRef) -> bool:
+    """Whether the run's writer is still writing (its reader says)."""
+    _, mod = _reader_of(ref.tool)
+    try:
+        return bool(mod.is_live(ref))
+    except OSError:
+        return False
+
+
+def is_own(ref: RunRef) -> bool:
+    """A run tuitrain wrote (its keys may steer it while it is live); every other tool's is read only."""
+    return ref.tool == "tuitrain"
+
+
+def own(path: str | os.PathLike) -> RunRef:
+    """A tuitrain run directory as a RunRef (the compare view's runs given as folders)."""
+    p = Path(path)
+    return RunRef("tuitrain", p, p.name or str(p))
+
+
+def names(refs: list[RunRef]) -> list[str]:
+    """How the run list and the legend name each run, all different: tuitrain's runs by their folder's
+    name (with its parent's where two share one, as always), another tool's by its reader's name for it;
+    a name two tools' runs share gets its tool's after it ("base (lightning)")."""
+    folders = [Path(r.path).name for r in refs if is_own(r)]
+    out = []
+    for r in refs:
+        if is_own(r):
+            p = Path(r.path)
+            out.append(f"{p.parent.name}/{p.name}" if folders.count(p.name) > 1 else p.name)
+        else:
+            out.append(r.name)
+    shared = {name for name in out if out.count(name) > 1}
+    out = [f"{n} ({r.tool})" if n in shared and not is_own(r) else n for n, r in zip(out, refs)]
+    n = 1
+    while len(set(out)) < len(out):  # still two alike (one tool's runs of one name): numbered
+        for i, name in enumerate(out):
+            if out.index(name) != i:
+                n += 1
+                out[i] = f"{name} #{n}"
+    return out
+
+
+__all__ = [
+    "READERS",
+    "Found",
+    "Reader",
+    "find",
+    "install_line",
+    "is_live",
+    "is_own",
+    "label",
+    "names",
+    "open_source",
+    "own",
+    "readers",
+]
