@@ -180,3 +180,22 @@ def test_the_dashboard_folds_it(summarywriter_run):
     assert state.latest["valid/loss"] == pytest.approx(2 / STEPS)
     assert state.step == STEPS
     assert state.finished is not None
+
+
+def test_media_cache_is_per_user_and_named_by_the_bytes(tmp_path, monkeypatch):
+    from tuitrain.sources import media_cache
+
+    blocked = tmp_path / "blocked"
+    blocked.write_text("a file where a folder should be")
+    monkeypatch.setenv("TUITRAIN_CACHE", str(blocked))  # cannot be made: the next place is used
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    media_cache.reset()
+    try:
+        first = media_cache.store(b"\x89PNG picture bytes", ".png")
+        assert first is not None and first.parent.parent == tmp_path / "xdg" / "tuitrain" / "media"
+        assert media_cache.store(b"\x89PNG picture bytes", ".png") == first  # written once
+        assert first.read_bytes() == b"\x89PNG picture bytes"
+        assert media_cache.store(b"other", ".png") != first
+        assert not list(first.parent.glob(".part-*"))
+    finally:
+        media_cache.reset()

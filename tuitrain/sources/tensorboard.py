@@ -139,6 +139,7 @@ class _File:
         self.path = path
         self.label = safe_text(path.name, lines=False)  # as problem lines name it: nothing in it obeyed
         self.pos = 0  # the next record's first byte
+        self.seen = -1  # the file's size when last read
         self.torn: int | None = None  # a record not all there at the last read
         self.said = 0  # problem lines of this file so far
         self.ident: tuple[int, int] | None = None
@@ -221,13 +222,16 @@ class TensorBoardSource:
 
     def _read_file(self, f: _File) -> bool:
         try:
+            st = os.stat(f.path)
+            if f.ident == (st.st_dev, st.st_ino) and st.st_size in (f.pos, f.seen):
+                return False  # nothing new (a live run's files, polled; a torn record as it was): not opened
             with open(f.path, "rb") as handle:
                 st = os.fstat(handle.fileno())
                 ident = (st.st_dev, st.st_ino)
                 if f.ident is not None and (ident != f.ident or st.st_size < f.pos):  # replaced or cut: anew
                     self._say(f, f"{f.label}: the file was replaced or cut; read again from its start")
                     f.pos, f.torn = 0, None
-                f.ident = ident
+                f.ident, f.seen = ident, st.st_size
                 if st.st_size <= f.pos:
                     return False
                 handle.seek(f.pos)
