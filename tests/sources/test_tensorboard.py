@@ -199,3 +199,34 @@ def test_media_cache_is_per_user_and_named_by_the_bytes(tmp_path, monkeypatch):
         assert not list(first.parent.glob(".part-*"))
     finally:
         media_cache.reset()
+
+
+def test_tensor_forms_of_tf_summary(tmp_path):
+    """What TF2's tf.summary writes (scalars, histograms and texts as tensors, the plugin named in a
+    tag's first record only), made with TensorBoard's own summary_v2 protobuf writers."""
+    from tensorboard.compat.proto import event_pb2
+    from tensorboard.plugins.histogram import summary_v2 as histogram
+    from tensorboard.plugins.scalar import summary_v2 as scalar
+    from tensorboard.plugins.text import summary_v2 as text
+    from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+    rng = np.random.default_rng(5)
+    w = EventFileWriter(str(tmp_path))
+    for step in range(1, 6):
+        for pb in (
+            scalar.scalar_pb("val/accuracy", step / 10),
+            histogram.histogram_pb("acts", rng.normal(size=500), buckets=30),
+            text.text_pb("log", f"line {step}"),
+        ):
+            if step > 1:  # as TF writes them: the metadata only in a tag's first record
+                pb.value[0].ClearField("metadata")
+            w.add_event(event_pb2.Event(wall_time=1.7e9 + step, step=step, summary=pb))
+    w.close()
+    events, source = read_all(tmp_path)
+    assert source.problems == []
+    xs, ys = _series(events)[("valid", "step", "accuracy")]
+    assert xs.tolist() == [1, 2, 3, 4, 5] and ys == pytest.approx([0.1, 0.2, 0.3, 0.4, 0.5])
+    hists = [e for e in events if isinstance(e, HistogramLogged)]
+    assert [h.step for h in hists] == [1, 2, 3, 4, 5] and all(sum(h.counts) == 500 for h in hists)
+    texts = [e.text for e in events if isinstance(e, MediaLogged) and e.kind == "text"]
+    assert texts == [f"line {s}" for s in range(1, 6)]
