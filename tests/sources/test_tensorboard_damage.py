@@ -165,3 +165,20 @@ def test_table_crc_matches_a_c_crc():
         got = tfrecord.crc_rows(rows)
         assert [int(c) for c in got] == [tfrecord._py_crc32c(bytes(r)) for r in rows]
     assert tfrecord._py_crc32c(b"123456789") == 0xE3069283  # CRC-32C's check value
+
+
+def test_a_record_written_in_two_parts_is_read_once_whole(run):
+    """A live file caught in the middle of a flush: nothing said, the record read when it is whole."""
+    path = _file(run)
+    data = path.read_bytes()
+    start, n = _records(path)[-1]
+    (ref,) = tb.find_runs(run)
+    events: list = []
+    source = tb.open_source(ref, live=True)
+    source.open(lambda e, s=None: events.append(e))
+    for cut in (start + 5, start + 12, start + 12 + n // 2, len(data)):
+        path.write_bytes(data[:cut])
+        source.read_to_end()
+        assert source.problems == []
+    xs, ys = _loss(events)
+    assert xs == list(map(float, range(1, N + 1))) and ys[-1] == pytest.approx(1.0 + N / 1000)
