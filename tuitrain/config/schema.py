@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 from collections.abc import Callable, Iterator
 
-from tuitrain.core.health import Watch
+from tuitrain.core.health import watch_keys
 from tuitrain.core.sections import Checkpointing, Data, Log, Metrics, Train, table_keys  # noqa: F401
 
 
@@ -191,22 +191,17 @@ class DashboardConfig:
     theme: str = "dark"
 
 
-@dataclass
-class WatchConfig:
-    """The health rules (SPEC "Health"): the defaults are the core's (tuitrain/core/health.py `Watch`),
-    which also checks the values; `stall` is written as the table takes it ("10m")."""
+def _watch_field(key: Any) -> tuple[str, type, Any]:
+    written = key.default if key.written is None else key.written
+    return key.name, key.kind, field(default=written)
 
-    nonfinite: str = Watch.nonfinite
-    loss_spike: str = Watch.loss_spike
-    grad_spike: str = Watch.grad_spike
-    spike_sigmas: float = Watch.spike_sigmas
-    spike_ratio: float = Watch.spike_ratio
-    spike_window: int = Watch.spike_window
-    stall: str = f"{Watch.stall / 60:g}m"
-    stall_action: str = Watch.stall_action
-    data_wait: float = Watch.data_wait
-    rollback_lr_factor: float = Watch.rollback_lr_factor
-    max_rollbacks: int = Watch.max_rollbacks
+
+#: the health rules (SPEC "Health"): a key for every key of the core's `[watch]` table
+#: (tuitrain/core/health.py `watch_keys`, each rule's own in tuitrain/core/rules/), with its defaults,
+#: written as the table takes them (`stall = "10m"`), and checked by the core (`RULES` below)
+WatchConfig: type = dataclasses.make_dataclass(
+    "WatchConfig", [_watch_field(key) for key in watch_keys().values()], namespace={"__module__": __name__}
+)
 
 
 @dataclass
@@ -259,7 +254,7 @@ class Config:
     early_stopping: EarlyStoppingConfig | None = None
     ema: EmaConfig | None = None
     dashboard: DashboardConfig = field(default_factory=DashboardConfig)
-    watch: WatchConfig = field(default_factory=WatchConfig)
+    watch: Any = field(default_factory=WatchConfig)  # a WatchConfig
     alerts: AlertsConfig = field(default_factory=AlertsConfig)
     path: Path | None = None
     base_dir: Path = field(default_factory=Path.cwd)
@@ -428,20 +423,6 @@ def _duration(v: str) -> str | None:
     return None
 
 
-def _positive(v: float) -> str | None:
-    return None if math.isfinite(v) and v > 0 else f"expected a number above 0, got {v!r}"
-
-
-def _share(v: float) -> str | None:
-    if math.isfinite(v) and 0 <= v <= 1:
-        return None
-    return f"expected a share of step time from 0 to 1 (0: off), got {v!r}"
-
-
-def _lr_factor(v: float) -> str | None:
-    return None if math.isfinite(v) and 0 < v <= 1 else f"expected a factor above 0 and at most 1, got {v!r}"
-
-
 def _url(v: str) -> str | None:
     if v == "" or v.startswith(("http://", "https://")):
         return None
@@ -542,18 +523,19 @@ RULES: dict[str, Callable[[Any], str | None]] = {
     "early_stopping.mode": _one_of("min", "max"),
     "early_stopping.patience": _at_least(0),
     "early_stopping.min_delta": _finite_non_negative,
-    "watch.nonfinite": _one_of("fail", "skip", "rollback", "stop", "alert"),
-    "watch.loss_spike": _one_of("off", "alert", "skip", "rollback", "stop"),
-    "watch.grad_spike": _one_of("off", "alert", "skip", "rollback", "stop"),
-    "watch.spike_sigmas": _positive,
-    "watch.spike_ratio": lambda v: (
-        None if math.isfinite(v) and v >= 1 else f"expected a number of 1 or more, got {v!r}"
-    ),
-    "watch.spike_window": _at_least(4),
-    "watch.stall": _duration,
-    "watch.stall_action": _one_of("alert", "abort"),
-    "watch.data_wait": _share,
-    "watch.rollback_lr_factor": _lr_factor,
-    "watch.max_rollbacks": _at_least(0),
     "alerts.webhook": _url,
 }
+
+
+def _watch_rule(read: Callable[[Any], Any]) -> Callable[[Any], str | None]:
+    def check(v: Any) -> str | None:
+        try:
+            read(v)
+        except ValueError as e:
+            return str(e)
+        return None
+
+    return check
+
+
+RULES.update((f"watch.{name}", _watch_rule(key.read)) for name, key in watch_keys().items())

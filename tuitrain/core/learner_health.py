@@ -8,7 +8,7 @@ built. Must not import textual.
 
 from __future__ import annotations
 
-import math
+import functools
 import os
 import sys
 import time
@@ -16,9 +16,11 @@ import time
 import torch
 
 from . import checkpoint as ckpt
-from .events import AlertRaised, OutputPrinted, RolledBack, StepSkipped
+from .events import OutputPrinted, RolledBack, StepSkipped
+from .health import Health, Watchdog, thread_stacks
 from .lifecycle import run_failed
-from .health import Health, Verdict, Watchdog, thread_stacks
+from .rules.base import Rule, Verdict
+from .verdicts import alert_event
 from .state import CancelFitting, HealthFailure, NonFiniteLoss, RollBack
 
 
@@ -79,15 +81,14 @@ class HealthGuard:
         self.check_every_step = check_every_step
         #: steps apart that the gradients' norm is judged in loops that step the optimizer themselves
         self.judge_grads_every = log_every if health.judges_grads else 0
-        self._watchdog: Watchdog | None = None
+        self._watchdogs: list[Watchdog] = []
         #: what an abort on a stall does last (the process cannot be trusted to end on its own)
         self.on_abort = lambda: os._exit(1)
 
     @property
     def judge_logged_loss(self) -> bool:
         """The loss judged before the optimizer step on the steps that log, where it is not on the host anyway."""
-        w = self.health.watch
-        return not self.check_every_step and (w.loss_spike != "off" or w.nonfinite != "fail")
+        return not self.check_every_step and self.health.judges_logged_loss
 
     # --- judging -------------------------------------------------------------------------------
 
@@ -106,42 +107,15 @@ class HealthGuard:
         return verdict is not None and self._act(verdict, state, batches, "gradients")
 
     def judge_logged(self, values: dict, state) -> None:
-        """At a logged step (after its update): data_wait, and a non-finite loss where steps are not
-        judged one by one (a window's mean read from an accelerator)."""
-        loss = values.get("loss")
-        if loss is not None and isinstance(loss, float) and not math.isfinite(loss):
-            w = self.health.watch
-            if self.check_every_step and w.nonfinite != "fail":
-                pass  # judged step by step already: an alerted NaN is in the mean
-            else:
-                v = self.health._nonfinite("loss", loss, state.step)
-                if v is not None:  # None: an alert-only rule that spoke within the minute
-                    action = {"skip": "fail"}.get(v.action, v.action)  # the update is in: too late to skip
-                    verdict = Verdict(v.rule, action, v.value, v.title, v.text, v.level, v.episode, v.held)
-                    self._act(verdict, state, [], "loss", at=state.step)
-        share = values.get("data_wait")
-        if isinstance(share, float):
-            verdict = self.health.data_wait(share, state.step)
-            if verdict is not None:
-                self._emit_alert(verdict, verdict.action, state.step, state.epoch)
+        """At a logged step (after its update): the rules that read its values (data_wait; a non-finite
+        mean where steps are not judged one by one, a window's mean read from an accelerator)."""
+        for verdict in self.health.logged(values, state.step, self.check_every_step):
+            self._act(verdict, state, [], "loss", at=state.step)
 
     # --- acting --------------------------------------------------------------------------------
 
     def _emit_alert(self, verdict: Verdict, action: str, step: int, epoch: int, text: str | None = None) -> None:
-        self.bus.emit(
-            AlertRaised(
-                rule=verdict.rule,
-                level=verdict.level,
-                title=verdict.title,
-                text=text if text is not None else verdict.text,
-                step=step,
-                value=_plain(verdict.value),
-                action=action,
-                epoch=epoch,
-                episode=verdict.episode,
-                held=verdict.held,
-            )
-        )
+        self.bus.emit(alert_event(verdict, step, epoch, action, text))
 
     def _act(self, verdict: Verdict, state, batches: list[int], what: str, at: int | None = None) -> bool:
         step = state.step + 1 if at is None else at
@@ -258,38 +232,34 @@ class HealthGuard:
     # --- the stall watchdog --------------------------------------------------------------------
 
     def start_watchdog(self) -> None:
-        stall = self.health.watch.stall
-        if not stall:
-            return
+        """A watchdog thread for every rule that reads "stall" (the step counter, read from its thread)."""
         s = self.state
         it = self.interrupter
-        self._watchdog = Watchdog(
-            stall,
-            progress=lambda: (s.step, s.batch, s.stage, id(s.last)),
-            on_stall=self._stalled,
-            idle=lambda: bool(it.paused),
-        ).start()
+        for rule in self.health.reading("stall"):
+            self._watchdogs.append(
+                Watchdog(
+                    rule.patience,
+                    progress=lambda: (s.step, s.batch, s.stage, id(s.last)),
+                    on_stall=functools.partial(self._stalled, rule),
+                    idle=lambda: bool(it.paused),
+                ).start()
+            )
 
     def stop_watchdog(self) -> None:
-        if self._watchdog is not None:
-            self._watchdog.close()
-            self._watchdog = None
+        for watchdog in self._watchdogs:
+            watchdog.close()
+        self._watchdogs = []
 
-    def _stalled(self, seconds: float) -> None:
-        """From the watchdog thread: no step completed for `seconds`."""
+    def _stalled(self, rule: Rule, seconds: float) -> None:
+        """From a watchdog thread: no step completed for `seconds`; `rule`'s verdict ("alert": every
+        thread's stack to the log; "abort": the run fails as stalled and the process ends)."""
         s = self.state
-        w = self.health.watch
         where = f"at step {s.step}, epoch {s.epoch}, in {s.phase or s.stage}"
         stacks = thread_stacks()
-        verdict = Verdict(
-            "stall",
-            w.stall_action,
-            seconds,
-            f"training stalled {where}",
-            f"no training step completed for {seconds:.0f}s ({where})",
-            level="error",
-        )
-        if w.stall_action == "alert":
+        verdict = rule.judge_stall(seconds, where)
+        if verdict is None:
+            return
+        if verdict.action == "alert":
             self._emit_alert(verdict, "alert", s.step, s.epoch, verdict.text + "; every thread's stack is in the log")
             self.bus.emit(OutputPrinted(text="stalled: every thread's stack\n" + stacks, stream="log"))
             return
@@ -320,7 +290,7 @@ class HealthGuard:
             print(block, file=sys.stderr, flush=True)
             self._append_to_log(block)
         if self.world_size > 1:  # the peers' watchdogs (stalled in a collective) write their stacks too
-            time.sleep(min(3.0, max(0.5, w.stall / 4)))
+            time.sleep(min(3.0, max(0.5, rule.patience / 4)))
         try:
             self.bus.deliver()
             self.bus.close()
