@@ -131,6 +131,50 @@ class Summary:
         return {key: dict(row) for key, row in self.rows.items()}
 
 
+class StopCheckpoint:
+    """The checkpoint a stop promises a loop of one's own (`Monitor.checkpoint_on_stop`), told to it
+    before the stop itself, so that a loop that checks both `checkpoint_requested` and `stop_requested`
+    saves at the stop whichever it checks first. Its states:
+
+        NONE  --stop seen, a checkpoint promised-->  DUE  --the loop told-->  SHOWN  --taken (saved)-->  NONE
+
+    The loop is told by `checkpoint_requested` (True while DUE or SHOWN), or by `stop_requested` saying
+    False once more while DUE (it moves to SHOWN: the loop's next pass sees the request first). A stop
+    is seen once: a checkpoint taken stays taken."""
+
+    NONE, DUE, SHOWN = "", "due", "shown"
+
+    def __init__(self) -> None:
+        self.seen = False  # a stop was seen
+        self.state = self.NONE
+
+    def see(self, stop: bool, promised: bool) -> None:
+        """The stop flag as read now; `promised`: the checkpoint a stop raises, if this is the first."""
+        if stop and not self.seen:
+            self.seen = True
+            if promised:
+                self.state = self.DUE
+
+    def asked(self) -> bool:
+        """`checkpoint_requested`'s part: the promised checkpoint is pending (and now told)."""
+        if self.state == self.DUE:
+            self.state = self.SHOWN
+        return self.state != self.NONE
+
+    def stop(self, stop: bool) -> bool:
+        """`stop_requested`'s answer for a stop flag of `stop`: held back once while the loop has not
+        been told of the checkpoint yet."""
+        if stop and self.state == self.DUE:
+            self.state = self.SHOWN
+            return False
+        return stop
+
+    def take(self) -> bool:
+        """A save takes the promised checkpoint: whether one was pending."""
+        pending, self.state = self.state != self.NONE, self.NONE
+        return pending
+
+
 class Lifecycle:
     """What a run does between start and finish, for any loop. `bus`: where its events go; `flags`: the
     `Interrupter` (or a rank's agreed one) whose requests it applies; `save(by)`: saves the checkpoint
@@ -155,6 +199,8 @@ class Lifecycle:
         #: called with the seconds a pause took, as it ends (the metrics' clocks leave it out)
         self.after_pause: list[Callable[[float], None]] = []
         self.ended = False
+        #: the checkpoint a stop promises a loop of one's own (Monitor)
+        self.stop_checkpoint = StopCheckpoint()
 
     def duration(self) -> float:
         return self.clock() - self.started

@@ -14,25 +14,26 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tuitrain.run.redirect import Redirect
+
 
 class Viewer:
     def __init__(self, run_dir: Path, theme: str | os.PathLike | None = None) -> None:
         self.run_dir, self.theme = Path(run_dir), theme
         self.process: subprocess.Popen | None = None
-        self._saved: tuple[int, int] | None = None  # this process's stdout and stderr, while the screen is up
+        self._output = Redirect()  # this process's stdout and stderr, while the screen is up
 
     def open(self) -> Viewer:
         cmd = [sys.executable, "-m", "tuitrain", "watch", str(self.run_dir), "--owned"]
         if self.theme:
             cmd += ["--theme", str(self.theme)]
-        sys.stdout.flush()
-        sys.stderr.flush()
-        self._saved = (os.dup(1), os.dup(2))
-        self.process = subprocess.Popen(cmd, stdin=sys.stdin, stdout=self._saved[0], stderr=self._saved[1])
-        raw = os.open(self.run_dir / "output.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        os.dup2(raw, 1)
-        os.dup2(raw, 2)
-        os.close(raw)
+        terminal = self._output.to(self.run_dir / "output.log").saved
+        assert terminal is not None
+        try:
+            self.process = subprocess.Popen(cmd, stdin=sys.stdin, stdout=terminal[0], stderr=terminal[1])
+        except BaseException:
+            self._output.back()
+            raise
         return self
 
     @property
@@ -40,19 +41,11 @@ class Viewer:
         """The screen ended with an error (its one line is on the terminal) while the terminal is still
         this process's to give back."""
         code = self.process.poll() if self.process is not None else None
-        return self._saved is not None and code is not None and code not in (0, 130)
+        return self._output.saved is not None and code is not None and code not in (0, 130)
 
     def give_back(self) -> None:
         """This process's stdout and stderr on the terminal again."""
-        if self._saved is None:
-            return
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os.dup2(self._saved[0], 1)
-        os.dup2(self._saved[1], 2)
-        for fd in self._saved:
-            os.close(fd)
-        self._saved = None
+        self._output.back()
 
     def close(self) -> None:
         """The run has ended: wait for the user to leave the dashboard's summary, then the terminal back."""
