@@ -230,3 +230,23 @@ def test_tensor_forms_of_tf_summary(tmp_path):
     assert [h.step for h in hists] == [1, 2, 3, 4, 5] and all(sum(h.counts) == 500 for h in hists)
     texts = [e.text for e in events if isinstance(e, MediaLogged) and e.kind == "text"]
     assert texts == [f"line {s}" for s in range(1, 6)]
+
+
+def test_without_the_tensorboard_package_plain_scalars_are_read(summarywriter_run, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "tensorboard.compat.proto.event_pb2", None)  # import fails
+    events, source = read_all(summarywriter_run)
+    assert len(source.problems) == 1 and "pip install 'tuitrain[tensorboard]'" in source.problems[0]
+    series = _series(events)
+    assert series[("train", "step", "loss")][0].tolist() == list(map(float, range(1, STEPS + 1)))
+    assert not [e for e in events if isinstance(e, (MediaLogged, HistogramLogged))]
+
+
+def test_a_block_says_its_events(summarywriter_run):
+    events, _ = read_all(summarywriter_run)
+    block = next(e for e in events if isinstance(e, MetricsBlock))
+    said = block.events()
+    assert len(said) == len(block) and block.lines == []
+    loss = [(e.step, e.metrics["loss"]) for e in said if e.split == "train" and "loss" in e.metrics]
+    assert loss[:2] == [(1, 1.0), (2, pytest.approx(0.5))]
