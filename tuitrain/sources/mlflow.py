@@ -16,13 +16,14 @@ polled.LIVE_WITHIN seconds (a run whose process died stays RUNNING in MLflow).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from tuitrain.core.events import Event, RunFailed, RunFinished, RunStarted
+from tuitrain.core.events import Event, RunFinished, RunStarted
 from tuitrain.sources.polled import Item, LIVE_WITHIN, Columns, PolledSource, as_number, simple_yaml, split_name
 from tuitrain.sources.refs import RunRef
 from tuitrain.sources.sqlite_ro import Database, Unreadable, is_sqlite
@@ -214,7 +215,10 @@ class _Run(PolledSource):
         duration = max(0.0, (end_ms - start_ms) / 1000) if ok else 0.0
         at = end_ms / 1000 if isinstance(end_ms, (int, float)) else time.time()
         if status == "FAILED":
-            return [RunFailed("the MLflow run's status is FAILED", "", 0, self._top, duration=duration, time=at)]
+            from tuitrain.core.lifecycle import run_failed  # (it imports torch: only for a failed run)
+
+            failed = run_failed("the MLflow run's status is FAILED", step=self._top, duration=duration)
+            return [dataclasses.replace(failed, time=at)]
         interrupted = status == "KILLED"
         return [
             RunFinished(

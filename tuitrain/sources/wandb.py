@@ -19,6 +19,7 @@ to the newest run beside it, not a run of its own.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -30,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from tuitrain.core.events import HistogramLogged, MediaLogged, RunFailed, RunFinished, RunStarted
+from tuitrain.core.events import HistogramLogged, MediaLogged, RunFinished, RunStarted
 from tuitrain.sources.polled import Columns, Item, PolledSource, split_name, written_within
 from tuitrain.sources.refs import RunRef
 
@@ -403,11 +404,12 @@ class WandbSource(PolledSource):
         duration = float(exit_record.runtime)
         at = self._start_time + duration if self._start_time else 0.0
         if code:
-            return [
-                RunFailed(
-                    f"the W&B run exited with code {code}", "", 0, self._top, exit_code=code, duration=duration, time=at
-                )
-            ]
+            from tuitrain.core.lifecycle import run_failed  # (it imports torch: only for a failed run)
+
+            failed = run_failed(
+                f"the W&B run exited with code {code}", step=self._top, duration=duration, exit_code=code
+            )
+            return [dataclasses.replace(failed, time=at)]
         return [
             RunFinished(
                 status="completed",
