@@ -182,3 +182,22 @@ def test_a_record_written_in_two_parts_is_read_once_whole(run):
         assert source.problems == []
     xs, ys = _loss(events)
     assert xs == list(map(float, range(1, N + 1))) and ys[-1] == pytest.approx(1.0 + N / 1000)
+
+
+def test_records_longer_than_a_read_and_garbage_longer_than_one(tmp_path, monkeypatch):
+    from torch.utils.tensorboard import SummaryWriter
+
+    monkeypatch.setattr(tb, "CHUNK", 2048)  # the file read 2 KB at a time
+    rng = np.random.default_rng(2)
+    picture = rng.integers(0, 255, (3, 48, 48), dtype=np.uint8)  # a PNG of ~7 KB: longer than a read
+    w = SummaryWriter(str(tmp_path))
+    for i in range(1, 301):
+        w.add_scalar("loss", float(i), i)
+        if i % 100 == 0:
+            w.add_image("big", picture, i)
+    w.close()
+    (tmp_path / "events.out.tfevents.1.host.1.0").write_bytes(bytes(rng.integers(1, 255, 5000, dtype=np.uint8)))
+    events, source = read_all(tmp_path)
+    assert _loss(events)[0] == list(map(float, range(1, 301)))
+    assert [e.step for e in events if isinstance(e, MediaLogged)] == [100, 200, 300]
+    assert source.problems and all(p.startswith("events.out.tfevents.1.host.1.0: bytes ") for p in source.problems)

@@ -242,10 +242,17 @@ class TensorBoardSource:
                     if not buf:
                         break
                     used = self._chunk(f, buf, base)
-                    if used == 0 and len(buf) == CHUNK:  # one record longer than a chunk: read it whole
-                        more = handle.read(self._record_length(buf) + 16 - len(buf))
-                        used = self._chunk(f, buf + more, base)
+                    if used == 0 and len(buf) == CHUNK:  # no whole record in a chunk: one longer than it?
+                        length = tfrecord.header_length(buf, 0)
+                        if length is None:  # no record begins here, nor anywhere in the chunk
+                            self._say(f, f"{f.label}: bytes {base:,}-{base + len(buf):,} are no records: skipped")
+                            used = len(buf)
+                        elif base + length + 16 <= os.fstat(handle.fileno()).st_size:
+                            more = handle.read(length + 16 - len(buf))
+                            used = self._chunk(f, buf + more, base)
                     f.pos = base + used
+                    if used == 0:
+                        break  # a record longer than a chunk, not all written yet
                     grew |= used > 0
                     if len(buf) < CHUNK:
                         break
@@ -256,10 +263,6 @@ class TensorBoardSource:
         except OSError as e:
             self._say(f, f"{f.label}: cannot be read ({e.strerror or e})")
             return False
-
-    @staticmethod
-    def _record_length(buf: bytes) -> int:
-        return int.from_bytes(buf[:8], "little") if len(buf) >= 8 else 0
 
     def _chunk(self, f: _File, buf: bytes, base: int) -> int:
         """The whole records of `buf` (the file's bytes from `base`): handed on; returns the bytes used."""

@@ -146,8 +146,9 @@ class Framing:
     damage: list[tuple[int, int]] = field(default_factory=list)  # (from, to) byte ranges skipped as damaged
 
 
-def _header_ok(buf: bytes, p: int, end: int) -> int | None:
+def header_length(buf: bytes, p: int, end: int | None = None) -> int | None:
     """The data length of a record at p whose header checks, else None."""
+    end = len(buf) if end is None else end
     if p + 12 > end:
         return None
     (n,) = _U64.unpack_from(buf, p)
@@ -199,7 +200,7 @@ def frame(buf: bytes, start: int = 0, end: int | None = None) -> Framing:
         if pos >= end:
             out.stop = end
             break
-        length = _header_ok(buf, pos, end)
+        length = header_length(buf, pos, end)
         if length is not None:  # a record of a shape the candidates missed (no wall_time first, say)
             if pos + length + 16 > end:
                 out.stop = out.torn = pos
