@@ -95,29 +95,32 @@ class SteeredApp(App[int]):
 
     def steering_changed(self) -> None:
         """The run can no longer be steered (ended, or read-only): buttons and footer follow."""
-        self.dashboard.controls.set_enabled(self.steerable)
+        if self.dashboard is not None:
+            self.dashboard.controls.set_enabled(self.steerable)
         self.refresh_bindings()
 
     def action_leave_viewer(self) -> None:
         self.leave()
 
-    def _steer(self, what: str) -> bool:
+    def _steer(self, what: str) -> Controller | None:
+        """The controller to act through; None (and said) when there is nothing to steer."""
         if self.controller is None or self.training_over:
             self.notify(
                 "nothing to steer: " + ("the run has ended" if self.training_over else "read-only"),
                 severity="warning",
                 timeout=3,
             )
-            return False
-        return True
+            return None
+        return self.controller
 
     def action_checkpoint(self) -> None:
         now, last = self.pace_clock(), self._last_c
         self._last_c = now
         if now - last < self.CHECKPOINT_REPEAT:  # held down, or typed twice: the request already made
             return
-        if self._steer("checkpoint"):
-            self.controller.request_checkpoint("dashboard")
+        controller = self._steer("checkpoint")
+        if controller is not None:
+            controller.request_checkpoint("dashboard")
             self.notify("checkpoint requested", timeout=2)
 
     def action_resume(self) -> None:
@@ -138,8 +141,9 @@ class SteeredApp(App[int]):
             self.action_suspend_process()
 
     def action_pause(self) -> None:
-        if self._steer("pause"):
-            self.controller.toggle_pause("dashboard")
+        controller = self._steer("pause")
+        if controller is not None:
+            controller.toggle_pause("dashboard")
             self.notify("resume requested" if self.state.paused else "pause requested", timeout=2)
 
     def action_quit_request(self) -> None:

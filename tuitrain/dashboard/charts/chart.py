@@ -226,7 +226,7 @@ class Chart(Widget, can_focus=True):
         found = value_at(split, name, step, run)
         if found is None:
             return shown
-        i = line.at(self.cursor)
+        i = line.at(self.cursor) if self.cursor is not None else -1
         own = line.steps[i] if i >= 0 and line.steps is not None else -math.inf
         return found[1] if found[0] >= own else shown
 
@@ -235,9 +235,10 @@ class Chart(Widget, can_focus=True):
         series' glyph, name and value in its colour; shorter forms when the width is short."""
         step, values = self.readout()
         fg = self.palette().foreground
-        where = f"step {step:,.0f}" if step is not None else f"{AXIS_NAMES[self.x_axis]} {short(self.cursor)}"
+        at = self.cursor if self.cursor is not None else 0.0  # drawn only while inspecting
+        where = f"step {step:,.0f}" if step is not None else f"{AXIS_NAMES[self.x_axis]} {short(at)}"
         if step is not None and self.x_axis != "step":
-            where += f" · {AXIS_NAMES[self.x_axis]} {short(self.cursor, 4)}"
+            where += f" · {AXIS_NAMES[self.x_axis]} {short(at, 4)}"
         out: list[Text] = []
         for named, digits in ((True, 4), (False, 4), (False, 3)):  # then the glyph alone names a series
             head = Text("▏" + where, style=Style(color=hex_of(fg), bold=True))
