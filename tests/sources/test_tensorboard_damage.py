@@ -200,4 +200,4 @@ def test_records_longer_than_a_read_and_garbage_longer_than_one(tmp_path, monkey
     events, source = read_all(tmp_path)
     assert _loss(events)[0] == list(map(float, range(1, 301)))
     assert [e.step for e in events if isinstance(e, MediaLogged)] == [100, 200, 300]
-    assert source.problems and all(p.startswith("events.out.tfevents.1.host.1.0: bytes ") for p in source.problems)
+    assert source.problems == ["events.out.tfevents.1.host.1.0: bytes 0-5,000 are no records (damaged): skipped"]

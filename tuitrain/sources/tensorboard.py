@@ -140,6 +140,7 @@ class _File:
         self.label = safe_text(path.name, lines=False)  # as problem lines name it: nothing in it obeyed
         self.pos = 0  # the next record's first byte
         self.seen = -1  # the file's size when last read
+        self.damage: tuple[int, int, int, str] | None = None  # the last range said: (line's index, from, to, line)
         self.torn: int | None = None  # a record not all there at the last read
         self.said = 0  # problem lines of this file so far
         self.ident: tuple[int, int] | None = None
@@ -245,7 +246,7 @@ class TensorBoardSource:
                     if used == 0 and len(buf) == CHUNK:  # no whole record in a chunk: one longer than it?
                         length = tfrecord.header_length(buf, 0)
                         if length is None:  # no record begins here, nor anywhere in the chunk
-                            self._say(f, f"{f.label}: bytes {base:,}-{base + len(buf):,} are no records: skipped")
+                            self._damage(f, base, base + len(buf))
                             used = len(buf)
                         elif base + length + 16 <= os.fstat(handle.fileno()).st_size:
                             more = handle.read(length + 16 - len(buf))
@@ -268,7 +269,7 @@ class TensorBoardSource:
         """The whole records of `buf` (the file's bytes from `base`): handed on; returns the bytes used."""
         framing = tfrecord.frame(buf)
         for start, end in framing.damage:
-            self._say(f, f"{f.label}: bytes {base + start:,}-{base + end:,} are no records (damaged): skipped")
+            self._damage(f, base + start, base + end)
         f.torn = base + framing.torn if framing.torn is not None else None
         starts, lengths = framing.starts, framing.lengths
         if not starts.size:
@@ -409,6 +410,19 @@ class TensorBoardSource:
                 ),
                 None,
             )
+
+    def _damage(self, f: _File, start: int, end: int) -> None:
+        """A range of bytes that are no records: one line, which grows while the next range goes on from it."""
+        if f.damage is not None and f.damage[2] == start and self.problems[f.damage[0]] == f.damage[3]:
+            start = f.damage[1]
+            line = f"{f.label}: bytes {start:,}-{end:,} are no records (damaged): skipped"
+            self.problems[f.damage[0]] = line
+            f.damage = (f.damage[0], start, end, line)
+            return
+        line = f"{f.label}: bytes {start:,}-{end:,} are no records (damaged): skipped"
+        self._say(f, line)
+        if self.problems and self.problems[-1] == line:
+            f.damage = (len(self.problems) - 1, start, end, line)
 
     def _say(self, f: _File, line: str, force: bool = False) -> None:
         if f.said < MAX_PROBLEMS or force:
