@@ -176,3 +176,41 @@ async def test_the_screen_composes_and_the_chart_keys_act_wherever_the_focus_is(
         await pilot.press("p")  # the run's keys are still the app's
         assert app.controller.calls == [("pause", "dashboard")]
         assert isinstance(app.focused, MetricPlot)
+
+
+def test_no_module_imports_another_modules_private_names():
+    """Issue 53: what a dashboard module shares is public (parallel.py drew with drawing.py's `_canvas` and
+    `_strip`); `from x import _name` of a tuitrain module is a name to make public or move."""
+    import ast
+    from pathlib import Path
+
+    import tuitrain
+
+    root = Path(tuitrain.__file__).parent
+    found = []
+    for path in sorted((root / "dashboard").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("tuitrain")):
+                private = [a.name for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
+                if private:
+                    found.append(f"{path.relative_to(root.parent)}:{node.lineno}: {', '.join(private)}")
+    assert not found, found
+
+
+def test_state_kind_tells_the_views_what_state_they_show():
+    """Issue 53: the views ask `state.kind` ("run", "compare", "sweep"), never whether an attribute is there."""
+    import re
+    from pathlib import Path
+
+    from tuitrain.dashboard.state.model import DashboardState
+
+    assert DashboardState.kind == "run"
+    dashboard = Path(DashboardState.__module__.replace(".", "/")).parents[1]
+    root = Path(__file__).resolve().parents[2]
+    probes = [
+        f"{path.relative_to(root)}:{i}"
+        for path in sorted((root / dashboard).rglob("*.py"))
+        for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if re.search(r"(?<!`)(getattr|hasattr)\((self\.)?_?state, \"(runs|sweep|drawn_runs|shown_runs)\"", line)
+    ]
+    assert not probes, probes
