@@ -250,3 +250,24 @@ def test_a_block_says_its_events(summarywriter_run):
     assert len(said) == len(block) and block.lines == []
     loss = [(e.step, e.metrics["loss"]) for e in said if e.split == "train" and "loss" in e.metrics]
     assert loss[:2] == [(1, 1.0), (2, pytest.approx(0.5))]
+
+
+def test_steps_of_every_varint_length_and_interleaved_tags(tmp_path):
+    from torch.utils.tensorboard import SummaryWriter
+
+    steps = [0, 1, 127, 128, 16383, 16384, 2**21 - 1, 2**21, 2**35, 2**56 + 3]
+    w = SummaryWriter(str(tmp_path))
+    for k, step in enumerate(steps):
+        w.add_scalar("a", float(k), step)
+        w.add_scalar("val/bb", -float(k), step)
+        w.add_scalar("t" * 119, 0.5, step)  # the longest tag of the plain shape (a one-byte summary length)
+        w.add_scalar("u" * 120, 0.25, step)  # one byte more: protobuf's path
+    w.close()
+    events, source = read_all(tmp_path)
+    series = _series(events)
+    acc = accumulator(tmp_path)
+    for tag in acc.Tags()["scalars"]:
+        xs, ys = series[tb.split_of(tag)]
+        assert xs.tolist() == [float(s.step) for s in acc.Scalars(tag)] == [float(s) for s in steps]
+        assert ys.tolist() == [s.value for s in acc.Scalars(tag)]
+    assert list(series)[:2] == [("train", "step", "a"), ("valid", "step", "bb")]

@@ -5,18 +5,18 @@ protobuf), `u32 masked CRC32C of the data`. A Python loop over a million records
 here the records are found without one (`frame`): every Event begins with its `wall_time` field (tag
 byte 0x09, the first data byte) and a length under 2**32 has four zero bytes, so the places where a
 record may begin are found with one pass of numpy over the bytes, each such place's length is read and
-its header CRC checked at once (a table-driven CRC32C over all rows together, `crc_rows`), and a record's
-successor is looked up with `searchsorted`: a Python step only where the chain does not go on to the next
+its header CRC checked at once (a table-driven CRC32C over all rows together, `crc_rows`), and the
+chain of records followed with array lookups: a Python step only where the chain does not go on to the next
 place found (damage, a record of an unusual shape).
 
-The data CRC of every record is checked too (`check_data`): records of up to `TABLE_MAX` bytes by the
-same table method, one numpy step per byte column over all records of a length, the longer (pictures,
-histograms: few) with a C CRC32C (`google-crc32c` or `crc32c`) where one is installed. That is cheaper
-than checking only some: a flipped bit anywhere is caught, not only one that makes a value absurd.
-
-`scalars` decodes the records that are exactly what `SummaryWriter.add_scalar` and tensorboardX write
-(`wall_time`, `step`, one `Summary.Value` of a tag and a float `simple_value`) straight from their bytes;
-every other record is left to protobuf (tensorboard.py).
+`read_records` checks the data CRC of every record: records of up to `TABLE_MAX` bytes by the same
+table method, one numpy step per pair of byte positions over all records of a length, the longer
+(pictures, histograms: few) with a C CRC32C (`google-crc32c` or `crc32c`) where one is installed. That is
+cheap enough to do always (docs/formats/tensorboard.md has the figures): a flipped bit anywhere is
+caught, not only one that makes a value absurd. It also decodes the records that are exactly what
+`SummaryWriter.add_scalar` and tensorboardX write (`wall_time`, `step`, one `Summary.Value` of a tag
+and a float `simple_value`) straight from their bytes, the records of one length as one byte array;
+every other record is left to protobuf (tb_summary.py).
 """
 
 from __future__ import annotations
@@ -346,9 +346,9 @@ def _records(good: np.ndarray, found: list[tuple]) -> Records:
         cols = [c[order] for c in cols]
     which, steps, walls, values, ids = cols
     # the tags in the order they first came
-    first = np.full(len(tags), np.iinfo(np.int64).max)
-    np.minimum.at(first, ids, which) if len(tags) > 1 else None
     if len(tags) > 1:
+        first = np.empty(len(tags), np.int64)
+        first[ids[::-1]] = np.arange(ids.size)[::-1]  # each tag's first record (the last write of a place wins)
         order = np.argsort(first, kind="stable")
         rank = np.empty(len(tags), np.int64)
         rank[order] = np.arange(len(tags))
