@@ -18,6 +18,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -102,7 +103,7 @@ class Found:
     unreadable: list[str] = field(default_factory=list)
 
 
-def find(paths: list[str | os.PathLike]) -> Found:
+def find(paths: Sequence[str | os.PathLike]) -> Found:
     """The runs of every tool at or under each path; a run named twice is listed once."""
     out = Found()
     seen: set[tuple[str, str, str]] = set()

@@ -133,6 +133,7 @@ class Param:
         """The trial's value (an optuna Trial)."""
         if self.choices:
             return trial.suggest_categorical(self.key, self.choices)
+        assert self.low is not None and self.high is not None  # a range (read_param)
         if self.is_int:
             return trial.suggest_int(self.key, self.low, self.high, step=self.step or 1, log=self.log)
         return trial.suggest_float(self.key, float(self.low), float(self.high), step=self.step, log=self.log)

@@ -108,7 +108,8 @@ class CompareSource:
     ) -> None:
         refs = [r if isinstance(r, RunRef) else registry.own(r) for r in runs]
         lives = list(live) if live is not None else [False] * len(refs)
-        self.readers: dict[str, Source] = {
+        # each a Source (with backlog, run_dir, and a file reader's ends_reached)
+        self.readers: dict[str, Any] = {
             name: registry.open_source(ref, alive) for name, ref, alive in zip(names, refs, lives)
         }
         # exports go to the first tuitrain run's folder (never into another tool's)
