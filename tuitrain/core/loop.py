@@ -215,7 +215,8 @@ class Loop:
         self.begin(phase, state, metrics, total, fresh=start_batch == 0)
         autocast, backward, optimizer_step = p.step_calls()
         if (
-            accum == 1
+            self.plain_allowed
+            and accum == 1
             and not manual
             and autocast is None
             and optimizer_step is None
