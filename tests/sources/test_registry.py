@@ -212,3 +212,27 @@ def test_ls_lists_every_tool_s_runs_and_watch_says_a_bad_path_in_one_line(mixed)
         r = tiny.cli("watch", path)
         assert r.returncode == 2 and r.stderr.count("\n") == 1 and said in r.stderr, r.stderr
         assert r.stderr.startswith(f"tuitrain: error: {path}: ")
+
+
+@sync
+async def test_another_tool_s_run_alone_is_read_only_and_exports_into_the_current_folder(mixed, tmp_path, monkeypatch):
+    from tuitrain.dashboard.charts.chart_grid import ChartGrid
+    from tuitrain.dashboard.entry import watch_app
+    from tuitrain.dashboard.panels.control_bar import ControlBar
+
+    tiny, _ = mixed
+    folder = tiny.runs / "tb" / "torch_run"
+    before = sorted(p.name for p in folder.iterdir())
+    monkeypatch.chdir(tmp_path)
+    (ref,) = registry.find([folder]).runs
+    app = watch_app(ref, None)
+    async with app.run_test(size=SIZE) as pilot:
+        grid = app.query_one(ChartGrid)
+        await until(pilot, lambda: "loss" in grid.charts and "valid" in grid.charts["loss"].points)
+        assert app.controller is None and not app.query_one(ControlBar).display
+        assert "TensorBoard run, read only" in str(app.screen.query_one("#notice").render())
+        await pilot.press("e")
+        await until(pilot, lambda: app.last_export is not None)
+        assert app.last_export.parent == tmp_path / "exports" and (app.last_export / "train-step-loss.csv").exists()
+        await pilot.press("q")
+    assert sorted(p.name for p in folder.iterdir()) == before  # nothing written into TensorBoard's folder
