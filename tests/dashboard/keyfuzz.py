@@ -18,7 +18,7 @@ import asyncio
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
 from textual import events
 
@@ -121,18 +121,25 @@ async def burst(app: DashboardApp, keys: list[str]) -> None:
     await asyncio.sleep(0)
 
 
-def round_of(rng: random.Random, length: int) -> list[tuple]:
-    """A random round: bursts of 1-8 keys (mostly short), a resize now and then, pauses."""
+#: how many keys a read holds: mostly short
+BURSTS = [1, 1, 2, 2, 3, 4, 6, 8]
+
+
+def round_of(
+    rng: random.Random, length: int, resizes: float = 0.08, waits: float = 0.08, bursts: list[int] = BURSTS
+) -> list[tuple]:
+    """A random round: bursts of 1-8 keys (mostly short), a resize now and then (a share `resizes` of the
+    actions), pauses (`waits`)."""
     actions: list[tuple] = [("resize", rng.choice(SIZES))]
     keys = 0
     while keys < length:
         roll = rng.random()
-        if roll < 0.08:
+        if roll < resizes:
             actions.append(("resize", rng.choice(SIZES)))
-        elif roll < 0.16:
+        elif roll < resizes + waits:
             actions.append(("wait", rng.choice([0.05, 0.2])))
         else:
-            n = rng.choice([1, 1, 2, 2, 3, 4, 6, 8])
+            n = rng.choice(bursts)
             burst_keys = [rng.choice(RARE) if rng.random() < 0.015 else rng.choice(KEYS) for _ in range(n)]
             actions.append(("keys", burst_keys))
             keys += n

@@ -204,6 +204,19 @@ def test_keys_queued_behind_a_closing_dialog_break_nothing(here, name, actions):
     assert not outcome.ended  # none of these keys leaves
 
 
+@pytest.mark.xfail(
+    reason="found by the cheaper fixed-seed round (issue 53, H5): a key read with the q that leaves a finished "
+    "run's dashboard reaches App._check_bindings once the screen stack is empty (textual's ScreenStackError "
+    "'No screens on stack'); check_action is too late: the app must drop a key when its screens are gone. "
+    "Remove this mark once it is fixed (the test then passes)",
+    strict=False,
+)
+def test_a_key_read_with_the_q_that_leaves_a_finished_runs_dashboard_breaks_nothing(here):
+    actions = [("resize", (120, 40)), ("keys", ["escape", "q", "z"])]  # the summary closed, q leaves, z queued
+    outcome = asyncio.run(play(SCENARIOS["summary"], here(), actions))
+    assert not outcome.failed, report("summary", actions, outcome)
+
+
 # --- one sensible thing each ------------------------------------------------------------------
 
 
