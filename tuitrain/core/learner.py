@@ -43,6 +43,7 @@ from .learner_health import HealthGuard
 from .lifecycle import Lifecycle, Summary, out_of_memory
 from .loop import Loop
 from .loop_parts import LoopParts
+from .learner_media import close_media, open_media
 from .media import LearnerMedia, MediaLog, QuietMedia
 from .metrics import MetricSet
 from .optimization import Optimization, Precision
@@ -443,6 +444,8 @@ class CoreLearner:
             train, valid = self.strategy.loaders(
                 self, *build_loaders(train_data, valid_data, self.data, self.seed if self.seed is not None else 0)
             )
+            if train is None:
+                raise ValueError("fit() was given no training data")
             if valid is not None and self.limit_valid_batches:
                 valid.limit = self.limit_valid_batches
             stretched, why = [], ""
@@ -507,26 +510,12 @@ class CoreLearner:
         return FitResult(self.raw_model, end.status, end.exit_code, reason, end.summary, best)
 
     def _start_media(self) -> None:
-        lg = self.log_settings
-        if self.strategy.rank != 0:
-            self.media = QuietMedia()
-            return
-        self.media = MediaLog(self.run_dir, self.bus.emit, keep=lg.media_keep, epoch=lambda: self.state.epoch)
-        if lg.samples_every or (lg.histograms and lg.histograms_every_n_steps):
-            if self.strategy.name == "fsdp":  # rank 0 alone holds a shard: no whole model to sample
-                self.bus.emit(
-                    OutputPrinted(text="[log] samples and histograms are not taken under FSDP", stream="tuitrain")
-                )
-                return
-            self.media_chores = LearnerMedia(self.media, self.raw_model, self.optimizers, lg, self.state, self.ema)
+        self.media, self.media_chores = open_media(self)
 
     def _end_media(self) -> None:
         """Everything logged is written and said before the run ends."""
-        if self.media_chores is not None:
-            self.media_chores.close()
-            self.media_chores = None
-        if self.media is not None:
-            self.media.close()
+        close_media(self.media, self.media_chores)
+        self.media_chores = None
 
     def _media_now(self, what: str):
         if self.media is None:

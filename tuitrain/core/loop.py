@@ -67,7 +67,7 @@ class Loop:
     plain_allowed = True
 
     def __init__(self) -> None:
-        self.parts: LoopParts | None = None  # this fit's (`run`)
+        self.parts: LoopParts = None  # type: ignore[assignment]  # this fit's, from `run` on
         self.phase = None  # the phase running now (set as it begins)
         self.valid_due = False  # validate_every_n_steps: a validation waits at the next boundary
         self.validating = False
