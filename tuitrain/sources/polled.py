@@ -12,6 +12,7 @@ under its whole name ("test/acc", "lr"): the charts show the train and valid spl
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time
@@ -29,6 +30,7 @@ _VALID = ("validation", "valid", "eval", "val")  # longest first: "validation_lo
 _SEPARATORS = "/_-"
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def split_name(name: str) -> tuple[str, str]:
     """(split, name) of a logged metric's name (see the module's docstring)."""
     lower = name.lower()
@@ -98,31 +100,85 @@ def number(value: Any) -> float | None:
         return None
 
 
+Key = tuple[str, str, str]  # (split, scope, name)
+
+
 class Columns:
     """Logged values gathered as a reader goes, then handed on as one block: `add(split, scope, name,
-    step, value, time)` per value; `block(epoch)` the `ForeignBlock` of them, or None when none came."""
+    step, value, time)` per value, `extend(...)` with arrays of many; `block(epoch)` the `ForeignBlock`
+    of them, or None when none came."""
 
     def __init__(self) -> None:
-        self.values: dict[tuple[str, str, str], tuple[list[float], list[float]]] = {}
-        self.times: dict[float, float] = {}  # a training step -> when it was logged
-        self.epochs: dict[float, int] = {}  # a step -> its epoch, where the tool says
+        self._reset()
+
+    def _reset(self) -> None:
+        self._keys: dict[Key, None] = {}  # the names in the order they came
+        self._scalars: dict[Key, tuple[list[float], list[float]]] = {}
+        self._chunks: dict[Key, list[tuple[np.ndarray, np.ndarray]]] = {}
+        self._times: dict[float, float] = {}  # a training step -> when it was logged
+        self._time_chunks: list[tuple[np.ndarray, np.ndarray]] = []
+        self._epoch_chunks: list[tuple[np.ndarray, np.ndarray]] = []  # (steps, their epochs), where the tool says
 
     def add(self, split: str, scope: str, name: str, step: float, value: float, time: float | None = None) -> None:
-        xs, ys = self.values.setdefault((split, scope, name), ([], []))
-        xs.append(step)
-        ys.append(value)
-        if split == "train" and scope == "step" and time is not None:
-            self.times[step] = time
+        key = (split, scope, name)
+        got = self._scalars.get(key)
+        if got is None:
+            got = self._scalars[key] = ([], [])
+            self._keys[key] = None
+        got[0].append(step)
+        got[1].append(value)
+        if time is not None and split == "train" and scope == "step":
+            self._times[step] = time
+
+    def extend(self, split: str, scope: str, name: str, steps: Any, values: Any, times: Any = None) -> None:
+        """Many values of one name at once (arrays, in the order they came)."""
+        key = (split, scope, name)
+        xs, ys = np.asarray(steps, np.float64), np.asarray(values, np.float64)
+        if not xs.size:
+            return
+        self._keys[key] = None
+        self._chunks.setdefault(key, []).append((xs, ys))
+        if times is not None and split == "train" and scope == "step":
+            self._time_chunks.append((xs, np.asarray(times, np.float64)))
+
+    def epochs(self, steps: Any, epochs: Any) -> None:
+        self._epoch_chunks.append((np.asarray(steps, np.float64), np.asarray(epochs, np.float64)))
 
     def __len__(self) -> int:
-        return sum(len(xs) for xs, _ in self.values.values())
+        return sum(len(v[0]) for v in self._scalars.values()) + sum(
+            len(c[0]) for chunks in self._chunks.values() for c in chunks
+        )
 
     def block(self, epoch: int = 0, time: float = 0.0) -> ForeignBlock | None:
-        if not self.values:
+        if not self._keys:
             return None
-        block = ForeignBlock(self.values, self.times, self.epochs, epoch, time)
-        self.values, self.times, self.epochs = {}, {}, {}
+        series = {}
+        for key in self._keys:
+            parts = list(self._chunks.get(key, ()))
+            if key in self._scalars:
+                xs, ys = self._scalars[key]
+                parts.append((np.asarray(xs, np.float64), np.asarray(ys, np.float64)))
+            if len(parts) == 1:
+                series[key] = parts[0]
+            else:
+                series[key] = (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]))
+        times = list(self._time_chunks)
+        if self._times:
+            times.append((np.fromiter(self._times, np.float64), np.fromiter(self._times.values(), np.float64)))
+        epochs = _joined(self._epoch_chunks)
+        block = ForeignBlock(series, _joined(times), epochs, epoch, time)
+        self._reset()  # empty again for the next block
         return block
+
+
+def _joined(chunks: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray] | None:
+    """(steps, values) chunks as one pair in step order, a step once (its first value)."""
+    if not chunks:
+        return None
+    steps = np.concatenate([c[0] for c in chunks])
+    values = np.concatenate([c[1] for c in chunks])
+    steps, first = np.unique(steps, return_index=True)
+    return steps, values[first]
 
 
 class ForeignBlock(MetricsBlock):
@@ -134,9 +190,9 @@ class ForeignBlock(MetricsBlock):
 
     def __init__(
         self,
-        values: dict[tuple[str, str, str], tuple[list[float], list[float]]],
-        times: dict[float, float],
-        epochs: dict[float, int],
+        series: dict[Key, tuple[np.ndarray, np.ndarray]],
+        times: tuple[np.ndarray, np.ndarray] | None,
+        epochs: tuple[np.ndarray, np.ndarray] | None,
         epoch: int,
         time: float,
     ) -> None:
@@ -150,8 +206,7 @@ class ForeignBlock(MetricsBlock):
         self.latest = {}
         self.max_step = None
         n = 0
-        for key, (xs, ys) in values.items():
-            steps, got = np.asarray(xs, np.float64), np.asarray(ys, np.float64)
+        for key, (steps, got) in series.items():
             if steps.size > 1 and (np.diff(steps) < 0).any():  # out of order (a tool's rows by key): by step
                 order = np.argsort(steps, kind="stable")
                 steps, got = steps[order], got[order]
@@ -163,10 +218,12 @@ class ForeignBlock(MetricsBlock):
                 self.max_step = top if self.max_step is None else max(self.max_step, top)
         self._n = n
         self.train_steps = None
-        if times:
-            steps = np.array(sorted(times), np.float64)
-            at = np.array([times[s] for s in steps.tolist()], np.float64)
-            ep = np.array([float(epochs.get(s, 0)) for s in steps.tolist()], np.float64)
+        if times is not None:
+            steps, at = times
+            ep = np.zeros(steps.size)
+            if epochs is not None:
+                where = np.clip(np.searchsorted(epochs[0], steps), 0, epochs[0].size - 1)
+                ep = np.where(epochs[0][where] == steps, epochs[1][where], 0.0)
             zeros = np.zeros(steps.size)
             self.train_steps = (steps, at, ep, zeros, zeros)
 
@@ -178,7 +235,8 @@ class ForeignBlock(MetricsBlock):
 
     def events(self) -> list[Event]:
         out: list[Event] = []
-        times = dict(zip(*self.train_steps[:2])) if self.train_steps is not None else {}
+        times = dict(zip(*(a.tolist() for a in self.train_steps[:2]))) if self.train_steps is not None else {}
+        epochs = dict(zip(*(a.tolist() for a in self._epochs))) if self._epochs is not None else {}
         rows: dict[tuple[str, str, float], dict[str, float]] = {}
         for (split, scope, name), (xs, ys) in self.series.items():
             for x, y in zip(xs.tolist(), ys.tolist()):
@@ -187,7 +245,7 @@ class ForeignBlock(MetricsBlock):
             out.append(
                 MetricsLogged(
                     split=split,
-                    epoch=self._epochs.get(step, self.epoch),
+                    epoch=int(epochs.get(step, self.epoch)),
                     step=int(step),
                     metrics=metrics,
                     scope=scope,
