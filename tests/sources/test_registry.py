@@ -236,3 +236,23 @@ async def test_another_tool_s_run_alone_is_read_only_and_exports_into_the_curren
         assert app.last_export.parent == tmp_path / "exports" and (app.last_export / "train-step-loss.csv").exists()
         await pilot.press("q")
     assert sorted(p.name for p in folder.iterdir()) == before  # nothing written into TensorBoard's folder
+
+
+def test_the_notebook_s_picture_of_a_tensorboard_folder(mixed, tmp_path):
+    """`tuitrain watch PATH --frames FILE` (what a notebook's NotebookView runs) draws another tool's run too,
+    and leaves once the run has ended (its writer stopped: the file untouched for minutes)."""
+    import os
+    import shutil
+
+    tiny, _ = mixed
+    folder = shutil.copytree(tiny.runs / "tb" / "torch_run", tmp_path / "baseline")
+    for f in folder.iterdir():
+        os.utime(f, (time.time() - 3600, time.time() - 3600))
+    out = tmp_path / "picture.svg"
+    r = tiny.cli("watch", folder, "--frames", out, "--size", "100x30", timeout=300)
+    assert r.returncode == 0, r.stderr
+    svg = out.read_text()
+    assert "baseline" in svg and "loss" in svg and "completed" in svg
+    assert sorted(p.name for p in folder.iterdir()) == sorted(
+        p.name for p in (tiny.runs / "tb" / "torch_run").iterdir()
+    )

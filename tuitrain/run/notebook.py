@@ -1,6 +1,7 @@
 """The dashboard inline in a Jupyter notebook: no server, no port, no extension.
 
-`NotebookView(run_dir)` draws the run in one updating output of the cell: `tuitrain watch RUN_DIR
+`NotebookView(run_dir)` draws the run in one updating output of the cell (or another tool's run a folder
+holds: TensorBoard, Lightning, MLflow ..., found as `tuitrain watch` finds it): `tuitrain watch RUN_DIR
 --frames FILE` in a process of its own renders the same dashboard as the terminal's, headless, to an
 SVG picture about once a second (tuitrain/dashboard/frames.py); a daemon thread of the kernel puts each
 new picture in one display (`display_id`, updated in place: not a growing list of outputs). The picture
