@@ -12,6 +12,11 @@ anything of tuitrain outside `tuitrain.core`.
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .base import Strategy
+    from .ddp import DistContext
 
 
 def torchrun_env() -> tuple[int, int, int] | None:
@@ -32,7 +37,7 @@ def quiet_rank() -> bool:
     return env is not None and env[0] != 0
 
 
-def strategy_for(ctx=None):
+def strategy_for(ctx: DistContext | None = None) -> Strategy:
     """The strategy of a rank whose process group `ctx` (a DistContext) describes; None: one process."""
     if ctx is None:
         from .base import Strategy

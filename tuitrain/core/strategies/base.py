@@ -21,8 +21,19 @@ Must not import textual, nor torch.distributed (one process never loads it).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from collections.abc import Callable
+
+if TYPE_CHECKING:
+    import torch
+
+    from ..control import Interrupter
+    from ..data import ResumableLoader
+
+#: the hooks' `learner` is a CoreLearner (learner.py), typed Any: learner.py imports this module, and a
+#: type import back would be the import circle tests/test_layers.py forbids
+Learner = Any
+Loaders = tuple["ResumableLoader | None", "ResumableLoader | None"]
 
 
 class Strategy:
@@ -35,32 +46,32 @@ class Strategy:
     writes = True
     solo_boundaries = True
 
-    def prepare_model(self, model) -> None:
+    def prepare_model(self, model: torch.nn.Module) -> None:
         pass
 
-    def bind(self, learner) -> None:
+    def bind(self, learner: Learner) -> None:
         pass
 
-    def interrupter(self, inbox, stage: Callable[[], str]):
+    def interrupter(self, inbox: Interrupter, stage: Callable[[], str]) -> Interrupter:
         return inbox
 
-    def loaders(self, learner, train, valid):
+    def loaders(self, learner: Learner, train: ResumableLoader | None, valid: ResumableLoader | None) -> Loaders:
         return train, valid
 
-    def before_micro_batch(self, learner) -> None:
+    def before_micro_batch(self, learner: Learner) -> None:
         pass
 
-    def save_checkpoint(self, learner, reason: str) -> bool:
+    def save_checkpoint(self, learner: Learner, reason: str) -> bool:
         return False
 
-    def extra_state(self, learner, d: dict) -> dict:
+    def extra_state(self, learner: Learner, d: dict[str, Any]) -> dict[str, Any]:
         return d
 
-    def check_resume(self, data: dict) -> None:
+    def check_resume(self, data: dict[str, Any]) -> None:
         pass
 
-    def after_load(self, learner, data: dict) -> None:
+    def after_load(self, learner: Learner, data: dict[str, Any]) -> None:
         pass
 
-    def save_model(self, learner) -> bool:
+    def save_model(self, learner: Learner) -> bool:
         return False

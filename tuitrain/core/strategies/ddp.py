@@ -15,6 +15,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -24,8 +25,8 @@ from torch.nn.parallel import DistributedDataParallel
 from ..control import Interrupter
 from ..data import ResumableLoader, rng_state, set_rng_state
 from ..metrics import _Ratio
-from .agreement import DEFAULT_TIMEOUT, SyncedInterrupter, dist_timeout  # noqa: F401
-from .base import Strategy
+from .agreement import SyncedInterrupter, dist_timeout
+from .base import Learner, Loaders, Strategy
 
 
 @dataclass
@@ -126,7 +127,7 @@ class _StepDispatch(torch.nn.Module):
         super().__init__()
         self.module = module
 
-    def forward(self, *args, _tuitrain_step=None, **kwargs):
+    def forward(self, *args: Any, _tuitrain_step: Callable[..., Any] | None = None, **kwargs: Any) -> Any:
         if _tuitrain_step is not None:
             return _tuitrain_step(*args, **kwargs)
         return self.module(*args, **kwargs)
@@ -145,17 +146,17 @@ class DDPStrategy(Strategy):
         if sync_every is None:  # control flags every K optimizer steps; 0: about every 50 ms
             sync_every = int(os.environ.get("TUITRAIN_DDP_SYNC_EVERY", "0"))
         self.sync_every = sync_every
-        self._rank_rngs: list | None = None
+        self._rank_rngs: list[Any] | None = None
         self._train_total = 0
         self._ddp: DistributedDataParallel | None = None
 
     def prepare_model(self, model: torch.nn.Module) -> None:
         pass  # wrapped once the Learner is built (`bind`)
 
-    def interrupter(self, inbox: Interrupter, stage):
+    def interrupter(self, inbox: Interrupter, stage: Callable[[], str]) -> Interrupter:
         return SyncedInterrupter(self.rank, self.ctx.control_group, inbox, stage, self.sync_every)
 
-    def bind(self, learner) -> None:
+    def bind(self, learner: Learner) -> None:
         for ms in learner.metric_sets.values():
             ms.reducer = self.ctx.all_sum
         learner.env_extra.setdefault("strategy", self.name)
@@ -164,7 +165,7 @@ class DDPStrategy(Strategy):
             learner.before_micro_batch = self.before_micro_batch
         self._wrap(learner)
 
-    def _wrap(self, learner) -> None:
+    def _wrap(self, learner: Learner) -> None:
         """Wrap the model in DDP for training; the phases call it there (`Learner.model`)."""
         ctx = self.ctx
         device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
@@ -175,40 +176,40 @@ class DDPStrategy(Strategy):
             bound = own.__get__(learner.raw_model)
             learner.raw_model.train_step = lambda *a, **k: ddp(*a, _tuitrain_step=bound, **k)
 
-    def before_micro_batch(self, learner) -> None:
+    def before_micro_batch(self, learner: Learner) -> None:
         if self._ddp is not None and learner.state.stage == "train":
             b = learner.state.batch + 1  # this micro-batch; gradients are all-reduced only when it steps
             self._ddp.require_backward_grad_sync = b % learner.grad_accumulation == 0 or b == self._train_total
 
-    def loaders(self, learner, train, valid):
+    def loaders(self, learner: Learner, train: ResumableLoader | None, valid: ResumableLoader | None) -> Loaders:
         self.ctx.shard(train, "train")
         self.ctx.shard(valid, "valid")
-        self._train_total = train.batches_per_epoch()
+        self._train_total = train.batches_per_epoch() if train is not None else 0
         return train, valid
 
     # --- checkpoints: entered by every rank at the same point -----------------------------------
 
-    def gather_rngs(self, learner) -> None:
+    def gather_rngs(self, learner: Learner) -> None:
         s = learner.state
         mine = s.valid_rng if s.stage == "valid" and s.valid_rng is not None else rng_state()
-        rngs: list = [None] * self.world_size
+        rngs: list[Any] = [None] * self.world_size
         dist.all_gather_object(rngs, mine, group=self.ctx.control_group)
         self._rank_rngs = rngs
 
-    def save_checkpoint(self, learner, reason: str) -> bool:
+    def save_checkpoint(self, learner: Learner, reason: str) -> bool:
         self.gather_rngs(learner)
         if self.writes:
             return False  # rank 0 writes the one file, with every rank's RNG state
         learner.ckpt_io.mark_saved()
         return True
 
-    def extra_state(self, learner, d: dict) -> dict:
+    def extra_state(self, learner: Learner, d: dict[str, Any]) -> dict[str, Any]:
         d["world_size"] = self.world_size
         if self._rank_rngs is not None:
             d["rng_ranks"] = self._rank_rngs
         return d
 
-    def after_load(self, learner, data: dict) -> None:
+    def after_load(self, learner: Learner, data: dict[str, Any]) -> None:
         ranks = data.get("rng_ranks")
         if int(data.get("world_size", 1)) == self.world_size and ranks and len(ranks) == self.world_size:
             set_rng_state(ranks[self.rank])
@@ -228,7 +229,7 @@ def watch_parent(parent_pid: int = 0, interval: float = 0.5) -> None:
     if os.getppid() != ppid:
         os._exit(1)
 
-    def loop():
+    def loop() -> None:
         while True:
             time.sleep(interval)
             if os.getppid() != ppid:

@@ -25,6 +25,8 @@ Must not import textual.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -35,9 +37,11 @@ from torch.distributed.fsdp import FSDPModule, fully_shard
 
 from .. import checkpoint as ckpt
 from .. import fsutil
+from ..batches import move_to
 from ..data import ResumableLoader
 from ..events import CheckpointStarted
-from ..phases import CancelStep, move_to
+from ..state import CancelStep
+from .base import Learner, Loaders
 from .ddp import DDPStrategy, DistContext
 from .sharded import FAILURES, save_shards
 
@@ -82,14 +86,14 @@ class _EvenValidation(ResumableLoader):
     """This rank's validation batches, then its last batch's forward repeated until it has run as many
     forwards as the rank with the most batches (each FSDP forward is a collective of every rank)."""
 
-    def __init__(self, inner: ResumableLoader, learner, most: int) -> None:
+    def __init__(self, inner: ResumableLoader, learner: Learner, most: int) -> None:
         super().__init__(inner.loader, inner.sampler, inner.seed)
         self.learner, self.most = learner, most
 
-    def epoch_iter(self, epoch: int, skip_batches: int = 0):
+    def epoch_iter(self, epoch: int, skip_batches: int = 0) -> Iterator[Any]:
         return self._padded(super().epoch_iter(epoch, skip_batches))
 
-    def _padded(self, batches):
+    def _padded(self, batches: Iterable[Any]) -> Iterator[Any]:
         last = None
         for last in batches:
             yield last
@@ -98,7 +102,7 @@ class _EvenValidation(ResumableLoader):
             repeat_valid_forward(self.learner, last, extra)
 
 
-def repeat_valid_forward(learner, batch, times: int) -> None:
+def repeat_valid_forward(learner: Learner, batch: Any, times: int) -> None:
     """Run the validation step on `batch` `times` times, dropping the results: this rank's share of
     the forwards that ranks with more validation batches run."""
     if learner.move_batches:
@@ -126,7 +130,7 @@ class FSDPStrategy(DDPStrategy):
         """Before the optimizer is built: the optimizer must hold the shards."""
         shard_model(model, self.ctx)
 
-    def _wrap(self, learner) -> None:
+    def _wrap(self, learner: Learner) -> None:
         if not isinstance(learner.raw_model, FSDPModule):
             raise TypeError(
                 "FSDP needs the model sharded by shard_model(model, ctx) (Strategy.prepare_model) "
@@ -134,7 +138,7 @@ class FSDPStrategy(DDPStrategy):
             )
         # sharded in place; the phases call the FSDP module itself, in training and validation
 
-    def before_micro_batch(self, learner) -> None:
+    def before_micro_batch(self, learner: Learner) -> None:
         if learner.state.stage == "train":
             b = learner.state.batch + 1  # this micro-batch; gradients are reduce-scattered only when it steps
             sync = b % learner.grad_accumulation == 0 or b == self._train_total
@@ -142,7 +146,7 @@ class FSDPStrategy(DDPStrategy):
                 learner.raw_model.set_requires_gradient_sync(sync)
                 self._grad_sync = sync
 
-    def loaders(self, learner, train, valid):
+    def loaders(self, learner: Learner, train: ResumableLoader | None, valid: ResumableLoader | None) -> Loaders:
         train, valid = super().loaders(learner, train, valid)
         if valid is not None and valid.sampler is not None:  # without a sampler every rank reads it all
             valid = _EvenValidation(valid, learner, self._most(valid.batches_per_epoch()))
@@ -155,7 +159,7 @@ class FSDPStrategy(DDPStrategy):
 
     # --- checkpoints: a directory of shards, entered by every rank at the same point -------------
 
-    def save_checkpoint(self, learner, reason: str) -> bool:
+    def save_checkpoint(self, learner: Learner, reason: str) -> bool:
         s = learner.state
         self.gather_rngs(learner)
         name = ckpt.checkpoint_name(s.epoch, s.step)
@@ -188,14 +192,14 @@ class FSDPStrategy(DDPStrategy):
         learner.ckpt_io.flush_events()
         return True
 
-    def extra_state(self, learner, d: dict) -> dict:
+    def extra_state(self, learner: Learner, d: dict[str, Any]) -> dict[str, Any]:
         """What state.pt holds: all but the model and optimizer, which are in the shards."""
         d = super().extra_state(learner, d)
         del d["model"], d["optimizers"]
         d["sharded"] = True
         return d
 
-    def check_resume(self, data: dict) -> None:
+    def check_resume(self, data: dict[str, Any]) -> None:
         if not data.get("sharded_dir"):
             raise ckpt.CheckpointError(
                 'strategy "fsdp" resumes from its own sharded checkpoints (directories); '
@@ -203,7 +207,7 @@ class FSDPStrategy(DDPStrategy):
                 "that run's model.pt"
             )
 
-    def save_model(self, learner) -> bool:
+    def save_model(self, learner: Learner) -> bool:
         """model.pt: the full state_dict, gathered on every rank (a collective) and written by rank 0."""
         full = get_model_state_dict(learner.raw_model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
         if learner.ckpt_io.model_path is not None:

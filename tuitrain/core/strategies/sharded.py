@@ -18,16 +18,19 @@ import os
 import pickle
 import warnings
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
-from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint._traverse import set_element
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
-from torch.distributed.checkpoint.metadata import StorageMeta
+from torch.distributed.checkpoint.filesystem import FileSystemReader, FileSystemWriter
+from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
+from torch.distributed.checkpoint.planner import ReadItem
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict_loader import load as dcp_load  # (dcp.load: its home)
+from torch.distributed.checkpoint.state_dict_saver import save as dcp_save  # (dcp.save)
 
 from ..checkpoint import CheckpointError
 
@@ -49,7 +52,9 @@ _ALLOWED = {
 }
 
 
-def _parts(model: torch.nn.Module, optimizers: dict) -> tuple[dict, dict]:
+def _parts(
+    model: torch.nn.Module, optimizers: dict[str, torch.optim.Optimizer]
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """The model's and the one optimizer's state dicts in DCP's form (DTensor shards under FSDP)."""
     if len(optimizers) != 1:
         raise ValueError(
@@ -59,13 +64,17 @@ def _parts(model: torch.nn.Module, optimizers: dict) -> tuple[dict, dict]:
     return get_state_dict(model, next(iter(optimizers.values())))
 
 
-def save_shards(model: torch.nn.Module, optimizers: dict, folder: str | os.PathLike) -> None:
+def save_shards(
+    model: torch.nn.Module, optimizers: dict[str, torch.optim.Optimizer], folder: str | os.PathLike[str]
+) -> None:
     """Write this rank's shards of the model and optimizer into `folder` (every rank calls it)."""
     msd, osd = _parts(model, optimizers)
-    dcp.save({"model": msd, "optimizer": osd}, storage_writer=FileSystemWriter(folder))
+    dcp_save({"model": msd, "optimizer": osd}, storage_writer=FileSystemWriter(folder))
 
 
-def load_shards(model: torch.nn.Module, optimizers: dict, folder: str | os.PathLike) -> None:
+def load_shards(
+    model: torch.nn.Module, optimizers: dict[str, torch.optim.Optimizer], folder: str | os.PathLike[str]
+) -> None:
     """Read a sharded checkpoint's model and optimizer into this process's (every rank calls it)."""
     msd, osd = _parts(model, optimizers)
     state = {"model": msd, "optimizer": osd}
@@ -73,7 +82,7 @@ def load_shards(model: torch.nn.Module, optimizers: dict, folder: str | os.PathL
     try:
         with warnings.catch_warnings():  # one process reading shards is what we mean: no warning for it
             warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-            dcp.load(state, storage_reader=_SafeReader(folder), planner=_SafePlanner(), no_dist=single)
+            dcp_load(state, storage_reader=_SafeReader(folder), planner=_SafePlanner(), no_dist=single)
     except FAILURES as e:
         raise CheckpointError(f"{folder}: cannot read the sharded model and optimizer: {_why(e)}") from None
     set_state_dict(
@@ -91,7 +100,7 @@ def _why(e: BaseException) -> str:
 class _MetadataUnpickler(pickle.Unpickler):
     """DCP's `.metadata` pickle, restricted to the classes DCP writes there."""
 
-    def find_class(self, module: str, name: str):
+    def find_class(self, module: str, name: str) -> Any:
         if module == _METADATA_MODULE or (module, name) in _ALLOWED:
             return super().find_class(module, name)
         if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
@@ -100,14 +109,15 @@ class _MetadataUnpickler(pickle.Unpickler):
 
 
 class _SafeReader(FileSystemReader):
-    def read_metadata(self, *args, **kwargs):
+    def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
         rank = kwargs.get("rank")
         name = ".metadata" if rank is None else f"__{rank}.metadata"
         with open(Path(self.path) / name, "rb") as f:
-            metadata = _MetadataUnpickler(f).load()
-        if getattr(metadata, "storage_meta", None) is None:
-            metadata.storage_meta = StorageMeta()
-        metadata.storage_meta.load_id = getattr(self, "load_id", None)
+            metadata: Metadata = _MetadataUnpickler(f).load()
+        meta: StorageMeta | None = getattr(metadata, "storage_meta", None)  # (None or absent in the file)
+        if meta is None:
+            meta = metadata.storage_meta = StorageMeta()
+        meta.load_id = getattr(self, "load_id", None)
         return metadata
 
 
@@ -115,7 +125,7 @@ class _SafePlanner(DefaultLoadPlanner):
     """Non-tensor values (the optimizer's hyperparameters) loaded with weights_only=True; otherwise
     DefaultLoadPlanner.load_bytes."""
 
-    def load_bytes(self, read_item, value: io.BytesIO) -> None:
+    def load_bytes(self, read_item: ReadItem, value: io.BytesIO) -> None:
         obj = torch.load(value, weights_only=True)
         fqn = read_item.dest_index.fqn
         if self.flatten_state_dict:
