@@ -23,6 +23,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from tuitrain.core.events import Event, RunFinished, RunStarted
 from tuitrain.sources.polled import Item, LIVE_WITHIN, Columns, PolledSource, as_number, simple_yaml, split_name
 from tuitrain.sources.refs import RunRef
@@ -182,6 +184,18 @@ class _Steps:
         self._count[key] = n + 1
         return n
 
+    def many(self, key: str, steps: np.ndarray) -> np.ndarray:
+        """`self(key, step)` of each step of an array, in order."""
+        n = self._count.get(key, 0)
+        if n < 0 or not steps.size:
+            return steps
+        moved = np.flatnonzero(steps != 0)
+        upto = int(moved[0]) if moved.size else steps.size  # the values at step 0 before the first that is not
+        out = steps.copy()
+        out[:upto] = np.arange(n, n + upto)
+        self._count[key] = -1 if moved.size else n + upto
+        return out
+
 
 class _Run(PolledSource):
     """What both stores' sources share: the run's start said once, its end when its status says it."""
@@ -233,6 +247,14 @@ class _Run(PolledSource):
                 time=at,
             )
         ]
+
+    def _extend(self, cols: Columns, key: str, steps: np.ndarray, values: np.ndarray, ms: np.ndarray) -> None:
+        if not steps.size:
+            return
+        steps = self.steps.many(key, steps)
+        self._top = max(self._top, int(steps.max()))
+        split, name = split_name(key)
+        cols.extend(split, "step", name, steps, values, ms / 1000)
 
     def _add(self, cols: Columns, key: str, step: int, value: float, ms: Any) -> None:
         step = self.steps(key, step)
@@ -305,7 +327,20 @@ class MlflowFileSource(_Run):
             self.problem(
                 f"{path}: a cut last line at byte {at + cut:,} skipped ({len(data) - cut} bytes)", f"cut {key}"
             )
-        for line in data[:cut].split(b"\n"):
+        body = data[:cut]
+        self._offsets[key] = at + cut
+        tokens = body.split()
+        if tokens and len(tokens) == 3 * body.count(b"\n"):  # every line "timestamp value step": at once
+            try:
+                table = np.array(tokens, dtype=object).reshape(-1, 3)
+                ms, values = table[:, 0].astype(np.float64), table[:, 1].astype(np.float64)
+                steps = table[:, 2].astype(np.int64).astype(np.float64)
+            except (ValueError, TypeError, OverflowError):
+                pass  # a damaged line among them: one at a time
+            else:
+                self._extend(cols, key, steps, values, ms)
+                return
+        for line in body.split(b"\n"):
             parts = line.split()
             if not parts:
                 continue
@@ -323,7 +358,6 @@ class MlflowFileSource(_Run):
                 )
                 continue
             self._add(cols, key, step, value, ms)
-        self._offsets[key] = at + cut
 
 
 class MlflowSqlSource(_Run):
@@ -368,12 +402,8 @@ class MlflowSqlSource(_Run):
         if self.db.immutable:
             self.problem(f"{self.ref.path}: read as it is on disk (a journal its writer left is not applied)", "ro")
         cols = Columns()
-        nan = float("nan")
-        for rowid, key, value, ms, step, is_nan in rows:
-            self._rowid = max(self._rowid, rowid)
-            if not isinstance(value, (int, float)) or not isinstance(step, int):
-                continue
-            self._add(cols, str(key), step, nan if is_nan else float(value), ms)
+        if rows:
+            self._rows(rows, cols)
         block = cols.block()
         if block is not None:
             out.append(block)
@@ -381,6 +411,26 @@ class MlflowSqlSource(_Run):
             status, start, end, _ = runs[0]
             out.extend(self._end(str(status), start, end))
         return out
+
+    def _rows(self, rows: list, cols: Columns) -> None:
+        """Metrics rows (rowid, key, value, timestamp, step, is_nan) as columns, a key at a time."""
+        rowids, keys, values, ms, steps, is_nan = zip(*rows)
+        self._rowid = max(self._rowid, max(rowids))
+        try:
+            got = np.array(values, np.float64)
+            at = np.array(ms, np.float64)
+            where = np.array(steps, np.float64)
+            got[np.array(is_nan, bool)] = np.nan
+        except (ValueError, TypeError):  # a value that is not a number: a row at a time
+            nan = float("nan")
+            for _, key, value, t, step, bad in rows:
+                if isinstance(value, (int, float)) and isinstance(step, int):
+                    self._add(cols, str(key), step, nan if bad else float(value), t)
+            return
+        names = np.array(keys, dtype=object)
+        for key in dict.fromkeys(keys):
+            mine = names == key
+            self._extend(cols, str(key), where[mine], got[mine], at[mine])
 
     def release(self) -> None:
         self.db.close()
