@@ -31,9 +31,10 @@ from types import SimpleNamespace
 from typing import Any, Literal
 
 from tuitrain.core import checkpoint as ckpt
-from tuitrain.core.control import Interrupter, stop_asked_for
+from tuitrain.core.control import Interrupter
 from tuitrain.core.health import Alerts, Health, Watch
 from tuitrain.core.lifecycle import Lifecycle
+from tuitrain.core.saving import Call, SavePolicy, Stop
 from tuitrain.core.verdicts import UserAlerts
 from tuitrain.run.directories import claim_run_dir, fresh_run_dir
 from tuitrain.run.learner import screen_for
@@ -163,11 +164,12 @@ class Monitor:
         return self._life.stop_checkpoint.asked() or self._flags.checkpoint_requested
 
     def _see_stop(self) -> None:
-        """A stop seen for the first time promises its checkpoint. Across ranks this reads the agreed stop,
-        which changes only at the boundary: every rank sees it at the same call. In one process a failed
-        write of the run directory promises nothing."""
-        promised = self.checkpoint_on_stop and not (self._ranks.synced is None and self.interrupter.failure)
-        self._life.stop_checkpoint.see(self._flags.stop_requested, promised)
+        """A stop seen for the first time promises its checkpoint, as the policy decides (in one process a failed
+        write of the run directory promises none). Across ranks the agreed stop: seen at the same call on every rank."""
+        flags, told = self._flags, self._life.stop_checkpoint
+        if flags.stop_requested and not told.seen:
+            failed = self._ranks.synced is None and bool(self.interrupter.failure)
+            told.see(True, self._policy().decide(Stop(flags.stop_source, failed)) is not None)
 
     def take_checkpoint_request(self) -> bool:
         """Whether a checkpoint was requested, clearing the request (a framework's own save follows)."""
@@ -223,16 +225,17 @@ class Monitor:
 
     # --- checkpoints ---------------------------------------------------------------------------
 
+    def _policy(self) -> SavePolicy:
+        return SavePolicy(on_stop=self.checkpoint_on_stop)  # the integrations turn the stop's checkpoint off
+
     def _reason(self, reason: str | None = None) -> tuple[str, str]:
-        """(reason, who asked for it): a checkpoint made for a request taken is the user's (never
-        deleted by keep_last), as is one made once a stop was asked for (q/y, Ctrl+C, `tuitrain stop`)."""
+        """(reason, who asked for it) of a save of the loop's own, as the policy decides (core/saving.py)."""
         taken = self.take_checkpoint_request()
         by, self._request_by = self._request_by, ""
         flags = self._flags
-        if not by and flags.stop_requested and (taken or reason in (None, "stop")):  # the stop's checkpoint
-            reason = reason or "stop"
-            by = "stop" if stop_asked_for(flags.stop_source) else ""  # a [watch] rule's: the run's own
-        return reason or ("request" if by else "api"), by
+        save = self._policy().decide(Call(reason or "", by, taken, flags.stop_requested, flags.stop_source))
+        assert save is not None  # a save of the loop's own is always made
+        return save.reason, save.requested
 
     def save_checkpoint(self, state: dict, step: int | None = None) -> Path:
         """Write `state` atomically into checkpoint/ (listed in its index.json, loadable with
