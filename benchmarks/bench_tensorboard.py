@@ -115,7 +115,13 @@ def parts(ref) -> dict:
     tfrecord.read_records(buf, framing.starts, framing.lengths, verify=False)
     out["decode alone"], t = time.process_time() - t, time.process_time()
     block = tb._block(
-        [x.decode() for x in rec.tags], [("train", "step", "loss")], rec.steps, rec.walls, rec.values, rec.tag_ids
+        [x.decode() for x in rec.tags],
+        tb.split_of,
+        rec.which,
+        rec.steps,
+        rec.walls,
+        rec.values,
+        rec.tag_ids,
     )
     out["block"], t = time.process_time() - t, time.process_time()
     DashboardState().apply([block])

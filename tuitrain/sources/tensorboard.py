@@ -338,14 +338,12 @@ class TensorBoardSource:
             walls = np.concatenate([walls, np.array([e[3] for e in extra], np.float64)])
             values = np.concatenate([values, np.array([e[4] for e in extra], np.float64)])
             ids = np.concatenate([ids, np.array([index[e[1]] for e in extra], np.int64)])
-            order = np.argsort(which, kind="stable")
-            which, steps, walls, values, ids = which[order], steps[order], walls[order], values[order], ids[order]
         if walls.size and self._first_wall is None:
-            self._first_wall = float(walls[0])
+            self._first_wall = float(walls.min())
         if not self._started and (walls.size or (found is not None and found.media)):
             self._start()
         if which.size:
-            block = _block(tags, [self._name(t) for t in tags], steps, walls, values, ids)
+            block = _block(tags, self._name, which, steps, walls, values, ids)
             self._max_step = max(self._max_step, block.max_step or 0)
             if block.epoch:
                 self._epoch = block.epoch
@@ -486,39 +484,46 @@ class TensorBoardBlock(MetricsBlock):
         return out
 
 
-def _block(tags, keys, steps, walls, values, ids) -> TensorBoardBlock:
-    """The scalars of one read as a block: each tag's (steps, values) in the records' order."""
+def _block(tags, name, which, steps, walls, values, ids) -> TensorBoardBlock:
+    """The scalars of one read as a block: each tag's (steps, values) in the records' order (`which`: each
+    point's record; the points come grouped by the records' lengths, not in the records' order), its key
+    `name(tag)`, asked in the order the tags first came (the first of two tags of one name keeps it)."""
     block = TensorBoardBlock.__new__(TensorBoardBlock)
     block._lines, block._raw, block._n = [], None, int(steps.size)
     block.samples, block.progress = [], {}
     block.series, block.latest = {}, {}
     fsteps = steps.astype(np.float64)
     if len(tags) == 1:
-        groups = [(0, np.arange(steps.size))]
+        segments = [np.arange(steps.size)]
     else:
-        order = np.argsort(ids, kind="stable")
-        bounds = np.flatnonzero(np.diff(ids[order])) + 1
-        groups = [(int(ids[part[0]]), part) for part in np.split(order, bounds)]
-        groups.sort(key=lambda g: g[1][0])  # names in the order they first came
-    train = []
-    for tag_id, part in groups:
-        key = keys[tag_id]
+        small = ids.astype(np.int16) if len(tags) < 32768 else ids
+        order = np.argsort(small, kind="stable")  # a radix sort, for 16-bit keys
+        segments = np.split(order, np.flatnonzero(np.diff(small[order])) + 1)
+    groups = []
+    for seg in segments:
+        w = which[seg]
+        if w.size > 1 and (w[1:] < w[:-1]).any():  # a tag's records of several lengths: back in their order
+            seg = seg[np.argsort(w, kind="stable")]
+        groups.append((int(ids[seg[0]]), seg, int(which[seg[0]])))
+    groups.sort(key=lambda g: g[2])  # names in the order they first came
+    train = None
+    for tag_id, part, _ in groups:
+        key = name(tags[tag_id])
         block.series[key] = (fsteps[part], values[part])
         block.latest[f"{key[0]}/{key[2]}"] = float(values[part[-1]])
-        if key[0] == "train" and key[1] == "step":
-            train.append(part)
+        if key[0] == "train" and key[1] == "step" and (train is None or part.size > train.size):
+            train = part
     block.max_step = int(steps.max())
-    block.time = float(walls[-1])
+    block.time = float(walls.max())
     block.epoch = 0
-    epoch = next((part for tag_id, part in groups if tags[tag_id] == "epoch"), None)
+    epoch = next((part for tag_id, part, _ in groups if tags[tag_id] == "epoch"), None)
     if epoch is not None:  # Lightning logs the epoch (from 0) as a scalar
         last = values[epoch[-1]]
         block.epoch = int(last) + 1 if np.isfinite(last) and 0 <= last < 1e9 else 0
     block.train_steps = None
-    if train:
-        rows = np.sort(np.concatenate(train)) if len(train) > 1 else train[0]
-        zeros = np.zeros(rows.size)
-        block.train_steps = (fsteps[rows], walls[rows], zeros, zeros, zeros)
+    if train is not None:  # the x axes and the speed from the train metric logged most often
+        zeros = np.zeros(train.size)
+        block.train_steps = (fsteps[train], walls[train], zeros, zeros, zeros)
     return block
 
 
