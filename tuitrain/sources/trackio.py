@@ -21,6 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from tuitrain.core.events import RunStarted
+
+try:  # a typed JSON decoder: a batch of rows at once (a dependency; without it the json module)
+    import msgspec
+except ImportError:  # pragma: no cover
+    msgspec = None  # type: ignore[assignment]
 from tuitrain.sources.polled import LIVE_WITHIN, Columns, Item, PolledSource, split_name
 from tuitrain.sources.refs import RunRef
 from tuitrain.sources.sqlite_ro import Database, Unreadable, is_sqlite
@@ -134,6 +139,7 @@ class TrackioSource(PolledSource):
         self._id = 0
         self._said_start = False
         self._damaged = 0
+        self._first_damaged = 0
 
     def describe(self) -> str:
         return f"{self.ref.path} (run {self.ref.key})"
@@ -161,28 +167,68 @@ class TrackioSource(PolledSource):
         if self.db.immutable:
             self.problem(f"{self.ref.path}: read as it is on disk (its -wal file's newest rows not read)", "ro")
         cols = Columns()
-        for row_id, step, stamp, raw in rows:
-            self._id = max(self._id, row_id)
-            try:
-                logged = json.loads(_text(raw))
-                if not isinstance(logged, dict) or not isinstance(step, int):
-                    raise ValueError("not a dict at a step")
-            except (ValueError, RecursionError):
-                self._damaged += 1
-                self.problem(
-                    f"{self.ref.path}: {self._damaged} damaged row{'s' if self._damaged > 1 else ''} of run "
-                    f"{self.ref.key!r} skipped (the first: metrics id {row_id})",
-                    "rows",
-                )
-                continue
-            at = _seconds(stamp)
-            for key, value in flat_numbers(logged):
-                split, name = split_name(key)
-                cols.add(split, "step", name, float(step), value, at)
+        if rows:
+            self._id = max(self._id, max(r[0] for r in rows))
+            self._rows(rows, cols)
         block = cols.block()
         if block is not None:
             out.append(block)
         return out
+
+    def _rows(self, rows: list, cols: Columns) -> None:
+        """Metrics rows (id, step, timestamp, JSON) as columns: the JSON decoded at once where it can be,
+        each name's values gathered (a Python step per value, no more)."""
+        raws = [raw if isinstance(raw, bytes) else str(raw).encode() for _, _, _, raw in rows]
+        logged: list[Any] | None = None
+        if msgspec is not None:
+            try:
+                logged = msgspec.json.decode(b"[" + b",".join(raws) + b"]")
+            except (msgspec.DecodeError, RecursionError):
+                logged = None
+        if logged is None or len(logged) != len(rows):
+            logged = [self._decoded(raw) for raw in raws]
+        gathered: dict[str, tuple[list[float], list[float], list[float]]] = {}
+        stamps: dict[Any, float] = {}
+        nan = float("nan")
+        for (row_id, step, stamp, _), got in zip(rows, logged):
+            if not isinstance(got, dict) or not isinstance(step, int) or isinstance(step, bool):
+                self._damage(row_id)
+                continue
+            at = stamps.get(stamp)
+            if at is None:
+                at = stamps[stamp] = _seconds(stamp) or nan  # a batch of rows shares its time
+            for key, value in got.items():
+                kind = type(value)
+                if kind is float or kind is int:
+                    pairs: Iterable[tuple[str, float]] = ((key, float(value)),)
+                else:
+                    pairs = flat_numbers({key: value})
+                for name, number in pairs:
+                    xs = gathered.get(name)
+                    if xs is None:
+                        xs = gathered[name] = ([], [], [])
+                    xs[0].append(step)
+                    xs[1].append(number)
+                    xs[2].append(at)
+        for key, (steps, values, times) in gathered.items():
+            split, name = split_name(key)
+            cols.extend(split, "step", name, steps, values, times)
+
+    @staticmethod
+    def _decoded(raw: bytes) -> Any:
+        try:
+            return json.loads(raw.decode("utf-8", "replace"))
+        except (ValueError, RecursionError):
+            return None
+
+    def _damage(self, row_id: int) -> None:
+        self._damaged += 1
+        self.problem(
+            f"{self.ref.path}: {self._damaged} damaged row{'s' if self._damaged > 1 else ''} of run "
+            f"{self.ref.key!r} skipped (the first: metrics id {self._first_damaged or row_id})",
+            "rows",
+        )
+        self._first_damaged = self._first_damaged or row_id
 
     def _start(self, configs: list) -> RunStarted:
         config: dict = {}
