@@ -33,9 +33,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from .rules import RULES, Rule
-from .rules.base import Key, Speaker, Spike, Verdict, doing
+from .rules.base import Key, Spike, Verdict
 
-__all__ = ["Alerts", "Health", "Key", "Speaker", "Spike", "Verdict", "Watch", "Watchdog", "doing", "thread_stacks"]
+#: Spike is the spike rules' statistics (rules/base.py), imported from here by tests/core/test_health_rules.py
+#: and benchmarks/health_replay.py
+__all__ = ["Alerts", "Health", "Spike", "Watch", "Watchdog", "thread_stacks", "watch_keys"]
 
 _isfinite = math.isfinite
 
@@ -81,9 +83,6 @@ class Watch:
 
     def __repr__(self) -> str:
         return "Watch(" + ", ".join(f"{k}={v!r}" for k, v in vars(self).items()) + ")"
-
-    def as_dict(self) -> dict[str, Any]:
-        return dict(vars(self))
 
     @classmethod
     def of(cls, value: Watch | dict | None, where: str = "watch") -> Watch:
