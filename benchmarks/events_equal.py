@@ -3,7 +3,8 @@ events.jsonl equal field by field except clocks" before and after a refactor).
 
     python benchmarks/events_equal.py RUN_A/events.jsonl RUN_B/events.jsonl
 
-The media events (written off the loop's thread) are compared in their own order, the loop's in theirs.
+The media and checkpoint writers' events (off the loop's thread) are compared in their own order, the loop's
+in theirs.
 Left out: DevicesSampled (sent by a clock), every event's `time`, and the fields that are clocks or follow
 them: durations, waits, stalls, throughput and step times, the run directory and process id, the host's
 environment. Exit 0 when every other field of every event is equal (same count, same order), else 1 with
@@ -19,8 +20,9 @@ import sys
 CLOCKS = {"time", "duration", "write", "stall", "wait", "pid", "run_dir", "env", "resumed_from", "elapsed"}
 #: events sent by a clock (about once a second), not by the loop
 CLOCK_EVENTS = {"DevicesSampled"}
-#: events written off the loop's thread (media.py): compared in their own order, apart from the loop's
-OFF_THREAD = {"HistogramLogged", "MediaLogged"}
+#: events written off the loop's thread (media.py, the checkpoint writer, whose finished writes are said at
+#: the next boundary after they finish): compared in their own order, apart from the loop's
+OFF_THREAD = {"HistogramLogged", "MediaLogged", "CheckpointSaved", "CheckpointDeleted"}
 #: metrics measured by a clock
 CLOCK_METRICS = ("throughput", "step_time", "data_wait", "tflops", "mfu", "time")
 
@@ -62,7 +64,7 @@ def main(a: str, b: str) -> int:
     diffs = []
     for what, keep in (
         ("loop", lambda e: e.get("event") not in OFF_THREAD),
-        ("media", lambda e: e.get("event") in OFF_THREAD),
+        ("writers", lambda e: e.get("event") in OFF_THREAD),
     ):
         diffs += compare([e for e in ea if keep(e)], [e for e in eb if keep(e)], what)
     if diffs:
@@ -70,7 +72,7 @@ def main(a: str, b: str) -> int:
         for d in diffs[:20]:
             print("  " + d[:600])
         return 1
-    print(f"{len(ea)} events equal field by field (clocks left out; media events in their own order)")
+    print(f"{len(ea)} events equal field by field (clocks left out; writers' events in their own order)")
     return 0
 
 
