@@ -256,3 +256,20 @@ def test_the_notebook_s_picture_of_a_tensorboard_folder(mixed, tmp_path):
     assert sorted(p.name for p in folder.iterdir()) == sorted(
         p.name for p in (tiny.runs / "tb" / "torch_run").iterdir()
     )
+
+
+def test_serve_s_viewer_opens_what_watch_would(mixed, monkeypatch):
+    """Each browser tab's viewer (`python -m tuitrain.dashboard.serve PATH...`) finds the runs as `watch` does."""
+    from tuitrain.dashboard import entry
+    from tuitrain.dashboard.serve import open_viewer
+
+    tiny, runs = mixed
+    opened = []
+    monkeypatch.setattr(entry, "run_watch", lambda d, theme, note="": opened.append(("run", d)) or 0)
+    monkeypatch.setattr(entry, "run_compare", lambda ds, theme, note="": opened.append(("compare", ds)) or 0)
+    assert open_viewer([tiny.runs / "tb" / "torch_run"], None) == 0
+    assert open_viewer([runs[0]], None) == 0
+    assert open_viewer([tiny.runs], None) == 0
+    (kind, ref), (kind2, path), (kind3, refs) = opened
+    assert (kind, ref.tool, kind2, path, kind3) == ("run", "tensorboard", "run", runs[0], "compare")
+    assert sorted(r.tool for r in refs) == ["lightning", "tensorboard", "tuitrain", "tuitrain"]

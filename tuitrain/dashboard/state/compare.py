@@ -69,9 +69,9 @@ class Tagged:
 
 
 def run_names(runs: list[Path]) -> list[str]:
-    """How the legend names each run: its folder's name, with its parent's when two share one."""
-    names = [p.name for p in runs]
-    return [f"{p.parent.name}/{p.name}" if names.count(p.name) > 1 else p.name for p in runs]
+    """How the legend names each run folder: its name, with its parent's when two share one (the registry's
+    rule, `registry.names`, for runs of any tool)."""
+    return registry.names([registry.own(p) for p in runs])
 
 
 class RunAdded:
