@@ -120,7 +120,8 @@ def _row(run_dir: Path, root: Path) -> dict:
 
 def _foreign_row(ref: RunRef) -> dict:
     """Another tool's run as `ls` lists it: named by its reader, with the tool's name after it; running
-    while its writer writes, else finished (its epoch, step and best are the dashboard's to show)."""
+    while its writer writes, else "log ended" (tuitrain cannot tell how another tool's training ended; its
+    epoch, step and best are the dashboard's to show)."""
     started = ref.info.get("started")
     if not isinstance(started, (int, float)) or isinstance(started, bool):
         try:
@@ -131,7 +132,7 @@ def _foreign_row(ref: RunRef) -> dict:
         "path": Path(ref.path),
         "name": f"{ref.name} ({registry.label(ref.tool)})",
         "started": float(started),
-        "status": "running" if registry.is_live(ref) else "finished",
+        "status": "running" if registry.is_live(ref) else "log ended",
         "exit_code": None,
         "epoch": None,
         "step": None,
