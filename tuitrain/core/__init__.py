@@ -5,13 +5,19 @@ The run
   learner.py           CoreLearner: the parts of a training run, put together; `fit`
   sections.py          its settings, grouped as a config's tables: Experiment, Train, Data, Metrics, Log ...
   loop.py              the loop: epochs, a training epoch (general and plain), validation, the step boundary
+  loop_parts.py        what the loop reads (LoopParts, built by the Learner at each fit), Judge, timed
+  session.py           what a fit trains inside: the frozen collector, the heap, max_time, the stall watchdog
+  environment.py       the device resolved, and the machine RunStarted describes
+  learner_media.py     the Learner's media for one fit: where log_image/text/histogram write
   phases.py            a phase is one batch's step: TrainPhase, CustomTrainPhase, ValidPhase
   lifecycle.py         between start and finish for any loop: control, pause, summary, RunFinished/RunFailed
   state.py             TrainState, StepOutput, FitResult, exit codes, the exceptions that cancel
   optimization.py      precision, backward, optimizer steps, clipping, schedulers
   learner_checkpoint.py  what a checkpoint holds: saving, loading, model.pt (CheckpointIO)
   learner_health.py    the [watch] rules acted on: skip, rollback, stop, the stall watchdog (HealthGuard)
-  health.py            the [watch] rules themselves: spikes, non-finite values, data wait, stalls
+  health.py            the [watch] table (Watch) and Health, which hands each value to the rules that read it
+  rules/               the [watch] rules, one class a file (rules/base.py Rule): a new rule is one file
+  verdicts.py          a rule's verdict said as AlertRaised, for HealthGuard and Monitor alike
 What leaves it
   events.py            every fact as a frozen dataclass
   callbacks.py         the event bus: subscribers, per-step sampling, a writer's failure
@@ -22,6 +28,7 @@ What leaves it
   png.py               PNG files written and read with zlib alone
 Steering and files
   control.py           the Interrupter: stop, pause, checkpoint requests; the control folder
+  saving.py            when to save: a moment and the settings in, a Save or None out (pure)
   checkpoint.py        the checkpoint folder: atomic background writes, the index, loading
   retention.py         which checkpoints are kept; media thinned evenly
   fsutil.py            atomic, durable file writes
