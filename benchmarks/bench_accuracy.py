@@ -3,7 +3,8 @@
 turns, to compare: `python benchmarks/bench_accuracy.py LABEL`."""
 
 import torch, time, sys
-from tuitrain.core.metrics import Accuracy, StepOutput
+from tuitrain.core.metrics import Accuracy
+from tuitrain.core.state import StepOutput
 
 torch.set_num_threads(1)
 out = torch.randn(64, 10)

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from tuitrain.core.data import EpochSampler, build_loader
-from tuitrain.core.metrics import MetricSet, StepOutput
+from tuitrain.core.metrics import MetricSet
+from tuitrain.core.state import StepOutput
 
 
 def _slices(n: int, world: int, mode: str, epoch: int = 3) -> list[list[int]]:

@@ -52,7 +52,7 @@ def sweep(learner, loader, min_lr: float, max_lr: float, steps: int) -> Sweep:
     `min_lr` to `max_lr`; the loss of each step, raw and smoothed."""
     import torch
 
-    from tuitrain.core.metrics import StepOutput
+    from tuitrain.core.state import StepOutput
     from tuitrain.core.loop import bound_step
     from tuitrain.core.phases import move_to
 
