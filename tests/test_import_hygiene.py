@@ -33,7 +33,7 @@ def test_help_imports_neither_torch_nor_textual():
 
 def test_the_cancel_exceptions_are_one_set_wherever_they_are_imported_from():
     import tuitrain
-    from tuitrain.core import phases, state
+    from tuitrain.core import state
 
     for name in ("CancelStep", "CancelEpoch", "CancelFitting"):
-        assert getattr(tuitrain, name) is getattr(phases, name) is getattr(state, name)
+        assert getattr(tuitrain, name) is getattr(state, name)

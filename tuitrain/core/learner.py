@@ -48,12 +48,12 @@ from .media import LearnerMedia, MediaLog, QuietMedia
 from .metrics import MetricSet
 from .optimization import Optimization, Precision
 from .output import capture_output
-from .phases import CancelFitting, NonFiniteLoss, Phase, TrainPhase, ValidPhase
+from .phases import Phase, TrainPhase, ValidPhase
 from .schedules import say as say_stretched
 from .sections import Checkpointing, Data, Experiment, Log, Metrics, Train, with_shortcuts
 from .saving import End, Request, SavePolicy
 from .session import TrainingSession, max_time_spent, out_of_memory_advice
-from .state import EXIT_FAILED, FitResult, RunDirUnwritable, TrainState
+from .state import EXIT_FAILED, CancelFitting, FitResult, NonFiniteLoss, RunDirUnwritable, TrainState
 from .strategies.base import Strategy
 
 

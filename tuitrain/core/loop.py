@@ -337,7 +337,7 @@ class Loop:
         if loss_metric is None:
             add_loss = None
         else:  # CPU: the loss is read back per step (judged), added as a float; else as a tensor
-            add_loss = loss_metric._add_float if judge.every_step else loss_metric._add
+            add_loss = loss_metric.add_float if judge.every_step else loss_metric.add_tensor
         opt_step, zero_grad = p.optimizer.step, p.optimizer.zero_grad
         ctx, after_step = metrics.ctx, self.after_step
         move, device, non_blocking = p.move_batches, p.device, p.non_blocking

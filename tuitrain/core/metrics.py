@@ -72,11 +72,11 @@ class _Ratio(Metric):
         self.total = 0.0
         self.count = 0
 
-    def _add_float(self, value: float, n: int, weight: float = 1.0) -> None:
+    def add_float(self, value: float, n: int, weight: float = 1.0) -> None:
         self._fsum += value * weight
         self._count += n
 
-    def _add(self, value: torch.Tensor, n: int, weight: float = 1.0) -> None:
+    def add_tensor(self, value: torch.Tensor, n: int, weight: float = 1.0) -> None:
         # a list append per step, not a tensor op: the sum happens when a value is due
         self._values.append(value.detach())
         self._weights.append(weight)
@@ -145,9 +145,9 @@ class Loss(_Ratio):
 
     def update(self, out: StepOutput, n: int) -> None:
         if out.value is not None:  # read already: no tensor work at all
-            self._add_float(out.value, n, float(n))
+            self.add_float(out.value, n, float(n))
         else:
-            self._add(out.loss, n, float(n))
+            self.add_tensor(out.loss, n, float(n))
 
 
 def _predictions(output: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -177,7 +177,7 @@ class _Hits(_Ratio):
             self._left_out.append((target == IGNORE_INDEX).sum())
             if len(self._left_out) >= self.BATCH:
                 self._left_out = [torch.stack(self._left_out).sum()]
-        self._add(hit.sum(), target.numel())
+        self.add_tensor(hit.sum(), target.numel())
 
     def _settle(self) -> None:
         if self._left_out:
@@ -242,7 +242,7 @@ class StepValue(_Ratio):
             )
         if not isinstance(value, torch.Tensor):
             value = torch.tensor(float(value), dtype=torch.float64)
-        self._add(value, n, float(n))
+        self.add_tensor(value, n, float(n))
 
 
 class LearningRate(Metric):

@@ -17,9 +17,8 @@ from typing import Any
 
 import torch
 
-from .batches import batch_size_of, mapping_step, move_to, tokens_of  # noqa: F401 (their home before)
+from .batches import batch_size_of, mapping_step, tokens_of
 from .metrics import StepOutput
-from .state import CancelEpoch, CancelFitting, CancelStep, NonFiniteLoss  # noqa: F401 (their home before)
 
 
 def pair_step(model, loss_fn, batch):

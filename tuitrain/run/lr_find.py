@@ -54,7 +54,7 @@ def sweep(learner, loader, min_lr: float, max_lr: float, steps: int) -> Sweep:
 
     from tuitrain.core.state import StepOutput
     from tuitrain.core.loop import bound_step
-    from tuitrain.core.phases import move_to
+    from tuitrain.core.batches import move_to
 
     phase = learner.train_phase
     manual = getattr(phase, "manual_optimization", False)

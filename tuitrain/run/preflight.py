@@ -33,7 +33,7 @@ def preflight(cfg: Any) -> None:
                 key="train.compile",
             )
     try:  # a device this machine does not have is a config error, found before anything is written
-        from tuitrain.core.learner import resolve_device
+        from tuitrain.core.environment import resolve_device
 
         device = resolve_device(cfg.train.device)
     except RuntimeError as e:

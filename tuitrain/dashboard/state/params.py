@@ -13,14 +13,13 @@ Pure: no textual, no plotext. Like the rest of the dashboard, must not import th
 from __future__ import annotations
 
 import math
-import tomllib
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from tuitrain.dashboard.charts.plan import short
 from tuitrain.dashboard.state.compare import flatten
 from tuitrain.dashboard.state.sweep import column_heads
+from tuitrain.sources.sweep_files import searched
 
 #: values spanning more than this ratio (two decades), all above zero, go on a log axis when the config says nothing
 LOG_RATIO = 100.0
@@ -93,17 +92,6 @@ def _same(a: Any, b: Any) -> bool:
     if is_number(a) and is_number(b):
         return a == b or math.isclose(a, b, rel_tol=1e-9)
     return type(a) is type(b) and a == b
-
-
-def searched(config_path: str | Path) -> dict[str, dict]:
-    """The config file's `[sweep.params]` ({} when it is gone, damaged or has none)."""
-    try:
-        with open(config_path, "rb") as f:
-            table = tomllib.load(f)
-    except (OSError, tomllib.TOMLDecodeError, RecursionError, UnicodeDecodeError, TypeError, ValueError):
-        return {}
-    params = table.get("sweep", {}).get("params") if isinstance(table.get("sweep"), dict) else None
-    return {k: v for k, v in params.items() if isinstance(v, dict)} if isinstance(params, dict) else {}
 
 
 def param_axes(keys: list[str], points: list[TrialPoint], declared: dict[str, dict] | None = None) -> list[ParamAxis]:
