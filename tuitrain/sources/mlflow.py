@@ -218,6 +218,7 @@ class _Run(PolledSource):
             config=config,
             env={"tool": TOOL, **env},
             time=start_ms / 1000 if isinstance(start_ms, (int, float)) else 0.0,
+            loop=TOOL,  # the dashboard's word for a run another tool wrote (dashboard/state/foreign.py)
         )
 
     def _end(self, status: str, start_ms: Any, end_ms: Any) -> list[Event]:

@@ -253,6 +253,7 @@ class TrackioSource(PolledSource):
             config={k: v for k, v in config.items() if not k.startswith("_")},
             env=env,
             time=started or 0.0,
+            loop=TOOL,  # the dashboard's word for a run another tool wrote (dashboard/state/foreign.py)
         )
 
     def release(self) -> None:

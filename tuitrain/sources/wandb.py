@@ -313,6 +313,7 @@ class WandbSource(PolledSource):
             config=dict(self._config),
             env=env,
             time=self._start_time,
+            loop=TOOL,  # the dashboard's word for a run another tool wrote (dashboard/state/foreign.py)
         )
 
     def _history(self, history: Any, cols: Columns, media: list) -> None:
