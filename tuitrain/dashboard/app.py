@@ -150,6 +150,7 @@ class DashboardApp(SteeredApp):
         self._last_c = -1e9  # pace_clock time of the last `c`
         self._leaving = False  # `leave` called: the app is on its way out
         self._paused_shown = False  # the pause the footer's `p` speaks of
+        self._tool_shown = ""  # the foreign tool the panels speak of (`_show_tool`)
 
     def get_default_screen(self) -> DashboardScreen:
         """The dashboard's screen: it composes and lays out the widgets (tuitrain/dashboard/screens/screen.py)."""
@@ -165,6 +166,8 @@ class DashboardApp(SteeredApp):
     async def on_mount(self) -> None:
         """Once the screen's widgets are mounted: the run shown, its source read, the timers started."""
         await self.dashboard.composed.wait()
+        if self.state.kind == "run":  # a foreign log's run: named, and live or not, before its first event
+            self.state.seed(self.source)
         self.feed.show_on(self.dashboard, self.state)
         self._set_theme()
         self.feed.show_title()
@@ -236,9 +239,22 @@ class DashboardApp(SteeredApp):
         """Fold what the bridge holds into the state and refresh the panels that changed (`Feed`;
         the drain timer calls this method)."""
         self.feed.drain()
+        if self.state.kind == "run" and self.state.tool != self._tool_shown:
+            self._show_tool()
         if bool(self.state.paused) != self._paused_shown:  # the footer: p Pause, or p Resume
             self._paused_shown = bool(self.state.paused)
             self.refresh_bindings()
+
+    def _show_tool(self) -> None:
+        """A run read from another tool's log: the panels of what such a log never holds say so."""
+        from tuitrain.dashboard.state.foreign import absent_line
+
+        self._tool_shown = tool = self.state.tool
+        if self.dashboard is None:
+            return
+        line = absent_line(tool) if tool else ""
+        self.dashboard.devices.say_empty(line or "no device samples yet")
+        self.dashboard.checkpoints.say_empty(line or "no checkpoint yet")
 
     # Textual's one funnel for an unhandled exception, private: it has no public hook (textual 0.80 to
     # 8.2). The screen ends at once (`panic`, with nothing to print: no traceback over the terminal), exit

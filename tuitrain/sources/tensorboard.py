@@ -370,6 +370,7 @@ class TensorBoardSource:
             batch_size=0,
             config=dict(self._config),
             time=t,
+            loop=TOOL,  # the dashboard's word for what it knows of a run another tool wrote
         )
         assert self._emit is not None
         self._emit(event, None)

@@ -35,11 +35,17 @@ class CheckpointList(Static):
         self, clock: Callable[[], float] = time.time, *, id: str | None = None, classes: str | None = None
     ) -> None:
         super().__init__("no checkpoint yet", id=id, classes=classes)
+        self.empty = "no checkpoint yet"  # the line while there is none (a foreign log's: it has none)
         self.clock = clock
         self.rows: list[dict] = []
         self.best_file = ""
         self.monitor = ""
         self._shown: tuple | None = None  # what is on screen: (row count, text of the cells)
+
+    def say_empty(self, line: str) -> None:
+        """The line while there is no checkpoint (`empty`), shown at once when there is none."""
+        self.empty, self._shown = line, None
+        self.render_rows()
 
     def show(self, checkpoints: list[dict], best_file: str, monitor: str) -> None:
         self.rows, self.best_file, self.monitor = list(checkpoints), best_file, monitor
@@ -54,7 +60,7 @@ class CheckpointList(Static):
         if not self.rows:
             if self._shown != (0, ()):
                 self._shown = (0, ())
-                self.update("no checkpoint yet")
+                self.update(self.empty)
             return
         header = self.get_component_rich_style("checkpoint-list--header")
         best = self.get_component_rich_style("checkpoint-list--best")

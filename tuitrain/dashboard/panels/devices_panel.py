@@ -105,6 +105,7 @@ class DevicesPanel(Static):
 
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__("no device samples yet", id=id, classes=classes)
+        self.empty = "no device samples yet"  # the line while there is none (a foreign log's: it has none)
         self.sample: DevicesSampled | None = None
         self.gpus: list[dict] = []
         self._shown: tuple | None = None  # show()'s arguments, shown again at a new width
@@ -118,6 +119,12 @@ class DevicesPanel(Static):
     def on_resize(self) -> None:
         if self._shown is not None:  # each row's figures are those that fit the width
             self.show(*self._shown)
+
+    def say_empty(self, line: str) -> None:
+        """The line while there is no device sample (`empty`), shown at once when there is none."""
+        self.empty = line
+        if self._shown is None:
+            self.update(line)
 
     def show(self, samples: dict[int, DevicesSampled], env: dict | None = None) -> None:
         if not samples:

@@ -28,6 +28,8 @@ TONES = {
     "interrupted": "warn",
     "failed": "bad",
     "killed": "bad",
+    "reading log": "busy",  # another tool's log (state/foreign.py): its class "-reading-log"
+    "log ended": "good",
 }
 
 
@@ -61,9 +63,10 @@ class ProgressPanel(Static):
     def show(self, state: DashboardState, note: str = "") -> None:
         status = safe_name(state.status, 32)  # a phase of one's own names it
         if status != self.status:
-            self.remove_class(f"-{self.status}")
+            if self.status in TONES:  # (a phase of one's own is no class: its name may not be a class's)
+                self.remove_class(f"-{self.status.replace(' ', '-')}")
             if status in TONES:  # a class for the theme: only the states it knows
-                self.add_class(f"-{status}")
+                self.add_class(f"-{status.replace(' ', '-')}")
             self.status = status
         label = self.get_component_rich_style("progress-panel--label")
         tone = self.get_component_rich_style(f"progress-panel--{TONES.get(status, 'busy')}")

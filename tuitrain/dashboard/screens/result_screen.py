@@ -12,6 +12,7 @@ from textual.widgets import Static
 
 from tuitrain.core.text import safe_text
 from tuitrain.dashboard.fmt import format_duration, format_summary_text, format_value
+from tuitrain.dashboard.state.foreign import LOG_ENDED, tool_label
 from tuitrain.dashboard.state.model import DashboardState
 from tuitrain.dashboard.screens.modal import Modal
 from tuitrain.sinks.run_status import KILLED
@@ -41,6 +42,10 @@ def _title(state: DashboardState) -> str:
         return "Training killed: the run's process is gone"
     if state.finished is None:  # work returned without a final event: how it ended is not known
         return "Training ended"
+    if state.final == LOG_ENDED:  # another tool's log read to its end: how its training ended is not known
+        return f"{tool_label(state.tool)} log read to its end"
+    if getattr(state, "tool", ""):  # MLflow's, W&B's own record of the run's end
+        return f"{tool_label(state.tool)} says the run finished"
     return "Training completed"
 
 
@@ -84,6 +89,12 @@ def _body(state: DashboardState, exit_code: int | None) -> str:
     fin = state.finished
     if fin is not None:
         epoch = f"epoch {fin.epoch} · " if fin.epoch or state.epochs else ""  # Monitor's loop has none
+        if getattr(state, "tool", ""):  # another tool's log: its last step, the time its records span (no
+            # exit code: the reader's is not the training's)
+            why = f"{REASONS.get(fin.reason, fin.reason)} · " if fin.reason else ""
+            span = format_duration(fin.duration)
+            lines.append(f"{why}{epoch}step {fin.step:,} · {span} from its first record to its last")
+            return "\n".join(lines)
         lines.append(
             f"{REASONS.get(fin.reason, fin.reason)} · {epoch}step {fin.step} · {_duration(state, fin.duration)}{code}"
         )
@@ -149,6 +160,7 @@ class ResultScreen(Modal[str | None]):
 
     def compose(self) -> ComposeResult:
         kind = "failed" if self.state.failed is not None else self.state.final or "completed"
+        kind = "completed" if kind == LOG_ENDED else kind  # (a class name: no space)
         with Vertical(id="result-box", classes=f"-{kind}"):
             yield Static(Text(self.title_text), id="result-title")
             with VerticalScroll(id="result-scroll"):

@@ -34,6 +34,7 @@ from textual.widgets import Footer, Static
 
 from tuitrain.core.text import safe_name, safe_text
 from tuitrain.dashboard.fitting import footer_bindings, title_line
+from tuitrain.dashboard.state.foreign import READING
 from tuitrain.dashboard.layout import COMPACT, TOO_SMALL
 from tuitrain.dashboard.charts.chart_grid import ChartGrid
 from tuitrain.dashboard.charts.chart_note import ChartNote
@@ -50,6 +51,8 @@ def run_state(state) -> str:
     """The header's word for the run: live, paused, completed, interrupted, failed (or killed)."""
     if state.final:
         return state.final
+    if getattr(state, "reading", False):  # a foreign log whose writer stopped: not live (foreign.py)
+        return READING
     return "paused" if state.paused else "live"
 
 

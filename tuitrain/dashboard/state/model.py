@@ -62,6 +62,7 @@ from tuitrain.dashboard.state.changes import (
     Result,
 )
 from tuitrain.dashboard.state.devices import DEVICE_PREFIX, device_values
+from tuitrain.dashboard.state.foreign import READING, final_of, tool_of_loop, tool_of_source
 from tuitrain.dashboard.state.media import MediaState, keep_of
 from tuitrain.dashboard.state.series import Anchors, Series
 from tuitrain.dashboard.state.throughput import Throughput
@@ -142,6 +143,8 @@ class DashboardState:
         self.devices: dict[int, DevicesSampled] = {}
         self.env: dict = {}  # RunStarted.env: versions, devices, git commit
         self.loop = ""  # RunStarted.loop: "" tuitrain's own, "monitor", "lightning", "transformers"
+        self.tool = ""  # the tool whose log the run was read from ("tensorboard"): foreign.py; "" tuitrain's own
+        self.source_live: bool | None = None  # a foreign source's `live`: its writer still writing (None: not said)
         self.checkpoints: list[dict] = []  # newest first
         self.best_file = ""
         self.lines: deque[tuple[str, str, bool]] = deque(maxlen=5000)  # (stream, text, partial) not yet shown
@@ -164,6 +167,8 @@ class DashboardState:
     def status(self) -> str:
         if self.final:
             return self.final
+        if self.reading:
+            return READING
         if self.stopping:
             return "stopping"
         if self.paused:
@@ -171,6 +176,22 @@ class DashboardState:
         if self.checkpointing:
             return "checkpointing"
         return self.activity
+
+    @property
+    def reading(self) -> bool:
+        """A foreign log whose writer has stopped, read and not yet to its end."""
+        return bool(self.tool) and self.source_live is False and not self.final
+
+    def seed(self, source) -> None:
+        """Before its first event: a foreign source's run named by its ref, whether its writer still writes."""
+        ref = getattr(source, "ref", None)
+        self.tool = tool_of_source(source)
+        if not self.tool or ref is None:
+            return
+        self.experiment = self.experiment or str(getattr(ref, "name", "") or "")
+        self.run_dir = self.run_dir or str(getattr(ref, "path", "") or "")
+        live = getattr(source, "live", None)
+        self.source_live = live if isinstance(live, bool) else None
 
     @property
     def ended(self) -> bool:
@@ -327,6 +348,7 @@ class DashboardState:
                 self.steps_per_epoch, self.batch_size = event.steps_per_epoch, event.batch_size
                 self.resumed_from = event.resumed_from
                 self.loop = event.loop
+                self.tool = tool_of_loop(event.loop) or self.tool
                 self.epoch, self.step, self.start_step = event.start_epoch, event.start_step, event.start_step
                 self._new_session(event.time)
                 cfg = event.config if isinstance(event.config, dict) else {}
@@ -446,7 +468,7 @@ class DashboardState:
                 self.devices[event.rank] = event
                 return {Devices} | self._device_history(event)
             case RunFinished():
-                self.finished, self.final = event, event.status or "completed"
+                self.finished, self.final = event, final_of(self.tool, event.status)
                 self.epoch, self.step = event.epoch, event.step
                 self.paused = self.checkpointing = False
                 if event.best.get("file"):
