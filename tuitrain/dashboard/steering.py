@@ -16,6 +16,7 @@ import signal
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from textual import events
 from textual.app import App
 from textual.screen import ModalScreen
 
@@ -80,6 +81,14 @@ class SteeredApp(App[int]):
     def _stops_the_run(self) -> bool:
         """Ctrl+C stops the run (a run this process started), rather than leaving the viewer."""
         return self.steerable and (self.owned or not self.watching)
+
+    async def on_event(self, event: events.Event) -> None:
+        # a key read together with the one that left (`Esc q z` in one read on a summary): once the app's
+        # screens are gone it has nowhere to go, and Textual's bindings would ask for a screen that is not
+        # there (ScreenStackError). check_action comes too late for it
+        if isinstance(event, events.InputEvent) and not self.screen_stack:
+            return
+        await super().on_event(event)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Keys that steer leave the footer (and do nothing) once there is nothing to steer."""

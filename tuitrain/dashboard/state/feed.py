@@ -188,7 +188,7 @@ class Feed:
 
     def show_title(self) -> None:
         """The title bar: the run, where it is (a watched run: its directory as given), live or ended."""
-        where = self.state.run_dir or (str(getattr(self.source, "run_dir", "")) if self.watching else "")
+        where = self.state.run_dir or (str(getattr(self.source, "run_dir", "") or "") if self.watching else "")
         # "[watching]" only in `tuitrain watch`: a run in its own terminal (`Monitor`, Lightning) is "[live]"
         self.screen.show_title(self.state, where, self.watching_label)
 
