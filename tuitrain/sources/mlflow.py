@@ -200,6 +200,8 @@ class _Steps:
 class _Run(PolledSource):
     """What both stores' sources share: the run's start said once, its end when its status says it."""
 
+    records_its_end = True  # its status / exit record: said by this reader
+
     def __init__(self, ref: RunRef, live: bool) -> None:
         super().__init__(live)
         self.ref = ref

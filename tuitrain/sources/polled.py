@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from tuitrain.core.events import Event, MetricsLogged
+from tuitrain.core.events import Event, MetricsLogged, RunFailed, RunFinished
 from tuitrain.sources.run_files import Emit, MetricsBlock
 
 LIVE_WITHIN = 60.0  # seconds: a run whose files changed this recently may still be written (a writer flushes)
@@ -263,6 +263,9 @@ class PolledSource:
 
     poll_live = 0.5  # seconds between looks while the run's writer is writing: new values within 2 s
     poll_done = 2.0
+    #: whether the tool's log records its run's end (MLflow's status, W&B's exit record): then the reader says
+    #: it; a log that does not (Lightning's CSV, trackio) ends where its values do once its writer is gone
+    records_its_end = False
 
     def __init__(self, live: bool) -> None:
         self.live = live
@@ -272,6 +275,8 @@ class PolledSource:
         self._stop = threading.Event()
         self._emit: Emit | None = None
         self._kinds: dict[str, int] = {}  # a kind of problem -> its line in `problems`
+        self._ended = False  # a RunFinished or RunFailed said (the reader's own, or the log's end below)
+        self._last = (0, 0, 0.0)  # (epoch, step, time) of the newest values read
 
     def problem(self, line: str, kind: str = "") -> None:
         """Say `line` once; a line of a `kind` said before takes its place (a count that grew)."""
@@ -312,12 +317,39 @@ class PolledSource:
                     self._stop.wait()
                     break
                 for event in events:
+                    self._note(event)
                     emit(event, None)  # type: ignore[arg-type]  # a block goes where events go, as FileSource's do
+                if not (self.live or self._ended or self.records_its_end):  # read to its end, the writer gone
+                    emit(self.log_end(), None)
+                    self._ended = True
                 self.caught_up = True
                 self._stop.wait(self.poll_live if self.live else self.poll_done)
         finally:
             self.release()
         return None
+
+    def _note(self, event: Any) -> None:
+        if isinstance(event, (RunFinished, RunFailed)):
+            self._ended = True
+        elif isinstance(event, MetricsBlock) and event.max_step is not None:
+            epoch, step, at = self._last
+            self._last = (max(epoch, event.epoch or 0), max(step, int(event.max_step)), max(at, event.time or 0.0))
+
+    def log_end(self) -> RunFinished:
+        """What a log that says nothing of its run's end is read as once its writer is gone: it ends at its
+        last values (the dashboard says "log ended", never that training completed: state/foreign.py)."""
+        epoch, step, at = self._last
+        return RunFinished(
+            status="completed",
+            exit_code=0,
+            epoch=epoch,
+            step=step,
+            reason="",
+            duration=0.0,
+            summary={},
+            best={},
+            time=at,
+        )
 
     def describe(self) -> str:
         return type(self).__name__

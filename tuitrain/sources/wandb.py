@@ -191,6 +191,8 @@ def _items_key(item: Any) -> str:
 class WandbSource(PolledSource):
     """Follows a run's .wandb file (see the module's docstring)."""
 
+    records_its_end = True  # its status / exit record: said by this reader
+
     def __init__(self, ref: RunRef, live: bool) -> None:
         super().__init__(live)
         self.ref = ref

@@ -92,8 +92,9 @@ def _body(state: DashboardState, exit_code: int | None) -> str:
         if getattr(state, "tool", ""):  # another tool's log: its last step, the time its records span (no
             # exit code: the reader's is not the training's)
             why = f"{REASONS.get(fin.reason, fin.reason)} · " if fin.reason else ""
-            span = format_duration(fin.duration)
-            lines.append(f"{why}{epoch}step {fin.step:,} · {span} from its first record to its last")
+            # a log with no times (Lightning's CSV) says no span
+            span = f" · {format_duration(fin.duration)} from its first record to its last" if fin.duration > 0 else ""
+            lines.append(f"{why}{epoch}step {fin.step:,}{span}")
             return "\n".join(lines)
         lines.append(
             f"{REASONS.get(fin.reason, fin.reason)} · {epoch}step {fin.step} · {_duration(state, fin.duration)}{code}"
