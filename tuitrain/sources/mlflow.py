@@ -28,7 +28,7 @@ import numpy as np
 from tuitrain.core.events import Event, RunFinished, RunStarted
 from tuitrain.sources.polled import Item, LIVE_WITHIN, Columns, PolledSource, as_number, simple_yaml, split_name
 from tuitrain.sources.refs import RunRef
-from tuitrain.sources.sqlite_ro import Database, Unreadable, is_sqlite
+from tuitrain.sources.sqlite_ro import Database, Unreadable, is_sqlite, say_read, say_unreadable
 
 TOOL = "mlflow"
 EXTRA = None  # the standard library only
@@ -394,16 +394,9 @@ class MlflowSqlSource(_Run):
                 (self._rowid, self.ref.key),
             )
         except Unreadable as e:
-            if e.kind == "locked":
-                self.problem(f"{self.ref.path}: locked by its writer; read again at the next look", "locked")
-            else:
-                self.problem(f"{self.ref.path}: not readable as a database ({e})", "damaged")
+            say_unreadable(self, self.ref.path, e)
             return out
-        self.clear("locked")
-        if damage:
-            self.problem(f"{self.ref.path}: damaged ({damage}); the metrics before it read", "damaged")
-        if self.db.immutable:
-            self.problem(f"{self.ref.path}: read as it is on disk (a journal its writer left is not applied)", "ro")
+        say_read(self, self.ref.path, damage, self.db.immutable, "metrics", "a journal its writer left is not applied")
         cols = Columns()
         if rows:
             self._rows(rows, cols)

@@ -91,4 +91,23 @@ class Database:
             self._conn = None
 
 
-__all__ = ["MAGIC", "Database", "Unreadable", "is_sqlite"]
+def say_unreadable(source: Any, path: Path, e: Unreadable) -> None:
+    """A database a reader could not read this time said on its source (a `PolledSource`): locked by its
+    writer (read again at the next look), or not a database it can read."""
+    if e.kind == "locked":
+        source.problem(f"{path}: locked by its writer; read again at the next look", "locked")
+    else:
+        source.problem(f"{path}: not readable as a database ({e})", "damaged")
+
+
+def say_read(source: Any, path: Path, damage: str, immutable: bool, read: str, on_disk: str) -> None:
+    """A read that came through said on its source: no longer locked; `damage` met after the `read` rows;
+    the file read as it is on disk (`on_disk`: what that leaves out)."""
+    source.clear("locked")
+    if damage:
+        source.problem(f"{path}: damaged ({damage}); the {read} before it read", "damaged")
+    if immutable:
+        source.problem(f"{path}: read as it is on disk ({on_disk})", "ro")
+
+
+__all__ = ["say_read", "say_unreadable", "MAGIC", "Database", "Unreadable", "is_sqlite"]

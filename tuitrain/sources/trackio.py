@@ -28,7 +28,7 @@ except ImportError:  # pragma: no cover
     msgspec = None  # type: ignore[assignment]
 from tuitrain.sources.polled import LIVE_WITHIN, Columns, Item, PolledSource, split_name
 from tuitrain.sources.refs import RunRef
-from tuitrain.sources.sqlite_ro import Database, Unreadable, is_sqlite
+from tuitrain.sources.sqlite_ro import Database, Unreadable, is_sqlite, say_read, say_unreadable
 
 TOOL = "trackio"
 EXTRA = None  # the standard library only
@@ -156,16 +156,9 @@ class TrackioSource(PolledSource):
                 (self._id, self.ref.key),
             )
         except Unreadable as e:
-            if e.kind == "locked":
-                self.problem(f"{self.ref.path}: locked by its writer; read again at the next look", "locked")
-            else:
-                self.problem(f"{self.ref.path}: not readable as a database ({e})", "damaged")
+            say_unreadable(self, self.ref.path, e)
             return out
-        self.clear("locked")
-        if damage:
-            self.problem(f"{self.ref.path}: damaged ({damage}); the rows before it read", "damaged")
-        if self.db.immutable:
-            self.problem(f"{self.ref.path}: read as it is on disk (its -wal file's newest rows not read)", "ro")
+        say_read(self, self.ref.path, damage, self.db.immutable, "rows", "its -wal file's newest rows not read")
         cols = Columns()
         if rows:
             self._id = max(self._id, max(r[0] for r in rows))
