@@ -307,7 +307,8 @@ def chain_parts(sched: SchedulerConfig, where: str) -> list[tuple[str, Scheduler
         key = f"{where}.chain[{i}]"
         if not isinstance(item, dict):
             raise ConfigError('each window is a table: { name = "LinearLR", end = 100, ... }', key=key)
-        b, e = item.get("begin", begin), item.get("end")
+        b: int = item.get("begin", begin)  # whole numbers, checked below
+        e: int | None = item.get("end")
         for k, v in (("begin", b), ("end", e)):
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
                 raise ConfigError(f"{k} must be a whole number of {sched.interval}s >= 0", key=f"{key}.{k}")

@@ -44,10 +44,6 @@ def suggest(word: str, choices: typing.Iterable[str]) -> str:
     return f" (did you mean '{match[0]}'?)" if match else ""
 
 
-def _checked_by_rules(self) -> None:
-    """A config's section is checked by `RULES` (with the file and key), not again as the core's is."""
-
-
 @dataclass
 class ExperimentConfig:
     name: str = "experiment"
@@ -58,9 +54,9 @@ class ExperimentConfig:
 @dataclass
 class ModelConfig:
     target: str = ""
-    kwargs: dict = field(default_factory=dict)
+    kwargs: dict[str, Any] = field(default_factory=dict)
     #: [model.NAME] sub-tables (several models): name -> ModelConfig; empty for one model
-    named: dict = field(default_factory=dict)
+    named: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -68,14 +64,16 @@ class DataConfig(Data):
     """[data]: the core's `Data` (the loaders), and the factory that makes the datasets."""
 
     target: str = ""
-    kwargs: dict = field(default_factory=dict)
-    __post_init__ = _checked_by_rules
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        """Checked by `RULES` (with the file and key), not again as the core's section is."""
 
 
 @dataclass
 class LossConfig:
     target: str = "torch.nn:CrossEntropyLoss"
-    kwargs: dict = field(default_factory=dict)
+    kwargs: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -84,9 +82,9 @@ class OptimizerConfig:
     target: str = ""
     base_batch_size: int = 0  # > 0: lr scaled by (batch_size x grad_accumulation x processes) / this
     #: parameter-name substrings ("bias", "norm") whose parameters get weight_decay = 0
-    no_decay: list = field(default_factory=list)
-    kwargs: dict = field(default_factory=dict)
-    named: dict = field(default_factory=dict)  # [optimizer.NAME]: the optimizer of model NAME
+    no_decay: list[str] = field(default_factory=list)
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    named: dict[str, Any] = field(default_factory=dict)  # [optimizer.NAME]: the optimizer of model NAME
 
 
 @dataclass
@@ -95,12 +93,12 @@ class SchedulerConfig:
     target: str = ""
     interval: str = "step"
     # windows run one after another: [{name = "LinearLR", end = 100, start_factor = 0.1}, {name = ...}]
-    chain: list = field(default_factory=list)
-    kwargs: dict = field(default_factory=dict)
-    named: dict = field(default_factory=dict)  # [scheduler.NAME]: the scheduler of optimizer NAME
+    chain: list[dict[str, Any]] = field(default_factory=list)
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    named: dict[str, Any] = field(default_factory=dict)  # [scheduler.NAME]: the scheduler of optimizer NAME
 
 
-def parts(section: Any, single: str = "model") -> dict:
+def parts(section: Any, single: str = "model") -> dict[str, Any]:
     """A model/optimizer/scheduler table as name -> table: its [x.NAME] sub-tables, or {single: itself}."""
     if section is None:
         return {}
@@ -125,7 +123,10 @@ class TrainConfig(Train):
     compile: bool = False  # torch.compile the model(s) (nn.Module.compile: state_dict keys unchanged)
     compile_mode: str = "default"
     requeue: bool = True  # preempted (SIGUSR1/SIGUSR2) under Slurm: `scontrol requeue $SLURM_JOB_ID` from rank 0
-    __post_init__ = _checked_by_rules
+
+    def __post_init__(self) -> None:
+        """Checked by `RULES` (with the file and key), not again as the core's section is."""
+
     #: the keys' order in config.toml and RunStarted.config (the table's own, older than its core fields')
     ORDER = (
         "epochs",
@@ -152,9 +153,11 @@ class TrainConfig(Train):
 
 @dataclass
 class MetricsConfig(Metrics):
-    train: list = field(default_factory=lambda: ["loss", "accuracy", "lr", "throughput"])
-    valid: list = field(default_factory=lambda: ["loss", "accuracy"])
-    __post_init__ = _checked_by_rules
+    train: list[Any] = field(default_factory=lambda: ["loss", "accuracy", "lr", "throughput"])
+    valid: list[Any] = field(default_factory=lambda: ["loss", "accuracy"])
+
+    def __post_init__(self) -> None:
+        """Checked by `RULES` (with the file and key), not again as the core's section is."""
 
 
 @dataclass
@@ -165,7 +168,9 @@ class EmaConfig:
 @dataclass
 class LogConfig(Log):
     tensorboard: bool = False
-    __post_init__ = _checked_by_rules
+
+    def __post_init__(self) -> None:
+        """Checked by `RULES` (with the file and key), not again as the core's section is."""
 
 
 @dataclass
@@ -174,8 +179,10 @@ class CheckpointConfig(Checkpointing):
 
     init_from: str = ""
     strict: bool = True
-    revise_keys: list = field(default_factory=list)
-    __post_init__ = _checked_by_rules
+    revise_keys: list[Any] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        """Checked by `RULES` (with the file and key), not again as the core's section is."""
 
 
 @dataclass
@@ -261,10 +268,10 @@ class Config:
     #: how errors name this config ("spirals.toml", "<config>")
     source: str = field(default="<config>", repr=False, compare=False)
     #: dotted keys set by --set -> the name errors give them ("--set")
-    set_keys: dict = field(default_factory=dict, repr=False, compare=False)
+    set_keys: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
     #: the [sweep] table as written: `tuitrain sweep` reads and checks it (tuitrain/run/sweep_spec.py);
     #: a run of the config leaves it alone, and its config.toml does not hold it
-    sweep: dict | None = field(default=None, repr=False, compare=False)
+    sweep: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain nested dict as in the TOML: kwargs back inside their tables, None tables left out."""
@@ -359,8 +366,10 @@ def describe(value: Any) -> str:
     return f"{value!r} ({kind})"
 
 
-def check_type(value: Any, kind: type, key: str) -> Any:
-    """`value` as `kind` (int widens to float); ConfigError(key) when it is another type."""
+def check_type(value: Any, kind: Any, key: str) -> Any:
+    """`value` as `kind` (int widens to float); ConfigError(key) when it is another type. A generic
+    kind (a field's `list[str]`) is checked as its bare type; what it holds is the field's rule's to check."""
+    kind = typing.get_origin(kind) or kind
     ok = {
         int: isinstance(value, int) and not isinstance(value, bool),
         float: isinstance(value, (int, float)) and not isinstance(value, bool),
@@ -433,12 +442,12 @@ def _decay(v: float) -> str | None:
     return None if 0.0 < v < 1.0 else f"must be between 0 and 1 (exclusive), e.g. 0.999; got {v}"
 
 
-def _names(v: list) -> str | None:
+def _names(v: list[Any]) -> str | None:
     bad = [x for x in v if not isinstance(x, str) or not x]
     return f'expected parameter-name substrings such as "bias", got {describe(bad[0])}' if bad else None
 
 
-def _samples(v: dict) -> str | None:
+def _samples(v: dict[str, Any]) -> str | None:
     """[log] samples: {} or { target = "module:function", every_n_steps = N }."""
     if not v:
         return None
@@ -458,7 +467,7 @@ def _samples(v: dict) -> str | None:
     return None
 
 
-def _histogram_kinds(v: list) -> str | None:
+def _histogram_kinds(v: list[Any]) -> str | None:
     bad = [x for x in v if x not in ("weights", "grads")]
     return (
         f'expected a list of "weights" and "grads", got {describe(bad[0])}' + suggest(str(bad[0]), ("weights", "grads"))

@@ -42,7 +42,7 @@ def cpu_name() -> str:
     return platform.processor()
 
 
-def env_info(device: torch.device) -> dict:
+def env_info(device: torch.device) -> dict[str, object]:
     """RunStarted.env: the versions, the host, its CPUs and GPUs, and the device trained on."""
     info: dict[str, object] = {
         "python": platform.python_version(),

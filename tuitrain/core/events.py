@@ -63,8 +63,8 @@ class RunStarted(Event):
     start_step: int = 0
     resumed_from: str = ""
     pid: int = 0
-    env: dict = field(default_factory=dict)
-    config: dict = field(default_factory=dict)
+    env: dict[str, Any] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)
     time: float = field(default_factory=_now)
     #: the loop that runs, for what the dashboard promises a stop does: "" tuitrain's own (a Learner,
     #: `tuitrain run`), "monitor" a loop of the user's own, "lightning" or "transformers" (the integrations)
@@ -130,7 +130,7 @@ class MetricsLogged(Event):
     split: str  # "train" or "valid"
     epoch: int
     step: int  # global optimizer step, from 1
-    metrics: dict  # {name: float}
+    metrics: dict[str, Any]  # {name: float}
     scope: str = "step"  # "step": a value at a step; "epoch": the phase's aggregate
     batch: int = 0  # batches done in this phase when logged
     batches: int = 0  # batches in this phase, 0 when unknown
@@ -143,7 +143,7 @@ class PhaseCompleted(Event):
     split: str
     epoch: int
     step: int
-    metrics: dict
+    metrics: dict[str, Any]
     duration: float
     items: int
     time: float = field(default_factory=_now)
@@ -154,7 +154,7 @@ class EpochCompleted(Event):
     epoch: int
     epochs: int
     step: int
-    metrics: dict  # {"train/loss": ..., "valid/accuracy": ...}
+    metrics: dict[str, Any]  # {"train/loss": ..., "valid/accuracy": ...}
     duration: float
     time: float = field(default_factory=_now)
 
@@ -172,7 +172,7 @@ class CheckpointSaved(Event):
     file: str  # path relative to the run directory
     epoch: int
     step: int
-    metrics: dict
+    metrics: dict[str, Any]
     bytes: int
     best: bool
     reason: str
@@ -235,13 +235,13 @@ class OutputPrinted(Event):
 @dataclass(frozen=True, slots=True)
 class DevicesSampled(Event):
     cpu: float  # percent, whole machine
-    cpu_per_core: list
+    cpu_per_core: list[float]
     memory: float  # percent used, whole machine
     memory_used: int  # bytes
     memory_total: int
     rss: int  # bytes, this process (and its data-loader workers)
     # [{"index", "name", "util", "mem_used", "mem_total", "temp", "power", "torch_allocated"}]
-    gpus: list = field(default_factory=list)
+    gpus: list[Any] = field(default_factory=list)
     rank: int = 0
     process_cpu: float | None = None  # percent of one core, this process (all its threads)
     steps_per_s: float | None = None  # this process's optimizer steps per second since the last sample
@@ -257,8 +257,8 @@ class RunFinished(Event):
     step: int
     reason: str  # why it ended: "epochs", "max_steps", "early_stopping", "stopped", "preempted", "max_time", "pruned"
     duration: float
-    summary: dict  # {"train/loss": {"min", "min_epoch", "max", "max_epoch", "last"}, ...}
-    best: dict  # {"file", "monitor", "value"} or {}
+    summary: dict[str, dict[str, Any]]  # {"train/loss": {"min", "min_epoch", "max", "max_epoch", "last"}, ...}
+    best: dict[str, Any]  # {"file", "monitor", "value"} or {}
     time: float = field(default_factory=_now)
 
 
@@ -270,7 +270,7 @@ class RunFailed(Event):
     step: int
     exit_code: int = 1
     duration: float = 0.0
-    summary: dict = field(default_factory=dict)
+    summary: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: what failed: "" the user's code, "write_failed" the run directory (a full disk...), "out_of_memory",
     #: "config_error" a config found wrong only while a rank built the user's parts (exit code 2)
     cause: str = ""
@@ -329,7 +329,7 @@ class RolledBack(Event):
     from_step: int  # the step where the trouble was found
     to_step: int  # the checkpoint's step, where training goes on
     checkpoint: str
-    skipped_batches: list  # [[epoch, batch], ...] passed over from now on
+    skipped_batches: list[list[int]]  # [[epoch, batch], ...] passed over from now on
     lr_factor: float
     rule: str = ""
     rollbacks: int = 1  # how many so far in this run
@@ -365,7 +365,7 @@ class HistogramLogged(Event):
     step: int
     low: float
     high: float
-    counts: list  # ints, one per bin
+    counts: list[int]  # ints, one per bin
     min: float = 0.0
     max: float = 0.0
     mean: float = 0.0
@@ -406,7 +406,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
 }
 
 
-def dumps(d: dict) -> str:
+def dumps(d: dict[str, Any]) -> str:
     """One JSON line. Python's float repr is the shortest string that reads back exactly;
     NaN and Infinity are written bare, as Python's json reads them."""
     return _ENCODER.encode(d)
@@ -472,10 +472,11 @@ def _shape(cls: type) -> tuple[tuple[str, Any, Any, bool], ...]:
     shape = _SHAPES.get(cls)
     if shape is None:
         shape = _SHAPES[cls] = tuple(
-            # under `from __future__ import annotations` a field's type is its source text, a str
+            # under `from __future__ import annotations` a field's type is its source text, a str; a
+            # generic's is checked as its bare type ("list[int]" as a "list", its items by _INNER)
             (
                 f.name,
-                _CHECKS[f.type],  # type: ignore[index]
+                _CHECKS[str(f.type).split("[", 1)[0]],
                 _INNER.get((cls.__name__, f.name)),
                 f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING,
             )

@@ -28,7 +28,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,7 +85,7 @@ class Watch:
         return "Watch(" + ", ".join(f"{k}={v!r}" for k, v in vars(self).items()) + ")"
 
     @classmethod
-    def of(cls, value: Watch | dict | None, where: str = "watch") -> Watch:
+    def of(cls, value: Watch | dict[str, Any] | None, where: str = "watch") -> Watch:
         """A Watch from a dict of the table's keys; ValueError naming `where.key` when one is wrong."""
         if isinstance(value, Watch):
             return value
@@ -115,7 +115,9 @@ class Alerts:
     bell: bool = True
 
     @classmethod
-    def of(cls, value: Alerts | dict | None, where: str = "alerts", environ: dict | None = None) -> Alerts:
+    def of(
+        cls, value: Alerts | dict[str, Any] | None, where: str = "alerts", environ: Mapping[str, str] | None = None
+    ) -> Alerts:
         """From a dict; `TUITRAIN_ALERTS_WEBHOOK` / `..._COMMAND` fill a webhook / command left unset."""
         env = os.environ if environ is None else environ
         if isinstance(value, Alerts):
@@ -206,13 +208,13 @@ class Health:
                 return verdict
         return None
 
-    def logged(self, values: dict, step: int, each_step: bool) -> list[Verdict]:
+    def logged(self, values: dict[str, Any], step: int, each_step: bool) -> list[Verdict]:
         """The verdicts on a logged step's `values` (after its update); `each_step`: every step's loss
         was judged as it came (`loss`)."""
         found = [judge(values, step, each_step) for judge in self._logged]
         return [v for v in found if v is not None]
 
-    def values(self, metrics: dict, step: int) -> list[Verdict]:
+    def values(self, metrics: dict[str, Any], step: int) -> list[Verdict]:
         """Every rule on what a loop of one's own logs at `step` (`Monitor`): its "loss" and "grad_norm"
         judged as they come, then the logged values."""
         found = []
@@ -222,11 +224,11 @@ class Health:
             found.append(self.grads(metrics["grad_norm"], step))
         return [v for v in found if v is not None] + self.logged(metrics, step, True)
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {r.state_key: r.state_dict() for r in self.rules.values() if r.state_key}
         return {**out, "rollbacks": self.rollbacks}
 
-    def load_state_dict(self, d: dict | None) -> None:
+    def load_state_dict(self, d: dict[str, Any] | None) -> None:
         if not d:
             return
         for r in self.rules.values():

@@ -16,6 +16,7 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
+from typing import Literal
 
 M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
@@ -23,19 +24,20 @@ TRIM_THRESHOLD = 512 << 20  # free memory kept at the top of the heap
 MMAP_THRESHOLD = 32 << 20  # blocks above this still get their own mapping (glibc's own maximum)
 USER_KNOBS = ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "GLIBC_TUNABLES")
 
-_libc = None
+_libc: ctypes.CDLL | Literal[False] | None = None  # False: no glibc here
 _kept = False
 
 
-def _glibc():
+def _glibc() -> ctypes.CDLL | None:
     global _libc
     if _libc is None:
         try:
             lib = ctypes.CDLL("libc.so.6")
             lib.mallopt, lib.malloc_trim  # noqa: B018 (glibc has both)
         except (OSError, AttributeError):
-            lib = False
-        _libc = lib
+            _libc = False
+        else:
+            _libc = lib
     return _libc or None
 
 
@@ -50,7 +52,9 @@ def keep_freed_memory() -> bool:
     if libc is None:
         return False
     # mmap first: setting either turns glibc's adaptive threshold off
-    _kept = libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1 and libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1
+    _kept = bool(
+        libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1 and libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1
+    )
     return _kept
 
 

@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import time
 import warnings
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
@@ -19,7 +22,24 @@ from . import schedules
 from .data import rng_state, set_rng_state
 from .events import CheckpointStarted
 from .fsutil import atomic_write, write_fault
-from .state import RunDirUnwritable
+from .state import RunDirUnwritable, TrainState
+
+if TYPE_CHECKING:
+    from .callbacks import EventBus
+    from .checkpoint import Checkpointer
+    from .data import ResumableLoader
+    from .early_stopping import EarlyStopping
+    from .ema import WeightAverage
+    from .health import Health
+    from .metrics import MetricSet
+
+
+class Scaling(Protocol):
+    """The run's gradient scaler and its per-step record, as the checkpoint and health sides read them: an
+    `optimization.Precision` (which imports the health side, which imports this module)."""
+
+    scaler: torch.amp.GradScaler | None
+    unscaled: bool
 
 
 class CheckpointIO:
@@ -28,33 +48,35 @@ class CheckpointIO:
     def __init__(
         self,
         *,
-        checkpointer,
-        bus,
-        state,
+        checkpointer: Checkpointer | None,
+        bus: EventBus,
+        state: TrainState,
         model: torch.nn.Module,
-        ema,
-        optimizers: dict,
-        schedulers: dict,
-        precision,
-        metric_sets: dict,
-        early_stopping,
-        health,
-        config: dict,
+        ema: WeightAverage | None,
+        optimizers: dict[str, torch.optim.Optimizer],
+        schedulers: dict[str, Any],
+        precision: Scaling,
+        metric_sets: dict[str, MetricSet],
+        early_stopping: EarlyStopping | None,
+        health: Health,
+        config: dict[str, Any],
         world_size: int,
-        model_path=None,
+        model_path: Path | None = None,
     ) -> None:
         self.checkpointer, self.bus, self.state = checkpointer, bus, state
         self.model, self.ema, self.optimizers, self.schedulers = model, ema, optimizers, schedulers
         self.precision, self.metric_sets = precision, metric_sets
         self.early_stopping, self.health = early_stopping, health
         self.config, self.world_size, self.model_path = config, world_size, model_path
-        self.loader = None  # the training loader (`follow`): its position in the data, mid-epoch
-        self.resume_data = None  # that position, as loaded, until the loader is followed
-        self._last: tuple | int | None = -1  # (epoch, step, stage) of the state last saved
-        self._last_snapshot = None  # the last checkpoint's CPU copy: the next one copies into it
+        self.loader: ResumableLoader | None = (
+            None  # the training loader (`follow`): its position in the data, mid-epoch
+        )
+        self.resume_data: Any = None  # that position, as loaded, until the loader is followed
+        self._last: tuple[int, int, str] | int | None = -1  # (epoch, step, stage) of the state last saved
+        self._last_snapshot: Any = None  # the last checkpoint's CPU copy: the next one copies into it
         self.stretched: list[schedules.Stretch] = []  # the schedule lengths the last load changed
 
-    def follow(self, loader) -> None:
+    def follow(self, loader: ResumableLoader) -> None:
         """Save `loader`'s position from now on; it takes up the position loaded last, if any."""
         self.loader = loader
         if self.resume_data is not None:
@@ -75,7 +97,7 @@ class CheckpointIO:
         """The state from here on is new (a rollback): the next save writes even at a step saved before."""
         self._last = None
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         """Everything an exact resume of one process needs (live references; `snapshot` copies it)."""
         s = self.state
         in_valid = s.stage == "valid"
@@ -109,10 +131,11 @@ class CheckpointIO:
             "data": self.loader.state_dict() if self.loader is not None and s.stage == "train" and s.batch else None,
         }
 
-    def save(self, reason: str, state_dict) -> None:
+    def save(self, reason: str, state_dict: Callable[[], dict[str, Any]]) -> None:
         """Write this state (`state_dict()`: the whole of it, the strategy's part included) through the
         checkpointer: the loop waits only for the copy to CPU."""
         s = self.state
+        assert self.checkpointer is not None  # saves are asked for only where there are checkpoints
         self.bus.emit(CheckpointStarted(epoch=s.epoch, step=s.step, reason=reason))
         t0 = time.perf_counter()
         self.checkpointer.wait()  # the last write is done with its snapshot: this one copies into it
@@ -124,7 +147,7 @@ class CheckpointIO:
         if not self.checkpointer.background:
             self.flush_events()
 
-    def metrics(self) -> dict:
+    def metrics(self) -> dict[str, Any]:
         """The metrics an index row holds: the epoch's at its end, else the last logged training values."""
         s = self.state
         if s.stage == "done":
@@ -140,7 +163,7 @@ class CheckpointIO:
             for e in self.checkpointer.take_events():
                 self.bus.emit(e)
 
-    def load_state_dict(self, data: dict) -> None:
+    def load_state_dict(self, data: dict[str, Any]) -> None:
         """One process's state back from `data` (a sharded checkpoint's shards resharded to this run)."""
         if data.get("sharded_dir"):  # a sharded (fsdp) checkpoint: DCP reshards to this run's layout
             from .strategies.sharded import load_shards
@@ -176,7 +199,7 @@ class CheckpointIO:
         set_rng_state(data["rng"])
         # the restored optimizer has stepped: no "scheduler.step() before optimizer.step()" warning
         for opt in self.optimizers.values():
-            opt._opt_called = True
+            opt._opt_called = True  # type: ignore[attr-defined]  # torch's private flag, not in its stubs
         saved_world = int(data.get("world_size", 1))
         if saved_world != self.world_size and s.stage == "train" and s.batch:
             # the position in the data order is per rank: another world size restarts at an epoch
@@ -190,7 +213,7 @@ class CheckpointIO:
         self.mark_saved()
 
     @staticmethod
-    def _load_named(kind: str, mine: dict, data: dict) -> None:
+    def _load_named(kind: str, mine: Mapping[str, Any], data: dict[str, Any]) -> None:
         """Optimizers or schedulers from `data`, matched by name (older files: by position)."""
         saved = data[kind + "s"]
         names = data.get(kind + "_names") or list(mine)[: len(saved)]
@@ -215,7 +238,7 @@ class CheckpointIO:
         except OSError as e:
             raise RunDirUnwritable(write_fault(e, self.model_path)) from e
 
-    def final(self, reason: str, save) -> None:
+    def final(self, reason: str, save: Callable[[], None]) -> None:
         """The final checkpoint (`save()`), its write finished, or the run fails with what kept it from the disk."""
         try:
             save()
@@ -237,7 +260,7 @@ class CheckpointIO:
             self.checkpointer.wait()
             self.flush_events()
 
-    def best(self) -> dict:
+    def best(self) -> dict[str, Any]:
         if self.checkpointer is None:
             return {}
         b = self.checkpointer.best()

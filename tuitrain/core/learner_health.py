@@ -12,6 +12,9 @@ import functools
 import os
 import sys
 import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -21,10 +24,17 @@ from .health import Health, Watchdog, thread_stacks
 from .lifecycle import run_failed
 from .rules.base import Rule, Verdict
 from .verdicts import alert_event
-from .state import CancelFitting, HealthFailure, NonFiniteLoss, RollBack
+from .state import CancelFitting, HealthFailure, NonFiniteLoss, RollBack, TrainState
+
+if TYPE_CHECKING:
+    from .callbacks import EventBus
+    from .control import Interrupter
+    from .data import ResumableLoader
+    from .learner_checkpoint import CheckpointIO, Scaling
+    from .strategies.base import Strategy
 
 
-def _plain(v: float) -> float | None:
+def _plain(v: float | None) -> float | None:
     return float(v) if v is not None else None
 
 
@@ -37,7 +47,7 @@ class TotalNorm:
 
     __slots__ = ("params", "direct")
 
-    def __init__(self, params) -> None:
+    def __init__(self, params: Iterable[torch.nn.Parameter]) -> None:
         self.params = list(params)
         kinds = {(p.device, p.dtype) for p in self.params}
         self.direct = len(kinds) == 1 and next(iter(kinds))[0].type in ("cpu", "cuda")
@@ -60,17 +70,17 @@ class HealthGuard:
         self,
         *,
         health: Health,
-        bus,
-        state,
-        interrupter,
-        strategy,
-        optimizers: dict,
-        schedulers: dict,
-        precision,
-        ckpt_io,
+        bus: EventBus,
+        state: TrainState,
+        interrupter: Interrupter,
+        strategy: Strategy,
+        optimizers: dict[str, torch.optim.Optimizer],
+        schedulers: dict[str, Any],
+        precision: Scaling,
+        ckpt_io: CheckpointIO,
         log_every: int,
         check_every_step: bool,
-        run_dir=None,
+        run_dir: Path | None = None,
     ) -> None:
         self.health = health
         self.bus, self.state, self.interrupter, self.strategy = bus, state, interrupter, strategy
@@ -83,7 +93,7 @@ class HealthGuard:
         self.judge_grads_every = log_every if health.judges_grads else 0
         self._watchdogs: list[Watchdog] = []
         #: what an abort on a stall does last (the process cannot be trusted to end on its own)
-        self.on_abort = lambda: os._exit(1)
+        self.on_abort: Callable[[], None] = lambda: os._exit(1)
 
     @property
     def judge_logged_loss(self) -> bool:
@@ -92,21 +102,21 @@ class HealthGuard:
 
     # --- judging -------------------------------------------------------------------------------
 
-    def judge_loss(self, v: float, state, batch: int) -> bool:
+    def judge_loss(self, v: float, state: TrainState, batch: int) -> bool:
         """The step's loss `v` (a float on the host), before its update. True: do not apply it."""
         verdict = self.health.loss(v, state.step + 1)
         return verdict is not None and self._act(verdict, state, [batch], "loss")
 
-    def judge_grads(self, norm_of: TotalNorm, state, batches: list[int]) -> bool:
+    def judge_grads(self, norm_of: TotalNorm, state: TrainState, batches: list[int]) -> bool:
         """The gradients' total norm (`norm_of`, bound by the loop), before the update. True: do not apply it."""
         norm = norm_of()
         return norm is not None and self.judge_grad_norm(norm, state, batches)
 
-    def judge_grad_norm(self, norm: float, state, batches: list[int]) -> bool:
+    def judge_grad_norm(self, norm: float, state: TrainState, batches: list[int]) -> bool:
         verdict = self.health.grads(norm, state.step + 1)
         return verdict is not None and self._act(verdict, state, batches, "gradients")
 
-    def judge_logged(self, values: dict, state) -> None:
+    def judge_logged(self, values: dict[str, Any], state: TrainState) -> None:
         """At a logged step (after its update): the rules that read its values (data_wait; a non-finite
         mean where steps are not judged one by one, a window's mean read from an accelerator)."""
         for verdict in self.health.logged(values, state.step, self.check_every_step):
@@ -117,7 +127,7 @@ class HealthGuard:
     def _emit_alert(self, verdict: Verdict, action: str, step: int, epoch: int, text: str | None = None) -> None:
         self.bus.emit(alert_event(verdict, step, epoch, action, text))
 
-    def _act(self, verdict: Verdict, state, batches: list[int], what: str, at: int | None = None) -> bool:
+    def _act(self, verdict: Verdict, state: TrainState, batches: list[int], what: str, at: int | None = None) -> bool:
         step = state.step + 1 if at is None else at
         action, text = verdict.action, verdict.text
         if self.world_size > 1 and action in ("skip", "rollback") and (what == "loss" or action == "rollback"):
@@ -158,7 +168,7 @@ class HealthGuard:
 
     # --- rollback ------------------------------------------------------------------------------
 
-    def roll_back(self, rb: RollBack, train, load) -> None:
+    def roll_back(self, rb: RollBack, train: ResumableLoader, load: Callable[[dict[str, Any]], None]) -> None:
         """Back to the newest sound checkpoint before the trouble, the offending batches passed over
         from now on, the lr scaled; HealthFailure when there is none or `max_rollbacks` are spent."""
         w = self.health.watch

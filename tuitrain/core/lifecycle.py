@@ -20,10 +20,21 @@ from __future__ import annotations
 import math
 import time
 import traceback as tb_module
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
-from .events import ControlReceived, RunFailed, RunFinished, RunPaused, RunResumed
+from .events import ControlReceived, Event, RunFailed, RunFinished, RunPaused, RunResumed
 from .state import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, HealthFailure, NonFiniteLoss, RunDirUnwritable
+
+if TYPE_CHECKING:
+    from .control import Interrupter
+
+
+class Emitter(Protocol):
+    """Where a lifecycle's events go (an `EventBus`; a `Monitor` building one to read its flags: a no-op)."""
+
+    def emit(self, event: Event) -> None: ...
+
 
 #: stop reasons that end a run as interrupted (exit 130); others ("max_time", "epochs" ...) complete it
 INTERRUPTING = ("stopped", "preempted", "killed", "pruned")
@@ -63,7 +74,7 @@ def run_failed(
     step: int = 0,
     traceback: str = "",
     duration: float = 0.0,
-    summary: dict | None = None,
+    summary: dict[str, dict[str, Any]] | None = None,
     cause: str = "",
     checkpoint: str = "",
     exit_code: int = EXIT_FAILED,
@@ -93,10 +104,10 @@ class Summary:
     __slots__ = ("rows",)
 
     def __init__(self) -> None:
-        self.rows: dict[str, dict] = {}
+        self.rows: dict[str, dict[str, Any]] = {}
 
     @classmethod
-    def of(cls, history: dict) -> Summary:
+    def of(cls, history: Mapping[str, Sequence[Sequence[Any]]]) -> Summary:
         """From a Learner's history ("train/loss" -> [[epoch, value], ...])."""
         summary = cls()
         for key, pairs in history.items():
@@ -106,7 +117,7 @@ class Summary:
                 summary.rows[key]["last"] = pairs[-1][1]
         return summary
 
-    def add(self, key: str, value, epoch: int | None = None) -> None:
+    def add(self, key: str, value: object, epoch: int | None = None) -> None:
         if not isinstance(value, (int, float)) or isinstance(value, bool) or math.isnan(value):
             return
         row = self.rows.get(key)
@@ -127,7 +138,7 @@ class Summary:
                 row["max_epoch"] = epoch
         row["last"] = value
 
-    def table(self) -> dict:
+    def table(self) -> dict[str, dict[str, Any]]:
         return {key: dict(row) for key, row in self.rows.items()}
 
 
@@ -186,8 +197,8 @@ class Lifecycle:
 
     def __init__(
         self,
-        bus,
-        flags,
+        bus: Emitter,
+        flags: Interrupter,
         *,
         save: Callable[[str], None] | None = None,
         chores: Callable[[], None] | None = None,
@@ -250,7 +261,13 @@ class Lifecycle:
     # --- the end -----------------------------------------------------------------------------------
 
     def finished(
-        self, reason: str, *, epoch: int, step: int, summary: dict | None = None, best: dict | None = None
+        self,
+        reason: str,
+        *,
+        epoch: int,
+        step: int,
+        summary: dict[str, dict[str, Any]] | None = None,
+        best: dict[str, Any] | None = None,
     ) -> RunFinished:
         """The run ended without failing, for `reason`: `RunFinished`, status and exit code from it."""
         status, code = outcome(reason)
@@ -274,7 +291,7 @@ class Lifecycle:
         *,
         epoch: int,
         step: int,
-        summary: dict | None = None,
+        summary: dict[str, dict[str, Any]] | None = None,
         traceback: str = "",
         cause: str = "",
         checkpoint: str = "",

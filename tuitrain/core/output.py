@@ -13,7 +13,8 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import TextIO
 
 from .events import Event, OutputPrinted
 from .text import collapse_redraws
@@ -29,7 +30,7 @@ class LineWriter(io.TextIOBase):
     PARTIAL_INTERVAL seconds: a progress bar redrawn with `\\r` is one line that updates."""
 
     def __init__(
-        self, emit: Callable[[Event], None], stream: str, original, clock: Callable[[], float] = time.monotonic
+        self, emit: Callable[[Event], None], stream: str, original: TextIO, clock: Callable[[], float] = time.monotonic
     ) -> None:
         self._emit = emit
         self._stream = stream
@@ -45,7 +46,8 @@ class LineWriter(io.TextIOBase):
         return True
 
     @property
-    def encoding(self):  # some libraries ask
+    # typeshed has TextIOBase.encoding as an attribute; CPython's is a read-only property, as this one
+    def encoding(self) -> str:  # type: ignore[override]  # some libraries ask
         return getattr(self.original, "encoding", "utf-8")
 
     def isatty(self) -> bool:
@@ -119,7 +121,7 @@ class _Handler(logging.Handler):
 
 
 @contextlib.contextmanager
-def capture_output(emit: Callable[[Event], None]):
+def capture_output(emit: Callable[[Event], None]) -> Iterator[None]:
     """Route print(), warnings and logging to `emit` while the block runs."""
     out = LineWriter(emit, "stdout", sys.stdout)
     err = LineWriter(emit, "stderr", sys.stderr)
@@ -134,9 +136,18 @@ def capture_output(emit: Callable[[Event], None]):
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("default")
-            warnings.showwarning = lambda msg, cat, fn, ln, file=None, line=None: err.write(
-                warnings.formatwarning(msg, cat, fn, ln, line)
-            )
+
+            def show(
+                message: Warning | str,
+                category: type[Warning],
+                filename: str,
+                lineno: int,
+                file: TextIO | None = None,
+                line: str | None = None,
+            ) -> None:
+                err.write(warnings.formatwarning(message, category, filename, lineno, line))
+
+            warnings.showwarning = show
             yield
     finally:
         out.finish()

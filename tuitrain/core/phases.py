@@ -12,8 +12,8 @@ Cancelling is done with the typed exceptions below. Must not import textual.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
 import torch
 
@@ -21,7 +21,23 @@ from .batches import batch_size_of, mapping_step, tokens_of
 from .metrics import StepOutput
 
 
-def pair_step(model, loss_fn, batch):
+class PhaseLearner(Protocol):
+    """What a phase's own code reads of the learner it is given (a `CoreLearner`, learner.py, which
+    imports this module: a type import back would be an import circle). A user's step may use all of it."""
+
+    @property
+    def model(self) -> Any: ...  # the model the phases call now (DDP's wrapper while training)
+
+    @property
+    def raw_model(self) -> torch.nn.Module: ...
+
+    @property
+    def loss_fn(self) -> Any: ...  # None: no loss function
+
+
+def pair_step(
+    model: Callable[[Any], Any], loss_fn: Callable[[Any, Any], Any], batch: Any
+) -> tuple[Any, Any, Any] | None:
     """The default step of an (inputs, targets) batch: (loss, output, target); None for another shape."""
     if (type(batch) is tuple or type(batch) is list) and len(batch) == 2:
         inputs, target = batch
@@ -35,7 +51,7 @@ class Phase:
     split = "train"
     training = True
 
-    def step(self, learner, batch: Any) -> StepOutput:
+    def step(self, learner: PhaseLearner, batch: Any) -> StepOutput:
         """One batch: the model's own train_step/valid_step, or (inputs, targets) with the loss target."""
         model = learner.model
         own = self.own_step(learner)
@@ -50,15 +66,17 @@ class Phase:
             )
         if learner.loss_fn is None:
             raise ValueError("no loss function: set [loss] target or give the model a train_step")
-        return StepOutput(*pair_step(model, learner.loss_fn, batch))
+        pair = pair_step(model, learner.loss_fn, batch)
+        assert pair is not None  # an (inputs, targets) batch, as checked above
+        return StepOutput(*pair)
 
-    def plain_parts(self, learner):
+    def plain_parts(self, learner: PhaseLearner) -> tuple[Callable[[Any], Any], Callable[[Any, Any], Any]] | None:
         """(model, loss function) when batches take the default (inputs, targets) step; else None."""
         if type(self).step is not Phase.step or self.own_step(learner) is not None or learner.loss_fn is None:
             return None
         return learner.model, learner.loss_fn
 
-    def own_step(self, learner):
+    def own_step(self, learner: PhaseLearner) -> Callable[[Any], Any] | None:
         # looked up once per model: nn.Module.__getattr__ raising for a missing name costs microseconds
         raw = learner.raw_model
         cached = self.__dict__.get("_own")
@@ -108,7 +126,7 @@ class CustomTrainPhase(TrainPhase):
 
     manual_optimization = True
 
-    def step(self, learner, batch: Any) -> StepOutput:
+    def step(self, learner: PhaseLearner, batch: Any) -> StepOutput:
         raise NotImplementedError("a CustomTrainPhase defines step(learner, batch)")
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 from collections.abc import Sequence
 
 
@@ -19,7 +19,7 @@ class Entry:
     file: str
     epoch: int
     step: int
-    metrics: dict = field(default_factory=dict)
+    metrics: dict[str, Any] = field(default_factory=dict)
     time: float = 0.0
     bytes: int = 0
     best: bool = False
@@ -30,8 +30,8 @@ class Entry:
     #: a library's own checkpoint (a Hugging Face `checkpoint-N` folder): listed, never deleted by tuitrain
     library: bool = False
 
-    def to_dict(self) -> dict:
-        d = {
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
             "file": self.file,
             "epoch": self.epoch,
             "step": self.step,
@@ -55,7 +55,7 @@ class Policy(Protocol):
     def keep(self, entries: Sequence[Entry]) -> set[str]: ...
 
 
-def _order(e: Entry) -> tuple:
+def _order(e: Entry) -> tuple[int, int, float]:
     return (e.step, e.epoch, e.time)
 
 
@@ -83,10 +83,10 @@ class KeepBest:
     mode: str = "min"
 
     def ranked(self, entries: Sequence[Entry]) -> list[Entry]:
-        scored = [e for e in entries if monitored(e, self.monitor) is not None]
+        scored = [(value, e) for e in entries if (value := monitored(e, self.monitor)) is not None]
         sign = 1.0 if self.mode == "min" else -1.0
         # ties go to the earlier checkpoint: the first to reach a value is the best
-        return sorted(scored, key=lambda e: (sign * monitored(e, self.monitor), _order(e)))
+        return [e for _, e in sorted(scored, key=lambda pair: (sign * pair[0], _order(pair[1])))]
 
     def keep(self, entries: Sequence[Entry]) -> set[str]:
         if self.k <= 0:
@@ -98,7 +98,7 @@ class KeepBest:
 class KeepAny:
     """Keeps what any of its policies keeps."""
 
-    policies: tuple
+    policies: tuple[Policy, ...]
 
     def keep(self, entries: Sequence[Entry]) -> set[str]:
         kept: set[str] = set()

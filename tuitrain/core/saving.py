@@ -19,8 +19,12 @@ The moments:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .control import PREEMPTED, PRUNED, stop_asked_for
+
+if TYPE_CHECKING:
+    from .checkpoint import Checkpointer
 
 #: why a run ended that makes its final checkpoint a "stop" one, not the run's "end"
 STOPPED = ("stopped", PREEMPTED, PRUNED)
@@ -95,7 +99,7 @@ class SavePolicy:
     on_stop: bool = True
 
     @classmethod
-    def of(cls, checkpointer, on_stop: bool = True) -> SavePolicy:
+    def of(cls, checkpointer: Checkpointer | None, on_stop: bool = True) -> SavePolicy:
         """The policy of a `Checkpointer`'s settings (None: no checkpoints, so no periodic saves)."""
         if checkpointer is None:
             return cls(every_n_epochs=0, every_n_steps=0, on_stop=on_stop)

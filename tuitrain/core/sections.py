@@ -13,15 +13,21 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import os
+
+    from .checkpoint import Checkpointer
 
 
-def _not_in_table(key: str = "") -> dict:
+def _not_in_table(key: str = "") -> dict[str, str]:
     """Metadata of a field a TOML table does not hold: `key` is where a config sets it ("" nowhere)."""
     return {"toml": key}
 
 
-def table_keys(cls) -> list[str]:
+def table_keys(cls: type[Any]) -> list[str]:
     """The names of `cls`'s fields that are keys of its TOML table."""
     return [f.name for f in dataclasses.fields(cls) if "toml" not in f.metadata]
 
@@ -36,7 +42,7 @@ def _number(section: str, name: str, value: Any) -> None:
         raise ValueError(f"{section}.{name} must be a finite number of 0 or more, not {value!r}")
 
 
-def _one_of(section: str, name: str, value: Any, choices: tuple) -> None:
+def _one_of(section: str, name: str, value: Any, choices: tuple[Any, ...]) -> None:
     if value not in choices:
         raise ValueError(f"{section}.{name} must be one of {', '.join(map(repr, choices))}, not {value!r}")
 
@@ -48,9 +54,9 @@ class Experiment:
 
     name: str = ""
     seed: Any = None  # None: not seeded (the data order from seed 0)
-    config: dict = field(default_factory=dict, metadata=_not_in_table())
-    env: dict = field(default_factory=dict, metadata=_not_in_table())
-    notes: list = field(default_factory=list, metadata=_not_in_table())
+    config: dict[str, Any] = field(default_factory=dict, metadata=_not_in_table())
+    env: dict[str, Any] = field(default_factory=dict, metadata=_not_in_table())
+    notes: list[str] = field(default_factory=list, metadata=_not_in_table())
 
     def __post_init__(self) -> None:
         if self.seed is not None:
@@ -133,8 +139,8 @@ class Data:
 class Metrics:
     """What each split logs: names, `Metric` objects or torchmetrics metrics."""
 
-    train: list = field(default_factory=lambda: ["loss"])
-    valid: list = field(default_factory=lambda: ["loss"])
+    train: list[Any] = field(default_factory=lambda: ["loss"])
+    valid: list[Any] = field(default_factory=lambda: ["loss"])
     throughput_unit: str = "samples"  # "tokens": throughput counts the target's elements
 
     def __post_init__(self) -> None:
@@ -152,9 +158,9 @@ class Log:
     #: {"target": fn or "module:function" (a config's, resolved by run/build.py), "every_n_steps": N}:
     #: `fn(model, step)` is called every N steps in eval mode under no_grad; what it returns (a string, an
     #: image, or a dict of them by name) is logged. A bare callable: every 500 steps
-    samples: dict = field(default_factory=dict)  # (a bare function is taken too)
+    samples: dict[str, Any] = field(default_factory=dict)  # (a bare function is taken too)
     #: "weights" and/or "grads": each top-level module's, every `histograms_every_n_steps` steps
-    histograms: list = field(default_factory=list)
+    histograms: list[str] = field(default_factory=list)
     histograms_every_n_steps: int = 0
     media_keep: int = 100  # files kept per logged name, thinned evenly over the run; 0: all
 
@@ -202,7 +208,7 @@ class Checkpointing:
             _whole("checkpoint", name, getattr(self, name), 0)
         _one_of("checkpoint", "mode", self.mode, ("min", "max"))
 
-    def checkpointer(self, folder):
+    def checkpointer(self, folder: str | os.PathLike[str]) -> Checkpointer:
         """The `Checkpointer` of `folder` with these settings."""
         from .checkpoint import Checkpointer
 
@@ -246,11 +252,11 @@ SECTIONS = {
 }
 
 
-def with_shortcuts(sections: dict, shortcuts: dict) -> dict:
+def with_shortcuts(sections: Mapping[str, Any], shortcuts: Mapping[str, Any]) -> dict[str, Any]:
     """`sections` (name -> a section or None) with the flat keywords applied over them: a TypeError for
     a keyword that is not one (naming its section's field when it has one)."""
     out = {name: sections.get(name) or cls() for name, cls in SECTIONS.items()}
-    changes: dict[str, dict] = {}
+    changes: dict[str, dict[str, Any]] = {}
     for key, value in shortcuts.items():
         where = SHORTCUTS.get(key)
         if where is None:

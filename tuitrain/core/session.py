@@ -9,8 +9,14 @@ from __future__ import annotations
 import gc
 import threading
 import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from . import heap
+
+if TYPE_CHECKING:
+    from .learner_health import HealthGuard
+    from .state import TrainState
 
 
 def seconds(t: float) -> str:
@@ -26,7 +32,7 @@ def max_time_spent(max_time: float) -> str:
     return f"max_time ({seconds(max_time)}) spent: training stops here, as completed"
 
 
-def out_of_memory_advice(e: BaseException, *, stage: str, batch_size, device, from_config: bool) -> str:
+def out_of_memory_advice(e: BaseException, *, stage: str, batch_size: int, device: object, from_config: bool) -> str:
     """What to change after an out-of-memory error, in place of torch's line; `from_config`: the run has a
     config (its keys are named), else the Learner's arguments are."""
     first = (str(e).strip().splitlines() or [""])[0]
@@ -49,7 +55,16 @@ class TrainingSession:
     starts (`state.session_start`), a timer calls `time_up(budget)` when `max_time` seconds of training
     (over every resume) are spent, and `guard`'s watchdog starts; on exit all of it is undone."""
 
-    def __init__(self, *, state, guard, time_up, max_time: float, freeze_gc: bool, keep_freed_memory: bool) -> None:
+    def __init__(
+        self,
+        *,
+        state: TrainState,
+        guard: HealthGuard,
+        time_up: Callable[[str], None],
+        max_time: float,
+        freeze_gc: bool,
+        keep_freed_memory: bool,
+    ) -> None:
         self.state, self.guard, self.time_up, self.max_time = state, guard, time_up, max_time
         self.freeze_gc, self.keep_freed_memory = freeze_gc, keep_freed_memory
         self.frozen = self.kept = False
@@ -70,7 +85,7 @@ class TrainingSession:
         self.guard.start_watchdog()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.guard.stop_watchdog()
         if self.timer is not None:
             self.timer.cancel()

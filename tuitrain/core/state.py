@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+if TYPE_CHECKING:
+    from .rules.base import Verdict
 
 EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
 
@@ -29,13 +32,13 @@ class TrainState:
     stage: str = "train"  # where the epoch is: "train", "valid" or "done"
     phase: str = ""
     last: Any = None  # the last step's StepOutput
-    history: dict = field(default_factory=dict)  # "train/loss" -> [[epoch, value], ...]
-    epoch_metrics: dict = field(default_factory=dict)  # this epoch's "split/name" -> value
-    last_logged: dict = field(default_factory=dict)
+    history: dict[str, list[list[float]]] = field(default_factory=dict)  # "train/loss" -> [[epoch, value], ...]
+    epoch_metrics: dict[str, Any] = field(default_factory=dict)  # this epoch's "split/name" -> value
+    last_logged: dict[str, Any] = field(default_factory=dict)
     stop_reason: str = ""
     time_used: float = 0.0  # seconds of training in earlier sessions of this run (resumes)
     #: [epoch, batch] of the training batches passed over after a rollback (see tuitrain.core.health)
-    skip_batches: list = field(default_factory=list)
+    skip_batches: list[list[int]] = field(default_factory=list)
     valid_at: int = field(default=-1, repr=False, compare=False)  # the step of the last validation
     #: the RNG state when this epoch's validation began (a checkpoint in it holds that)
     valid_rng: Any = field(default=None, repr=False, compare=False)
@@ -54,8 +57,8 @@ class FitResult:
     status: str  # "completed", "interrupted", "failed"
     exit_code: int
     reason: str
-    summary: dict
-    best: dict
+    summary: dict[str, Any]
+    best: dict[str, Any]
     error: str = ""
 
 
@@ -95,7 +98,7 @@ class RollBack(Exception):
     """A health rule's rollback: the loop goes back to the newest sound checkpoint before `step`,
     passing over the batch at (`epoch`, `batch`) from then on."""
 
-    def __init__(self, verdict, epoch: int, batch: list[int], step: int) -> None:
+    def __init__(self, verdict: Verdict, epoch: int, batch: list[int], step: int) -> None:
         super().__init__(verdict.title)
         self.verdict, self.epoch, self.batch, self.step = verdict, epoch, batch, step
 
@@ -114,7 +117,7 @@ class StepOutput:
     target: Any = None
     items: int = 0  # batch size used to weight averages; found from target/output when 0
     value: float | None = None  # the loss as a float, when the loop has read it anyway (CPU)
-    extras: dict | None = None  # other named values (a GAN's "g_loss"), logged when a metric names them
+    extras: dict[str, Any] | None = None  # other named values (a GAN's "g_loss"), logged when a metric names them
 
     @classmethod
     def of(cls, value: Any) -> StepOutput:

@@ -35,7 +35,12 @@ def alert_event(verdict: Verdict, step: int, epoch: int, action: str = "", text:
 
 
 def judge_own_loop(
-    health: Health, metrics: dict, step: int, epoch: int, emit: Callable[[Event], None], stop: Callable[[str], None]
+    health: Health,
+    metrics: dict[str, Any],
+    step: int,
+    epoch: int,
+    emit: Callable[[Event], None],
+    stop: Callable[[str], None],
 ) -> None:
     """Every rule on the values a loop of one's own logged (`Health.values`). Such a loop is not ours to
     skip a step of or roll back: each verdict is an alert, and a "stop" also asks for a stop (`stop(title)`)."""

@@ -50,7 +50,7 @@ class Key:
                 close = difflib.get_close_matches(str(v), choices, n=1, cutoff=0.6)
                 hint = f" (did you mean {close[0]!r}?)" if close else ""
                 raise ValueError(f"expected one of {', '.join(map(repr, choices))}, got {v!r}{hint}")
-            return v
+            return str(v)  # one of `choices`
 
         return cls(name, default, read, str)
 
@@ -184,7 +184,7 @@ class Rule:
     def judge_nonfinite(self, what: str, v: float, step: int) -> Verdict | None:
         return None
 
-    def judge_logged(self, values: dict, step: int, each_step: bool) -> Verdict | None:
+    def judge_logged(self, values: dict[str, Any], step: int, each_step: bool) -> Verdict | None:
         """`values`: the logged step's; `each_step`: every step's loss was judged as it came."""
         return None
 
@@ -227,10 +227,10 @@ class Speaker:
         held, self.held = self.held, 0
         return held
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         return {"in_episode": self.in_episode, "episode": self.episode, "held": self.held}
 
-    def load_state_dict(self, d: dict) -> None:
+    def load_state_dict(self, d: dict[str, Any]) -> None:
         self.in_episode = bool(d.get("in_episode", False))
         self.episode = int(d.get("episode", 0))
         self.held = int(d.get("held", 0))
@@ -293,10 +293,10 @@ class Spike:
             return math.nan
         return o[n // 2] if n % 2 else 0.5 * (o[n // 2 - 1] + o[n // 2])
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         return {"values": list(self.values), **self.speaker.state_dict()}
 
-    def load_state_dict(self, d: dict) -> None:
+    def load_state_dict(self, d: dict[str, Any]) -> None:
         self.values.clear()
         self.ordered.clear()
         self.limit = None

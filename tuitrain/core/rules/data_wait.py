@@ -4,6 +4,7 @@ an alert once an episode, until it falls back under the share, at most once a mi
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from .base import Key, Rule, Verdict
 
@@ -22,7 +23,7 @@ class DataWait(Rule):
     def on(self) -> bool:
         return bool(self.watch.data_wait)
 
-    def judge_logged(self, values: dict, step: int, each_step: bool) -> Verdict | None:
+    def judge_logged(self, values: dict[str, Any], step: int, each_step: bool) -> Verdict | None:
         share = values.get("data_wait")
         limit = self.watch.data_wait
         if not isinstance(share, float) or not math.isfinite(share):

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from .base import Key, Rule, Verdict, doing
 
@@ -52,7 +53,7 @@ class NonFinite(Rule):
             held=held,
         )
 
-    def judge_logged(self, values: dict, step: int, each_step: bool) -> Verdict | None:
+    def judge_logged(self, values: dict[str, Any], step: int, each_step: bool) -> Verdict | None:
         """A non-finite mean where the steps were not judged one by one (a window's mean read from an
         accelerator). Judged step by step, an alerted NaN is in the mean, and a failing one failed."""
         loss = values.get("loss")

@@ -6,6 +6,8 @@ an acting rule acts on every spike."""
 
 from __future__ import annotations
 
+from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from .base import Key, Rule, Spike, Verdict, doing, fmt
@@ -34,13 +36,13 @@ class SpikeRule(Rule):
 
     title = what = over = ""
 
-    def __init__(self, watch: Any, clock) -> None:
+    def __init__(self, watch: Any, clock: Callable[[], float]) -> None:
         super().__init__(watch, clock)
         self.spike = Spike(watch.spike_window, watch.spike_sigmas, watch.spike_ratio)
         self.speaker = self.spike.speaker
 
     @property
-    def values(self):
+    def values(self) -> deque[float]:
         """The window's values, in arrival order."""
         return self.spike.values
 

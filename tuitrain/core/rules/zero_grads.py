@@ -7,6 +7,7 @@ sync of its own."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from .base import Key, Rule, Verdict, doing
@@ -19,7 +20,7 @@ class ZeroGrads(Rule):
     reads = ("grad_norm",)
     order = 60
 
-    def __init__(self, watch: Any, clock) -> None:
+    def __init__(self, watch: Any, clock: Callable[[], float]) -> None:
         super().__init__(watch, clock)
         self.zeros = 0  # judged norms of exactly 0 in a row
 
