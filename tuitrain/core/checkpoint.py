@@ -21,7 +21,7 @@ from collections import OrderedDict
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -82,7 +82,7 @@ def checkpoint_name(epoch: int, step: int) -> str:
     return f"epoch-{epoch:04d}-step-{step:08d}"
 
 
-def is_sharded_checkpoint(path: str | os.PathLike) -> bool:
+def is_sharded_checkpoint(path: str | os.PathLike[str]) -> bool:
     return (Path(path) / STATE_FILE).is_file()
 
 
@@ -90,7 +90,7 @@ def _complete(path: Path) -> bool:
     return path.is_file() or is_sharded_checkpoint(path)
 
 
-def load_checkpoint(path: str | os.PathLike) -> dict:
+def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Load a tuitrain checkpoint with weights_only=True; CheckpointError on anything else.
 
     For a sharded checkpoint (a directory) this reads its `state.pt`; `data["sharded_dir"]` then names
@@ -118,7 +118,7 @@ def load_checkpoint(path: str | os.PathLike) -> dict:
     return data
 
 
-def damaged(path: str | os.PathLike) -> str:
+def damaged(path: str | os.PathLike[str]) -> str:
     """Why the checkpoint file at `path` cannot be trusted ("" when sound): its sha256 differs from
     the one its folder's index.json lists. A file the index does not list, or lists without a hash (a
     checkpoint written before hashes), passes."""
@@ -131,7 +131,7 @@ def damaged(path: str | os.PathLike) -> str:
     return ""
 
 
-def read_index(folder: str | os.PathLike) -> list[Entry]:
+def read_index(folder: str | os.PathLike[str]) -> list[Entry]:
     p = Path(folder) / INDEX
     try:
         rows = json.loads(p.read_text())
@@ -166,14 +166,14 @@ def _in_run_dir(file: str) -> str:
     return file if os.path.isabs(file) else f"checkpoint/{file}"
 
 
-def _requested(row: dict) -> str:
+def _requested(row: dict[str, Any]) -> str:
     """Who asked for an index row's checkpoint ("" for the run's own, and in an index written before)."""
     if not row.get("requested"):
         return ""
     return str(row.get("requested_by") or "") or "request"
 
 
-def latest_checkpoint(folder: str | os.PathLike, passed_over: list[tuple[Path, str]] | None = None) -> Path | None:
+def latest_checkpoint(folder: str | os.PathLike[str], passed_over: list[tuple[Path, str]] | None = None) -> Path | None:
     """The newest complete, sound checkpoint listed in the index whose file (or directory) is present;
     each newer one found damaged is added to `passed_over` as (path, why)."""
     folder = Path(folder)
@@ -193,7 +193,7 @@ class Checkpointer:
 
     def __init__(
         self,
-        folder: str | os.PathLike,
+        folder: str | os.PathLike[str],
         *,
         keep_last: int = 2,
         keep_best: int = 1,
@@ -285,7 +285,15 @@ class Checkpointer:
             self._done.extend(marked)
 
     def save(
-        self, state: dict, *, epoch: int, step: int, metrics: dict, reason: str, stall: float = 0.0, requested: str = ""
+        self,
+        state: dict[str, Any],
+        *,
+        epoch: int,
+        step: int,
+        metrics: dict[str, Any],
+        reason: str,
+        stall: float = 0.0,
+        requested: str = "",
     ) -> None:
         """Queue a write of `state` (already a CPU snapshot). Waits for a write still running.
         `requested`: who asked for it (see `ask`); "": one of the run's own."""
@@ -332,7 +340,7 @@ class Checkpointer:
         *,
         epoch: int,
         step: int,
-        metrics: dict,
+        metrics: dict[str, Any],
         reason: str,
         started: float | None = None,
     ) -> None:
@@ -353,11 +361,11 @@ class Checkpointer:
 
     def adopt(
         self,
-        path: str | os.PathLike,
+        path: str | os.PathLike[str],
         *,
         epoch: int,
         step: int,
-        metrics: dict,
+        metrics: dict[str, Any],
         reason: str,
         retain: bool = True,
         requested: str = "",
@@ -402,7 +410,9 @@ class Checkpointer:
             self._asked.pop((epoch, step), None)  # not written: a later state at that step is not the one asked for
             self._done.append(CheckpointFailed(epoch=epoch, step=step, error=self.last_error, reason=reason))
 
-    def _write(self, state, name, epoch, step, metrics, reason, stall) -> None:
+    def _write(
+        self, state: Any, name: str, epoch: int, step: int, metrics: dict[str, Any], reason: str, stall: float
+    ) -> None:
         t0 = time.perf_counter()
         try:
             size = fsutil.atomic_write(self.folder / name, lambda f: self.save_fn(state, f))
@@ -413,7 +423,17 @@ class Checkpointer:
             self.failed(e, epoch=epoch, step=step, reason=reason)
 
     def _commit(
-        self, name, size, epoch, step, metrics, reason, stall, t0, sha256: str = "", retain: bool = True
+        self,
+        name: str,
+        size: int,
+        epoch: int,
+        step: int,
+        metrics: dict[str, Any],
+        reason: str,
+        stall: float | None,
+        t0: float,
+        sha256: str = "",
+        retain: bool = True,
     ) -> None:
         """A complete checkpoint is in place: list it, apply retention, queue the events (`stall` None:
         the loop waited for the whole write)."""
@@ -485,7 +505,7 @@ class Checkpointer:
         return None
 
 
-def check_weights_file(path: str | os.PathLike) -> Any:
+def check_weights_file(path: str | os.PathLike[str]) -> Any:
     """Load a weights file with weights_only=True; CheckpointError when missing, refused or torn."""
     path = Path(path)
     if is_sharded_checkpoint(path):
@@ -503,7 +523,11 @@ def check_weights_file(path: str | os.PathLike) -> Any:
 
 
 def load_weights(
-    model: torch.nn.Module, path: str | os.PathLike, *, strict: bool = True, revise_keys: list | tuple = ()
+    model: torch.nn.Module,
+    path: str | os.PathLike[str],
+    *,
+    strict: bool = True,
+    revise_keys: Sequence[Sequence[str]] = (),
 ) -> tuple[list[str], list[str]]:
     """`[checkpoint] init_from`: load only model weights (a tuitrain checkpoint, a model.pt or any
     weights-only state_dict), renaming keys by (regex, replacement) pairs; returns (missing, unexpected)."""

@@ -25,12 +25,14 @@ import os
 import traceback
 from pathlib import Path
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from . import checkpoint as ckpt
 from . import flops
-from .callbacks import EventBus
+from .callbacks import Callback, EventBus
 from .control import Interrupter
 from .data import build_loaders, seed_everything
 from .early_stopping import EarlyStopping
@@ -42,7 +44,7 @@ from .learner_checkpoint import CheckpointIO
 from .learner_health import HealthGuard
 from .lifecycle import Lifecycle, Summary, out_of_memory
 from .loop import Loop
-from .loop_parts import LoopParts
+from .loop_parts import LoopParts, StepCalls
 from .learner_media import close_media, open_media
 from .media import LearnerMedia, MediaLog, QuietMedia
 from .metrics import MetricSet
@@ -55,6 +57,12 @@ from .saving import End, Request, SavePolicy
 from .session import TrainingSession, max_time_spent, out_of_memory_advice
 from .state import EXIT_FAILED, CancelFitting, FitResult, NonFiniteLoss, RunDirUnwritable, TrainState
 from .strategies.base import Strategy
+
+if TYPE_CHECKING:
+    from .data import ResumableLoader
+
+#: what `fit(resume=...)` takes: a checkpoint's path or a checkpoint already loaded
+Resume = str | os.PathLike[str] | dict[str, Any] | None
 
 
 class CoreLearner:
@@ -81,27 +89,27 @@ class CoreLearner:
 
     def __init__(
         self,
-        model: torch.nn.Module | dict,
-        optimizer: torch.optim.Optimizer | dict,
+        model: torch.nn.Module | dict[str, torch.nn.Module],
+        optimizer: torch.optim.Optimizer | dict[str, torch.optim.Optimizer],
         *,
-        loss_fn=None,
-        scheduler=None,
+        loss_fn: Callable[..., Any] | None = None,
+        scheduler: Any = None,
         experiment: Experiment | str | None = None,
         train: Train | None = None,
         data: Data | None = None,
         metrics: Metrics | None = None,
         log: Log | None = None,
         checkpoint: Checkpointing | ckpt.Checkpointer | None = None,
-        watch: Watch | dict | None = None,
+        watch: Watch | dict[str, Any] | None = None,
         early_stopping: EarlyStopping | None = None,
         train_phase: Phase | None = None,
         valid_phase: Phase | None = None,
-        callbacks: Iterable = (),
+        callbacks: Iterable[Callback] = (),
         bus: EventBus | None = None,
         interrupter: Interrupter | None = None,
         strategy: Strategy | None = None,
-        run_dir: str | os.PathLike | None = None,
-        **shortcuts,
+        run_dir: str | os.PathLike[str] | None = None,
+        **shortcuts: Any,
     ) -> None:
         if isinstance(experiment, str):
             experiment = Experiment(name=experiment)
@@ -173,7 +181,7 @@ class CoreLearner:
         self.notes = list(exp.notes)  # said in the log right after RunStarted
         #: given the config a checkpoint holds, why this run's length differs from that run's ("train.epochs
         #: changed 3 -> 5"), said with the schedules a resume stretched to this run's length (None: not said)
-        self.length_change: Callable[[dict], str] | None = None
+        self.length_change: Callable[[dict[str, Any]], str] | None = None
         self.run_dir = Path(run_dir) if run_dir is not None else None
         model_path = Path(c.model_path) if c.model_path else None
         if self.run_dir is not None:
@@ -300,12 +308,12 @@ class CoreLearner:
         return self.ckpt_io.checkpointer
 
     @property
-    def config(self) -> dict:
+    def config(self) -> dict[str, Any]:
         """The config recorded in RunStarted and in every checkpoint."""
         return self.ckpt_io.config
 
     @property
-    def scaler(self):
+    def scaler(self) -> torch.amp.GradScaler | None:
         """float16's gradient scaler (None in other precisions)."""
         return self.precision.scaler
 
@@ -315,7 +323,7 @@ class CoreLearner:
         return self.guard.health
 
     @property
-    def scheduler(self):
+    def scheduler(self) -> Any:
         """The default training step's scheduler (the first optimizer's; None: none)."""
         return self.optimization.scheduler
 
@@ -325,7 +333,7 @@ class CoreLearner:
 
     # --- what a step calls: precision, backward, optimizer steps (Optimization) ---------------
 
-    def autocast(self):
+    def autocast(self) -> AbstractContextManager[Any]:
         """The context a forward runs in (the precision's autocast; a strategy's gradient sync first)."""
         if self.before_micro_batch is not None:  # a strategy's gradient sync for this micro-batch
             self.before_micro_batch(self)
@@ -360,7 +368,7 @@ class CoreLearner:
             s = self.state
             self.bus.emit_step(StepPoint(point=point, phase=s.phase, epoch=s.epoch, step=s.step + 1, detail=detail))
 
-    def step_calls(self):
+    def step_calls(self) -> StepCalls:
         """(autocast or None, backward, optimizer step or None) for a training loop to bind once per
         epoch: None where the plain form applies (no autocast; `opt.step()` then `zero_grad()` with no
         clipping, scaler or per-step scheduler), so the loop makes no call it does not need. A
@@ -378,11 +386,11 @@ class CoreLearner:
 
     # --- checkpoints: what one holds (Checkpoints) and the strategy's part -----------------------
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         """Everything an exact resume needs (live references; `checkpoint.snapshot` copies it)."""
         return self.strategy.extra_state(self, self.ckpt_io.state_dict())
 
-    def load_state_dict(self, data: dict) -> None:
+    def load_state_dict(self, data: dict[str, Any]) -> None:
         self.strategy.check_resume(data)
         self.ckpt_io.load_state_dict(data)
         self.strategy.after_load(self, data)
@@ -416,10 +424,10 @@ class CoreLearner:
 
     def fit(
         self,
-        train_data,
-        valid_data=None,
-        resume: str | os.PathLike | dict | None = None,
-        resumed_from: str | os.PathLike | None = None,
+        train_data: Any,
+        valid_data: Any = None,
+        resume: Resume = None,
+        resumed_from: str | os.PathLike[str] | None = None,
     ) -> FitResult:
         """Train; returns a FitResult (never raises for errors in user code: status "failed").
 
@@ -432,7 +440,9 @@ class CoreLearner:
         self.bus.tick()  # the control folder's poll, among others: a resume comes that way
         self.ckpt_io.flush_events()
 
-    def _fit(self, train_data, valid_data, resume, resumed_from) -> FitResult:
+    def _fit(
+        self, train_data: Any, valid_data: Any, resume: Resume, resumed_from: str | os.PathLike[str] | None
+    ) -> FitResult:
         s = self.state
         life = self.lifecycle = Lifecycle(
             self.bus, self.interrupter, chores=self._pause_chores, save=self._save_requested
@@ -517,7 +527,7 @@ class CoreLearner:
         close_media(self.media, self.media_chores)
         self.media_chores = None
 
-    def _media_now(self, what: str):
+    def _media_now(self, what: str) -> MediaLog | QuietMedia:
         if self.media is None:
             raise RuntimeError(f"learner.{what} logs during fit (from a callback or a phase)")
         return self.media
@@ -527,18 +537,18 @@ class CoreLearner:
         RUN_DIR/media/<name>/<step>.txt and a MediaLogged event, written off the loop's thread."""
         self._media_now("log_text").text(self.state.step if step is None else step, name, text)
 
-    def log_image(self, name: str, images, step: int | None = None) -> None:
+    def log_image(self, name: str, images: Any, step: int | None = None) -> None:
         """An image, or a batch as a grid: a tensor (C,H,W) or (N,C,H,W), floats in [0,1] or uint8; numpy
         (H,W) or (H,W,C); a PIL image; a list of them. Copied now, encoded and written off the loop's
         thread (RUN_DIR/media/<name>/<step>.png)."""
         self._media_now("log_image").image(self.state.step if step is None else step, name, images)
 
-    def log_histogram(self, name: str, values, step: int | None = None) -> None:
+    def log_histogram(self, name: str, values: Any, step: int | None = None) -> None:
         """The distribution of `values` (a tensor, or a list of tensors counted together) at `step`: a
         HistogramLogged event; a name keeps the bins of its first call."""
         self._media_now("log_histogram").histogram(self.state.step if step is None else step, name, values)
 
-    def _train(self, train, valid) -> str:
+    def _train(self, train: ResumableLoader, valid: ResumableLoader | None) -> str:
         """The loop (loop.py) over this fit's parts, inside a `TrainingSession` (session.py: the garbage
         collector, the heap, the watchdog and the max_time clock set for it); why it ended."""
         with TrainingSession(

@@ -17,6 +17,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -37,10 +39,18 @@ from .loop_parts import Judge, LoopParts, timed
 from .metrics import Loss, StepOutput
 from .phases import pair_step
 from .saving import Boundary, EpochEnd, Save, StepDone
-from .state import CancelEpoch, CancelFitting, CancelStep, RollBack
+from .state import CancelEpoch, CancelFitting, CancelStep, RollBack, TrainState
+
+if TYPE_CHECKING:
+    from .data import ResumableLoader
+    from .metrics import MetricSet
+    from .phases import Phase, PhaseLearner
+
+#: what `after_step` is given by a loop that keeps no StepOutput: (loss, output, target, items)
+Last = tuple[Any, Any, Any, int]
 
 
-def bound_step(phase, learner):
+def bound_step(phase: Phase, learner: PhaseLearner) -> Callable[[Any], StepOutput]:
     """`phase.step` bound to `learner` for one epoch's loop: `fn(batch) -> StepOutput`. For the default
     (inputs, targets) step with a loss function, the model and loss are looked up once, not per batch."""
     parts = phase.plain_parts(learner)
@@ -48,7 +58,7 @@ def bound_step(phase, learner):
         return functools.partial(phase.step, learner)
     (model, loss_fn), step = parts, phase.step
 
-    def plain(batch):
+    def plain(batch: Any) -> StepOutput:
         out = pair_step(model, loss_fn, batch)
         if out is None:  # other shapes: the default step says what is wrong
             return step(learner, batch)
@@ -68,15 +78,15 @@ class Loop:
 
     def __init__(self) -> None:
         self.parts: LoopParts = None  # type: ignore[assignment]  # this fit's, from `run` on
-        self.phase = None  # the phase running now (set as it begins)
+        self.phase: Phase | None = None  # the phase running now (set as it begins)
         self.valid_due = False  # validate_every_n_steps: a validation waits at the next boundary
         self.validating = False
         self.checkpoint_due: Save | None = None  # a step checkpoint waits at the next boundary
         self.step_saves = False  # step checkpoints are saved: each step asks the policy
         self.epoch_batches = 0
-        self.valid_loader = None
+        self.valid_loader: ResumableLoader | None = None
 
-    def count_step(self, *_) -> None:
+    def count_step(self, *_: object) -> None:
         """The optimizer stepped (its post-hook): a validation is due every N steps."""
         p = self.parts
         if p is None:  # a step outside fit
@@ -88,7 +98,7 @@ class Loop:
 
     # --- the epochs ----------------------------------------------------------------------------
 
-    def run(self, parts: LoopParts, train, valid) -> str:
+    def run(self, parts: LoopParts, train: ResumableLoader, valid: ResumableLoader | None) -> str:
         """The epochs, gone back to an earlier checkpoint each time a health rule rolls back; why they
         ended ("epochs", "max_steps", "early_stopping"); a stop raises CancelFitting."""
         self.parts = p = parts
@@ -100,7 +110,7 @@ class Loop:
             except RollBack as rb:
                 p.guard.roll_back(rb, train, p.load_state_dict)
 
-    def epochs(self, train, valid) -> str:
+    def epochs(self, train: ResumableLoader, valid: ResumableLoader | None) -> str:
         p = self.parts
         s = p.state
         es = p.early_stopping
@@ -148,7 +158,7 @@ class Loop:
             if save is not None:
                 p.save(save.reason, save.requested)
             self.checkpoint_due = None
-            if stop_early:
+            if stop_early and es is not None:  # (only early stopping stops early)
                 p.bus.emit(OutputPrinted(text=es.message, stream="tuitrain"))
                 return "early_stopping"
             if s.stop_reason == "max_steps":
@@ -159,7 +169,7 @@ class Loop:
         s.stage = "done"
         return "epochs"
 
-    def record(self, split: str, values: dict) -> None:
+    def record(self, split: str, values: dict[str, Any]) -> None:
         s = self.parts.state
         for k, v in values.items():
             key = f"{split}/{k}"
@@ -168,7 +178,7 @@ class Loop:
 
     # --- a phase's start and end ---------------------------------------------------------------
 
-    def begin(self, phase, state, metrics, batches: int, fresh: bool) -> None:
+    def begin(self, phase: Phase, state: TrainState, metrics: MetricSet, batches: int, fresh: bool) -> None:
         """Reset the split's metrics (unless resuming mid-phase), say PhaseStarted, set the mode."""
         p = self.parts
         if fresh:
@@ -180,7 +190,7 @@ class Loop:
         self.phase = phase
         p.model().train(phase.training)
 
-    def finish(self, phase, state, metrics) -> dict:
+    def finish(self, phase: Phase, state: TrainState, metrics: MetricSet) -> dict[str, Any]:
         """The phase's aggregates: one epoch-scope MetricsLogged, then PhaseCompleted."""
         bus = self.parts.bus
         result = metrics.read_phase()
@@ -203,7 +213,7 @@ class Loop:
 
     # --- one epoch of training -----------------------------------------------------------------
 
-    def train_epoch(self, loader, state, start_batch: int = 0) -> dict:
+    def train_epoch(self, loader: ResumableLoader, state: TrainState, start_batch: int = 0) -> dict[str, Any]:
         p = self.parts
         phase = p.train_phase
         metrics = p.metric_sets[phase.split]
@@ -268,8 +278,8 @@ class Loop:
                         backward(loss / group_div if group_div != 1.0 else loss)
                     if loss is not None:
                         v, bad = judge.loss(loss, state, i)
-                        if v is not loss:
-                            out.value = v
+                        if v is not loss:  # read back as a float
+                            out.value = float(v)
                         if bad:
                             skip_group = True
                     if not skip_group:
@@ -324,19 +334,24 @@ class Loop:
             sample.flush()
         return self.finish(phase, state, metrics)
 
-    def plain_epoch(self, loader, state, start_batch: int, metrics, total: int) -> dict:
+    def plain_epoch(
+        self, loader: ResumableLoader, state: TrainState, start_batch: int, metrics: MetricSet, total: int
+    ) -> dict[str, Any]:
         """`train_epoch` for the common case, step for step the same: the default (inputs, targets)
         step, a plain optimizer step per batch, the loss as the only per-batch metric and no callback
         that takes every step (sampled ones may). It makes no call that case does not need (no
         StepOutput and no metric dispatch per batch)."""
         p = self.parts
         phase = p.train_phase
-        model, loss_fn = phase.plain_parts(p.learner)
+        plain = phase.plain_parts(p.learner)
+        assert plain is not None  # train_epoch runs this body only then
+        model, loss_fn = plain
         loss_metric = metrics.batch_metrics[0] if metrics.batch_metrics else None
         judge = Judge(p, state, grads=True)
-        if loss_metric is None:
-            add_loss = None
-        else:  # CPU: the loss is read back per step (judged), added as a float; else as a tensor
+        # CPU: the loss is read back per step (judged), added as a float; else as a tensor
+        add_loss: Callable[[Any, int, float], None] | None = None
+        if loss_metric is not None:
+            assert isinstance(loss_metric, Loss)  # (the only per-batch metric here)
             add_loss = loss_metric.add_float if judge.every_step else loss_metric.add_tensor
         opt_step, zero_grad = p.optimizer.step, p.optimizer.zero_grad
         ctx, after_step = metrics.ctx, self.after_step
@@ -404,7 +419,7 @@ class Loop:
 
     # --- validation ----------------------------------------------------------------------------
 
-    def valid_epoch(self, loader, state) -> dict:
+    def valid_epoch(self, loader: ResumableLoader, state: TrainState) -> dict[str, Any]:
         p = self.parts
         phase = p.valid_phase
         metrics = p.metric_sets[phase.split]
@@ -451,15 +466,16 @@ class Loop:
             sample.flush()
         return self.finish(phase, state, metrics)
 
-    def validate(self, state) -> None:
+    def validate(self, state: TrainState) -> None:
         """One validation now (the averaged weights with EMA), recorded as the epoch's valid metrics."""
         p = self.parts
+        assert self.valid_loader is not None  # a validation runs only where there is validation data
         with p.ema.swapped_in() if p.ema is not None else contextlib.nullcontext():
             res = self.valid_epoch(self.valid_loader, state)
         self.record(p.valid_phase.split, res)
         state.valid_at = state.step
 
-    def validate_mid_epoch(self, state) -> None:
+    def validate_mid_epoch(self, state: TrainState) -> None:
         """`validate_every_n_steps`: validate inside the training phase, which then goes on as if
         nothing happened (its RNG, its phase); early stopping and "best" checkpoints follow."""
         p = self.parts
@@ -487,7 +503,7 @@ class Loop:
 
     # --- after a step, at a boundary -----------------------------------------------------------
 
-    def log_step(self, metrics, split: str, state, batch: int, total: int) -> None:
+    def log_step(self, metrics: MetricSet, split: str, state: TrainState, batch: int, total: int) -> None:
         p = self.parts
         if not p.solo_boundaries:  # a finished write's events go out here, not at a boundary
             p.ckpt_io.flush_events()
@@ -507,7 +523,9 @@ class Loop:
             )
         )
 
-    def after_step(self, metrics, split: str, state, batch: int, total: int, last: tuple | None = None) -> bool:
+    def after_step(
+        self, metrics: MetricSet, split: str, state: TrainState, batch: int, total: int, last: Last | None = None
+    ) -> bool:
         """What happens after every optimizer step, in every training loop (the plain one too): the
         metrics logged every `log_every_n_steps`, a step checkpoint marked due, the step boundary
         visited when anything waits there (a control request, a due checkpoint or validation, a finished
@@ -541,7 +559,7 @@ class Loop:
             return True
         return False
 
-    def at_boundary(self, state) -> None:
+    def at_boundary(self, state: TrainState) -> None:
         """Apply control requests (the run's `Lifecycle`: said, a checkpoint asked for, a pause), a due
         validation or checkpoint; raises CancelFitting on a stop."""
         p = self.parts

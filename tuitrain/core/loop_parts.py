@@ -10,14 +10,34 @@ Must not import textual.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 
 from .learner_health import TotalNorm
 from .saving import SavePolicy
+
+if TYPE_CHECKING:
+    from .callbacks import EventBus
+    from .control import Interrupter
+    from .early_stopping import EarlyStopping
+    from .ema import WeightAverage
+    from .learner_checkpoint import CheckpointIO
+    from .learner_health import HealthGuard
+    from .lifecycle import Lifecycle
+    from .media import LearnerMedia
+    from .metrics import Context, MetricSet
+    from .phases import Phase, PhaseLearner
+    from .state import TrainState
+
+T = TypeVar("T")
+#: (autocast or None, backward, optimizer step or None): `CoreLearner.step_calls`
+StepCalls = tuple[
+    "Callable[[], AbstractContextManager[Any]] | None", Callable[[torch.Tensor], None], "Callable[[], Any] | None"
+]
 
 
 @dataclass(eq=False)
@@ -39,38 +59,38 @@ class LoopParts:
     solo_boundaries: bool
     saving: SavePolicy  # when to save a checkpoint (saving.py)
     # the run: its state, its events, its control flags, its life between start and finish
-    state: Any  # TrainState
-    bus: Any  # EventBus
-    interrupter: Any  # Interrupter (a rank's agreed one)
-    lifecycle: Any  # Lifecycle
+    state: TrainState
+    bus: EventBus
+    interrupter: Interrupter  # a rank's agreed one
+    lifecycle: Lifecycle
     # the parts trained and measured
-    train_phase: Any
-    valid_phase: Any
-    metric_sets: dict
-    optimizer: Any  # the first optimizer (the plain step's)
-    schedulers: dict
-    scheduler_intervals: dict
-    early_stopping: Any
-    ema: Any  # WeightAverage or None
+    train_phase: Phase
+    valid_phase: Phase
+    metric_sets: dict[str, MetricSet]
+    optimizer: Any  # the first optimizer (the plain step's): a torch.optim.Optimizer, None when there is none
+    schedulers: dict[str, Any]
+    scheduler_intervals: dict[str, str]
+    early_stopping: EarlyStopping | None
+    ema: WeightAverage | None
     raw_model: torch.nn.Module
-    guard: Any  # HealthGuard: the [watch] rules acted on
-    ckpt_io: Any  # CheckpointIO: the checkpoint folder's finished writes
-    media: Any  # LearnerMedia or None: [log] samples and histograms
+    guard: HealthGuard  # the [watch] rules acted on
+    ckpt_io: CheckpointIO  # the checkpoint folder's finished writes
+    media: LearnerMedia | None  # [log] samples and histograms
     # the learner's calls (a subclass may override them)
-    learner: Any  # what a phase's step is given
+    learner: PhaseLearner  # what a phase's step is given (the CoreLearner)
     model: Callable[[], torch.nn.Module]  # the model the phases call now (DDP's wrapper while training)
-    #: (autocast or None, backward, optimizer step or None): `CoreLearner.step_calls`
-    step_calls: Callable[[], tuple]
-    autocast: Callable
+    step_calls: Callable[[], StepCalls]
+    autocast: Callable[[], AbstractContextManager[Any]]
     end_manual_step: Callable[[], None]
     optimizer_step: Callable[[], Any]
     save: Callable[[str, str], None]  # save_checkpoint(reason, requested)
-    load_state_dict: Callable[[dict], None]  # a rollback's checkpoint loaded
+    load_state_dict: Callable[[dict[str, Any]], None]  # a rollback's checkpoint loaded
     write_failed: Callable[[], None]  # raises RunDirUnwritable
 
     @classmethod
-    def of(cls, learner) -> LoopParts:
-        """A `CoreLearner`'s, for one fit: its settings, collaborators and calls as they are now."""
+    def of(cls, learner: Any) -> LoopParts:
+        """A `CoreLearner`'s, for one fit: its settings, collaborators and calls as they are now (`learner`
+        is typed Any: learner.py imports this module, and a type import back would be an import circle)."""
         return cls(
             epochs=learner.epochs,
             max_steps=learner.max_steps,
@@ -111,7 +131,7 @@ class LoopParts:
         )
 
 
-def timed(batches, ctx):
+def timed(batches: Iterable[T], ctx: Context) -> Iterator[T]:
     """`batches`, adding the seconds each one kept the loop waiting to `ctx.window_wait` (no device
     sync: the clock runs while the loader produces the batch, not while the device computes)."""
     clock = time.perf_counter
@@ -149,7 +169,7 @@ class Judge:
         "skip",
     )
 
-    def __init__(self, parts: LoopParts, state, grads: bool) -> None:
+    def __init__(self, parts: LoopParts, state: TrainState, grads: bool) -> None:
         guard = self.guard = parts.guard
         self.every_step, self.logged = guard.check_every_step, guard.judge_logged_loss
         self.log_every = parts.log_every_n_steps
@@ -164,7 +184,7 @@ class Judge:
         """Batch `i` is one a rollback passes over."""
         return self.passed_over is not None and (self.epoch, i) in self.passed_over
 
-    def loss(self, loss, state, i: int):
+    def loss(self, loss: torch.Tensor, state: TrainState, i: int) -> tuple[torch.Tensor | float, bool]:
         """(the loss as added to the metrics, bad): a float where it was read back to be judged, else the
         tensor itself (no sync); bad: its update is not to be applied."""
         if self.every_step:
@@ -175,10 +195,10 @@ class Judge:
             return v, self.guard.judge_loss(v, state, i)
         return loss, False
 
-    def grads(self, state, batches: list[int]) -> bool:
+    def grads(self, state: TrainState, batches: list[int]) -> bool:
         """The gradients of the step about to be taken judged bad (on the steps that log)."""
         return bool(
-            self.grads_every
+            self.norm_of is not None  # bound where grads_every is set
             and (state.step + 1) % self.grads_every == 0
             and self.guard.judge_grads(self.norm_of, state, batches)
         )
