@@ -68,9 +68,8 @@ class CheckpointIO:
         self.precision, self.metric_sets = precision, metric_sets
         self.early_stopping, self.health = early_stopping, health
         self.config, self.world_size, self.model_path = config, world_size, model_path
-        self.loader: ResumableLoader | None = (
-            None  # the training loader (`follow`): its position in the data, mid-epoch
-        )
+        #: the training loader (`follow`): its position in the data, mid-epoch
+        self.loader: ResumableLoader | None = None
         self.resume_data: Any = None  # that position, as loaded, until the loader is followed
         self._last: tuple[int, int, str] | int | None = -1  # (epoch, step, stage) of the state last saved
         self._last_snapshot: Any = None  # the last checkpoint's CPU copy: the next one copies into it
