@@ -112,7 +112,7 @@ def test_both_bodies_say_the_same(tmp_path, monkeypatch, name):
     assert len(events) == len(general)
     for i, (a, b) in enumerate(zip(events, general)):
         assert a == b, f"event {i}"
-    assert off == general_off
+    assert sorted(off) == sorted(general_off)  # the same events from the threads, in the order they finished
     assert all(torch.equal(a, b) for a, b in zip(params, general_params))
     kinds = {k for k, _ in events} | {k for k, _ in off}
     assert {"RunStarted", "MetricsLogged", "CheckpointSaved", "RunFinished"} <= kinds

@@ -221,6 +221,8 @@ async def test_q_y_y_asks_for_one_stop_and_c_held_down_for_one_checkpoint(tmp_pa
     run.run_dir = str(tmp_path)
     live = LiveRun(run)
     app = LiveApp(live, None, clock=lambda: T0 + 60)
+    presses = iter(range(10**6))
+    app.pace_clock = lambda: next(presses) / 30  # each c read 1/30 s after the last, however busy the machine
     asked: list[str] = []
     checkpoint, stop = run.interrupter.request_checkpoint, run.interrupter.request_stop
     run.interrupter.request_checkpoint = lambda source="api": (asked.append("checkpoint"), checkpoint(source))

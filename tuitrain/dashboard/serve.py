@@ -119,6 +119,20 @@ def _server_class():
             unset, Python prints only warnings and errors, to stderr."""
 
         async def on_startup(self, app: web.Application) -> None:
+            # aiohttp calls this before its site listens: the one URL is printed once a connection to the
+            # port is accepted, so that a browser (or a script) that opens it at once is not refused
+            self.greeter = asyncio.get_running_loop().create_task(self.greet_when_listening())
+
+        async def greet_when_listening(self) -> None:
+            host = "127.0.0.1" if self.host in ("", "0.0.0.0") else "::1" if self.host == "::" else self.host
+            for _ in range(500):  # 5 s at most: then the URL is printed all the same
+                try:
+                    _, writer = await asyncio.open_connection(host, self.port)
+                except OSError:
+                    await asyncio.sleep(0.01)
+                    continue
+                writer.close()
+                break
             print(self.greeting, file=self.out, flush=True)  # the one URL
 
         async def _make_app(self) -> web.Application:
