@@ -2,6 +2,7 @@
 
 import subprocess
 import sys
+from pathlib import Path
 
 
 def _modules_after(code: str) -> set[str]:
@@ -37,3 +38,14 @@ def test_the_cancel_exceptions_are_one_set_wherever_they_are_imported_from():
 
     for name in ("CancelStep", "CancelEpoch", "CancelFitting"):
         assert getattr(tuitrain, name) is getattr(state, name)
+
+
+def test_every_package_of_the_source_tree_is_in_the_wheel():
+    """pyproject's [tool.setuptools] packages lists each folder of tuitrain/ with an __init__.py: one left
+    out installs from a wheel without its modules (tuitrain.core.rules was, and `import tuitrain` failed)."""
+    import tomllib
+
+    root = Path(__file__).resolve().parents[1]
+    listed = set(tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {".".join(p.parent.relative_to(root).parts) for p in (root / "tuitrain").rglob("__init__.py")}
+    assert found - listed == set(), f"packages missing from pyproject.toml's [tool.setuptools]: {found - listed}"
