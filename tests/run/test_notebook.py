@@ -99,6 +99,15 @@ def training(run: Path, steps: int = 100) -> None:
     raise AssertionError(f"{run} did not start training")
 
 
+def next_step(run: Path) -> None:
+    """Wait for the run's next step to be logged: the one after it has just begun."""
+    seen = (run / "events.jsonl").read_text().count('"MetricsLogged"')
+    deadline = time.monotonic() + 60
+    while (run / "events.jsonl").read_text().count('"MetricsLogged"') == seen:
+        assert time.monotonic() < deadline, f"{run}: no step logged in 60 s"
+        time.sleep(0.01)
+
+
 class Kernel:
     """A real ipykernel, its iopub messages for the cell being run, and the widgets' buttons it shows."""
 
@@ -173,12 +182,14 @@ def test_interrupting_the_kernel_stops_the_run_gracefully_with_a_checkpoint(tmp_
 @pytest.mark.parametrize("fit", ["fit", "fit_async"])
 def test_a_second_interrupt_ends_the_run_at_once(tmp_path, fit):
     """The first interrupt asks for a graceful stop at the step's end; a second, within the same slow step
-    (0.5 s), ends the run there: the cell ends quietly, the run says interrupted (reason killed)."""
+    (1.5 s, long beside the test's polling and a busy machine's delays), ends the run there: the cell ends
+    quietly, the run says interrupted (reason killed)."""
     kernel = Kernel(tmp_path)
     try:
-        kernel.execute(LONG.format(pause=0.5, wait="await " if fit == "fit_async" else "", fit=fit, every=1))
+        kernel.execute(LONG.format(pause=1.5, wait="await " if fit == "fit_async" else "", fit=fit, every=1))
         run = tmp_path / "runs" / "long"
         training(run, steps=2)
+        next_step(run)  # both interrupts early in a step of 1.5 s
         kernel.km.interrupt_kernel()
         time.sleep(0.1)
         kernel.km.interrupt_kernel()

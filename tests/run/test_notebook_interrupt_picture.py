@@ -14,7 +14,7 @@ pytest.importorskip("nbformat")
 pytest.importorskip("ipykernel")
 pytest.importorskip("jupyter_client")
 
-from test_notebook import LONG, Kernel, training, words  # noqa: E402  (tests/run, on sys.path)
+from test_notebook import LONG, Kernel, next_step, training, words  # noqa: E402  (tests/run, on sys.path)
 from test_notebook_bundle import picture_svg  # noqa: E402
 
 
@@ -52,7 +52,7 @@ def test_a_second_interrupt_to_the_group_leaves_the_runs_end_in_the_picture_too(
     kernel = Kernel(tmp_path)
     run = tmp_path / "runs" / "long"
     try:
-        kernel.execute(LONG.format(pause=0.5, wait="", fit="fit", every=1))
+        kernel.execute(LONG.format(pause=1.5, wait="", fit="fit", every=1))
         training(run, steps=2)
         kernel.read(
             until=lambda: any(
@@ -61,6 +61,7 @@ def test_a_second_interrupt_to_the_group_leaves_the_runs_end_in_the_picture_too(
                 if "<img" in d[-1].get("text/html", "") or "image/svg+xml" in d[-1]
             )
         )
+        next_step(run)  # both interrupts early in a step of 1.5 s
         group = os.getpgid(kernel.km.provisioner.pid)
         os.killpg(group, signal.SIGINT)
         time.sleep(0.1)
