@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+import forkserver
+
 TINY_MODULE = '''
 """A tiny user project for tuitrain's tests: an MLP with dropout on random data."""
 import time
@@ -174,7 +176,11 @@ def cli_env() -> dict:
 
 
 def tuitrain(*args: str | os.PathLike, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess:
-    """`python -m tuitrain ARGS` to completion; stdout is a pipe, so `run` is headless."""
+    """`python -m tuitrain ARGS` to completion; stdout is a pipe, so `run` is headless. Started from the fork
+    server (tests/forkserver.py: torch imported once) where it can serve the environment, fresh otherwise."""
+    done = forkserver.run([*map(str, args)], cwd, cli_env(), timeout)
+    if done is not None:
+        return done
     return subprocess.run(
         [sys.executable, "-m", "tuitrain", *map(str, args)],
         cwd=cwd,
@@ -188,6 +194,9 @@ def tuitrain(*args: str | os.PathLike, cwd: Path, timeout: float = 600) -> subpr
 def tuitrain_bg(*args: str | os.PathLike, cwd: Path) -> subprocess.Popen:
     """`python -m tuitrain ARGS` in the background, output to files in cwd (no pipe to fill up)."""
     out = open(cwd / f"bg-{time.time_ns()}.out", "w+")
+    forked = forkserver.start([*map(str, args)], cwd, cli_env(), out)
+    if forked is not None:
+        return forked
     return subprocess.Popen(
         [sys.executable, "-m", "tuitrain", *map(str, args)],
         cwd=cwd,
@@ -473,17 +482,35 @@ def _cpu_seconds() -> float:
     import resource
 
     me, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return me.ru_utime + me.ru_stime + children.ru_utime + children.ru_stime
+    return me.ru_utime + me.ru_stime + children.ru_utime + children.ru_stime + forkserver.cpu_seconds()
 
 
 if _CPU_FILE:
+    # and FILE.spawns: each process a test started (its first three arguments), for the costliest launches
+    _spawned: list[str] = []
+
+    def _audit(event: str, args: tuple) -> None:
+        if event == "subprocess.Popen":
+            _spawned.append(" ".join(map(str, list(args[1] or [args[0]])[:3])))
+        elif event in ("os.fork", "os.forkpty"):
+            _spawned.append(event)
+
+    sys.addaudithook(_audit)
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(item, nextitem):
         before = _cpu_seconds()
+        _spawned.clear()
         yield
         with open(_CPU_FILE, "a") as f:
             f.write(f"{_cpu_seconds() - before:.2f} {item.nodeid}\n")
+        if _spawned:
+            with open(_CPU_FILE + ".spawns", "a") as f:
+                f.writelines(f"{item.nodeid}\t{s}\n" for s in _spawned)
+
+
+def pytest_sessionfinish(session):
+    forkserver.close_servers()
 
 
 def pytest_collection_modifyitems(config, items):
