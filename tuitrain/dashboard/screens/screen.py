@@ -97,6 +97,7 @@ class DashboardScreen(Screen):
         self.footer_after = footer_after
         self._title_shown: tuple | None = None
         self._title_of: tuple | None = None  # show_title's arguments, for a resize
+        self._footer_width: int | None = None  # the width the footer was last fitted to (on_resize)
         self._grid: ChartGrid | None = None
         #: set once the widgets are mounted (the app waits for it before it shows anything)
         self.composed = asyncio.Event()
@@ -144,7 +145,14 @@ class DashboardScreen(Screen):
         self.fit(event.size.width, event.size.height)
         if self._title_of is not None:  # the title bar's words follow the width
             self.show_title(*self._title_of)
-        self.refresh_bindings()  # and the footer's
+        # and the footer's, where the width changes them: Textual's Footer builds all its keys anew on each
+        # refresh, the most of a resize's time, which a terminal dragged wider sends many of
+        before, self._footer_width = self._footer_width, event.size.width
+        if before is None or self._footer_words(before) != self._footer_words(event.size.width):
+            self.refresh_bindings()
+
+    def _footer_words(self, width: int) -> list[tuple[str, str]]:
+        return [(k, a.binding.description) for k, a in self._fitted(width).items() if a.binding.show]
 
     def fit(self, width: int, height: int) -> None:
         """Small terminals: the side panels shrink (`-compact`); too small: a notice (`-too-small`)."""
@@ -307,6 +315,9 @@ class DashboardScreen(Screen):
     def active_bindings(self):
         """The keys in the footer's order: the focused widget's own, then the app's run keys, the chart
         grid's, and the app's `footer_after` keys last; in the words that fit (`footer_bindings`)."""
+        return self._fitted(self.size.width or self.app.size.width)
+
+    def _fitted(self, width: int):
         bindings = super().active_bindings
         app = self.app
 
@@ -320,7 +331,7 @@ class DashboardScreen(Screen):
 
         ordered = dict(sorted(bindings.items(), key=place))  # stable: each group keeps its order
         # shorter words, then fewer keys, rather than a footer cut off at the terminal's edge
-        return footer_bindings(ordered, self.size.width or app.size.width, app.get_key_display)
+        return footer_bindings(ordered, width, app.get_key_display)
 
 
 __all__ = ["DashboardScreen", "notice_text", "run_state"]
