@@ -34,8 +34,10 @@ TIMEOUT = 5.0  # seconds a webhook or command may take
 EVERY = 60.0  # seconds between two sendings of one rule's alerts
 WAKE = 0.5  # seconds the sender's thread waits at most while it holds alerts (a clock of tests' may jump)
 
+Payload = dict[str, Any]  # an alert as it is sent: JSON's object
 
-def payload(event: AlertRaised, run_dir: str, experiment: str) -> dict:
+
+def payload(event: AlertRaised, run_dir: str, experiment: str) -> Payload:
     """The JSON an alert is sent as (SPEC "Health"): `text` reads well in Slack, Discord or a mail."""
     value = event.value
     if isinstance(value, float) and not math.isfinite(value):
@@ -54,7 +56,7 @@ def payload(event: AlertRaised, run_dir: str, experiment: str) -> dict:
     }
 
 
-def digest(item: dict, held: int) -> dict:
+def digest(item: Payload, held: int) -> Payload:
     """The newest of `held` alerts of one rule held back since the rule was last sent, saying so."""
     alerts = "alert" if held == 1 else "alerts"
     return {
@@ -86,12 +88,12 @@ class AlertSender(CallbackBase):
         self.say = say  # where a failure is said (the bus's emit: experiment.log, the screen)
         self.timeout = timeout
         self.every, self.clock = every, clock
-        self._queue: queue.Queue = queue.Queue()
+        self._queue: queue.Queue[tuple[float, Payload] | None] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._failing: set[str] = set()  # destinations whose failure was said already
         # the thread's own: by rule, when it was last sent, and (how many, the newest) held since
         self._last: dict[str, float] = {}
-        self._held: dict[str, tuple[int, dict]] = {}
+        self._held: dict[str, tuple[int, Payload]] = {}
         self.sent = 0
 
     @property
@@ -111,6 +113,7 @@ class AlertSender(CallbackBase):
 
     def _run(self) -> None:
         while True:
+            got: tuple[float, Payload] | tuple[()] | None
             try:
                 got = self._queue.get(timeout=WAKE if self._held else None)
             except queue.Empty:
@@ -125,7 +128,7 @@ class AlertSender(CallbackBase):
             for rule in [r for r in self._held if now - self._last[r] >= self.every]:
                 self._send(self._release(rule, now))
 
-    def _take(self, t: float, item: dict) -> None:
+    def _take(self, t: float, item: Payload) -> None:
         """An alert that came at `t`: sent, or held while its rule was sent less than `every` ago."""
         rule = item["rule"]
         last = self._last.get(rule)
@@ -139,13 +142,13 @@ class AlertSender(CallbackBase):
         self._last[rule] = t
         self._send(item)
 
-    def _release(self, rule: str, now: float | None = None) -> dict:
+    def _release(self, rule: str, now: float | None = None) -> Payload:
         count, item = self._held.pop(rule)
         if now is not None:
             self._last[rule] = now
         return digest(item, count)
 
-    def _send(self, item: dict) -> None:
+    def _send(self, item: Payload) -> None:
         if self.alerts.webhook:
             self._deliver("webhook", self.alerts.webhook, lambda: self._post(item))
         if self.alerts.command:
@@ -167,7 +170,7 @@ class AlertSender(CallbackBase):
         self._failing.discard(kind)
         self.sent += 1
 
-    def _post(self, item: dict) -> None:
+    def _post(self, item: Payload) -> None:
         data = json.dumps(item).encode()
         request = urllib.request.Request(
             self.alerts.webhook,
@@ -181,7 +184,7 @@ class AlertSender(CallbackBase):
                     self.alerts.webhook, response.status, "not accepted", response.headers, None
                 )
 
-    def _command(self, item: dict) -> None:
+    def _command(self, item: Payload) -> None:
         done = subprocess.run(
             shlex.split(self.alerts.command),
             input=json.dumps(item),
@@ -201,7 +204,10 @@ class AlertSender(CallbackBase):
 
 
 def alert_sender(
-    alerts: Alerts | dict | None, run_dir: str = "", experiment: str = "", say: Callable[[Event], None] | None = None
+    alerts: Alerts | dict[str, Any] | None,
+    run_dir: str = "",
+    experiment: str = "",
+    say: Callable[[Event], None] | None = None,
 ) -> AlertSender | None:
     """An AlertSender when a webhook or command is set (in `alerts` or the environment), else None."""
     sender = AlertSender(Alerts.of(alerts), run_dir, experiment, say)

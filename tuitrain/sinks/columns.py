@@ -21,11 +21,11 @@ import os
 import struct
 import zlib
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import IO, Any, NamedTuple
 
 import numpy as np
 
-from tuitrain.core.events import MetricsLogged
+from tuitrain.core.events import Event, MetricsLogged
 
 FILENAME = "events.columns"
 MAGIC = b"TTC1"
@@ -35,8 +35,11 @@ _INTS_ONLY, _NUMBERS, _STRS = frozenset({int}), frozenset({int, float}), frozens
 _INT64 = (-(1 << 63) + 1, (1 << 63) - 1)  # the ints events.jsonl's fast reader takes
 MAX_HEADER = 1 << 20
 
+Key = tuple[str, str, tuple[str, ...]]  # a record's kind: split, scope, metric names
+Row = tuple[float, ...]  # step, epoch, batch, batches, time, then the values
 
-def _row(event: Any) -> tuple | None:
+
+def _row(event: Any) -> tuple[Key, Row] | None:
     """(key, numbers) of a MetricsLogged the columns can hold exactly, else None (bools, NaN, strings,
     huge ints: the JSON's way)."""
     if type(event) is not MetricsLogged:
@@ -62,7 +65,7 @@ def _row(event: Any) -> tuple | None:
     return (event.split, event.scope, tuple(metrics)), ints + (float(t),) + values
 
 
-def encode_record(start: int, chunk: bytes, key: tuple, rows: list[tuple]) -> bytes:
+def encode_record(start: int, chunk: bytes, key: Key, rows: list[Row]) -> bytes:
     """One record: `rows` (from `_row`) written as the lines `chunk` at byte `start` of events.jsonl."""
     split, scope, names = key
     kind = json.dumps({"split": split, "scope": scope, "names": list(names)}).encode("utf-8")
@@ -78,26 +81,30 @@ class ColumnsWriter:
     """Appends records for the lines `JsonlWriter` writes; never fails the run (a failed write
     stops the side file, whose records so far stay valid)."""
 
-    def __init__(self, run_dir: str | os.PathLike, jsonl_size: int) -> None:
+    def __init__(self, run_dir: str | os.PathLike[str], jsonl_size: int) -> None:
         self.path = Path(run_dir) / FILENAME
         self.offset = jsonl_size  # where the next line goes in events.jsonl
-        self._file = None
+        self._file: IO[bytes] | None = None
         try:
             self._file = open(self.path, "a+b", buffering=0)
             self._file.truncate(_good_prefix(self._file, jsonl_size))
         except OSError:
             self.close()
 
-    def wrote(self, lines: list[bytes], events: list) -> None:
+    def wrote(self, lines: list[bytes], events: list[Event]) -> None:
         """`lines` were appended to events.jsonl, in one piece; `events`: the event of each line."""
         if self._file is None:
             self.offset += sum(map(len, lines))
             return
-        out, key, rows, start, at = [], None, [], 0, self.offset
+        out: list[bytes] = []
+        key: Key | None = None
+        rows: list[Row] = []
+        start, at = 0, self.offset
         parts: list[bytes] = []
         for line, event in zip(lines, events):
             row = _row(event)
             if rows and (row is None or row[0] != key):
+                assert key is not None  # set with the first of `rows`
                 out.append(encode_record(start, b"".join(parts), key, rows))
                 rows, parts = [], []
             if row is not None:
@@ -107,6 +114,7 @@ class ColumnsWriter:
                 parts.append(line)
             at += len(line)
         if rows:
+            assert key is not None  # set with the first of `rows`
             out.append(encode_record(start, b"".join(parts), key, rows))
         self.offset = at
         if out:
@@ -124,7 +132,7 @@ class ColumnsWriter:
         self._file = None
 
 
-def _good_prefix(f, jsonl_size: int) -> int:
+def _good_prefix(f: IO[bytes], jsonl_size: int) -> int:
     """Bytes of the side file that are whole records of this events.jsonl: a torn last record goes,
     and a side file that names bytes events.jsonl does not have (another run's) goes whole."""
     f.seek(0)
@@ -152,7 +160,7 @@ class Record(NamedTuple):
     payload_crc: int
 
 
-def _read_record(f, at: int, kinds: dict) -> Record | None:
+def _read_record(f: IO[bytes], at: int, kinds: dict[bytes, Key]) -> Record | None:
     """The record whose head is at `at` (the file positioned there), None when torn or damaged;
     `kinds` caches the kinds already read (they repeat)."""
     head = f.read(_HEAD.size + _CHECK.size)
@@ -177,18 +185,19 @@ def _read_record(f, at: int, kinds: dict) -> Record | None:
     if rows <= 0 or not 0 <= start < end:
         return None
     body = at + len(head) + klen
-    return Record(start, end, crc, rows, *kind, body, 8 * rows * (5 + len(kind[2])), payload_crc)
+    split, scope, names = kind
+    return Record(start, end, crc, rows, split, scope, names, body, 8 * rows * (5 + len(names)), payload_crc)
 
 
 class ColumnsReader:
     """The records of a side file, read as it grows; `columns` gives a record's arrays. A damaged
     record ends the reading: what follows it is read from the JSON."""
 
-    def __init__(self, run_dir: str | os.PathLike) -> None:
+    def __init__(self, run_dir: str | os.PathLike[str]) -> None:
         self.path = Path(run_dir) / FILENAME
-        self._kinds: dict[bytes, tuple] = {}
+        self._kinds: dict[bytes, Key] = {}
         self._pos = 0
-        self._file = None
+        self._file: IO[bytes] | None = None
         self.broken = False
 
     def refresh(self) -> list[Record]:
@@ -217,6 +226,8 @@ class ColumnsReader:
     def columns(self, record: Record) -> tuple[np.ndarray, np.ndarray] | None:
         """(ints, floats): int64 (4, rows) step/epoch/batch/batches, float64 (1 + names, rows) time
         and the values; None when the file cannot be read."""
+        if self._file is None:
+            return None
         try:
             data = os.pread(self._file.fileno(), record.size, record.at)
         except (OSError, AttributeError):
@@ -230,6 +241,8 @@ class ColumnsReader:
 
     def steps(self, record: Record) -> np.ndarray | None:
         """A record's steps alone (the payload's first row, unchecked: for an index; `columns` checks)."""
+        if self._file is None:
+            return None
         try:
             head = os.pread(self._file.fileno(), 8 * record.rows, record.at)
         except (OSError, AttributeError):

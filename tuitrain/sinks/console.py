@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import TextIO
+from typing import Any, TextIO
 from collections.abc import Callable
 
 from tuitrain.core.events import (
@@ -63,7 +63,7 @@ def format_rate(rate: float) -> str:
     return f"{rate:.2f} it/s"
 
 
-def format_throughput(value, unit: str = "samples") -> str:
+def format_throughput(value: object, unit: str = "samples") -> str:
     """Items per second with their unit: 485.2 samples/s (one decimal at any size), not 485.1687."""
     if (
         isinstance(value, bool)
@@ -115,7 +115,7 @@ class HeadlessConsole:
         self.step = 0
         self.phase, self.split = "", ""
         self.batch = self.batches = 0
-        self.metrics: dict = {}
+        self.metrics: dict[str, Any] = {}
         self._rate_origin: tuple[float, int] | None = None  # (time, step or batch) at phase start
         self.rate: float | None = None  # train steps/s, or batches/s in another phase
         self._train_rate: float | None = None  # kept across epochs for the ETA
@@ -124,7 +124,7 @@ class HeadlessConsole:
         self._new_histograms_step = 0
         self.throughput_unit = "samples"  # or "tokens" (metrics.throughput_unit)
 
-    def metric_text(self, name: str, value) -> str:
+    def metric_text(self, name: str, value: object) -> str:
         if name.rpartition("/")[2] == "throughput":
             return format_throughput(value, self.throughput_unit)
         return format_metric(name, value)

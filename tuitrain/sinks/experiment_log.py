@@ -13,6 +13,7 @@ import json
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 from tuitrain.core.events import (
     CheckpointDeleted,
@@ -43,7 +44,7 @@ def _timestamp(t: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", lt) + f".{int((t % 1) * 1000):03d}"
 
 
-def _env_summary(env: dict) -> str:
+def _env_summary(env: dict[str, Any]) -> str:
     parts = []
     for key, value in env.items():
         text = value if isinstance(value, str) else json.dumps(value, default=str, separators=(",", ":"))
@@ -51,7 +52,7 @@ def _env_summary(env: dict) -> str:
     return ", ".join(parts)
 
 
-def _metrics_text(metrics: dict) -> str:
+def _metrics_text(metrics: dict[str, Any]) -> str:
     return " · ".join(f"{k} {format_metric(k, v)}" for k, v in metrics.items())
 
 
@@ -62,7 +63,7 @@ class ExperimentLog:
     step_events = False  # the EventBus spares it StepStarted/StepCompleted: it ignores them
     batch_events = True  # it may get the frequent events in batches (EventBus)
 
-    def __init__(self, run_dir: str | os.PathLike) -> None:
+    def __init__(self, run_dir: str | os.PathLike[str]) -> None:
         self.path = Path(run_dir) / FILENAME
         self._file = open(self.path, "a", encoding="utf-8", newline="\n", buffering=1)
 
@@ -159,7 +160,7 @@ class ExperimentLog:
                     self.write("traceback:\n" + event.traceback.rstrip("\n"), level="ERROR", t=t)
                 self._summary(event.summary, t)
 
-    def _summary(self, summary: dict, t: float | None) -> None:
+    def _summary(self, summary: dict[str, Any], t: float | None) -> None:
         table = format_summary_table(summary)
         if table:
             self.write("summary:\n" + table, t=t)
@@ -169,7 +170,7 @@ class ExperimentLog:
             self._file.close()
 
 
-def _best_text(best: dict) -> str:
+def _best_text(best: dict[str, Any]) -> str:
     text = f"best checkpoint: {best.get('file', '?')}"
     if best.get("monitor"):
         text += f" ({best['monitor']} {format_value(best.get('value'))})"

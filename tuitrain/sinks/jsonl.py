@@ -60,7 +60,11 @@ class JsonlWriter:
     batch_events = True  # it may get the frequent events in batches (EventBus)
 
     def __init__(
-        self, run_dir: str | os.PathLike, flush_interval: float = 0.5, background: bool = True, columns: bool = True
+        self,
+        run_dir: str | os.PathLike[str],
+        flush_interval: float = 0.5,
+        background: bool = True,
+        columns: bool = True,
     ) -> None:
         """`background`: a thread writes lines held back when no later call comes; False leaves
         them to `end_batch()` (an EventBus calls it after every batch), `flush()` or the next call.

@@ -86,7 +86,7 @@ class MetricFileLogger:
     batch_events = True  # it may get the frequent events in batches (EventBus)
 
     def __init__(
-        self, run_dir: str | os.PathLike, flush_interval: float = 1.0, clock: Callable[[], float] = time.monotonic
+        self, run_dir: str | os.PathLike[str], flush_interval: float = 1.0, clock: Callable[[], float] = time.monotonic
     ) -> None:
         self.run_dir = Path(run_dir)
         self.flush_interval = flush_interval

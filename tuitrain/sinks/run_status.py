@@ -43,7 +43,7 @@ def iso_time(t: float) -> str:
     return datetime.fromtimestamp(t).astimezone().isoformat(timespec="seconds")
 
 
-def read_run(run_dir: str | os.PathLike) -> dict | None:
+def read_run(run_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
     """run.json as a dict; None when missing, unreadable or not JSON (nested past the stack, too)."""
     try:
         data = json.loads((Path(run_dir) / FILENAME).read_text(encoding="utf-8"))
@@ -67,7 +67,7 @@ def pid_alive(pid: Any) -> bool | None:
     return True
 
 
-def live_status(run_dir: str | os.PathLike) -> str:
+def live_status(run_dir: str | os.PathLike[str]) -> str:
     """run.json's status, with "killed" for a "running" run whose process is gone; "unknown"
     without a readable run.json. A run started on another host is taken at its word."""
     run = read_run(run_dir)
@@ -82,7 +82,7 @@ def live_status(run_dir: str | os.PathLike) -> str:
     return status
 
 
-def process_gone(run_dir: str | os.PathLike) -> bool:
+def process_gone(run_dir: str | os.PathLike[str]) -> bool:
     """The run's process (run.json's pid, on this host) no longer exists; False while it does, and when
     that cannot be told (no pid, another host)."""
     run = read_run(run_dir)
@@ -91,7 +91,7 @@ def process_gone(run_dir: str | os.PathLike) -> bool:
     return pid_alive(run.get("pid")) is False
 
 
-def is_live(run_dir: str | os.PathLike) -> bool:
+def is_live(run_dir: str | os.PathLike[str]) -> bool:
     return live_status(run_dir) == "running"
 
 
@@ -104,7 +104,7 @@ class RunStatusWriter:
     batch_events = True  # it may get the frequent events in batches (EventBus)
 
     def __init__(
-        self, run_dir: str | os.PathLike, interval: float = 5.0, clock: Callable[[], float] = time.monotonic
+        self, run_dir: str | os.PathLike[str], interval: float = 5.0, clock: Callable[[], float] = time.monotonic
     ) -> None:
         self.path = Path(run_dir) / FILENAME
         self.interval = interval

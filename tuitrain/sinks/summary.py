@@ -77,7 +77,7 @@ def split_key(key: str) -> tuple[str, str]:
     return (split, metric) if sep else ("", key)
 
 
-def summary_rows(summary: dict) -> list[tuple[str, str, str, str, str, str]]:
+def summary_rows(summary: dict[str, Any]) -> list[tuple[str, str, str, str, str, str]]:
     """Table rows, train first then valid then other splits; metric order as logged."""
     keyed = []
     for i, (key, entry) in enumerate(summary.items()):
@@ -104,7 +104,7 @@ def _cell(value: Any, metric: str = "") -> str:
     return "-" if value is None else format_metric(metric, value)
 
 
-def summary_columns(summary: dict) -> tuple[tuple[str, ...], list[tuple[str, ...]], list[int]] | None:
+def summary_columns(summary: dict[str, Any]) -> tuple[tuple[str, ...], list[tuple[str, ...]], list[int]] | None:
     """The end-of-run table's (headers, rows of cells, column widths), for the Markdown table here and the
     screen's plain one (dashboard/fmt.py); None when there is no metric. A loop without epochs (Monitor) has
     no Epoch columns."""
@@ -118,7 +118,7 @@ def summary_columns(summary: dict) -> tuple[tuple[str, ...], list[tuple[str, ...
     return headers, rows, widths
 
 
-def format_summary_table(summary: dict) -> str:
+def format_summary_table(summary: dict[str, Any]) -> str:
     """burn-train's end-of-run table from RunFinished.summary; '' when there is no metric.
 
     | Split | Metric | Min.   | Epoch | Max.   | Epoch |

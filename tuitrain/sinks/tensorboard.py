@@ -60,7 +60,7 @@ def code_block(text: str) -> str:
     return f"{fence}\n{text}\n{fence}"
 
 
-def histogram_buckets(event: HistogramLogged) -> dict | None:
+def histogram_buckets(event: HistogramLogged) -> dict[str, Any] | None:
     """A `HistogramLogged` as the keyword arguments of `SummaryWriter.add_histogram_raw`; None when it
     counted nothing.
 
@@ -101,7 +101,7 @@ class TensorBoardSink:
     step_events = False  # the EventBus spares it StepStarted/StepCompleted: it ignores them
     batch_events = True  # it may get the frequent events in batches (EventBus)
 
-    def __init__(self, run_dir: str | os.PathLike, log_dir: str | os.PathLike | None = None) -> None:
+    def __init__(self, run_dir: str | os.PathLike[str], log_dir: str | os.PathLike[str] | None = None) -> None:
         self.root = Path(run_dir)  # where a MediaLogged's path is read from
         self.log_dir = Path(log_dir) if log_dir is not None else self.root / "tensorboard"
         self.writer = summary_writer_class()(log_dir=str(self.log_dir))
