@@ -29,7 +29,7 @@ class Tail:
     `whole()` is where its whole lines end; `take(n)` drops the first `n` bytes once handled. With
     `until`, no byte past it is read (a resumed run's past sessions, before this one writes)."""
 
-    def __init__(self, path: str | os.PathLike, until: int | None = None) -> None:
+    def __init__(self, path: str | os.PathLike[str], until: int | None = None) -> None:
         self.path = Path(path)
         self.until = until
         self.handle: BinaryIO | None = None
@@ -112,7 +112,7 @@ def holds(raw: bytes | memoryview, record: Record) -> bool:
     return len(raw) == record.end - record.start and raw[-1:] == b"\n" and zlib.crc32(raw) == record.crc
 
 
-def record_lines(run_dir: str | os.PathLike, record: Record) -> bytes | None:
+def record_lines(run_dir: str | os.PathLike[str], record: Record) -> bytes | None:
     """RUN_DIR/events.jsonl's lines of `record`, if the file still holds them (`holds`); None otherwise."""
     try:
         with open(Path(run_dir) / EVENTS_FILE, "rb") as f:

@@ -37,7 +37,7 @@ SQL_TABLES = {"runs", "experiments", "metrics", "params"}
 _SKIP_DIRS = {".trash", "artifacts", "__pycache__", "node_modules", ".git", "checkpoints", "wandb"}
 
 
-def _meta(path: Path) -> dict:
+def _meta(path: Path) -> dict[str, Any]:
     try:
         return simple_yaml(path.read_text(encoding="utf-8", errors="replace"))
     except OSError:
@@ -209,7 +209,7 @@ class _Run(PolledSource):
         self._ended = False
         self._top = 0  # the highest step read
 
-    def _started(self, config: dict, start_ms: Any, env: dict) -> RunStarted:
+    def _started(self, config: dict[str, Any], start_ms: Any, env: dict[str, Any]) -> RunStarted:
         return RunStarted(
             run_dir=str(self.ref.path),
             experiment=self.ref.name,
@@ -371,7 +371,7 @@ class MlflowSqlSource(_Run):
         self.db = Database(ref.path)
         self._rowid = 0
         self._said_start = False
-        self._run: tuple = ()
+        self._run: tuple[Any, ...] = ()
 
     def describe(self) -> str:
         return f"{self.ref.path} (run {self.ref.key})"
@@ -408,7 +408,7 @@ class MlflowSqlSource(_Run):
             out.extend(self._end(str(status), start, end))
         return out
 
-    def _rows(self, rows: list, cols: Columns) -> None:
+    def _rows(self, rows: list[Any], cols: Columns) -> None:
         """Metrics rows (rowid, key, value, timestamp, step, is_nan) as columns, a key at a time."""
         rowids, keys, values, ms, steps, is_nan = zip(*rows)
         self._rowid = max(self._rowid, max(rowids))

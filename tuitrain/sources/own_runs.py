@@ -25,7 +25,7 @@ RUN_FILE = "run.json"
 SKIP = {"__pycache__", "node_modules", ".git"}
 
 
-def is_run_dir(path: str | os.PathLike) -> bool:
+def is_run_dir(path: str | os.PathLike[str]) -> bool:
     """Whether a run has written `path` (its run.json or events.jsonl is there)."""
     p = Path(path)
     return (p / RUN_FILE).exists() or (p / EVENTS_FILE).exists()
@@ -35,7 +35,7 @@ def _holds_run(p: Path) -> bool:
     return is_run_dir(p) or (p / "checkpoint").is_dir()
 
 
-def find_runs(path: str | os.PathLike) -> list[RunRef]:
+def find_runs(path: str | os.PathLike[str]) -> list[RunRef]:
     """The run directories `path` is or holds (nested folders too), each named by its path under `path`."""
     root = Path(path)
     if is_run_dir(root):

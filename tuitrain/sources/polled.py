@@ -40,7 +40,7 @@ def split_name(name: str) -> tuple[str, str]:
     return "train", name
 
 
-def written_within(paths: Iterable[os.PathLike | str], seconds: float = LIVE_WITHIN) -> bool:
+def written_within(paths: Iterable[os.PathLike[str] | str], seconds: float = LIVE_WITHIN) -> bool:
     """Whether any of `paths` was modified in the last `seconds` (a missing one was not)."""
     now = time.time()
     for path in paths:
@@ -52,7 +52,7 @@ def written_within(paths: Iterable[os.PathLike | str], seconds: float = LIVE_WIT
     return False
 
 
-def simple_yaml(text: str) -> dict:
+def simple_yaml(text: str) -> dict[str, Any]:
     """The top level's `key: value` lines of a YAML file (hparams.yaml without PyYAML, MLflow's
     meta.yaml), values as numbers where they are, quotes taken off."""
     out: dict[str, Any] = {}

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -33,4 +34,4 @@ class RunRef:
     path: Path  # the run's folder, or the file that holds it (a database: then `key` names the run in it)
     name: str  # shown in the run list and `ls`: the run's path under the folder asked for, or its own name
     key: str = ""  # the run's id inside `path` where one file holds many (an MLflow run id, a trackio run)
-    info: dict = field(default_factory=dict, compare=False, hash=False)  # what find_runs learnt on the way
+    info: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)  # what find_runs learnt on the way

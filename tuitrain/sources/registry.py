@@ -103,7 +103,7 @@ class Found:
     unreadable: list[str] = field(default_factory=list)
 
 
-def find(paths: Sequence[str | os.PathLike]) -> Found:
+def find(paths: Sequence[str | os.PathLike[str]]) -> Found:
     """The runs of every tool at or under each path; a run named twice is listed once."""
     out = Found()
     seen: set[tuple[str, str, str]] = set()
@@ -173,7 +173,7 @@ def is_own(ref: RunRef) -> bool:
     return ref.tool == "tuitrain"
 
 
-def own(path: str | os.PathLike) -> RunRef:
+def own(path: str | os.PathLike[str]) -> RunRef:
     """A tuitrain run directory as a RunRef (the compare view's runs given as folders)."""
     p = Path(path)
     return RunRef("tuitrain", p, p.name or str(p))

@@ -47,7 +47,7 @@ class Database:
             self._conn = sqlite3.connect(uri, uri=True, timeout=self.timeout, check_same_thread=False)
         return self._conn
 
-    def rows(self, sql: str, args: tuple = (), part: int = 20_000) -> tuple[list[Any], str]:
+    def rows(self, sql: str, args: tuple[object, ...] = (), part: int = 20_000) -> tuple[list[Any], str]:
         """The rows of a query and "" or, where the file is damaged past some rows, the rows before the
         damage and what went wrong. Raises `Unreadable` where nothing could be read."""
         got: list[Any] = []

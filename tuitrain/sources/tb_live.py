@@ -94,11 +94,11 @@ def _inode(path: Path) -> tuple[int, int] | None:
     return st.st_dev, st.st_ino
 
 
-_held_cache: tuple[float, set | None] = (0.0, None)
+_held_cache: tuple[float, set[tuple[int, int]] | None] = (0.0, None)
 _held_lock = threading.Lock()
 
 
-def _held_for_writing() -> set | None:
+def _held_for_writing() -> set[tuple[int, int]] | None:
     """(device, inode) of the event files this machine's processes (those /proc lets us see) hold open
     for writing; None without /proc. Kept a second (a folder of many runs asks once)."""
     global _held_cache
@@ -111,11 +111,11 @@ def _held_for_writing() -> set | None:
         return held
 
 
-def _scan_proc() -> set | None:
+def _scan_proc() -> set[tuple[int, int]] | None:
     proc = Path("/proc")
     if not (proc / "self" / "fd").is_dir():
         return None
-    held: set = set()
+    held: set[tuple[int, int]] = set()
     me = os.getpid()
     for pid in os.listdir(proc):
         if not pid.isdigit() or int(pid) == me:

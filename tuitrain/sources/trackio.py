@@ -115,7 +115,7 @@ def _text(raw: Any) -> str:
     return raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
 
 
-def flat_numbers(logged: dict, prefix: str = "") -> Iterable[tuple[str, float]]:
+def flat_numbers(logged: dict[str, Any], prefix: str = "") -> Iterable[tuple[str, float]]:
     """(name, value) of each number in a logged dict: nested dicts' under "outer/inner", media left out."""
     for key, value in logged.items():
         name = f"{prefix}{key}"
@@ -168,7 +168,7 @@ class TrackioSource(PolledSource):
             out.append(block)
         return out
 
-    def _rows(self, rows: list, cols: Columns) -> None:
+    def _rows(self, rows: list[Any], cols: Columns) -> None:
         """Metrics rows (id, step, timestamp, JSON) as columns: the JSON decoded at once where it can be,
         each name's values gathered (a Python step per value, no more)."""
         raws = [raw if isinstance(raw, bytes) else str(raw).encode() for _, _, _, raw in rows]
@@ -223,8 +223,8 @@ class TrackioSource(PolledSource):
         )
         self._first_damaged = self._first_damaged or row_id
 
-    def _start(self, configs: list) -> RunStarted:
-        config: dict = {}
+    def _start(self, configs: list[Any]) -> RunStarted:
+        config: dict[str, Any] = {}
         for (raw,) in configs:
             try:
                 got = json.loads(_text(raw))
