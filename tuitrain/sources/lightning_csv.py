@@ -91,7 +91,7 @@ def open_source(ref: RunRef, live: bool | None = None) -> LightningSource:
     return LightningSource(ref, is_live(ref) if live is None else live)
 
 
-def read_hparams(path: Path) -> tuple[dict, str]:
+def read_hparams(path: Path) -> tuple[dict[str, Any], str]:
     """hparams.yaml as a dict, and a problem line ("" when none). PyYAML reads it where installed (the
     Python objects Lightning may write there shown as their tags); else the top level's `key: value`."""
     try:
@@ -126,7 +126,7 @@ def _loader(yaml: Any) -> Any:
     global _LOADER
     if _LOADER is None:
 
-        class Loader(yaml.SafeLoader):
+        class Loader(yaml.SafeLoader):  # type: ignore[misc]  # PyYAML is optional, imported where used: Any
             pass
 
         def other(loader: Any, suffix: str, node: Any) -> Any:
@@ -315,7 +315,7 @@ class LightningSource(PolledSource):
             cols.extend(key[0], key[1], key[2], steps[there], values[there])
         return cols.block(self._epoch)
 
-    def _floats(self, cells: tuple, lines: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _floats(self, cells: tuple[str, ...], lines: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """A column's cells as floats (an empty or damaged cell NaN, a damaged one said) and which were
         not empty."""
         arr = np.array(cells, dtype=object)

@@ -201,7 +201,7 @@ class WandbSource(PolledSource):
         self.chunks = Chunks(self.file.name)
         self.Record = record_class()
         self._started = False
-        self._config: dict = {}
+        self._config: dict[str, Any] = {}
         self._run: Any = None
         self._size = -1
         self._undecoded = 0
@@ -318,7 +318,7 @@ class WandbSource(PolledSource):
             loop=TOOL,  # the dashboard's word for a run another tool wrote (dashboard/state/foreign.py)
         )
 
-    def _history(self, history: Any, cols: Columns, media: list) -> None:
+    def _history(self, history: Any, cols: Columns, media: list[Item]) -> None:
         values: dict[str, Any] = {}  # a row's items as the nested dicts they were logged as
         for item in history.item:
             path = list(item.nested_key) if len(item.nested_key) else [item.key]
@@ -337,7 +337,9 @@ class WandbSource(PolledSource):
         at = float(at) if isinstance(at, (int, float)) and not isinstance(at, bool) else None
         self._values(values, "", step, at, cols, media)
 
-    def _values(self, values: dict, prefix: str, step: int, at: float | None, cols: Columns, media: list) -> None:
+    def _values(
+        self, values: dict[str, Any], prefix: str, step: int, at: float | None, cols: Columns, media: list[Item]
+    ) -> None:
         for key, value in values.items():
             if not prefix and key.startswith("_"):
                 continue  # W&B's own: _step, _runtime, _timestamp, _wandb
@@ -353,7 +355,7 @@ class WandbSource(PolledSource):
             split, short = split_name(name)
             cols.add(split, "step", short, float(step), float(value), at)
 
-    def _media(self, key: str, step: int, value: dict, at: float | None, media: list) -> None:
+    def _media(self, key: str, step: int, value: dict[str, Any], at: float | None, media: list[Item]) -> None:
         kind = value.get("_type")
         when = at if at is not None else self._start_time
         if kind == "image-file" and isinstance(value.get("path"), str):
