@@ -26,12 +26,12 @@ TRIAL = re.compile(r"^trial-(\d+)$")
 PARAM_KEYS = ("low", "high", "log", "step", "choices")
 
 
-def is_sweep_dir(path: str | os.PathLike) -> bool:
+def is_sweep_dir(path: str | os.PathLike[str]) -> bool:
     """Whether `path` is a sweep's folder (its sweep.json is there)."""
     return (Path(path) / SWEEP_FILE).is_file()
 
 
-def is_trial_dir(path: str | os.PathLike) -> bool:
+def is_trial_dir(path: str | os.PathLike[str]) -> bool:
     """Whether `path` is a trial's run directory: SWEEP_DIR/trial-NNNN, beside the sweep's sweep.json."""
     p = Path(path)
     return TRIAL.match(p.name) is not None and is_sweep_dir(p.parent)
@@ -66,7 +66,7 @@ class SweepInfo:
         return json.dumps(info, indent=2) + "\n"
 
 
-def read_sweep(folder: str | os.PathLike) -> SweepInfo:
+def read_sweep(folder: str | os.PathLike[str]) -> SweepInfo:
     """SWEEP_DIR/sweep.json; what is missing or of the wrong shape takes its default."""
     folder = Path(folder)
     try:
@@ -91,7 +91,7 @@ def read_sweep(folder: str | os.PathLike) -> SweepInfo:
     )
 
 
-def trial_dirs(folder: str | os.PathLike) -> list[tuple[int, Path]]:
+def trial_dirs(folder: str | os.PathLike[str]) -> list[tuple[int, Path]]:
     """(trial number, run directory) of each `trial-NNNN/` that has its run.json, by number."""
     try:
         entries = list(Path(folder).iterdir())
@@ -117,7 +117,7 @@ class Param:
     high: float | int | None = None
     log: bool = False
     step: float | int | None = None
-    choices: list = field(default_factory=list)
+    choices: list[Any] = field(default_factory=list)
 
     @property
     def is_int(self) -> bool:
@@ -125,7 +125,7 @@ class Param:
             self.step is None or isinstance(self.step, int)
         )
 
-    def values_to_check(self) -> list:
+    def values_to_check(self) -> list[Any]:
         """The values that must each make a valid config: the ends of a range, every choice."""
         return list(self.choices) if self.choices else [self.low, self.high]
 
@@ -138,7 +138,7 @@ class Param:
             return trial.suggest_int(self.key, self.low, self.high, step=self.step or 1, log=self.log)
         return trial.suggest_float(self.key, float(self.low), float(self.high), step=self.step, log=self.log)
 
-    def grid(self) -> list:
+    def grid(self) -> list[Any]:
         """The values a grid search tries."""
         if self.choices:
             return list(self.choices)
@@ -201,7 +201,7 @@ def read_param(key: str, spec: Any) -> Param:
     return Param(key, low=low, high=high, log=log, step=step)
 
 
-def searched(config_path: str | os.PathLike) -> dict[str, dict]:
+def searched(config_path: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
     """The config file's `[sweep.params]`, each key's table as written ({} when the file is gone, damaged or
     has none): how the parameters view lays out each axis (`read_param` says whether a table is sound)."""
     try:

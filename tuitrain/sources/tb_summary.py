@@ -32,7 +32,7 @@ class MissingProtobuf(ImportError):
     pass
 
 
-def event_class():
+def event_class() -> Any:
     """TensorBoard's Event class, or MissingProtobuf naming the extra."""
     try:
         from tensorboard.compat.proto.event_pb2 import Event
@@ -50,7 +50,7 @@ class Found:
 
     scalars: list[tuple[int, str, int, float, float]] = field(default_factory=list)  # (record, tag, step, wall, value)
     media: list[tuple[int, Any]] = field(default_factory=list)  # (record, MediaLogged or HistogramLogged)
-    config: dict = field(default_factory=dict)  # hparams
+    config: dict[str, Any] = field(default_factory=dict)  # hparams
     undecodable: list[int] = field(default_factory=list)  # records whose bytes are no Event
     first_wall: float | None = None
 
@@ -153,7 +153,21 @@ class Decoder:
         event = MediaLogged(key=tag, step=step, kind="text", path=str(path or ""), text=text[:TEXT_CHARS], time=wall)
         out.media.append((i, event))
 
-    def _histogram(self, i, tag, step, wall, limits, counts, lo, hi, num, total, out, left=None) -> None:
+    def _histogram(
+        self,
+        i: int,
+        tag: str,
+        step: int,
+        wall: float,
+        limits: list[float],
+        counts: list[float],
+        lo: float,
+        hi: float,
+        num: float,
+        total: float,
+        out: Found,
+        left: np.ndarray | None = None,
+    ) -> None:
         lo, hi = float(lo), float(hi)
         if not (math.isfinite(lo) and math.isfinite(hi)) or not counts or num <= 0:
             return
@@ -166,7 +180,16 @@ class Decoder:
         out.media.append((i, event))
 
 
-def rebin(limits, counts, lo, hi, low, high, left=None, bins: int = BINS) -> list[int]:
+def rebin(
+    limits: np.ndarray,
+    counts: np.ndarray,
+    lo: float,
+    hi: float,
+    low: float,
+    high: float,
+    left: np.ndarray | None = None,
+    bins: int = BINS,
+) -> list[int]:
     """Counts over TensorBoard's buckets (bucket i ends at limits[i] and begins where the one before ends,
     the first at `lo`; or at `left[i]` in the tensor form) spread evenly over equal bins from `low` to
     `high` (a bucket's count shared by the overlap; values outside the range counted in the end bins).
@@ -221,7 +244,7 @@ def tensor_values(t: Any) -> np.ndarray | None:
     return array.astype(np.float64).reshape(shape)
 
 
-def hparams_of(content: bytes) -> dict:
+def hparams_of(content: bytes) -> dict[str, Any]:
     """The hyperparameters of an hparams plugin's session start (name -> number, text or bool)."""
     try:
         from tensorboard.plugins.hparams.plugin_data_pb2 import HParamsPluginData
@@ -230,7 +253,7 @@ def hparams_of(content: bytes) -> dict:
     data = HParamsPluginData.FromString(content)
     if not data.HasField("session_start_info"):
         return {}
-    out: dict = {}
+    out: dict[str, Any] = {}
     for name, v in data.session_start_info.hparams.items():
         kind = v.WhichOneof("kind")
         if kind == "number_value":
