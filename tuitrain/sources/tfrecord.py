@@ -22,7 +22,9 @@ every other record is left to protobuf (tb_summary.py).
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import overload
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
@@ -37,6 +39,9 @@ except ImportError:  # pragma: no cover - depends on the extra
 
 MASK_DELTA = 0xA282EAD8
 TABLE_MAX = 512  # records up to this long are checked with the per-position tables, all of a length at once
+Group = tuple[
+    np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray
+]  # record indices, steps, walls, values, tag rows
 _U64 = struct.Struct("<Q")
 _U32 = struct.Struct("<I")
 
@@ -63,13 +68,18 @@ def _py_crc32c(data: bytes | memoryview) -> int:
 
 def crc32c(data: bytes | memoryview) -> int:
     if _c_crc32c is not None:
-        return _c_crc32c(bytes(data))
+        crc: int = _c_crc32c(bytes(data))  # google_crc32c's or crc32c's: an int
+        return crc
     if len(data) <= TABLE_MAX:
         return int(crc_rows(np.frombuffer(bytes(data), np.uint8).reshape(1, -1))[0])
     return _py_crc32c(data)
 
 
-def masked(crc: int | np.ndarray):
+@overload
+def masked(crc: int) -> int: ...
+@overload
+def masked(crc: np.ndarray) -> np.ndarray: ...
+def masked(crc: int | np.ndarray) -> int | np.ndarray:
     """TFRecord's masked CRC: rotated right by 15 bits, plus a constant."""
     if isinstance(crc, np.ndarray):
         c = crc.astype(np.uint32)
@@ -131,8 +141,11 @@ def gather(a: np.ndarray, at: np.ndarray, width: int) -> np.ndarray:
     """The (n, width) bytes of `a` from each offset in `at` (a copy of rows of a sliding window)."""
     if not width:
         return np.zeros((at.size, 0), np.uint8)
-    window = as_strided(a, shape=(a.size - width + 1, width), strides=(a.strides[0], a.strides[0]), writeable=False)
-    return window[at]
+    window: np.ndarray = as_strided(
+        a, shape=(a.size - width + 1, width), strides=(a.strides[0], a.strides[0]), writeable=False
+    )
+    rows: np.ndarray = window[at]
+    return rows
 
 
 @dataclass
@@ -256,7 +269,7 @@ def read_records(buf: bytes, starts: np.ndarray, lengths: np.ndarray, verify: bo
     decoded: the records of one length at a time, their bytes and CRC as one (n, length + 4) array."""
     a = np.frombuffer(buf, np.uint8)
     good = np.ones(starts.size, bool)
-    found: list[tuple] = []  # (record indices, steps, walls, values, tag rows) of a group
+    found: list[Group] = []  # (record indices, steps, walls, values, tag rows) of a group
     small = lengths <= TABLE_MAX
     counts = np.bincount(lengths[small]) if small.any() else np.empty(0, np.int64)
     for length in map(int, np.flatnonzero(counts)):
@@ -277,7 +290,7 @@ def read_records(buf: bytes, starts: np.ndarray, lengths: np.ndarray, verify: bo
     return _records(good, found)
 
 
-def _scalar_rows(rows: np.ndarray, idx: np.ndarray, ok: np.ndarray, length: int):
+def _scalar_rows(rows: np.ndarray, idx: np.ndarray, ok: np.ndarray, length: int) -> Iterator[Group]:
     """The scalar records among records of one length (rows: their bytes), by where their summary
     begins (after a step varint of k bytes: p = 10 + k, or 9 without a step)."""
     has_step = rows[:, 9] == 0x10
@@ -312,7 +325,7 @@ def _scalar_rows(rows: np.ndarray, idx: np.ndarray, ok: np.ndarray, length: int)
         yield sel, steps, walls, values, r[:, pv + 6 : pv + 6 + lt]
 
 
-def _records(good: np.ndarray, found: list[tuple]) -> Records:
+def _records(good: np.ndarray, found: list[Group]) -> Records:
     tags: list[bytes] = []
     known: dict[bytes, int] = {}
     parts = []
