@@ -25,16 +25,20 @@ import re
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tuitrain.core.events import RunFinished, RunStarted
+from tuitrain.core.events import Event, RunFinished, RunStarted
 from tuitrain.core.text import safe_text
 from tuitrain.sources import tfrecord
 from tuitrain.sources.tb_live import LIVE_SECONDS, TIMESTAMP, writing
 from tuitrain.sources.refs import RunRef
 from tuitrain.sources.run_files import Emit, MetricsBlock
+
+if TYPE_CHECKING:
+    from tuitrain.sources.tb_summary import Found
 
 TOOL = "tensorboard"
 EXTRA = "tensorboard"  # protobuf for all but plain scalars, and a C CRC32C: pip install 'tuitrain[tensorboard]'
@@ -82,7 +86,7 @@ def hparams_files(folder: Path) -> list[Path]:
     return [f for sub in subs for f in event_files(folder / sub)]
 
 
-def find_runs(path: str | os.PathLike) -> list[RunRef]:
+def find_runs(path: str | os.PathLike[str]) -> list[RunRef]:
     """Each folder at or under `path` holding event files (a file given: its folder)."""
     root = Path(path)
     if root.is_file():
@@ -161,7 +165,7 @@ class TensorBoardSource:
         self.caught_up = False
         self.ends_reached = 0
         self.points = 0  # scalar values handed on
-        self.backlog = lambda: 0  # set by the app: events not yet shown
+        self.backlog: Callable[[], int] = lambda: 0  # set by the app: events not yet shown
         self._stop = threading.Event()
         self._emit: Emit | None = None
         self._files: dict[Path, _File] = {}
@@ -174,7 +178,7 @@ class TensorBoardSource:
         self._first_wall: float | None = None
         self._last_wall: float | None = None
         self._max_step = 0
-        self._config: dict = {}
+        self._config: dict[str, Any] = {}
         self._epoch = 0
 
     # the Source protocol
@@ -287,7 +291,9 @@ class TensorBoardSource:
         self._hand_on(rec, found)
         return framing.stop
 
-    def _decode(self, f: _File, buf, base, starts, lengths, which):
+    def _decode(
+        self, f: _File, buf: bytes, base: int, starts: np.ndarray, lengths: np.ndarray, which: np.ndarray
+    ) -> Found | None:
         if not which.size:
             return None
         if self._decoder is None and not self._no_protobuf:
@@ -300,7 +306,7 @@ class TensorBoardSource:
                 self.problems.append(self._no_protobuf)
         if self._decoder is None:
             return None
-        found = self._decoder.decode(buf, starts, lengths, which)
+        found: Found = self._decoder.decode(buf, starts, lengths, which)
         for i in found.undecodable[:MAX_PROBLEMS]:
             self._say(f, f"{f.label}: the record at byte {base + int(starts[i]):,} is no event: skipped")
         if found.first_wall is not None and self._first_wall is None:
@@ -375,10 +381,10 @@ class TensorBoardSource:
         assert self._emit is not None
         self._emit(event, None)
 
-    def _hparams_config(self) -> dict:
+    def _hparams_config(self) -> dict[str, Any]:
         """The config in the run's add_hparams folders: wanted in RunStarted, though their files are read
         after the run's own (so that the run's own metrics come first in the chart grid)."""
-        config: dict = {}
+        config: dict[str, Any] = {}
         for path in hparams_files(self.folder):
             if path not in self._files:
                 config.update(_config_of(path))
@@ -429,7 +435,7 @@ class TensorBoardSource:
         f.said += 1
 
 
-def _config_of(path: Path) -> dict:
+def _config_of(path: Path) -> dict[str, Any]:
     """The hparams a small event file holds (an add_hparams folder's), read ahead of the run's start."""
     try:
         from tuitrain.sources import tb_summary
@@ -475,17 +481,25 @@ class TensorBoardBlock(MetricsBlock):
     def lines(self) -> list[bytes]:
         return []
 
-    def events(self) -> list:
+    def events(self) -> list[Event]:
         from tuitrain.core.events import MetricsLogged
 
-        out = []
+        out: list[Event] = []
         for (split, scope, name), (xs, ys) in self.series.items():
             for x, y in zip(xs.tolist(), ys.tolist(), strict=True):
                 out.append(MetricsLogged(split=split, epoch=self.epoch, step=int(x), metrics={name: y}, scope=scope))
         return out
 
 
-def _block(tags, name, which, steps, walls, values, ids) -> TensorBoardBlock:
+def _block(
+    tags: list[str],
+    name: Callable[[str], tuple[str, str, str]],
+    which: np.ndarray,
+    steps: np.ndarray,
+    walls: np.ndarray,
+    values: np.ndarray,
+    ids: np.ndarray,
+) -> TensorBoardBlock:
     """The scalars of one read as a block: each tag's (steps, values) in the records' order (`which`: each
     point's record; the points come grouped by the records' lengths, not in the records' order), its key
     `name(tag)`, asked in the order the tags first came (the first of two tags of one name keeps it)."""
