@@ -30,7 +30,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from tuitrain.core.text import safe_name, safe_text
 from tuitrain.dashboard.fitting import footer_bindings, title_line
@@ -41,6 +41,7 @@ from tuitrain.dashboard.charts.chart_note import ChartNote
 from tuitrain.dashboard.panels.checkpoint_list import CheckpointList
 from tuitrain.dashboard.panels.control_bar import ControlBar
 from tuitrain.dashboard.panels.devices_panel import DevicesPanel
+from tuitrain.dashboard.panels.key_footer import KeyFooter
 from tuitrain.dashboard.panels.output_log import OutputLog
 from tuitrain.dashboard.panels.progress_panel import ProgressPanel
 from tuitrain.dashboard.panels.run_list import RunList
@@ -125,7 +126,7 @@ class DashboardScreen(Screen):
             "Training goes on; q leaves.",
             id="too-small",
         )
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self._grid = self.query_one(ChartGrid)
@@ -145,8 +146,8 @@ class DashboardScreen(Screen):
         self.fit(event.size.width, event.size.height)
         if self._title_of is not None:  # the title bar's words follow the width
             self.show_title(*self._title_of)
-        # and the footer's, where the width changes them: Textual's Footer builds all its keys anew on each
-        # refresh, the most of a resize's time, which a terminal dragged wider sends many of
+        # and the footer's, where the width changes them (KeyFooter builds its keys again only when they
+        # change; a terminal dragged wider sends many resizes)
         before, self._footer_width = self._footer_width, event.size.width
         if before is None or self._footer_words(before) != self._footer_words(event.size.width):
             self.refresh_bindings()
