@@ -5,6 +5,7 @@ charts and the final state; the saved notebook keeps it; the kernel's interrupt 
 import base64
 import html
 import json
+import os
 import re
 import time
 from pathlib import Path
@@ -37,6 +38,13 @@ with Monitor(experiment="mine", run_dir="runs/mon", max_steps=40) as mon:
 print("monitor done")"""
 
 
+def kernel_env() -> dict[str, str]:
+    """The kernel's environment: torch on one thread, as every other process the suite starts trains
+    (tests/conftest.py's cli_env, a pytest-xdist worker's set_num_threads(1)). Two threads of tiny steps on
+    two busy cores spin-wait: 1000 steps of the MLP below took 16 CPU s there, 3 on one thread."""
+    return {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
 def picture(data: dict) -> str:
     """The SVG a display shows: an `<img>` of it as a data URL in `text/html` (drawn untrusted too)."""
     found = re.search(r'<img src="data:image/svg\+xml;base64,([A-Za-z0-9+/=]+)"', data.get("text/html", ""))
@@ -53,7 +61,7 @@ def test_fit_and_a_monitor_loop_each_show_one_picture_that_stays_in_the_saved_no
     nb.cells = [nbformat.v4.new_code_cell(code) for code in (SETUP, FIT, MONITOR)]
     nbclient.NotebookClient(
         nb, timeout=240, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
-    ).execute()
+    ).execute(env=kernel_env())
     saved = tmp_path / "run.ipynb"
     nbformat.write(nb, saved)
     reopened = nbformat.read(saved, as_version=4)  # no kernel from here on
@@ -114,7 +122,7 @@ class Kernel:
     def __init__(self, cwd: Path) -> None:
         from jupyter_client.manager import start_new_kernel
 
-        self.km, self.kc = start_new_kernel(kernel_name="python3", cwd=str(cwd))
+        self.km, self.kc = start_new_kernel(kernel_name="python3", cwd=str(cwd), env=kernel_env())
         self.msg_id = None
         self.kinds: list[str] = []
         self.said = ""
@@ -274,7 +282,7 @@ def test_lightning_and_the_hf_trainer_show_the_picture_and_no_bars_of_their_own(
     ]
     nbclient.NotebookClient(
         nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
-    ).execute()
+    ).execute(env=kernel_env())
     for cell, run, chart in ((nb.cells[0], "light", "training step 23"), (nb.cells[1], "hf", "grad_norm")):
         shown = [o for o in cell.outputs if o.output_type == "display_data"]
         assert len(shown) == 1 and sorted(shown[0]["data"]) == ["text/html", "text/plain"], [
