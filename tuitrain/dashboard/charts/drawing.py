@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -139,6 +140,69 @@ def draw_chart(
     the axes, labels, grid, epoch lines, cursor and the valid points' marks are drawn here, cell by cell.
     `x_choices`: the x axis is categorical, x = 0, 1, 2 ... evenly spaced and labelled with these words;
     `x_range`: values the x axis spans too, whether or not a point lies there."""
+    key = (
+        tuple((tuple(ln.xs), tuple(ln.ys), ln.color, ln.marker) for ln in lines),
+        width,
+        height,
+        (palette.background, palette.foreground, palette.grid, palette.epoch, palette.cursor, palette.alert),
+        x_kind,
+        log,
+        tuple(boundaries),
+        cursor,
+        tuple(alerts),
+        tuple(x_choices) if x_choices is not None else None,
+        tuple(x_range),
+        tuple((t.plain, tuple(t.spans), t.style) for t in header),
+        message,
+    )
+    drawn = _DRAWN.get(key)
+    if drawn is None:
+        drawn = _draw_chart(
+            lines,
+            width,
+            height,
+            palette,
+            x_kind=x_kind,
+            log=log,
+            boundaries=boundaries,
+            cursor=cursor,
+            alerts=alerts,
+            x_choices=x_choices,
+            x_range=x_range,
+            header=header,
+            message=message,
+        )
+        _DRAWN[key] = drawn
+        if len(_DRAWN) > KEEP_DRAWN:
+            _DRAWN.popitem(last=False)
+    else:
+        _DRAWN.move_to_end(key)
+    return drawn
+
+
+# the charts drawn last, by what they were drawn from: Textual lays the screen out and paints it again
+# for many reasons (a dialog closed, focus moved, a panel resized and back), and a chart asked for the
+# same figure is given the one drawn (a Drawn and its strips are never changed once made)
+KEEP_DRAWN = 64
+_DRAWN: OrderedDict[tuple[object, ...], Drawn] = OrderedDict()
+
+
+def _draw_chart(
+    lines: list[Line],
+    width: int,
+    height: int,
+    palette: Palette,
+    *,
+    x_kind: str,
+    log: bool,
+    boundaries: Sequence[float],
+    cursor: float | None,
+    alerts: Sequence[float],
+    x_choices: list[str] | None,
+    x_range: tuple[float, ...],
+    header: Sequence[Text],
+    message: str,
+) -> Drawn:
     bg, fg = palette.background, palette.foreground
     base = Style(color=hex_of(fg), bgcolor=hex_of(bg))
     blank = lambda: [[" ", base] for _ in range(width)]  # noqa: E731
