@@ -312,14 +312,16 @@ def test_stop_then_the_same_command_continues_the_study(tmp_path, how):
     """`tuitrain stop SWEEP_DIR`, or a cluster's "time is up" (SIGUSR1 to the job's every process, as
     Slurm's --signal sends it): each trial stops with a checkpoint; the same command continues them."""
     storage = ""
+    # 100 ms a forward pass, 10 of them an epoch: each trial runs ~12 s, for the stop to reach it in time, and
+    # sleeps through them (the CPU seconds the continued trials spend are few)
     project(
         tmp_path,
-        epochs=20,
+        epochs=12,
         trials=2,
         parallel=2,
         sampler="random",
         pruner="none",
-        n=6400,
+        pause=0.1,
         storage=storage,
         params='"optimizer.lr" = { low = 1e-3, high = 1e-1, log = true }',
     )
@@ -354,7 +356,7 @@ def test_stop_then_the_same_command_continues_the_study(tmp_path, how):
     assert worker.returncode == 130, out
     for run_dir in sorted(p for p in folder.glob("trial-0*") if p.is_dir()):
         run = run_json(run_dir)
-        assert run["status"] == "interrupted" and run["epoch"] < 20
+        assert run["status"] == "interrupted" and run["epoch"] < 12
         assert run["reason"] == ("preempted" if how == "SIGUSR1" else "stopped")
     # the same command again: the same trials go on in their own folders, from their checkpoints
     done = sweep(tmp_path, "--headless", timeout=300)

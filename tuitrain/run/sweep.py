@@ -38,6 +38,7 @@ from tuitrain.core.events import MetricsLogged, RunStarted, parse_line
 from tuitrain.run.signals import die_with_parent
 from tuitrain.run.sweep_optuna import grid_size, journal, pruner, sampler
 from tuitrain.run.sweep_spec import SweepSpec, set_item
+from tuitrain.run.trial_launcher import LaunchedTrial, Launcher
 from tuitrain.sinks.run_status import live_status, pid_alive, read_run
 from tuitrain.sources.events_file import EVENTS_FILE, Tail
 from tuitrain.sources.sweep_files import SWEEP_FILE, SweepInfo, trial_name
@@ -87,6 +88,7 @@ class Sweep:
         self.pruned_at: dict[int, int] = {}  # trial number -> the step whose value the pruner judged
         self.given_up = ""  # the error its first trials all failed with: no new trials
         self.study = None
+        self.launcher: Launcher | None = None
 
     # --- the study ---------------------------------------------------------------------------------
 
@@ -218,10 +220,10 @@ class Sweep:
             cmd = [self.python, "-c", "pass"]
         out = open(self.folder / f"{rel}.out", "ab")
         try:
-            env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-            # trials side by side share the cores rather than each taking all of them (torch's default)
-            env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // self.spec.parallel)))
-            proc = subprocess.Popen(
+            env = self.trial_env()
+            launcher = self.launcher
+            forked = launcher.start(cmd[1:], env, out.fileno()) if launcher and cmd[1:3] == ["-m", "tuitrain"] else None
+            proc: subprocess.Popen | LaunchedTrial = forked or subprocess.Popen(
                 cmd,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
@@ -276,7 +278,13 @@ class Sweep:
         self.say_outcome(outcome)
         return outcome
 
-    def follow(self, trial, proc: subprocess.Popen, run_dir: Path) -> list[tuple[int, float]]:
+    def trial_env(self) -> dict[str, str]:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        # trials side by side share the cores rather than each taking all of them (torch's default)
+        env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // self.spec.parallel)))
+        return env
+
+    def follow(self, trial, proc: subprocess.Popen | LaunchedTrial, run_dir: Path) -> list[tuple[int, float]]:
         """Until the trial's process ends: each logged value of the metric reported to the study; a stop
         asked when the pruner says so, or when the sweep stops."""
         split, _, name = self.spec.metric.partition("/")
@@ -334,15 +342,27 @@ class Sweep:
             f"at once, {self.spec.sampler} sampler, {self.spec.pruner} pruner{warmup}, {self.spec.mode} "
             f"{self.spec.metric}; study in {self.spec.storage or self.folder / 'study.journal'}"
         )
-        slots = [
-            threading.Thread(target=self._slot, name=f"tuitrain-sweep-{i}", daemon=True)
-            for i in range(self.spec.parallel)
-        ]
-        for t in slots:
-            t.start()
-        for t in slots:
-            while t.is_alive():
-                t.join(0.2)
+        first = self.take()
+        # the trials forked from a process that has imported torch already (trial_launcher.py), when there are
+        # any; this thread lives while they run (the launcher is killed when it ends)
+        if first is not None and Launcher.available():
+            self.launcher = Launcher(self.python, self.trial_env())
+        try:
+            slots = [
+                threading.Thread(
+                    target=self._slot, args=(first if i == 0 else None,), name=f"tuitrain-sweep-{i}", daemon=True
+                )
+                for i in range(self.spec.parallel if first is not None else 0)
+            ]
+            for t in slots:
+                t.start()
+            for t in slots:
+                while t.is_alive():
+                    t.join(0.2)
+        finally:
+            if self.launcher is not None:
+                self.launcher.close()
+                self.launcher = None
         self.say_best()
         if self.given_up:
             left = max(self.wanted() - self.counted(self.study.get_trials(deepcopy=False)), 0)
@@ -359,9 +379,9 @@ class Sweep:
             return EXIT_FAILED
         return EXIT_OK
 
-    def _slot(self) -> None:
+    def _slot(self, first=None) -> None:
         while True:
-            trial = self.take()
+            trial, first = first or self.take(), None
             if trial is None:
                 return
             try:
