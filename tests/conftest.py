@@ -207,6 +207,40 @@ def tuitrain_bg(*args: str | os.PathLike, cwd: Path) -> subprocess.Popen:
     )
 
 
+def python_popen(
+    argv: list, cwd: Path, env: dict, stdout=None, stderr=None
+) -> subprocess.Popen | forkserver.ForkedProcess:
+    """`subprocess.Popen([python, *ARGV], cwd=cwd, env=env, stdout=..., stderr=..., text=True)` for a Python that
+    imports torch (`-m tuitrain run ...`, a user's training script): started from the fork server where it can
+    serve the environment, fresh otherwise. stdout: PIPE or None; stderr: PIPE, STDOUT or None."""
+    argv = [*map(str, argv)]
+    forked = forkserver.popen(argv, cwd, env, stdout, stderr)
+    if forked is not None:
+        return forked
+    return subprocess.Popen([sys.executable, *argv], cwd=cwd, env=env, stdout=stdout, stderr=stderr, text=True)
+
+
+def python_in_pty(argv: list, cwd: Path, env: dict, runtime: tuple[str, ...] = ()) -> tuple[int, int]:
+    """`pty.fork()` whose child runs `python ARGV` in `cwd` with `env`: (the child's pid, the terminal's fd). The
+    child is this process's own, the leader of its own session with the pty as its controlling terminal, as
+    pty.fork makes it; started from the fork server where it can serve the environment (`runtime`: names of
+    `env` read only by the child's own code as it runs), fresh otherwise."""
+    argv = [*map(str, argv)]
+    started = forkserver.in_pty(argv, cwd, env, runtime)
+    if started is not None:
+        return started
+    import pty
+
+    pid, fd = pty.fork()
+    if pid == 0:
+        try:
+            os.chdir(cwd)
+            os.execvpe(sys.executable, [sys.executable, *argv], env)
+        finally:
+            os._exit(127)
+    return pid, fd
+
+
 class Receiver:
     """A webhook on 127.0.0.1 that keeps every JSON body POSTed to it (the alerts' tests)."""
 

@@ -8,12 +8,20 @@ environment, argv and standard streams (the test's own pipes or files, passed ov
 `tuitrain` as `python -m` does, then ends as an interpreter ends (atexit, threads joined, streams flushed).
 What the child is, is what a fresh `python -m tuitrain` is: its own process, in the test process's process
 group, its stdin/stdout/stderr the test's, its exit status the test's to read (the server reaps it and
-writes the status down a pipe the test holds), signals sent to its pid.
+writes the status down a pipe the test holds), signals sent to its pid. A user's script that imports torch
+(`python SCRIPT ARGS`) starts the same way (conftest.python_popen). In a pseudo-terminal (conftest.python_in_pty,
+pty.fork's stand-in) the child is what pty.fork's is: the test process's own child (the server forks it from a
+middle process that ends at once, while the test process is a child subreaper: the kernel gives the orphan to
+it, and only then does the child go on), so os.waitpid and os.kill reach it; the leader of a session of its own
+whose controlling terminal is the pty (setsid, then TIOCSCTTY), its stdin, stdout and stderr the pty's slave.
 
 What differs, and how it is kept out of what the tests check:
 - torch was imported before the test's environment was set: a request whose environment differs from the
-  server's in anything but TUITRAIN_* and PYTEST_* (a thread count, a CUDA setting, PYTHONPATH) runs as a
-  fresh `python -m tuitrain` instead, as does everything when TUITRAIN_TEST_FORK=0;
+  server's in a name its start may read (a thread count, a CUDA setting, PYTHONPATH: any but _RUNTIME_ONLY's
+  TUITRAIN_*, PYTEST_*, the terminal's size and type, ...) runs as a fresh `python ...` instead, as does
+  everything when TUITRAIN_TEST_FORK=0; the second request in another environment starts a server of its own
+  (up to MAX_SERVERS a test process: a library a test imports may set a variable in os.environ for good, and
+  every later request then differs from the first server's);
 - the random generators the interpreter seeds at start (`random`, numpy's) are seeded afresh in each child;
   torch's default generator is untouched in the server, so it starts at torch's fixed default seed as in a
   fresh process; str hashes share the server's seed (PYTHONHASHSEED is unset for every CLI test anyway).
@@ -34,47 +42,85 @@ import threading
 import time
 from pathlib import Path
 
-# the server: reads requests, forks, reaps; in the child, falls out of the loop and runs tuitrain
+# the server: reads requests, forks, reaps; in the child, returns from serve() and runs the request's Python
 SERVER = r"""
 import json, os, select, socket, sys
 import torch, torch._dynamo  # the 5 s a tuitrain process spends before its first line
 sock = socket.socket(fileno=int(sys.argv[1]))
 status = {}  # pid -> the write end of the pipe its exit status goes down
-request = None
-while request is None:
-    while True:  # reap
-        try:
-            pid, st = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            break
-        if not pid:
-            break
-        fd = status.pop(pid, None)
-        if fd is not None:
-            os.write(fd, b"%d\n" % os.waitstatus_to_exitcode(st))
-            os.close(fd)
-    if not select.select([sock], [], [], 0.02)[0]:
-        continue
-    msg, fds, _, _ = socket.recv_fds(sock, 1 << 20, 4)
-    if not msg:
-        sys.exit(0)  # the test process has gone
-    pid = os.fork()
-    if pid == 0:
-        request = json.loads(msg)
-        break
-    for fd in fds[:3]:
-        os.close(fd)
-    status[pid] = fds[3]
-    sock.send(b"%d" % pid)
 
-# the child: the test's streams, directory, environment and argv, then tuitrain as `python -m` runs it
+
+def serve():
+    while True:
+        while True:  # reap
+            try:
+                pid, st = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if not pid:
+                break
+            fd = status.pop(pid, None)
+            if fd is not None:
+                os.write(fd, b"%d\n" % os.waitstatus_to_exitcode(st))
+                os.close(fd)
+        if not select.select([sock], [], [], 0.02)[0]:
+            continue
+        msg, fds, _, _ = socket.recv_fds(sock, 1 << 20, 4)
+        if not msg:
+            sys.exit(0)  # the test process has gone
+        request = json.loads(msg)
+        if request.get("adopt"):
+            # the test process's own child: forked from a middle process that ends at once, so that the kernel
+            # gives it to the test process (a child subreaper while it asks)
+            r, w = os.pipe()
+            go_r, go_w = os.pipe()  # the child starts at EOF: once it is the test process's
+            middle = os.fork()
+            if middle == 0:
+                os.close(r)
+                pid = os.fork()
+                if pid == 0:
+                    os.close(w)
+                    os.close(go_w)
+                    os.read(go_r, 1)
+                    os.close(go_r)
+                    return request, fds
+                os.write(w, b"%d" % pid)
+                os._exit(0)
+            os.close(w)
+            os.close(go_r)
+            pid = int(os.read(r, 64))
+            os.close(r)
+            os.waitpid(middle, 0)  # it has ended: its child is the test process's now
+            os.close(go_w)
+            for fd in fds:
+                os.close(fd)
+            sock.send(b"%d" % pid)
+            continue
+        pid = os.fork()
+        if pid == 0:
+            return request, fds
+        for fd in fds[:3]:
+            os.close(fd)
+        status[pid] = fds[3]
+        sock.send(b"%d" % pid)
+
+
+request, fds = serve()
+
+# the child: the test's streams, directory, environment and argv, then the Python as `python ARGV` runs it
 sock.close()
 for fd in status.values():
     os.close(fd)
+if request.get("tty"):  # a session of its own, the terminal (fd 0) its controlling terminal, as login_tty does
+    os.setsid()
 for target, fd in enumerate(fds[:3]):
     os.dup2(fd, target)
-    os.close(fd)
-os.close(fds[3])
+for fd in set(fds):
+    if fd > 2:
+        os.close(fd)
+if request.get("tty"):
+    import fcntl, termios
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 os.chdir(request["cwd"])
 os.environ.clear()
 os.environ.update(request["env"])
@@ -86,15 +132,34 @@ try:
 except ImportError:
     pass
 import runpy
-import tuitrain
-sys.path[0] = os.getcwd()
-sys.argv = [os.path.join(os.path.dirname(tuitrain.__file__), "__main__.py"), *request["args"]]
-runpy.run_module("tuitrain", run_name="__main__", alter_sys=True)
+argv = request["argv"]
+if argv[0] == "-m":  # python -m MODULE ARGS
+    sys.path[0] = os.getcwd()
+    sys.argv = ["-m", *argv[2:]]  # argv[0] becomes the path of the module's file, as `-m` makes it
+    runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+else:  # python SCRIPT ARGS
+    sys.path[0] = os.path.dirname(os.path.abspath(argv[0]))
+    sys.argv = list(argv)
+    runpy.run_path(argv[0], run_name="__main__")
 """
 
 # what may differ between the server's environment and a request's without a fresh interpreter: names read
-# only after tuitrain's import (tuitrain's own) and pytest's bookkeeping
-_RUNTIME_ONLY = ("TUITRAIN_", "PYTEST_")
+# only after tuitrain's import (tuitrain's own), pytest's bookkeeping, the terminal's description (read by
+# whoever draws, when it draws), and the two that `import lightning` in a test process sets for good (torch reads
+# them when it looks for CUDA or compiles, and the cache folder is set to the default torch would pick); a
+# request names more of its own (`runtime`), read by its own code as it runs
+_RUNTIME_ONLY = (
+    "TUITRAIN_",
+    "PYTEST_",
+    "TERM",
+    "COLUMNS",
+    "LINES",
+    "PYTORCH_NVML_BASED_CUDA_CHECK",
+    "TORCHINDUCTOR_CACHE_DIR",
+)
+
+# PR_SET_CHILD_SUBREAPER / PR_GET_CHILD_SUBREAPER (linux/prctl.h)
+_SET_SUBREAPER, _GET_SUBREAPER = 36, 37
 
 
 class ForkedProcess:
@@ -148,6 +213,11 @@ class ForkedProcess:
         self.wait()
 
 
+def _signature(env: dict[str, str], runtime: tuple[str, ...] = ()) -> tuple[tuple[str, str], ...]:
+    """What of an environment the server's imports may have read: all but the names read only later."""
+    return tuple(sorted((k, v) for k, v in env.items() if not k.startswith(_RUNTIME_ONLY + tuple(runtime))))
+
+
 class ForkServer:
     def __init__(self, env: dict[str, str]) -> None:
         self.env = dict(env)
@@ -162,23 +232,37 @@ class ForkServer:
         self.sock = mine
         self.lock = threading.Lock()
 
-    def serves(self, env: dict[str, str]) -> bool:
-        if self.proc.poll() is not None:
-            return False
-        names = set(env) | set(self.env)
-        return all(env.get(k) == self.env.get(k) for k in names if not k.startswith(_RUNTIME_ONLY))
+    def serves(self, env: dict[str, str], runtime: tuple[str, ...] = ()) -> bool:
+        return self.proc.poll() is None and _signature(env, runtime) == _signature(self.env, runtime)
 
-    def start(self, args: list[str], cwd: Path, env: dict[str, str], stdout: int, stderr: int) -> tuple[int, int]:
-        """Fork a child with these streams (file descriptors, duplicated into it); (its pid, the read end of
-        the pipe its exit status comes down)."""
+    def start(
+        self,
+        argv: list[str],
+        cwd: Path,
+        env: dict[str, str],
+        fds: tuple[int, int, int],
+        tty: bool = False,
+        adopt: bool = False,
+    ) -> tuple[int, int | None]:
+        """Fork `python ARGV` with these standard streams (file descriptors, duplicated into it): (its pid, the
+        read end of the pipe its exit status comes down). `tty`: a session of its own with fds[0], a terminal, as
+        its controlling terminal. `adopt`: this process's own child (os.waitpid reaps it; no status pipe)."""
         status_r, status_w = os.pipe()
-        msg = json.dumps({"args": args, "cwd": str(cwd), "env": env}).encode()
+        msg = json.dumps({"argv": argv, "cwd": str(cwd), "env": env, "tty": tty, "adopt": adopt}).encode()
         try:
             with self.lock:
-                socket.send_fds(self.sock, [msg], [0, stdout, stderr, status_w])
-                pid = int(self.sock.recv(64))
+                before = _subreaper(True) if adopt else None
+                try:
+                    socket.send_fds(self.sock, [msg], [*fds, status_w])
+                    pid = int(self.sock.recv(64))
+                finally:
+                    if before is not None:
+                        _subreaper(before)
         finally:
             os.close(status_w)
+        if adopt:
+            os.close(status_r)
+            return pid, None
         return pid, status_r
 
     def close(self) -> None:
@@ -190,7 +274,25 @@ class ForkServer:
             self.proc.wait()
 
 
-_servers: dict[int, ForkServer] = {}  # by the test process's pid (one per pytest-xdist worker)
+def _subreaper(on: bool) -> bool:
+    """Make this process a child subreaper, or no longer one (Linux's prctl): the orphans of its descendants
+    become its own children while it is one. Returns what it was."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    was = ctypes.c_int(0)
+    if libc.prctl(_GET_SUBREAPER, ctypes.byref(was), 0, 0, 0) != 0 or libc.prctl(_SET_SUBREAPER, int(on), 0, 0, 0):
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
+    return bool(was.value)
+
+
+# by the test process's pid (one set per pytest-xdist worker): the servers, the newest used first, and how often
+# each environment no server serves was asked for
+_servers: dict[int, list[ForkServer]] = {}
+_asked: dict[int, dict[tuple, int]] = {}
+# servers a test process keeps at most (one for each environment asked for twice: a library the tests import
+# may set a variable for good, and a test may run all its processes in an environment of its own)
+MAX_SERVERS = 3
 
 
 # the commands that import torch (the others start in a fraction of a second and never load it: they start fresh,
@@ -198,52 +300,76 @@ _servers: dict[int, ForkServer] = {}  # by the test process's pid (one per pytes
 TRAINS = {"run", "resume", "lr-find"}
 
 
-def server_for(args: list[str], env: dict[str, str]) -> ForkServer | None:
-    """The fork server that can start `tuitrain ARGS` with `env` (started on first use), or None: a fresh
-    process then."""
-    if os.environ.get("TUITRAIN_TEST_FORK", "1") == "0" or not args or args[0] not in TRAINS:
+def server_for(env: dict[str, str], runtime: tuple[str, ...] = ()) -> ForkServer | None:
+    """A fork server that can start a process with `env` (names in `runtime` read only by the process's own code
+    as it runs), or None: a fresh process then. The first server starts on first use; a server for another
+    environment on the second request for it (a request alone in its environment is cheaper fresh)."""
+    if os.environ.get("TUITRAIN_TEST_FORK", "1") == "0":
         return None
-    server = _servers.get(os.getpid())
-    if server is not None and not server.serves(env):
-        if server.proc.poll() is None:
-            return None  # another environment: this request only runs fresh
-        server = None  # the server died: start another
-    if server is None:
-        server = _servers[os.getpid()] = ForkServer(env)
+    servers = _servers.setdefault(os.getpid(), [])
+    servers[:] = [s for s in servers if s.proc.poll() is None]  # a server that died is started again when asked
+    for server in servers:
+        if server.serves(env, runtime):
+            servers.remove(server)
+            servers.insert(0, server)
+            return server
+    if servers:
+        asked = _asked.setdefault(os.getpid(), {})
+        key = _signature(env, runtime)
+        asked[key] = asked.get(key, 0) + 1
+        _note_refusal(env, servers[0].env, runtime)
+        if asked[key] < 2 or len(servers) >= MAX_SERVERS:
+            return None
+    server = ForkServer(env)
+    servers.insert(0, server)
     return server
 
 
+def _note_refusal(env: dict[str, str], served: dict[str, str], runtime: tuple[str, ...]) -> None:
+    """Under TUITRAIN_TEST_CPU=FILE, FILE.spawns gets the names in which a request's environment differs from
+    the newest server's (what sends a test's processes to a fresh interpreter)."""
+    path = os.environ.get("TUITRAIN_TEST_CPU", "")
+    if path:
+        ours, theirs = dict(_signature(env, runtime)), dict(_signature(served, runtime))
+        names = sorted(k for k in set(ours) | set(theirs) if ours.get(k) != theirs.get(k))
+        with open(path + ".spawns", "a") as f:
+            test = os.environ.get("PYTEST_CURRENT_TEST", "?").rsplit(" ", 1)[0]
+            f.write(f"{test}\tforkserver: another environment: {' '.join(names)}\n")
+
+
 def cpu_seconds() -> float:
-    """The CPU time of this test process's fork server and of the children it has reaped (Linux's /proc)."""
-    server = _servers.get(os.getpid())
-    if server is None or server.proc.poll() is not None:
-        return 0.0
-    try:
-        fields = Path(f"/proc/{server.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+    """The CPU time of this test process's fork servers and of the children they have reaped (Linux's /proc)."""
+    total = 0.0
+    for server in _servers.get(os.getpid(), []):
+        if server.proc.poll() is not None:
+            continue
+        try:
+            fields = Path(f"/proc/{server.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+    return total
 
 
 def close_servers() -> None:
-    server = _servers.pop(os.getpid(), None)
-    if server is not None:
+    for server in _servers.pop(os.getpid(), []):
         server.close()
 
 
 def run(args: list[str], cwd: Path, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess | None:
     """`subprocess.run(python -m tuitrain ARGS, capture_output=True, text=True)` through the fork server;
     None where it cannot serve this environment."""
-    server = server_for(args, env)
+    server = server_for(env) if args and args[0] in TRAINS else None
     if server is None:
         return None
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     try:
-        pid, status = server.start(args, cwd, env, out_w, err_w)
+        pid, status = server.start(["-m", "tuitrain", *args], cwd, env, (0, out_w, err_w))
     finally:
         os.close(out_w)
         os.close(err_w)
+    assert status is not None
     proc = ForkedProcess(args, pid, status)
     chunks: dict[int, list[bytes]] = {out_r: [], err_r: []}
     open_fds = [out_r, err_r]
@@ -276,8 +402,62 @@ def run(args: list[str], cwd: Path, env: dict[str, str], timeout: float) -> subp
 def start(args: list[str], cwd: Path, env: dict[str, str], output) -> ForkedProcess | None:
     """`subprocess.Popen(python -m tuitrain ARGS, stdout=output, stderr=STDOUT)` through the fork server;
     None where it cannot serve this environment."""
-    server = server_for(args, env)
+    server = server_for(env) if args and args[0] in TRAINS else None
     if server is None:
         return None
-    pid, status = server.start(args, cwd, env, output.fileno(), output.fileno())
+    pid, status = server.start(["-m", "tuitrain", *args], cwd, env, (0, output.fileno(), output.fileno()))
+    assert status is not None
     return ForkedProcess(args, pid, status)
+
+
+def popen(
+    argv: list[str], cwd: Path, env: dict[str, str], stdout: int | None = None, stderr: int | None = None
+) -> ForkedProcess | None:
+    """`subprocess.Popen([python, *ARGV], stdout=PIPE or None, stderr=PIPE, STDOUT or None, text=True)` through
+    the fork server, for a Python that imports torch (`-m tuitrain run ...`, a user's training script); None
+    where it cannot serve this environment. Its stdin is this process's; a stream not piped is this process's."""
+    server = server_for(env)
+    if server is None:
+        return None
+    mine: list[int] = []  # the write ends, closed here once the child has them
+    out = err = None
+    fds = [0, 1, 2]
+    if stdout == subprocess.PIPE:
+        out_r, fds[1] = os.pipe()
+        mine.append(fds[1])
+        out = os.fdopen(out_r, "r")
+    if stderr == subprocess.PIPE:
+        err_r, fds[2] = os.pipe()
+        mine.append(fds[2])
+        err = os.fdopen(err_r, "r")
+    elif stderr == subprocess.STDOUT:
+        fds[2] = fds[1]
+    try:
+        pid, status = server.start(argv, cwd, env, (fds[0], fds[1], fds[2]))
+    finally:
+        for fd in mine:
+            os.close(fd)
+    assert status is not None
+    return ForkedProcess(["python", *argv], pid, status, out, err)
+
+
+def in_pty(argv: list[str], cwd: Path, env: dict[str, str], runtime: tuple[str, ...] = ()) -> tuple[int, int] | None:
+    """`pty.fork()` whose child runs `python ARGV` in `cwd` with `env`, through the fork server: (the child's
+    pid, the terminal's master fd), as pty.fork gives them. The child is this process's own (os.waitpid and
+    os.kill reach it), the leader of a session of its own whose controlling terminal is the pty, its stdin,
+    stdout and stderr the pty's other end. None where it cannot serve this environment (or on a system without
+    Linux's child subreapers)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    server = server_for(env, runtime)
+    if server is None:
+        return None
+    master, slave = os.openpty()
+    try:
+        pid, _ = server.start(argv, cwd, env, (slave, slave, slave), tty=True, adopt=True)
+    except BaseException:
+        os.close(master)
+        raise
+    finally:
+        os.close(slave)
+    return pid, master

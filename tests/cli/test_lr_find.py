@@ -3,24 +3,15 @@
 import csv
 import hashlib
 import math
-import subprocess
-import sys
 
 import pytest
 import torch
 
-from tests.conftest import cli_env
+from tests.conftest import tuitrain
 
 
 def lr_find(tiny, *args, cwd=None):
-    return subprocess.run(
-        [sys.executable, "-m", "tuitrain", "lr-find", str(tiny.config), *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd or tiny.root,
-        env=cli_env(),
-        timeout=300,
-    )
+    return tuitrain("lr-find", tiny.config, *args, cwd=cwd or tiny.root, timeout=300)
 
 
 def rows(path):

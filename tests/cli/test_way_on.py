@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from tests.conftest import cli_env
+from tests.conftest import cli_env, python_popen
 from tuitrain.cli import main
 
 SLOW = ["--set", "model.sleep=0.02", "--set", "train.epochs=60"]
@@ -43,13 +43,8 @@ def test_a_stopped_headless_run_says_the_line_that_continues_it_and_the_line_wor
     assert last.startswith(str(run) + "/checkpoint/") and (tiny.root / last).is_file()
     # the line as printed continues the run (stopped again at once)
     argv = shlex.split(line)
-    again = subprocess.Popen(
-        [sys.executable, "-m", "tuitrain", *argv[1:]],
-        cwd=tiny.root,
-        env=cli_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+    again = python_popen(
+        ["-m", "tuitrain", *argv[1:]], tiny.root, cli_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT
     )
     try:
         step = json.loads((run / "run.json").read_text())["step"]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import pty
 import signal
 import sys
 import termios
@@ -17,7 +16,7 @@ pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="needs a pty")
 
 
 def test_sigterm_under_the_dashboard_stops_gracefully_and_restores_the_terminal(tiny):
-    from tests.conftest import cli_env, read_pty, wait_exit
+    from tests.conftest import cli_env, python_in_pty, read_pty, wait_exit
 
     run_dir = tiny.root / "run"
     cmd = [
@@ -34,10 +33,7 @@ def test_sigterm_under_the_dashboard_stops_gracefully_and_restores_the_terminal(
         "model.sleep=0.01",
     ]
     env = dict(cli_env(), TERM="xterm-256color", COLUMNS="100", LINES="30")
-    pid, fd = pty.fork()
-    if pid == 0:
-        os.chdir(tiny.root)
-        os.execvpe(cmd[0], cmd, env)
+    pid, fd = python_in_pty(cmd[1:], tiny.root, env)
     before = termios.tcgetattr(fd)
     try:
         deadline = time.time() + 60

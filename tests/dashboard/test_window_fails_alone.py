@@ -42,7 +42,7 @@ sys.exit(main(sys.argv[1:]))
 
 
 def start(tiny, fail_after: int, *extra: str) -> tuple[int, int, Path]:
-    from tests.conftest import cli_env
+    from tests.conftest import cli_env, python_in_pty
 
     (tiny.root / "failing.py").write_text(FAILING)
     run_dir = tiny.root / "run"
@@ -60,10 +60,7 @@ def start(tiny, fail_after: int, *extra: str) -> tuple[int, int, Path]:
         *extra,
     ]
     env = dict(cli_env(), TERM="xterm-256color", COLUMNS="100", LINES="30", FAIL_AFTER=str(fail_after))
-    pid, fd = pty.fork()
-    if pid == 0:
-        os.chdir(tiny.root)
-        os.execvpe(cmd[0], cmd, env)
+    pid, fd = python_in_pty(cmd[1:], tiny.root, env, runtime=("FAIL_AFTER",))
     return pid, fd, run_dir
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import pty
 import signal
 import subprocess
 import sys
@@ -19,7 +18,7 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 import tuitrain
-from tests.conftest import cli_env, read_events, read_pty, wait_for, wait_exit
+from tests.conftest import cli_env, python_in_pty, python_popen, read_events, read_pty, wait_for, wait_exit
 
 
 def _data(n=64, seed=0):
@@ -165,13 +164,8 @@ def _asked_for(run_dir) -> bool:
 
 def test_a_script_learner_obeys_tuitrain_checkpoint_and_stop(tmp_path):
     run_dir = tmp_path / "run"
-    proc = subprocess.Popen(
-        [sys.executable, str(_script(tmp_path)), str(run_dir), "False"],
-        cwd=tmp_path,
-        env=cli_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    proc = python_popen(
+        [_script(tmp_path), run_dir, "False"], tmp_path, cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
     try:
         wait_for(lambda: _steps(run_dir) >= 3, timeout=240, what="the script to train")  # torch imports first
@@ -226,10 +220,7 @@ def test_a_script_in_a_terminal_shows_the_dashboard_and_stops_from_outside(tmp_p
     run_dir = tmp_path / "run"
     cmd = [sys.executable, str(_script(tmp_path)), str(run_dir), "auto"]
     env = dict(cli_env(), TERM="xterm-256color", COLUMNS="100", LINES="30")
-    pid, fd = pty.fork()
-    if pid == 0:
-        os.chdir(tmp_path)
-        os.execvpe(cmd[0], cmd, env)
+    pid, fd = python_in_pty(cmd[1:], tmp_path, env)
     try:
         screen = b""
         deadline = time.time() + 240  # torch imports first

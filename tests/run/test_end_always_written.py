@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import pty
 import sys
 from pathlib import Path
 
@@ -110,7 +109,7 @@ sys.exit(main(sys.argv[1:]))
 
 @pytest.mark.skipif(sys.platform == "win32", reason="needs a pty")
 def test_the_dashboard_failing_on_the_summary_leaves_the_run_completed(tiny):
-    from tests.conftest import cli_env, wait_exit
+    from tests.conftest import cli_env, python_in_pty, wait_exit
 
     (tiny.root / "failing.py").write_text(FAILING_SUMMARY)
     run_dir = tiny.root / "run"
@@ -124,10 +123,7 @@ def test_the_dashboard_failing_on_the_summary_leaves_the_run_completed(tiny):
         "--set",
         "train.epochs=2",
     ]
-    pid, fd = pty.fork()
-    if pid == 0:
-        os.chdir(tiny.root)
-        os.execvpe(cmd[0], cmd, dict(cli_env(), TERM="xterm-256color", COLUMNS="100", LINES="30"))
+    pid, fd = python_in_pty(cmd[1:], tiny.root, dict(cli_env(), TERM="xterm-256color", COLUMNS="100", LINES="30"))
     try:
         code, screen = wait_exit(pid, fd, 120)
     finally:

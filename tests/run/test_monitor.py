@@ -201,20 +201,16 @@ def test_ctrl_c_in_the_dashboard_of_a_monitored_loop_stops_the_loop(tmp_path):
     """A person at a terminal: the loop's dashboard comes up, Ctrl+C there stops the loop (not only
     the viewer), the run ends interrupted and the script ends normally with the terminal back."""
     import os
-    import pty
     import subprocess
     import sys
 
-    from tests.conftest import cli_env, read_pty, wait_exit, end_pty
+    from tests.conftest import cli_env, end_pty, python_in_pty, read_pty, wait_exit
 
     (tmp_path / "loop.py").write_text(MONITORED_LOOP)
     run_dir = tmp_path / "run"
     cmd = [sys.executable, str(tmp_path / "loop.py"), str(run_dir)]
     env = dict(cli_env(), TERM="xterm-256color", COLUMNS="100", LINES="30")
-    pid, fd = pty.fork()
-    if pid == 0:
-        os.chdir(tmp_path)
-        os.execvpe(cmd[0], cmd, env)
+    pid, fd = python_in_pty(cmd[1:], tmp_path, env)
 
     def logged() -> int:
         try:
