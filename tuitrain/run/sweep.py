@@ -2,7 +2,8 @@
 
 Optuna samples the values, prunes and keeps the study (a journal file in the sweep folder, or a database
 URL that several machines share). tuitrain runs each trial as `tuitrain run CONFIG --set KEY=VALUE ...
---run-dir SWEEP/trial-NNNN --resume auto --headless` in a process of its own, `parallel` at once, and
+--run-dir SWEEP/trial-NNNN --resume auto --headless` in a process of its own (forked from a launcher that has
+imported torch once, trial_launcher.py: a trial starts in a fraction of a second), `parallel` at once, and
 follows the trial's events.jsonl: each validation's metric is reported to Optuna, and when the pruner
 says so (not before the trial has run `prune_after` epochs: a curve that sits on a plateau for its first
 epochs is not judged there) the trial is asked to stop through its control folder (source "pruned": it

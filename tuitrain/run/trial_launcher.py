@@ -23,6 +23,7 @@ other systems than Linux: the trial starts as a fresh process, as before.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import select
@@ -44,6 +45,8 @@ GROUP_SIGNALS = tuple(
     getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGUSR1", "SIGUSR2") if hasattr(signal, name)
 )
 _PDEATHSIG = 1  # prctl's PR_SET_PDEATHSIG (linux/prctl.h)
+#: what the launcher imports once, for every trial: the seconds a `tuitrain run` spends before its first line
+PRELOAD = ("torch", "torch._dynamo")
 
 
 class LaunchedTrial:
@@ -73,7 +76,7 @@ class LaunchedTrial:
 class Launcher:
     """The sweep's side: starts the launcher process, asks it for trials, ends it."""
 
-    def __init__(self, python: str, env: dict[str, str]) -> None:
+    def __init__(self, python: str, env: dict[str, str], preload: tuple[str, ...] = PRELOAD) -> None:
         from tuitrain.run.signals import die_with_parent
 
         self.env = dict(env)
@@ -81,7 +84,7 @@ class Launcher:
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self.proc = subprocess.Popen(
-                [python, "-m", "tuitrain.run.trial_launcher", str(theirs.fileno()), str(os.getpid())],
+                [python, "-m", "tuitrain.run.trial_launcher", str(theirs.fileno()), str(os.getpid()), *preload],
                 env=self.env,
                 pass_fds=[theirs.fileno()],
                 stdin=subprocess.DEVNULL,
@@ -198,9 +201,8 @@ def _main() -> None:
     parent = int(sys.argv[2])
     if os.getppid() != parent:  # the sweep ended as it started this
         return
-    import torch  # noqa: F401  (the seconds a trial would spend on them)
-    import torch._dynamo  # noqa: F401
-
+    for name in sys.argv[3:]:
+        importlib.import_module(name)
     got = _serve(sock, parent)
     if got is None:
         return
