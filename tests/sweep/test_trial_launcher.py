@@ -103,3 +103,29 @@ def test_kill_9_of_the_sweep_ends_the_launcher_and_each_trial_is_sent_sigterm(tm
         assert time.monotonic() < deadline, "an orphan is left"
         time.sleep(0.05)
     assert (tmp_path / "term").read_text() == "SIGTERM"  # a graceful stop, as a trial of a dead sweep gets
+
+
+def test_a_trial_whose_launcher_is_killed_is_sent_sigterm_and_seen_to_end(tmp_path, monkeypatch):
+    """The launcher gone first (kill -9, the OOM killer): its trials stop gracefully, and the sweep sees each
+    end when it ends (its exit status unknown: said as the SIGTERM it was sent), not before."""
+    (tmp_path / "probe.py").write_text(PROBE)
+    monkeypatch.chdir(tmp_path)
+    launcher = Launcher(sys.executable, env(), preload=())
+    try:
+        with open("trial.out", "ab") as out:
+            trial = launcher.start(["-m", "probe", "wait"], env(), out.fileno())
+        assert trial is not None
+        deadline = time.monotonic() + 30
+        while "on stderr" not in (tmp_path / "trial.out").read_text():
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert trial.poll() is None
+        launcher.proc.kill()
+        assert trial.wait(30) == -15
+        assert (tmp_path / "term").read_text() == "SIGTERM"  # written as it ended, before the pipe's end
+        deadline = time.monotonic() + 10
+        while not gone(trial.pid):  # (the kernel closes its files, then the process is gone)
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    finally:
+        launcher.close()

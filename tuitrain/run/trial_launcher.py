@@ -19,6 +19,9 @@ group (Ctrl+C, SIGTERM, a cluster's SIGUSR1): the sweep and the trials take them
 
 A trial whose environment differs from the launcher's, a launcher that could not start or has ended, and
 other systems than Linux: the trial starts as a fresh process, as before.
+
+What differs from a fresh process: `ps` shows a forked trial with the launcher's command line; str hashes share
+the launcher's seed; a warning torch gave as it was imported is not given again in each trial's .out file.
 """
 
 from __future__ import annotations
@@ -68,7 +71,7 @@ class LaunchedTrial:
                 raise subprocess.TimeoutExpired(self.args, timeout or 0)
             text = os.read(self._status, 64)
             os.close(self._status)
-            # an empty pipe: the launcher ended before the trial (it was sent SIGTERM then)
+            # an empty pipe: the launcher ended before the trial, which it sent SIGTERM, and the trial has ended
             self.returncode = int(text) if text.strip() else -signal.SIGTERM
         return self.returncode
 
@@ -206,7 +209,10 @@ def _main() -> None:
     got = _serve(sock, parent)
     if got is None:
         return
-    request, (out_fd, _), inherited = got
+    request, (out_fd, status_fd), inherited = got
+    # the trial holds the write end of its status pipe (closed by the kernel as it ends, not passed on to a
+    # program it runs): the sweep sees it end even when the launcher has gone first
+    os.set_inheritable(status_fd, False)
     # the child: the trial's streams, folder, signals and generators, then `python -m tuitrain ...` as -m runs it
     os.dup2(out_fd, 1)
     os.dup2(out_fd, 2)
