@@ -8,6 +8,8 @@ import json
 import os
 import re
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -56,12 +58,18 @@ def words(svg: str) -> str:
     return html.unescape(" ".join(re.findall(r"<text[^>]*>([^<]*)</text>", svg))).replace("\xa0", " ")
 
 
-def test_fit_and_a_monitor_loop_each_show_one_picture_that_stays_in_the_saved_notebook(tmp_path):
+def test_fit_and_a_monitor_loop_each_show_one_picture_that_stays_in_the_saved_notebook(tmp_path, shared_kernel):
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(code) for code in (SETUP, FIT, MONITOR)]
-    nbclient.NotebookClient(
-        nb, timeout=240, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
-    ).execute(env=kernel_env())
+    with shared_kernel.inside(tmp_path) as kernel:
+        client = nbclient.NotebookClient(
+            nb, timeout=240, kernel_name="python3", km=kernel.km, resources={"metadata": {"path": str(tmp_path)}}
+        )
+        try:
+            client.execute()
+        finally:
+            if client.kc is not None:
+                client.kc.stop_channels()
     saved = tmp_path / "run.ipynb"
     nbformat.write(nb, saved)
     reopened = nbformat.read(saved, as_version=4)  # no kernel from here on
@@ -117,12 +125,19 @@ def next_step(run: Path) -> None:
 
 
 class Kernel:
-    """A real ipykernel, its iopub messages for the cell being run, and the widgets' buttons it shows."""
+    """A real ipykernel, its iopub messages for the cell being run, and the widgets' buttons it shows: a new
+    kernel started in `cwd`, or a client of its own to the running kernel of `km` (SharedKernel)."""
 
-    def __init__(self, cwd: Path) -> None:
+    def __init__(self, cwd: Path | None = None, km=None) -> None:
         from jupyter_client.manager import start_new_kernel
 
-        self.km, self.kc = start_new_kernel(kernel_name="python3", cwd=str(cwd), env=kernel_env())
+        self.owned = km is None  # close() ends the kernel
+        if km is None:
+            self.km, self.kc = start_new_kernel(kernel_name="python3", cwd=str(cwd), env=kernel_env())
+        else:
+            self.km, self.kc = km, km.client()
+            self.kc.start_channels()
+            self.kc.wait_for_ready(timeout=60)
         self.msg_id = None
         self.kinds: list[str] = []
         self.said = ""
@@ -131,7 +146,15 @@ class Kernel:
         self.idle = False
 
     def execute(self, code: str) -> None:
+        """Run `code` as a new cell: what is read from here on is its messages."""
         self.msg_id = self.kc.execute(code)
+        self.kinds, self.said, self.buttons, self.displays, self.idle = [], "", {}, {}, False
+
+    def run(self, code: str, timeout: float = 120) -> None:
+        """Run `code` to its end; AssertionError on an error."""
+        self.execute(code)
+        self.read(timeout=timeout)
+        assert "error" not in self.kinds, self.said
 
     def read(self, until=lambda: False, timeout: float = 120) -> None:
         """Take in the cell's messages until `until()` or the cell ends."""
@@ -164,7 +187,57 @@ class Kernel:
 
     def close(self) -> None:
         self.kc.stop_channels()
-        self.km.shutdown_kernel(now=True)
+        if self.owned:
+            self.km.shutdown_kernel(now=True)
+
+
+class SharedKernel:
+    """One kernel for the tests that neither interrupt it nor end it, started on first use: each test runs
+    in a folder of its own (the kernel's working directory while it runs) and a fresh namespace, with a
+    client of its own (nbclient's leaves the clients it did not make deaf), and leaves the kernel as it found
+    it. A kernel and torch's import in it cost ~6 CPU s. The tests of the kernel's interrupt have kernels of
+    their own: one that was interrupted before is not what they test."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        self.km = None
+
+    def run(self, code: str, timeout: float = 120) -> None:
+        kernel = Kernel(km=self.km)
+        try:
+            kernel.run(code, timeout)
+        finally:
+            kernel.close()
+
+    @contextmanager
+    def inside(self, folder: Path) -> Iterator[Kernel]:
+        if self.km is None:
+            first = Kernel(self.home)
+            first.kc.stop_channels()
+            self.km = first.km
+        self.run(f"%reset -f\nimport os\nos.chdir({str(folder)!r})")
+        kernel = Kernel(km=self.km)
+        try:
+            yield kernel
+        finally:
+            kernel.close()
+            try:
+                assert kernel.msg_id is None or kernel.idle  # else its cell still runs: the test failed
+                self.run(f"import os\nos.chdir({str(self.home)!r})\n%reset -f", timeout=30)
+            except AssertionError:  # the next test gets a kernel of its own
+                self.close()
+
+    def close(self) -> None:
+        if self.km is not None:
+            self.km.shutdown_kernel(now=True)
+            self.km = None
+
+
+@pytest.fixture(scope="module")
+def shared_kernel(tmp_path_factory) -> Iterator[SharedKernel]:
+    kernels = SharedKernel(tmp_path_factory.mktemp("kernel"))
+    yield kernels
+    kernels.close()
 
 
 def test_interrupting_the_kernel_stops_the_run_gracefully_with_a_checkpoint(tmp_path):
@@ -196,7 +269,7 @@ def test_a_second_interrupt_ends_the_run_at_once(tmp_path, fit):
     try:
         kernel.execute(LONG.format(pause=1.5, wait="await " if fit == "fit_async" else "", fit=fit, every=1))
         run = tmp_path / "runs" / "long"
-        training(run, steps=2)
+        training(run, steps=1)  # step 1 (torch's first, the slowest) is over
         next_step(run)  # both interrupts early in a step of 1.5 s
         kernel.km.interrupt_kernel()
         time.sleep(0.1)
@@ -209,13 +282,12 @@ def test_a_second_interrupt_ends_the_run_at_once(tmp_path, fit):
     assert json.loads((run / "run.json").read_text())["status"] == "interrupted"
 
 
-def test_the_buttons_under_an_awaited_fit_stop_pause_and_checkpoint_the_run(tmp_path):
+def test_the_buttons_under_an_awaited_fit_stop_pause_and_checkpoint_the_run(tmp_path, shared_kernel):
     pytest.importorskip("ipywidgets")
-    kernel = Kernel(tmp_path)
     run = tmp_path / "runs" / "long"
-    try:
+    with shared_kernel.inside(tmp_path) as kernel:
         kernel.execute(LONG.format(pause=0.002, wait="await ", fit="fit_async", every=10))
-        training(run)
+        training(run, steps=30)  # past the first epoch's end (250 steps) and its checkpoint
         kernel.read(until=lambda: len(kernel.buttons) == 3)
         assert set(kernel.buttons) == {"Stop", "Pause", "Checkpoint"}
 
@@ -239,13 +311,12 @@ def test_the_buttons_under_an_awaited_fit_stop_pause_and_checkpoint_the_run(tmp_
         wait_for(lambda: events("RunResumed"))
         kernel.click("Stop")
         kernel.read(timeout=60)
-    finally:
-        kernel.close()
-    assert "error" not in kernel.kinds and kernel.said.strip() == "status interrupted stopped"
+        kinds, said, displays = kernel.kinds, kernel.said, kernel.displays  # this cell's (the kernel runs on)
+    assert "error" not in kinds and said.strip() == "status interrupted stopped"
     index = json.loads((run / "checkpoint" / "index.json").read_text())
     assert [c["requested_by"] for c in index if c.get("requested_by")] == ["notebook", "stop"]
-    pictures = [d for d in kernel.displays.values() if picture(d[-1])]
-    buttons = [d for d in kernel.displays.values() if "application/vnd.jupyter.widget-view+json" in d[0]]
+    pictures = [d for d in displays.values() if picture(d[-1])]
+    buttons = [d for d in displays.values() if "application/vnd.jupyter.widget-view+json" in d[0]]
     assert len(pictures) == 1 and "Epoch" in words(picture(pictures[0][-1]))
     assert len(buttons) == 1 and buttons[0][-1].get("text/html") == ""  # gone once the run ended
 
