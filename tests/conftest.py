@@ -207,6 +207,17 @@ def tuitrain_bg(*args: str | os.PathLike, cwd: Path) -> subprocess.Popen:
     )
 
 
+def python_run(argv: list, cwd: Path, env: dict, timeout: float = 600) -> subprocess.CompletedProcess:
+    """`subprocess.run([python, *ARGV], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)` for a
+    Python that imports torch (a user's training script): started from the fork server where it can serve the
+    environment, fresh otherwise."""
+    argv = [*map(str, argv)]
+    done = forkserver.run_python(argv, cwd, env, timeout)
+    if done is not None:
+        return done
+    return subprocess.run([sys.executable, *argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
 def python_popen(
     argv: list, cwd: Path, env: dict, stdout=None, stderr=None
 ) -> subprocess.Popen | forkserver.ForkedProcess:

@@ -359,13 +359,24 @@ def close_servers() -> None:
 def run(args: list[str], cwd: Path, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess | None:
     """`subprocess.run(python -m tuitrain ARGS, capture_output=True, text=True)` through the fork server;
     None where it cannot serve this environment."""
-    server = server_for(env) if args and args[0] in TRAINS else None
+    if not args or args[0] not in TRAINS:
+        return None
+    return run_python(["-m", "tuitrain", *args], cwd, env, timeout, args)
+
+
+def run_python(
+    argv: list[str], cwd: Path, env: dict[str, str], timeout: float, args: list[str] | None = None
+) -> subprocess.CompletedProcess | None:
+    """`subprocess.run([python, *ARGV], capture_output=True, text=True)` through the fork server, for a Python
+    that imports torch; None where it cannot serve this environment. `args`: the result's args (ARGV's)."""
+    args = argv if args is None else args
+    server = server_for(env)
     if server is None:
         return None
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     try:
-        pid, status = server.start(["-m", "tuitrain", *args], cwd, env, (0, out_w, err_w))
+        pid, status = server.start(argv, cwd, env, (0, out_w, err_w))
     finally:
         os.close(out_w)
         os.close(err_w)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import cli_env, last_train_step, read_events, read_pty, wait_for, wait_exit, end_pty
+from tests.conftest import cli_env, end_pty, last_train_step, python_run, read_events, read_pty, wait_exit, wait_for
 
 L = pytest.importorskip("lightning.pytorch")
 
@@ -377,7 +377,7 @@ def test_headless_lines_count_epochs_as_run_json_does_and_no_progress_bar_follow
         "--dashboard",
         "auto",
     ]
-    r = subprocess.run(cmd, cwd=tmp_path, env=cli_env(), capture_output=True, text=True, timeout=300)
+    r = python_run(cmd[1:], tmp_path, cli_env(), timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     (run_dir,) = (tmp_path / "runs" / "tinynet").iterdir()
     assert run_json(run_dir)["epoch"] == 3
