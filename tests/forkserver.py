@@ -145,9 +145,11 @@ else:  # python SCRIPT ARGS
 
 # what may differ between the server's environment and a request's without a fresh interpreter: names read
 # only after tuitrain's import (tuitrain's own), pytest's bookkeeping, the terminal's description (read by
-# whoever draws, when it draws), and the two that `import lightning` in a test process sets for good (torch reads
-# them when it looks for CUDA or compiles, and the cache folder is set to the default torch would pick); a
-# request names more of its own (`runtime`), read by its own code as it runs
+# whoever draws, when it draws), the two that `import lightning` in a test process sets for good (torch reads
+# them when it looks for CUDA or compiles, and the cache folder is set to the default torch would pick), and the
+# one that torch.compile in a test process sets for good (an address in that process, which inductor sets anew
+# before each compiled module it loads: the suite's in-process compile test sent every later CLI run of its
+# worker to a fresh interpreter); a request names more of its own (`runtime`), read by its own code as it runs
 _RUNTIME_ONLY = (
     "TUITRAIN_",
     "PYTEST_",
@@ -156,6 +158,7 @@ _RUNTIME_ONLY = (
     "LINES",
     "PYTORCH_NVML_BASED_CUDA_CHECK",
     "TORCHINDUCTOR_CACHE_DIR",
+    "_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR",
 )
 
 # PR_SET_CHILD_SUBREAPER / PR_GET_CHILD_SUBREAPER (linux/prctl.h)
