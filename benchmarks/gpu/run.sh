@@ -22,14 +22,16 @@ TMPD="$(mktemp -d)"  # the carried wheels' site, the background steps' output
 SITE="$TMPD/site"
 
 if [ $CPU = 1 ]; then
-    # a check of the script, no figure: the tiny GPT, one round of the contenders, no compile
-    BENCH=(--device cpu --small --repeats 1 --compile-pairs 0); DEV=cpu
+    # a check of the script, no figure: the tiny GPT, one round of the contenders (1 + 20 steps), no compile
+    BENCH=(--device cpu --small --repeats 1 --warmup 1 --compile-pairs 0); DEV=cpu
     T_TESTS=120; T_BENCH=120
+    THREADS=1  # the side-by-side steps' torch threads: 3 processes of 4 threads on 2 cores mostly spin-wait
 else
     # the nanoGPT-sized GPT in bf16: 4 rounds of hand-written / headless / dashboard, one compiled pair
     # (bench_gpu.py starts no triple or pair that its --budget cannot fit; the step's timeout is above it)
     BENCH=(--device cuda --repeats 4 --steps 300 --warmup 50 --compile-pairs 1 --budget 270); DEV=cuda
     T_TESTS=120; T_BENCH=300  # with versions, wheels, imports (~40 s) and the kills' grace: ~490 s at worst
+    THREADS=4
 fi
 BENCH+=(--json "$OUT/bench.json")
 
@@ -58,6 +60,27 @@ step_bg() {
     ( t0=$(date +%s%N); timeout -k 10 "$limit" "$@" > "$TMPD/$name.log" 2>&1; rc=$?
       echo "$rc $(( ($(date +%s%N) - t0) / 1000000 ))" > "$TMPD/$name.rc" ) &
     BG+=("$name")
+}
+# collect_bg TIMEOUT NAME PYTEST_ARGS... [::: NAME PYTEST_ARGS...]: each group `python -m pytest PYTEST_ARGS`
+# in the background, a step as step_bg's (its log, status and time), all forked from one Python that has
+# imported torch once (collect.py; on --cpu, where the tests are only collected); a group that has no exit
+# status when it ends (a timeout, collect.py failing before it) gets collect.py's, and its output if none
+collect_bg() {
+    local limit=$1; shift
+    local names=() group=() a
+    for a in "$@" :::; do
+        if [ "$a" != ::: ]; then group+=("$a"); continue; fi
+        names+=("${group[0]}")
+        log "=== ${group[0]}: started in the background, forked by collect.py (timeout ${limit}s): $PY -m pytest ${group[*]:1}"
+        group=()
+    done
+    ( t0=$(date +%s%N); timeout -k 10 "$limit" $PY benchmarks/gpu/collect.py "$TMPD" "$@" > "$TMPD/collect.log" 2>&1; rc=$?
+      ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+      for a in "${names[@]}"; do
+          [ -s "$TMPD/$a.rc" ] || echo "$rc $ms" > "$TMPD/$a.rc"
+          [ -s "$TMPD/$a.log" ] || cp "$TMPD/collect.log" "$TMPD/$a.log"
+      done ) &
+    BG+=("${names[@]}")
 }
 wait_steps() {  # each background step's output into the log, in the order they were started
     wait
@@ -89,20 +112,41 @@ log "checkout: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?') 
 {
     uname -a; nproc
     command -v nvidia-smi >/dev/null && nvidia-smi || echo "nvidia-smi: not here"
-    $PY - <<'PYEOF'
-import sys, torch
+    # one Python for the versions, whether CUDA is here ($TMPD/have_cuda) and torch's line of the report
+    # ($TMPD/torch.json): torch is imported once, not three times
+    $PY - "$TMPD" <<'PYEOF'
+import json, re, sys, torch
+from importlib.metadata import distributions
+from pathlib import Path
+tmpd = Path(sys.argv[1])
+available = torch.cuda.is_available()
+(tmpd / "have_cuda").write_text(str(int(available)))
+seen = {"torch": torch.__version__, "cuda": torch.version.cuda}
+if available:
+    seen["device"] = torch.cuda.get_device_name(0)
+(tmpd / "torch.json").write_text(json.dumps(seen))
 print("python", sys.version.split()[0], sys.executable)
-print("torch", torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available())
-if torch.cuda.is_available():
+print("torch", torch.__version__, "cuda", torch.version.cuda, "available", available)
+if available:
     p = torch.cuda.get_device_properties(0)
     print("device", torch.cuda.get_device_name(0), "capability", torch.cuda.get_device_capability(0),
           f"memory {p.total_memory / 2**30:.1f} GiB", "SMs", p.multi_processor_count,
           "bf16", torch.cuda.is_bf16_supported())
+# what `pip list` says of these (the same metadata, read here): textual 8.2.8 needs rich>=14.2,
+# pygments>=2.19.2, markdown-it-py>=2.1, typing-extensions>=4.4 (not carried)
+wanted = {"rich", "pygments", "markdown-it-py", "mdurl", "typing-extensions", "nvidia-ml-py", "lightning",
+          "pytorch-lightning", "transformers", "numpy", "psutil", "pytest"}
+found = {}
+for d in distributions():
+    name = d.metadata["Name"] or ""
+    key = re.sub(r"[-_.]+", "-", name).lower()
+    if key in wanted:
+        found.setdefault(key, f"{name:<24} {d.version}")  # the first on sys.path, as pip's
+for key in sorted(found):
+    print(found[key])
 PYEOF
-    # textual 8.2.8 needs rich>=14.2, pygments>=2.19.2, markdown-it-py>=2.1, typing-extensions>=4.4 (not carried)
-    $PY -m pip list 2>/dev/null | grep -iE '^(rich|pygments|markdown-it-py|mdurl|typing.extensions|nvidia-ml-py|lightning|pytorch-lightning|transformers|numpy|psutil|pytest) ' || true
 } 2>&1 | tee -a "$LOG"
-HAVE_CUDA=$($PY -c 'import torch; print(int(torch.cuda.is_available()))' 2>/dev/null || echo 0)
+HAVE_CUDA=$(cat "$TMPD/have_cuda" 2>/dev/null || echo 0)
 if [ $CPU = 0 ] && [ "$HAVE_CUDA" != 1 ]; then
     log "no CUDA device, and --cpu not given"; printf '%s\t%s\t%s\t%s\n' cuda-device fail 1 0 >> "$RESULTS"
 fi
@@ -127,8 +171,9 @@ print('textual', v('textual'), textual.__file__); print('plotext', v('plotext'),
 # --- 3. side by side: the CUDA tests, the CPU suite's device tests on cuda, the checks of checks.py
 # (on --cpu: the tests collected only, a check that they import and that the selection is not empty)
 PYTEST=($PY -m pytest -p no:cacheprovider -q -rs -o addopts=)
-# three steps of torch processes side by side on 16 cores: a few threads each, not 16 (no timing here)
-export OMP_NUM_THREADS=4 MKL_NUM_THREADS=4
+# three steps of torch processes side by side on 16 cores: a few threads each, not 16 (no timing here);
+# on --cpu one each (OpenMP's idle threads spin: 4 each on 2 cores tripled checks.py's CPU time)
+export OMP_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS
 # the files with tests on TUITRAIN_TEST_DEVICE (tests/conftest.py's test_device and exact_device
 # fixtures): named, not the whole of tests/, whose other files need packages the device lacks (optuna...)
 mapfile -t DEVICE_TESTS < <(grep -rlwE 'test_device|exact_device|mark\.device' tests --include='test_*.py' | sort)
@@ -138,9 +183,9 @@ if [ "$HAVE_CUDA" = 1 ]; then
     $PY -c 'import xdist' 2>/dev/null && XDIST=(-n 4)
     step_bg pytest-cuda $T_TESTS "${PYTEST[@]}" -m cuda tests/cuda
     step_bg pytest-device $T_TESTS env TUITRAIN_TEST_DEVICE=cuda "${PYTEST[@]}" "${XDIST[@]}" -m device "${DEVICE_TESTS[@]}"
-else
-    step_bg pytest-cuda-collect $T_TESTS "${PYTEST[@]}" --collect-only -m cuda tests/cuda
-    step_bg pytest-device-collect $T_TESTS "${PYTEST[@]}" --collect-only -m device "${DEVICE_TESTS[@]}"
+else  # each `python -m pytest --collect-only ...` a step and a process of its own, forked by collect.py
+    collect_bg $T_TESTS pytest-cuda-collect "${PYTEST[@]:3}" --collect-only -m cuda tests/cuda \
+        ::: pytest-device-collect "${PYTEST[@]:3}" --collect-only -m device "${DEVICE_TESTS[@]}"
 fi
 step_bg checks $T_TESTS $PY benchmarks/gpu/checks.py --device $DEV --out "$OUT"
 wait_steps
@@ -152,20 +197,17 @@ step bench-gpu $T_BENCH $PY benchmarks/bench_gpu.py "${BENCH[@]}"
 
 # --- the report
 TOTAL=$(( $(date +%s) - T0 ))
-$PY - "$RESULTS" "$OUT" "$CPU" "$TOTAL" <<'PYEOF' 2>&1 | tee -a "$LOG"
+$PY - "$RESULTS" "$OUT" "$CPU" "$TOTAL" "$TMPD" <<'PYEOF' 2>&1 | tee -a "$LOG"
 import json, sys, platform
 from pathlib import Path
-results, out, cpu, total = sys.argv[1], Path(sys.argv[2]), sys.argv[3] == "1", int(sys.argv[4])
+results, out, cpu, total, tmpd = sys.argv[1], Path(sys.argv[2]), sys.argv[3] == "1", int(sys.argv[4]), sys.argv[5]
 steps = []
 for line in Path(results).read_text().splitlines():
     name, status, rc, secs = line.split("\t")
     steps.append({"step": name, "status": status, "rc": int(rc) if rc else None, "seconds": round(float(secs), 1)})
 report = {"mode": "cpu" if cpu else "cuda", "seconds": total, "python": platform.python_version(), "steps": steps}
-try:
-    import torch
-    report["torch"], report["cuda"] = torch.__version__, torch.version.cuda
-    if torch.cuda.is_available():
-        report["device"] = torch.cuda.get_device_name(0)
+try:  # what the versions step read of torch (torch is not imported again for it)
+    report.update(json.loads((Path(tmpd) / "torch.json").read_text()))
 except Exception as e:
     report["torch"] = f"? {e}"
 for name in ("checks", "bench"):  # what checks.py and bench_gpu.py wrote (bench: figures and goals)
