@@ -343,7 +343,11 @@ class Sweep:
             f"at once, {self.spec.sampler} sampler, {self.spec.pruner} pruner{warmup}, {self.spec.mode} "
             f"{self.spec.metric}; study in {self.spec.storage or self.folder / 'study.journal'}"
         )
-        first = self.take()
+        try:
+            first = self.take()
+            busy = first is not None
+        except Exception:  # noqa: BLE001 - the study could not be asked: the slots ask it, and say so, as before
+            first, busy = None, True
         # the trials forked from a process that has imported torch already (trial_launcher.py), when there are
         # any; this thread lives while they run (the launcher is killed when it ends)
         if first is not None and Launcher.available():
@@ -353,7 +357,7 @@ class Sweep:
                 threading.Thread(
                     target=self._slot, args=(first if i == 0 else None,), name=f"tuitrain-sweep-{i}", daemon=True
                 )
-                for i in range(self.spec.parallel if first is not None else 0)
+                for i in range(self.spec.parallel if busy else 0)
             ]
             for t in slots:
                 t.start()
