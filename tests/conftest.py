@@ -475,6 +475,33 @@ def device_missing(spec: str) -> str | None:
     return None
 
 
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto` (pyproject's addopts): a worker more than the cores. Many tests wait (on a kernel, a
+    process's line, a timer) while their worker holds no core: with one worker a core, the cores were busy
+    163% of the suite's time on two; with one more, 186%."""
+    return len(os.sched_getaffinity(0)) + 1 if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1) + 1
+
+
+# Python's bytecode caches, where PYTHONDONTWRITEBYTECODE is set (some CI images set it) and a fresh clone
+# has none: each of the suite's few hundred processes would compile tuitrain's modules again (~0.3 s of CPU
+# each) and each xdist worker rewrite every test module's asserts again. tuitrain is compiled once, here in
+# the controller, and the test modules' caches are written as they are collected. A user's module that a test
+# writes into its folder is never cached by this (a test may write it again within the same second).
+if not os.environ.get("PYTEST_XDIST_WORKER"):
+    import compileall
+
+    compileall.compile_dir(Path(__file__).resolve().parents[1] / "tuitrain", quiet=1, workers=1)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_collection(session):
+    before, sys.dont_write_bytecode = sys.dont_write_bytecode, False
+    try:
+        return (yield)
+    finally:
+        sys.dont_write_bytecode = before
+
+
 def pytest_configure(config):
     if requested_device() != "cpu":
         # cuBLAS's deterministic workspace, which `exact_device` needs; read when CUDA starts, so set now
