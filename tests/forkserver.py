@@ -299,8 +299,8 @@ MAX_SERVERS = 3
 
 
 # the commands that import torch (the others start in a fraction of a second and never load it: they start fresh,
-# so that what they find in sys.modules is what a user's finds)
-TRAINS = {"run", "resume", "lr-find"}
+# so that what they find in sys.modules is what a user's finds); `sweep` imports it to check its parameters
+TRAINS = {"run", "resume", "lr-find", "sweep"}
 
 
 def server_for(env: dict[str, str], runtime: tuple[str, ...] = ()) -> ForkServer | None:

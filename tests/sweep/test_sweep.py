@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import cli_env
+from tests.conftest import cli_env, tuitrain
 from tests.sweep.postgres import postgres_url  # noqa: F401  (the fixture)
 
 optuna = pytest.importorskip("optuna")
@@ -120,14 +120,8 @@ def project(
 
 
 def sweep(tmp_path: Path, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "tuitrain", "sweep", "sweep.toml", *args],
-        cwd=tmp_path,
-        env=cli_env(),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    """`tuitrain sweep sweep.toml ARGS` to its end (from the suite's fork server: conftest.tuitrain)."""
+    return tuitrain("sweep", "sweep.toml", *args, cwd=tmp_path, timeout=timeout)
 
 
 def start(tmp_path: Path, *args: str, session: bool = False) -> subprocess.Popen:
