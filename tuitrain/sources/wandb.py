@@ -51,7 +51,7 @@ def record_class() -> Any:
         from wandb.proto import wandb_internal_pb2
     except Exception:  # not installed, or its protobuf runtime does not load
         return None
-    return wandb_internal_pb2.Record  # type: ignore[attr-defined]  # made at import by protobuf
+    return wandb_internal_pb2.Record  # (made at import by protobuf; wandb is not analysed: pyproject.toml)
 
 
 def _run_file(folder: Path) -> Path | None:
