@@ -8,9 +8,11 @@ The user's script is lightning_scripts/fit.py; the tests in this process import 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import json
+from operator import attrgetter
 import os
 import pickle
 import re
@@ -20,15 +22,16 @@ import threading
 import time
 import tomllib
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from tests.conftest import cli_env, end_pty, last_train_step, python_run, read_events, read_pty, wait_exit, wait_for
 
-L = pytest.importorskip("lightning.pytorch")
+from tuitrain.core.control import FileControl
 
-from tuitrain.core.control import FileControl  # noqa: E402
-from tuitrain.integrations.lightning import TuitrainCallback, split_name  # noqa: E402
+if importlib.util.find_spec("lightning") is None:
+    pytest.skip("Lightning is not installed (the test extra)", allow_module_level=True)
 
 FIT = Path(__file__).parent / "lightning_scripts" / "fit.py"
 WAIT = 120.0  # seconds any one condition may take on a loaded 2-core machine (ranks import Lightning)
@@ -42,13 +45,53 @@ def _script():
     return module
 
 
-fit_script = _script()
-TinyNet = fit_script.module_class(L)
+@functools.cache
+def lit() -> SimpleNamespace:
+    """Lightning, tuitrain's callback and what these tests build on them, imported by the first test that
+    needs them (not as the file is collected: ~5 s of CPU in each pytest-xdist worker, which all collect it)."""
+    import lightning.pytorch as L
+
+    from tuitrain.integrations.lightning import TuitrainCallback, split_name
+
+    class AtStep(L.Callback):
+        """At global step `step`: `action()`, then wait (it must come true) until `taken()` says the
+        tuitrain callback after this one in the list has the request, so it acts at this very step."""
+
+        def __init__(self, step: int, action, taken) -> None:
+            self.step, self.action, self.taken = step, action, taken
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+            if trainer.global_step == self.step:
+                self.action()
+                wait_for(self.taken, timeout=30, what="the request to reach the Monitor")
+
+    class Samples(L.Callback):
+        """What a LightningModule does in its validation_epoch_end: an image batch and a text, through the
+        trainer's TuitrainCallback, at the global step (the default)."""
+
+        def on_validation_epoch_end(self, trainer, pl_module) -> None:
+            if not trainer.sanity_checking:
+                import torch
+
+                tc = TuitrainCallback.of(pl_module.trainer)
+                tc.log_image("samples", torch.rand(4, 3, 8, 8))
+                tc.log_text("note", f"epoch {trainer.current_epoch}")
+
+    fit_script = _script()
+    return SimpleNamespace(
+        L=L,
+        TuitrainCallback=TuitrainCallback,
+        split_name=split_name,
+        AtStep=AtStep,
+        Samples=Samples,
+        fit_script=fit_script,
+        TinyNet=fit_script.module_class(L),
+    )
 
 
-def trainer(callbacks, **kw) -> L.Trainer:
+def trainer(callbacks, **kw):
     kw = {"max_epochs": 2, "log_every_n_steps": 1, **kw}
-    return L.Trainer(
+    return lit().L.Trainer(
         callbacks=callbacks,
         logger=False,
         enable_checkpointing=False,
@@ -57,19 +100,6 @@ def trainer(callbacks, **kw) -> L.Trainer:
         accelerator="cpu",
         **kw,
     )
-
-
-class AtStep(L.Callback):
-    """At global step `step`: `action()`, then wait (it must come true) until `taken()` says the
-    tuitrain callback after this one in the list has the request, so it acts at this very step."""
-
-    def __init__(self, step: int, action, taken) -> None:
-        self.step, self.action, self.taken = step, action, taken
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        if trainer.global_step == self.step:
-            self.action()
-            wait_for(self.taken, timeout=30, what="the request to reach the Monitor")
 
 
 def run_json(run_dir: Path) -> dict:
@@ -108,30 +138,21 @@ def sha256(path: Path) -> str:
     ],
 )
 def test_metric_names_split_into_train_and_valid(key, split, name):
-    assert split_name(key) == (split, name)
+    assert lit().split_name(key) == (split, name)
 
 
 def test_the_callback_is_a_lightning_callback_that_pickles():
+    L, TuitrainCallback = attrgetter("L", "TuitrainCallback")(lit())
     cb = TuitrainCallback(experiment="x", dashboard=False, dir="elsewhere")
     assert isinstance(cb, L.Callback) and isinstance(cb, TuitrainCallback)
     back = pickle.loads(pickle.dumps(cb))  # ddp_spawn sends the trainer's callbacks to its processes
     assert isinstance(back, L.Callback) and (back.experiment, back.dir) == ("x", "elsewhere")
 
 
-class Samples(L.Callback):
-    """What a LightningModule does in its validation_epoch_end: an image batch and a text, through the
-    trainer's TuitrainCallback, at the global step (the default)."""
-
-    def on_validation_epoch_end(self, trainer, pl_module) -> None:
-        if not trainer.sanity_checking:
-            import torch
-
-            tc = TuitrainCallback.of(pl_module.trainer)
-            tc.log_image("samples", torch.rand(4, 3, 8, 8))
-            tc.log_text("note", f"epoch {trainer.current_epoch}")
-
-
 def test_fit_writes_the_run_and_takes_a_checkpoint_request(tmp_path):
+    L, TuitrainCallback, AtStep, Samples, TinyNet, fit_script = attrgetter(
+        "L", "TuitrainCallback", "AtStep", "Samples", "TinyNet", "fit_script"
+    )(lit())
     cb = TuitrainCallback(dashboard=False, dir=tmp_path / "runs")
     ask = AtStep(
         3, lambda: FileControl(cb.monitor.run_dir).request_checkpoint(), lambda: cb.monitor.checkpoint_requested
@@ -182,6 +203,9 @@ def test_fit_writes_the_run_and_takes_a_checkpoint_request(tmp_path):
 
 
 def test_tuitrain_stop_from_another_thread_ends_fit_at_that_step(tmp_path):
+    TuitrainCallback, AtStep, TinyNet, fit_script = attrgetter("TuitrainCallback", "AtStep", "TinyNet", "fit_script")(
+        lit()
+    )
     cb = TuitrainCallback(experiment="stopped", dashboard=False, dir=tmp_path / "runs")
     reached = threading.Event()
 
@@ -206,6 +230,8 @@ def test_tuitrain_stop_from_another_thread_ends_fit_at_that_step(tmp_path):
 
 
 def test_an_exception_in_training_ends_the_run_failed(tmp_path):
+    TuitrainCallback, TinyNet, fit_script = attrgetter("TuitrainCallback", "TinyNet", "fit_script")(lit())
+
     class Exploding(TinyNet):
         def training_step(self, batch, batch_idx):
             if self.global_step == 3:

@@ -5,6 +5,7 @@ rewritten by Lightning's own writer followed live; a cut or damaged file; hostil
 from __future__ import annotations
 
 import csv
+import importlib.util
 import threading
 import time
 from pathlib import Path
@@ -15,35 +16,45 @@ from tuitrain.core.events import MetricsLogged, RunStarted, RunFinished
 from tuitrain.sources import lightning_csv
 from tuitrain.sources.polled import ForeignBlock, drain, split_name
 
-pl = pytest.importorskip("lightning.pytorch", reason="Lightning is not installed (the test extra)")
-torch = pytest.importorskip("torch")
+if importlib.util.find_spec("lightning") is None:  # (imported by the fixture, not at collection: ~5 s)
+    pytest.skip("Lightning is not installed (the test extra)", allow_module_level=True)
 
 
-class Tiny(pl.LightningModule):
-    def __init__(self, lr: float = 0.05, hidden: int = 8) -> None:
-        super().__init__()
-        self.save_hyperparameters()
-        self.net = torch.nn.Sequential(torch.nn.Linear(4, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, 1))
+def tiny_module():
+    """A tiny LightningModule class (Lightning imported here, by the one fixture that trains it)."""
+    import lightning.pytorch as pl
+    import torch
 
-    def training_step(self, batch, _):
-        x, y = batch
-        loss = torch.nn.functional.mse_loss(self.net(x), y)
-        self.log("train_loss", loss, on_step=True, on_epoch=True)
-        self.log("lr", self.hparams.lr)
-        return loss
+    class Tiny(pl.LightningModule):
+        def __init__(self, lr: float = 0.05, hidden: int = 8) -> None:
+            super().__init__()
+            self.save_hyperparameters()
+            self.net = torch.nn.Sequential(torch.nn.Linear(4, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, 1))
 
-    def validation_step(self, batch, _):
-        x, y = batch
-        self.log("val_loss", torch.nn.functional.mse_loss(self.net(x), y))
-        self.log("val/mae", (self.net(x) - y).abs().mean())
+        def training_step(self, batch, _):
+            x, y = batch
+            loss = torch.nn.functional.mse_loss(self.net(x), y)
+            self.log("train_loss", loss, on_step=True, on_epoch=True)
+            self.log("lr", self.hparams.lr)
+            return loss
 
-    def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=self.hparams.lr)
+        def validation_step(self, batch, _):
+            x, y = batch
+            self.log("val_loss", torch.nn.functional.mse_loss(self.net(x), y))
+            self.log("val/mae", (self.net(x) - y).abs().mean())
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=self.hparams.lr)
+
+    return Tiny
 
 
 @pytest.fixture(scope="module")
 def logged(tmp_path_factory) -> Path:
     """A real CSVLogger log: 3 epochs of 4 batches, validation each epoch."""
+    import lightning.pytorch as pl
+    import torch
+
     root = tmp_path_factory.mktemp("lightning")
     torch.manual_seed(0)
     data = torch.utils.data.TensorDataset(torch.randn(32, 4), torch.randn(32, 1))
@@ -58,7 +69,7 @@ def logged(tmp_path_factory) -> Path:
         accelerator="cpu",
         devices=1,
     )
-    trainer.fit(Tiny(), loader, loader)
+    trainer.fit(tiny_module()(), loader, loader)
     return root
 
 
