@@ -6,9 +6,7 @@ The tests that take `exact_device` run on TUITRAIN_TEST_DEVICE (the CPU by defau
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -16,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import Receiver, read_events
+from tests.conftest import Receiver, cli_env, python_run, read_events
 from tests.health.healthproj import CONFIG
 from tuitrain.run.runner import prepare_run
 
@@ -70,10 +68,9 @@ def step_losses(events: list[dict]) -> dict[int, float]:
 def test_the_x300_batch_raises_one_alert_at_its_step_on_the_console_in_the_events_and_at_a_webhook(project):
     receiver = Receiver()
     try:
-        env = dict(os.environ, TUITRAIN_ALERTS_WEBHOOK=receiver.url)
-        done = subprocess.run(
+        env = dict(cli_env(), TUITRAIN_ALERTS_WEBHOOK=receiver.url)
+        done = python_run(
             [
-                sys.executable,
                 "-m",
                 "tuitrain",
                 "run",
@@ -86,8 +83,6 @@ def test_the_x300_batch_raises_one_alert_at_its_step_on_the_console_in_the_event
                 "--set",
                 "train.max_steps=110",
             ],
-            capture_output=True,
-            text=True,
             timeout=120,
             env=env,
             cwd=project.parent,
@@ -214,9 +209,8 @@ def test_stop_ends_the_run_gracefully_with_the_weights_from_before_the_spike(pro
 
 def test_a_data_loader_stuck_for_40s_is_aborted_in_seconds_with_its_stack_in_the_log(project):
     t0 = time.monotonic()
-    done = subprocess.run(
+    done = python_run(
         [
-            sys.executable,
             "-m",
             "tuitrain",
             "run",
@@ -231,9 +225,8 @@ def test_a_data_loader_stuck_for_40s_is_aborted_in_seconds_with_its_stack_in_the
             "--set",
             "watch.stall_action=abort",
         ],
-        capture_output=True,
-        text=True,
         timeout=60,
+        env=cli_env(),
         cwd=project.parent,
     )
     took = time.monotonic() - t0
@@ -365,9 +358,8 @@ def test_under_ddp_a_rank_stuck_in_a_step_aborts_the_run_within_the_stall_time(p
     """Two gloo ranks: rank 0 hangs loading an item, rank 1 waits in the all-reduce. The watchdog ends the
     run in seconds (not at the collective's timeout), failed with reason stalled and the stuck stack."""
     t0 = time.monotonic()
-    done = subprocess.run(
+    done = python_run(
         [
-            sys.executable,
             "-m",
             "tuitrain",
             "run",
@@ -386,9 +378,8 @@ def test_under_ddp_a_rank_stuck_in_a_step_aborts_the_run_within_the_stall_time(p
             "--set",
             "watch.stall_action=abort",
         ],
-        capture_output=True,
-        text=True,
         timeout=100,
+        env=cli_env(),
         cwd=project.parent,
     )
     took = time.monotonic() - t0
