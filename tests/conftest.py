@@ -585,12 +585,25 @@ def pytest_sessionfinish(session):
     forkserver.close_servers()
 
 
+# the files that keep one xdist worker busy for a minute or more (pyproject's `--dist loadfile` hands out whole
+# files in collection order): first, so that none of them starts last while the other workers have run out
+FIRST = (
+    "tests/test_lint.py",
+    "tests/dashboard/test_key_fuzz.py",
+    "tests/sweep/test_sweep.py",
+    "tests/system/test_gpu_script.py",
+    "tests/run/test_notebook.py",
+)
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.nodeid in SLOW:
             item.add_marker(pytest.mark.slow)
         if "test_device" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.device)
+    first = {path: i for i, path in enumerate(FIRST)}
+    items.sort(key=lambda item: first.get(item.nodeid.partition("::")[0], len(FIRST)))  # stable: the rest as collected
 
 
 def pytest_collection_finish(session):
