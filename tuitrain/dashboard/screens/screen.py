@@ -98,7 +98,6 @@ class DashboardScreen(Screen):
         self.footer_after = footer_after
         self._title_shown: tuple | None = None
         self._title_of: tuple | None = None  # show_title's arguments, for a resize
-        self._footer_width: int | None = None  # the width the footer was last fitted to (on_resize)
         self._grid: ChartGrid | None = None
         #: set once the widgets are mounted (the app waits for it before it shows anything)
         self.composed = asyncio.Event()
@@ -146,14 +145,9 @@ class DashboardScreen(Screen):
         self.fit(event.size.width, event.size.height)
         if self._title_of is not None:  # the title bar's words follow the width
             self.show_title(*self._title_of)
-        # and the footer's, where the width changes them (KeyFooter builds its keys again only when they
-        # change; a terminal dragged wider sends many resizes)
-        before, self._footer_width = self._footer_width, event.size.width
-        if before is None or self._footer_words(before) != self._footer_words(event.size.width):
-            self.refresh_bindings()
-
-    def _footer_words(self, width: int) -> list[tuple[str, str]]:
-        return [(k, a.binding.description) for k, a in self._fitted(width).items() if a.binding.show]
+        # and the footer's words (KeyFooter builds its keys again only where the width changed them: a
+        # terminal dragged wider sends many resizes)
+        self.refresh_bindings()
 
     def fit(self, width: int, height: int) -> None:
         """Small terminals: the side panels shrink (`-compact`); too small: a notice (`-too-small`)."""
