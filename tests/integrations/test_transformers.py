@@ -5,6 +5,7 @@ a pseudo-terminal."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -16,15 +17,16 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("transformers")
-
-from transformers import TrainerCallback  # noqa: E402
+if importlib.util.find_spec("transformers") is None:
+    pytest.skip("transformers is not installed", allow_module_level=True)
 
 from tests.conftest import cli_env, last_train_step, read_events, read_pty, wait_for, wait_exit, end_pty  # noqa: E402
-from tests.integrations.transformers_scripts.tiny_gpt2 import trainer_for  # noqa: E402
 from tuitrain.core.control import FileControl  # noqa: E402
 from tuitrain.core.fsutil import tree_sha256  # noqa: E402
-from tuitrain.integrations.transformers import TuitrainCallback, split_metrics  # noqa: E402
+
+# transformers itself (and tuitrain's callback, the tiny GPT-2 and the user's callbacks, which import it) is
+# imported by the tests that use it: importing it costs each pytest-xdist worker ~3 s of its start, and one
+# worker runs this file
 
 SCRIPT = Path(__file__).parent / "transformers_scripts" / "tiny_gpt2.py"
 ROOT = Path(__file__).resolve().parents[2]
@@ -50,6 +52,8 @@ def _script_env() -> dict:
 
 
 def test_the_trainers_log_keys_split_into_train_and_valid():
+    from tuitrain.integrations.transformers import split_metrics
+
     assert split_metrics({"loss": 3.9, "grad_norm": 1.5, "learning_rate": 5e-5, "epoch": 0.25}) == (
         {"loss": 3.9, "grad_norm": 1.5, "lr": 5e-5},
         {},
@@ -88,18 +92,11 @@ def test_the_trainers_log_keys_split_into_train_and_valid():
     ) == ({"loss": 3.0, "acc": 0.75}, {"acc": 0.5, "loss": 2.0, "f1": 0.25, "wiki_loss": 4.0})
 
 
-class Histograms(TrainerCallback):
-    """A callback of the user's logging the weights' distribution through tuitrain's, every 5 steps."""
-
-    def __init__(self, tc) -> None:
-        self.tc = tc
-
-    def on_step_end(self, args, state, control, model=None, **kwargs):
-        if state.global_step % 5 == 0:
-            self.tc.log_histogram("weights/lm_head", model.lm_head.weight)
-
-
 def test_a_trainer_run_leaves_a_run_directory(tmp_path):
+    from tests.integrations.transformers_scripts.callbacks import Histograms
+    from tests.integrations.transformers_scripts.tiny_gpt2 import trainer_for
+    from tuitrain.integrations.transformers import TuitrainCallback
+
     callback = TuitrainCallback(dashboard=False, dir=tmp_path / "runs")
     trainer = trainer_for(tmp_path, [callback, Histograms(callback)], max_steps=10, save_steps=5, eval_steps=5)
     trainer.train()
@@ -129,32 +126,11 @@ def test_a_trainer_run_leaves_a_run_directory(tmp_path):
     assert [e["sha256"] for e in index] == [tree_sha256(f) for f in folders]
 
 
-class Gate(TrainerCallback):
-    """Holds the Trainer at the end of a step until the test lets it go, so that a request sent from
-    another thread lands at a known step."""
-
-    def __init__(self) -> None:
-        self.step = threading.Condition()
-        self.at = 0
-        self.released = 0
-
-    def on_step_end(self, args, state, control, **kwargs):
-        with self.step:
-            self.at = state.global_step
-            self.step.notify_all()
-            assert self.step.wait_for(lambda: self.released >= state.global_step, timeout=60)
-
-    def wait_for_step(self, n: int) -> None:
-        with self.step:
-            assert self.step.wait_for(lambda: self.at >= n, timeout=120), f"step {n} never came"
-
-    def release(self, n: int) -> None:
-        with self.step:
-            self.released = n
-            self.step.notify_all()
-
-
 def test_checkpoint_and_stop_requests_are_obeyed_in_one_process(tmp_path):
+    from tests.integrations.transformers_scripts.callbacks import Gate
+    from tests.integrations.transformers_scripts.tiny_gpt2 import trainer_for
+    from tuitrain.integrations.transformers import TuitrainCallback
+
     gate = Gate()
     callback = TuitrainCallback(experiment="steer", run_dir=tmp_path / "run", dashboard=False)
     # the gate before tuitrain's callback: the request is in by the time tuitrain looks at that step
@@ -206,19 +182,13 @@ def test_an_exception_in_train_ends_the_run_failed(tmp_path):
     assert read_events(run_dir)[-1]["event"] == "RunFailed"
 
 
-class FailOnce(TrainerCallback):
-    def __init__(self, step: int) -> None:
-        self.step, self.failed = step, False
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if not self.failed and state.global_step == self.step:
-            self.failed = True
-            raise RuntimeError("failed once on purpose")
-
-
 def test_a_train_that_raised_is_failed_when_the_next_train_begins(tmp_path):
     """The exception caught by the user's code (a notebook cell): no excepthook ever sees it, yet
     the run does not stay running, nor end as completed."""
+    from tests.integrations.transformers_scripts.callbacks import FailOnce
+    from tests.integrations.transformers_scripts.tiny_gpt2 import trainer_for
+    from tuitrain.integrations.transformers import TuitrainCallback
+
     callback = TuitrainCallback(dashboard=False, dir=tmp_path / "runs")
     trainer = trainer_for(tmp_path, [callback, FailOnce(2)], max_steps=3)
     with pytest.raises(RuntimeError, match="failed once"):
