@@ -226,7 +226,9 @@ class DashboardScreen(Screen):
         state = state if state is not None else grid.state
         shown = len(grid.visible())  # now: the grid takes the area in the pass that gives it its charts
         above, below = grid.view[1:] if shown else (0, 0)
-        self.set_class(not shown, "-no-charts")  # the note takes the chart area: nothing empty
+        # the note takes the chart area: nothing empty (the grid's own display, not a class on the screen, which
+        # had Textual match every widget's styles again: a ninth of the dashboard's start)
+        grid.display = bool(shown)
         self.query_one(ChartNote).show(state, shown, above, below, grid.filter_text)
 
     def on_chart_grid_view_changed(self, message: ChartGrid.ViewChanged) -> None:
