@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -38,7 +39,17 @@ def env() -> dict[str, str]:
     return {**os.environ, "PROBE": "yes", "PYTHONPATH": str(ROOT)}
 
 
-def test_a_forked_trial_is_a_process_of_its_own_as_a_fresh_one_is(tmp_path, monkeypatch):
+@pytest.fixture
+def ctrl_c_as_a_terminal_gives_it():
+    """Ctrl+C's default disposition in this process while the test runs, so in the processes it starts: a
+    suite started in the background of a script inherits SIGINT ignored (as such a shell starts its jobs)
+    and passes that on, or has a handler a test before this one left (the CLI's own, for its process)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_a_forked_trial_is_a_process_of_its_own_as_a_fresh_one_is(tmp_path, monkeypatch, ctrl_c_as_a_terminal_gives_it):
     (tmp_path / "probe.py").write_text(PROBE)
     monkeypatch.chdir(tmp_path)
     fresh = subprocess.run([sys.executable, "-m", "probe", "3", "a b"], env=env(), capture_output=True, text=True)

@@ -151,8 +151,13 @@ class DashboardScreen(Screen):
 
     def fit(self, width: int, height: int) -> None:
         """Small terminals: the side panels shrink (`-compact`); too small: a notice (`-too-small`)."""
-        self.set_class(width < COMPACT[0] or height < COMPACT[1], "-compact")
-        self.set_class(width < TOO_SMALL[0] or height < TOO_SMALL[1], "-too-small")
+        compact = width < COMPACT[0] or height < COMPACT[1]
+        too_small = width < TOO_SMALL[0] or height < TOO_SMALL[1]
+        if (compact, too_small) != (self.has_class("-compact"), self.has_class("-too-small")):
+            # both at once, then the screen's styles matched again once (each is every widget's)
+            self.set_class(compact, "-compact", update=False)
+            self.set_class(too_small, "-too-small", update=False)
+            self.update_node_styles()
 
     # --- the widgets, for the app ----------------------------------------------------------
 
