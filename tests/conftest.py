@@ -599,11 +599,13 @@ if _CPU_FILE:
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(item, nextitem):
-        before = _cpu_seconds()
+        before, began = _cpu_seconds(), time.time()
         _spawned.clear()
         yield
         with open(_CPU_FILE, "a") as f:
             f.write(f"{_cpu_seconds() - before:.2f} {item.nodeid}\n")
+        with open(_CPU_FILE + ".timeline", "a") as f:  # and when, on which worker: the wall clock's gaps
+            f.write(f"{began:.2f} {time.time():.2f} {os.environ.get('PYTEST_XDIST_WORKER', '-')} {item.nodeid}\n")
         if _spawned:
             with open(_CPU_FILE + ".spawns", "a") as f:
                 f.writelines(f"{item.nodeid}\t{s}\n" for s in _spawned)
