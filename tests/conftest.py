@@ -615,14 +615,24 @@ def pytest_sessionfinish(session):
     forkserver.close_servers()
 
 
-# the files that keep one xdist worker busy for a minute or more (pyproject's `--dist loadfile` hands out whole
-# files in collection order): first, so that none of them starts last while the other workers have run out
+# the files that keep one xdist worker busy longest, longest first (their walls on a worker, from
+# TUITRAIN_TEST_CPU's FILE.timeline on 2 cores): pyproject's `--dist loadfile` hands out whole files, in
+# collection order with `--no-loadscope-reorder` (xdist otherwise hands out the files with the most tests first:
+# the gpu script's one test started 6 minutes in, and ended the run alone). A long file started last while the
+# other workers have run out is the run's tail; the short files after these even out the ends
 FIRST = (
-    "tests/test_lint.py",
-    "tests/dashboard/test_key_fuzz.py",
-    "tests/sweep/test_sweep.py",
-    "tests/system/test_gpu_script.py",
-    "tests/run/test_notebook.py",
+    "tests/sweep/test_sweep.py",  # ~150 s
+    "tests/dashboard/test_key_fuzz.py",  # ~90 s
+    "tests/test_lint.py",  # ~65 s (mypy)
+    "tests/system/test_gpu_script.py",  # ~60 s
+    "tests/run/test_notebook.py",  # ~40 s each below
+    "tests/dashboard/test_app.py",
+    "tests/dashboard/test_window_fails_alone.py",
+    "tests/cli/test_exit_codes.py",
+    "tests/dashboard/test_truthful_screens.py",
+    "tests/sources/test_wandb.py",
+    "tests/run/test_notebook_interrupt_picture.py",
+    "tests/run/test_heap.py",
 )
 
 
