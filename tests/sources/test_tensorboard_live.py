@@ -26,7 +26,8 @@ WRITER = textwrap.dedent(
         w.add_scalar("loss", float(i), i)
         w.add_text("note", f"text {i}", i)
         w.flush()
-        (signals / f"flushed-{i}").write_text(repr(time.time()))
+        (signals / "flushing").write_text(repr(time.time()))  # then renamed: the test never reads it half-written
+        (signals / "flushing").replace(signals / f"flushed-{i}")
         while not (signals / f"go-{i}").exists():
             time.sleep(0.02)
     w.close()
