@@ -235,8 +235,13 @@ class ForeignBlock(MetricsBlock):
 
     def events(self) -> list[Event]:
         out: list[Event] = []
-        times = dict(zip(*(a.tolist() for a in self.train_steps[:2]))) if self.train_steps is not None else {}
-        epochs = dict(zip(*(a.tolist() for a in self._epochs))) if self._epochs is not None else {}
+        # step -> time and step -> epoch (zip of two named lists: zip(*generator) cost mypy 1.5 s of overloads)
+        times: dict[float, float] = {}
+        epochs: dict[float, float] = {}
+        if self.train_steps is not None:
+            times = dict(zip(self.train_steps[0].tolist(), self.train_steps[1].tolist()))
+        if self._epochs is not None:
+            epochs = dict(zip(self._epochs[0].tolist(), self._epochs[1].tolist()))
         rows: dict[tuple[str, str, float], dict[str, float]] = {}
         for (split, scope, name), (xs, ys) in self.series.items():
             for x, y in zip(xs.tolist(), ys.tolist()):
