@@ -220,16 +220,25 @@ def python_run(argv: list, cwd: Path, env: dict, timeout: float = 600) -> subpro
 
 
 def python_popen(
-    argv: list, cwd: Path, env: dict, stdout=None, stderr=None
+    argv: list, cwd: Path, env: dict, stdout=None, stderr=None, session: bool = False
 ) -> subprocess.Popen | forkserver.ForkedProcess:
-    """`subprocess.Popen([python, *ARGV], cwd=cwd, env=env, stdout=..., stderr=..., text=True)` for a Python that
-    imports torch (`-m tuitrain run ...`, a user's training script): started from the fork server where it can
-    serve the environment, fresh otherwise. stdout: PIPE or None; stderr: PIPE, STDOUT or None."""
+    """`subprocess.Popen([python, *ARGV], cwd=cwd, env=env, stdout=..., stderr=..., text=True,
+    start_new_session=session)` for a Python that imports torch (`-m tuitrain run ...`, a user's training script):
+    started from the fork server where it can serve the environment, fresh otherwise. stdout: PIPE or None; stderr:
+    PIPE, STDOUT or None."""
     argv = [*map(str, argv)]
-    forked = forkserver.popen(argv, cwd, env, stdout, stderr)
+    forked = forkserver.popen(argv, cwd, env, stdout, stderr, session)
     if forked is not None:
         return forked
-    return subprocess.Popen([sys.executable, *argv], cwd=cwd, env=env, stdout=stdout, stderr=stderr, text=True)
+    return subprocess.Popen(
+        [sys.executable, *argv],
+        cwd=cwd,
+        env=env,
+        stdout=stdout,
+        stderr=stderr,
+        text=True,
+        start_new_session=session,
+    )
 
 
 def python_in_pty(argv: list, cwd: Path, env: dict, runtime: tuple[str, ...] = ()) -> tuple[int, int]:

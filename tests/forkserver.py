@@ -111,8 +111,8 @@ request, fds = serve()
 sock.close()
 for fd in status.values():
     os.close(fd)
-if request.get("tty"):  # a session of its own, the terminal (fd 0) its controlling terminal, as login_tty does
-    os.setsid()
+if request.get("tty") or request.get("session"):  # a session of its own (start_new_session); with `tty`, the
+    os.setsid()  # terminal (fd 0) its controlling terminal, as login_tty does
 for target, fd in enumerate(fds[:3]):
     os.dup2(fd, target)
 for fd in set(fds):
@@ -246,12 +246,15 @@ class ForkServer:
         fds: tuple[int, int, int],
         tty: bool = False,
         adopt: bool = False,
+        session: bool = False,
     ) -> tuple[int, int | None]:
         """Fork `python ARGV` with these standard streams (file descriptors, duplicated into it): (its pid, the
         read end of the pipe its exit status comes down). `tty`: a session of its own with fds[0], a terminal, as
-        its controlling terminal. `adopt`: this process's own child (os.waitpid reaps it; no status pipe)."""
+        its controlling terminal. `adopt`: this process's own child (os.waitpid reaps it; no status pipe).
+        `session`: a session and process group of its own (Popen's start_new_session)."""
         status_r, status_w = os.pipe()
-        msg = json.dumps({"argv": argv, "cwd": str(cwd), "env": env, "tty": tty, "adopt": adopt}).encode()
+        request = {"argv": argv, "cwd": str(cwd), "env": env, "tty": tty, "adopt": adopt, "session": session}
+        msg = json.dumps(request).encode()
         try:
             with self.lock:
                 before = _subreaper(True) if adopt else None
@@ -425,11 +428,17 @@ def start(args: list[str], cwd: Path, env: dict[str, str], output) -> ForkedProc
 
 
 def popen(
-    argv: list[str], cwd: Path, env: dict[str, str], stdout: int | None = None, stderr: int | None = None
+    argv: list[str],
+    cwd: Path,
+    env: dict[str, str],
+    stdout: int | None = None,
+    stderr: int | None = None,
+    session: bool = False,
 ) -> ForkedProcess | None:
-    """`subprocess.Popen([python, *ARGV], stdout=PIPE or None, stderr=PIPE, STDOUT or None, text=True)` through
-    the fork server, for a Python that imports torch (`-m tuitrain run ...`, a user's training script); None
-    where it cannot serve this environment. Its stdin is this process's; a stream not piped is this process's."""
+    """`subprocess.Popen([python, *ARGV], stdout=PIPE or None, stderr=PIPE, STDOUT or None, text=True,
+    start_new_session=session)` through the fork server, for a Python that imports torch (`-m tuitrain run ...`,
+    a user's training script); None where it cannot serve this environment. Its stdin is this process's; a stream
+    not piped is this process's."""
     server = server_for(env)
     if server is None:
         return None
@@ -447,7 +456,7 @@ def popen(
     elif stderr == subprocess.STDOUT:
         fds[2] = fds[1]
     try:
-        pid, status = server.start(argv, cwd, env, (fds[0], fds[1], fds[2]))
+        pid, status = server.start(argv, cwd, env, (fds[0], fds[1], fds[2]), session=session)
     finally:
         for fd in mine:
             os.close(fd)

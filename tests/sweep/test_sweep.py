@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import cli_env, tuitrain
+from tests.conftest import cli_env, python_in_pty, python_popen, tuitrain
 from tests.sweep.postgres import postgres_url  # noqa: F401  (the fixture)
 
 optuna = pytest.importorskip("optuna")
@@ -124,16 +124,11 @@ def sweep(tmp_path: Path, *args: str, timeout: float = 240) -> subprocess.Comple
     return tuitrain("sweep", "sweep.toml", *args, cwd=tmp_path, timeout=timeout)
 
 
-def start(tmp_path: Path, *args: str, session: bool = False) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "tuitrain", "sweep", "sweep.toml", *args],
-        cwd=tmp_path,
-        env=cli_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=session,
-    )
+def start(tmp_path: Path, *args: str, session: bool = False):
+    """`tuitrain sweep sweep.toml ARGS` in the background, its output piped (from the suite's fork server:
+    conftest.python_popen); `session`: the leader of a process group of its own, as a job step is."""
+    argv = ["-m", "tuitrain", "sweep", "sweep.toml", *args]
+    return python_popen(argv, tmp_path, cli_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, session=session)
 
 
 def run_json(run_dir: Path) -> dict:
@@ -422,7 +417,6 @@ def test_a_trial_of_a_worker_killed_with_kill_9_finishes_in_another_equal_to_an_
 def test_on_a_terminal_the_trials_are_compared_live_and_q_stops_the_sweep(tmp_path):
     """`tuitrain sweep` in a real pseudo-terminal: the sweep's dashboard, trials joining with their values
     as they start; leaving it stops every running trial gracefully (exit 130) and prints the study."""
-    import pty
 
     from tests.conftest import read_pty
 
@@ -437,11 +431,7 @@ def test_on_a_terminal_the_trials_are_compared_live_and_q_stops_the_sweep(tmp_pa
         params='"model.hidden" = { choices = [8, 24, 40] }',
     )
     env = dict(cli_env(), TERM="xterm-256color", COLUMNS="120", LINES="40")
-    cmd = [sys.executable, "-m", "tuitrain", "sweep", "sweep.toml"]
-    pid, fd = pty.fork()
-    if pid == 0:
-        os.chdir(tmp_path)
-        os.execvpe(cmd[0], cmd, env)
+    pid, fd = python_in_pty(["-m", "tuitrain", "sweep", "sweep.toml"], tmp_path, env)
     screen = b""
     try:
 
@@ -526,7 +516,6 @@ def test_a_study_whose_first_trials_fail_alike_stops_and_says_so(tmp_path):
 def test_leaving_the_dashboard_of_an_ended_sweep_prints_the_study_alone(tmp_path):
     """Issue 51: after its trials completed, leaving the sweep's dashboard prints the study's counts and best
     trials, and not the first trial's own "Training completed" table above them."""
-    import pty
 
     from tests.conftest import read_pty
 
@@ -541,11 +530,7 @@ def test_leaving_the_dashboard_of_an_ended_sweep_prints_the_study_alone(tmp_path
         params='"model.hidden" = { choices = [8, 16] }',
     )
     env = dict(cli_env(), TERM="xterm-256color", COLUMNS="120", LINES="40")
-    cmd = [sys.executable, "-m", "tuitrain", "sweep", "sweep.toml"]
-    pid, fd = pty.fork()
-    if pid == 0:
-        os.chdir(tmp_path)
-        os.execvpe(cmd[0], cmd, env)
+    pid, fd = python_in_pty(["-m", "tuitrain", "sweep", "sweep.toml"], tmp_path, env)
     screen = b""
     log = tmp_path / SWEEP / "sweep.log"
     try:
