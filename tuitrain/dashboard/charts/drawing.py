@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import bisect
 import math
+import re
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import plotext
+from rich.ansi import AnsiDecoder
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
@@ -97,6 +99,61 @@ def _cells_of(text: Text, width: int, base: Style) -> list[list]:
         styles[span.start : end] = [style] * max(0, end - span.start)
     cells = [[ch, st] for ch, st in zip(plain, styles)]
     return cells + [[" ", base] for _ in range(width - len(cells))]
+
+
+_SGR = re.compile(r"\x1b\[([0-9;]*)m")  # Select Graphic Rendition: all plotext writes but text
+
+
+def _decoded(codes: str) -> Style | None:
+    """The style a run of SGR escape codes leaves, as rich's AnsiDecoder makes it (None: no style)."""
+    if codes not in _STYLES:
+        decoder = AnsiDecoder()
+        decoder.decode_line(codes)
+        _STYLES[codes] = decoder.style or None
+    return _STYLES[codes]
+
+
+_STYLES: dict[str, Style | None] = {}  # runs of escape codes -> style: a few per colour drawn
+
+
+def ansi_cells(ansi: str, width: int, base: Style) -> list[list] | None:
+    """plotext's output as rows of [char, style] cells, `width` a row, each what `Text.from_ansi` and
+    `_cells_of` make of it (the style base + the codes' style), each distinct run of escape codes decoded once;
+    None where the output holds more than text and SGR codes (a carriage return, another escape)."""
+    if "\r" in ansi:
+        return None
+    if len(_STYLES) > 4096:
+        _STYLES.clear()
+    parts = _SGR.split(ansi)  # text, codes, text, codes, ..., text
+    rows: list[list] = [[]]
+    codes = ""  # the escape codes since the last reset: the style they leave
+    combined: dict[str, Style] = {"": base}
+    for i, part in enumerate(parts):
+        if i % 2:
+            if part in ("0", ""):  # a reset: what came before is forgotten
+                codes = ""
+            else:
+                codes += f"\x1b[{part}m"
+            continue
+        if not part:
+            continue
+        if "\x1b" in part:
+            return None
+        style = combined.get(codes)
+        if style is None:
+            decoded = _decoded(codes)
+            style = combined[codes] = base + decoded if decoded else base
+        pieces = part.split("\n")
+        for j, piece in enumerate(pieces):
+            if j:
+                rows.append([])
+            row = rows[-1]
+            room = width - len(row)
+            if room > 0 and piece:
+                row.extend([ch, style] for ch in piece[:room])
+    for row in rows:
+        row.extend([" ", base] for _ in range(width - len(row)))
+    return rows
 
 
 def strip_of(cells: list) -> Strip:
@@ -346,8 +403,11 @@ def braille_canvas(
     for ln in braille:
         xs, ys = thin(ln.xs, ln.ys, width)
         plt.plot(xs, ys, marker="braille", color=ln.color)
-    text = Text.from_ansi(plt.build())
-    rows = [_cells_of(line, width, base) for line in text.split("\n", allow_blank=True)[:height]]
+    ansi = plt.build()
+    rows = ansi_cells(ansi, width, base)
+    if rows is None:  # more than plotext's usual codes: rich reads them
+        rows = [_cells_of(line, width, base) for line in Text.from_ansi(ansi).split("\n", allow_blank=True)]
+    rows = rows[:height]
     return rows + [[[" ", base] for _ in range(width)] for _ in range(height - len(rows))]
 
 
