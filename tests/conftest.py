@@ -606,11 +606,23 @@ if _CPU_FILE:
 
     sys.addaudithook(_audit)
 
+    # and FILE.imports: the test that first imported each of these in its process (a few CPU seconds each: a
+    # second worker that runs a test needing one imports it again)
+    _HEAVY = (
+        "lightning", "transformers", "torchmetrics", "mlflow", "wandb", "trackio", "tensorboard", "optuna",
+        "IPython", "jupyter_client", "scipy", "pandas", "aiohttp", "sqlalchemy", "torch._dynamo", "textual.app",
+    )  # fmt: skip
+
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(item, nextitem):
         before, began = _cpu_seconds(), time.time()
         _spawned.clear()
+        had = [name for name in _HEAVY if name not in sys.modules]
         yield
+        new = [name for name in had if name in sys.modules]
+        if new:
+            with open(_CPU_FILE + ".imports", "a") as f:
+                f.write(f"{os.environ.get('PYTEST_XDIST_WORKER', '-')} {item.nodeid} {' '.join(new)}\n")
         with open(_CPU_FILE, "a") as f:
             f.write(f"{_cpu_seconds() - before:.2f} {item.nodeid}\n")
         with open(_CPU_FILE + ".timeline", "a") as f:  # and when, on which worker: the wall clock's gaps
