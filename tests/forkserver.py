@@ -149,7 +149,9 @@ else:  # python SCRIPT ARGS
 # them when it looks for CUDA or compiles, and the cache folder is set to the default torch would pick), and the
 # one that torch.compile in a test process sets for good (an address in that process, which inductor sets anew
 # before each compiled module it loads: the suite's in-process compile test sent every later CLI run of its
-# worker to a fresh interpreter); a request names more of its own (`runtime`), read by its own code as it runs
+# worker to a fresh interpreter), and the one `import tensorboardX` sets for good (read by the crc32c package as
+# it is imported, which the server never imports: it sent a worker's later runs to a server of their own); a
+# request names more of its own (`runtime`), read by its own code as it runs
 _RUNTIME_ONLY = (
     "TUITRAIN_",
     "PYTEST_",
@@ -159,6 +161,7 @@ _RUNTIME_ONLY = (
     "PYTORCH_NVML_BASED_CUDA_CHECK",
     "TORCHINDUCTOR_CACHE_DIR",
     "_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR",
+    "CRC32C_SW_MODE",
 )
 
 # PR_SET_CHILD_SUBREAPER / PR_GET_CHILD_SUBREAPER (linux/prctl.h)
@@ -326,7 +329,9 @@ def server_for(env: dict[str, str], runtime: tuple[str, ...] = ()) -> ForkServer
         _note_refusal(env, servers[0].env, runtime)
         if asked[key] < 2 or len(servers) >= MAX_SERVERS:
             return None
-    server = ForkServer(env)
+    # the server's own environment without the request's `runtime` names (its child gets them with the rest of
+    # the request's): a later request without them is served too
+    server = ForkServer({k: v for k, v in env.items() if not k.startswith(tuple(runtime))})
     servers.insert(0, server)
     return server
 
