@@ -98,16 +98,19 @@ def free_port() -> int:
 def ranks(tmp_path_factory) -> list[dict]:
     tmp = tmp_path_factory.mktemp("agreement")
     port = free_port()
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+    from tests.conftest import cli_env, python_popen  # (not at the top: this file runs as each rank's script)
+
+    env = cli_env()  # OMP_NUM_THREADS=1
     for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(k, None)
+    # two processes of their own, each `python THIS_FILE --rank R`, from the suite's fork server (torch imported)
     procs = [
-        subprocess.Popen(
-            [sys.executable, __file__, "--rank", str(r), "--port", str(port), "--out", str(tmp / f"rank-{r}.json")],
-            env=env,
+        python_popen(
+            [__file__, "--rank", r, "--port", port, "--out", tmp / f"rank-{r}.json"],
+            tmp,
+            env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
-            text=True,
         )
         for r in (0, 1)
     ]

@@ -3,13 +3,12 @@ once its writer process is gone."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import textwrap
 import threading
 import time
 from pathlib import Path
 
+from tests.conftest import cli_env, python_popen
 from tuitrain.core.events import RunFinished, RunStarted
 from tuitrain.sources import tensorboard as tb
 from tuitrain.sources.run_files import MetricsBlock
@@ -49,7 +48,8 @@ def test_a_summarywriter_run_followed_live(tmp_path):
     signals.mkdir()
     script = tmp_path / "writer.py"
     script.write_text(WRITER)
-    proc = subprocess.Popen([sys.executable, str(script), str(folder), str(signals)])
+    # the writer imports torch: started from the suite's fork server (conftest.python_popen)
+    proc = python_popen([script, folder, signals], tmp_path, cli_env())
     try:
         assert _wait(lambda: (signals / "flushed-1").exists(), 120), "the writer never flushed"
         (ref,) = tb.find_runs(folder)
