@@ -4,6 +4,9 @@
 from __future__ import annotations
 
 import dataclasses
+import time
+
+import pytest
 
 from tuitrain.core.events import MetricsLogged, RunFailed, RunFinished
 from tuitrain.sources.run_files import ReplaySource
@@ -11,7 +14,7 @@ from tuitrain.dashboard.panels.progress_panel import ProgressPanel
 from tuitrain.dashboard.screens.result_screen import ResultScreen
 
 from .fixtures import recorded_run
-from .test_app import SIZE, make_app, shown, sync, until
+from .test_app import SIZE, last_time, make_app, shown, sync, until
 
 
 def _with_data_wait(events, wait):
@@ -74,3 +77,26 @@ async def test_a_spent_max_time_is_named_on_the_result_screen():
         await until(pilot, lambda: isinstance(app.screen, ResultScreen))
         assert app.screen.title_text == "Training completed"
         assert app.screen.body_text.startswith("max_time spent")
+
+
+@pytest.mark.parametrize("end", ["running", "completed"])
+@sync
+async def test_the_clock_redraws_a_live_runs_panel_each_second_and_an_ended_runs_never(end):
+    """The clock asks the progress panel to show the run each second: a live run's time moves, an ended run's
+    panel is what it was and is not drawn again (under the summary dialog that would draw the whole dimmed
+    dashboard again, each second)."""
+    events = recorded_run(epochs=2, total_epochs=4, end=end)
+    began = time.monotonic()
+    app = make_app(events, clock=lambda: last_time(events) + 30 + (time.monotonic() - began))
+    async with app.run_test(size=SIZE) as pilot:
+        panel = app.query_one(ProgressPanel)
+        await until(pilot, lambda: "Time" in shown(panel) and app.state.ended == (end != "running"))
+        await pilot.pause(1.2)  # a tick of the clock: the panel shown at its laid-out width
+        updates = []
+        update = panel.update
+        panel.update = lambda *a, **k: (updates.append(1), update(*a, **k))[1]
+        await pilot.pause(2.3)  # two ticks of the clock, at least
+        if end == "running":
+            assert len(updates) >= 2
+        else:
+            assert not updates

@@ -59,6 +59,7 @@ class ProgressPanel(Static):
         #: what the bars show, (done, of): "phase" (its batches) and "run" (its steps, or its epochs)
         self.bars: dict[str, tuple[float, int]] = {}
         self._rows = -1
+        self._shown: tuple = ()  # what was last shown (see `show`)
 
     def show(self, state: DashboardState, note: str = "") -> None:
         status = safe_name(state.status, 32)  # a phase of one's own names it
@@ -128,6 +129,7 @@ class ProgressPanel(Static):
             speed = " · ".join(rates) or "-"
         grid.add_row("Speed", speed)
         wait = state.latest.get("train/data_wait")
+        data = ""
         if wait is not None:  # the share of step time spent waiting for the next batch
             starved = wait >= 0.3 and not state.ended
             data = f"waits {wait:.0%} of the time" + (" · slow loader" if starved else "")
@@ -138,11 +140,19 @@ class ProgressPanel(Static):
             )
         eta = state.eta()
         eta_text = format_duration(eta) if eta is not None else "-"
-        grid.add_row("Time", f"{format_duration(state.elapsed())}  ETA {eta_text}")
+        time_text = f"{format_duration(state.elapsed())}  ETA {eta_text}"
+        grid.add_row("Time", time_text)
         # a layout pass re-arranges the whole screen: only when this panel's height changes (a bar that
         # has no room beside its numbers takes a line of its own)
         room = self.content_size.width - 6 - pad - 1
         rows = grid.row_count + (len(self.bars) if room < Beside.MIN_BAR else 0)
+        # shown every second for the clock: an ended run's panel is what it was, and its refresh would draw the
+        # screen again (under the summary dialog: the whole dimmed dashboard)
+        shown = (state_text, label, tone, texts, run_row, tuple(self.bars.items()), speed, data, time_text, rows)
+        shown += (self.content_size.width, self.app.theme)
+        if shown == self._shown:
+            return
+        self._shown = shown
         self.update(grid, layout=rows != self._rows)
         self._rows = rows
 
