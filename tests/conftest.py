@@ -538,8 +538,35 @@ def pytest_runtest_teardown(item, nextitem):
     _forget_dropped_widgets()
 
 
+def _rewrite_share(config) -> None:
+    """A pytest-xdist worker of N rewrites the asserts of every Nth test file (and conftest) ahead of its
+    collection, into the cache pytest reads them from (`__pycache__/*-pytest-X.pyc`, written even under
+    PYTHONDONTWRITEBYTECODE, as the collection's are: see above): on a fresh clone each worker rewrote all of
+    them, 5.5 CPU-s each, where a share is 5.5 / N. pytest's own functions
+    (_pytest.assertion.rewrite, pinned with pytest in the test extra); anything amiss, and the worker rewrites
+    what it imports itself, as before."""
+    try:
+        from _pytest.assertion import rewrite
+
+        state = config.stash[rewrite.assertstate_key]
+        share, workers = int(config.workerinput["workerid"].removeprefix("gw")), config.workerinput["workercount"]
+        files = sorted(
+            p for p in Path(__file__).parent.rglob("*.py") if p.name.startswith("test_") or p.name == "conftest.py"
+        )
+        for fn in files[share::workers]:
+            cache_dir = rewrite.get_cache_dir(fn)
+            pyc = cache_dir / (fn.name[:-3] + rewrite.PYC_TAIL)
+            if rewrite._read_pyc(fn, pyc, state.trace) is None and rewrite.try_makedirs(cache_dir):
+                source_stat, co = rewrite._rewrite_test(fn, config)
+                rewrite._write_pyc(state, co, source_stat, pyc)
+    except Exception:  # noqa: BLE001 - a speed-up only
+        return
+
+
 def pytest_configure(config):
     gc.set_threshold(*GC_THRESHOLDS)
+    if hasattr(config, "workerinput"):
+        _rewrite_share(config)
     if requested_device() != "cpu":
         # cuBLAS's deterministic workspace, which `exact_device` needs; read when CUDA starts, so set now
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
