@@ -3,13 +3,12 @@ escape codes decoded once, by rich's AnsiDecoder): cell for cell what rich's `Te
 
 from __future__ import annotations
 
-import plotext as plt
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from rich.style import Style
 from rich.text import Text
 
-from tuitrain.dashboard.charts.drawing import _cells_of, ansi_cells
+from tuitrain.dashboard.charts.drawing import _cells_of, ansi_cells, blank_figure
 
 RGB = st.tuples(*[st.integers(0, 255)] * 3)
 COLOR = st.one_of(RGB, st.sampled_from(["red", "blue+", "default", "white", "orange"]))
@@ -29,14 +28,7 @@ def by_rich(ansi: str, width: int, base: Style) -> list[list]:
     st.booleans(),
 )
 def test_plotexts_output_reads_as_rich_reads_it(width, height, bg, series, styled_base):
-    plt.clf()
-    plt.limitsize(False, False)
-    plt.plotsize(width, height)
-    plt.frame(False)
-    plt.xticks([])
-    plt.yticks([])
-    plt.canvas_color(bg)
-    plt.axes_color(bg)
+    plt = blank_figure(width, height, bg)  # as the chart's canvas sets plotext up
     for ys, color in series:
         plt.plot(list(range(len(ys))), ys, marker="braille", color=color)
     ansi = plt.build()

@@ -379,14 +379,8 @@ def choice_axis(choices: list[str], cells: int) -> Axis:
     return Axis(-0.5 + unit / 2, unit, max(cells, 2), tuple(float(i) for i in range(len(choices))), tuple(choices), 1.0)
 
 
-def braille_canvas(
-    lines: list[Line], width: int, height: int, x: Axis, y: Axis, base: Style, bg: tuple[int, int, int]
-) -> list[list]:
-    """The braille lines on a canvas of width x height cells, drawn by plotext's public module API
-    (one global figure, cleared each time), as rows of [char, style] cells, top first."""
-    braille = [ln for ln in lines if ln.marker == "braille"]
-    if not braille:
-        return [[[" ", base] for _ in range(width)] for _ in range(height)]
+def blank_figure(width: int, height: int, bg: tuple[int, int, int]):
+    """plotext's one global figure, cleared: a frameless canvas of width x height cells in `bg`, no ticks."""
     plt = plotext
     plt.clf()
     plt.limitsize(False, False)
@@ -396,6 +390,18 @@ def braille_canvas(
     plt.yticks([])
     plt.canvas_color(bg)
     plt.axes_color(bg)
+    return plt
+
+
+def braille_canvas(
+    lines: list[Line], width: int, height: int, x: Axis, y: Axis, base: Style, bg: tuple[int, int, int]
+) -> list[list]:
+    """The braille lines on a canvas of width x height cells, drawn by plotext's public module API
+    (one global figure, cleared each time), as rows of [char, style] cells, top first."""
+    braille = [ln for ln in lines if ln.marker == "braille"]
+    if not braille:
+        return [[[" ", base] for _ in range(width)] for _ in range(height)]
+    plt = blank_figure(width, height, bg)
     # plotext puts value v on dot row floor(0.5 + (4h - 1)(v - lo) / (hi - lo)); with these limits a
     # cell's tick value lands between its 2nd and 3rd dot rows (x: between its two dot columns)
     plt.xlim(x.lo - 0.25 * x.unit, x.lo + (width - 0.75) * x.unit)
@@ -415,6 +421,8 @@ __all__ = [
     "Drawn",
     "Line",
     "Palette",
+    "ansi_cells",
+    "blank_figure",
     "blend",
     "braille_canvas",
     "choice_axis",
