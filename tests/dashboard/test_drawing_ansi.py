@@ -6,17 +6,12 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from rich.style import Style
-from rich.text import Text
 
-from tuitrain.dashboard.charts.drawing import _cells_of, ansi_cells, blank_figure
+from tuitrain.dashboard.charts.drawing import ansi_cells, blank_figure, rich_cells
 
 RGB = st.tuples(*[st.integers(0, 255)] * 3)
 COLOR = st.one_of(RGB, st.sampled_from(["red", "blue+", "default", "white", "orange"]))
 SERIES = st.lists(st.floats(-1e3, 1e3, allow_nan=False), min_size=1, max_size=40)
-
-
-def by_rich(ansi: str, width: int, base: Style) -> list[list]:
-    return [_cells_of(line, width, base) for line in Text.from_ansi(ansi).split("\n", allow_blank=True)]
 
 
 @settings(derandomize=True, max_examples=40, deadline=None, database=None)
@@ -35,13 +30,13 @@ def test_plotexts_output_reads_as_rich_reads_it(width, height, bg, series, style
     base = Style(color="#c0c0c0", bgcolor="#%02x%02x%02x" % bg) if styled_base else Style.null()
     cells = ansi_cells(ansi, width, base)
     assert cells is not None
-    assert cells[:height] == by_rich(ansi, width, base)[:height]
+    assert cells[:height] == rich_cells(ansi, width, base)[:height]
 
 
 def test_codes_carry_across_lines_and_resets_and_other_escapes_go_to_rich():
     base = Style(bgcolor="#000000")
     ansi = "\x1b[1;38;2;1;2;3mab\ncd\x1b[0mef\x1b[mg\x1b[4mh\x1b[0;31mi"
-    assert ansi_cells(ansi, 6, base) == by_rich(ansi, 6, base)
+    assert ansi_cells(ansi, 6, base) == rich_cells(ansi, 6, base)
     # the bold rgb of the first line goes on to the second; after a reset, the base alone
     bold = base + Style(bold=True, color="#010203")
     assert ansi_cells(ansi, 6, base)[1][:3] == [["c", bold], ["d", bold], ["e", base]]
