@@ -87,6 +87,13 @@ pair): a 4th triple gives way to the compile pair when the triples run slow (ove
 `--device cpu --small --warmup 1` (run.sh --cpu: one triple of 1 + 20 steps of a 2-layer GPT 32 wide
 with a context of 16, no compile pair) costs ~18 CPU seconds on a 2-core CPU, mostly three imports of
 torch and torch._dynamo (~5 s each).
+
+`--fork` (a CPU only; run.sh --cpu, issue 53): each contender is not a fresh Python but forked from this
+one once it has imported torch, torch._dynamo and tuitrain's Learner (one import, not three): the child
+runs the same function a fresh contender runs (`child_main`, in its own session, its output to a pipe or
+to the pseudo-terminal as before). To give the children the environment a fresh one gets (glibc's malloc
+thresholds are read when a process starts), this script first runs itself again under `child_env`. Not
+on CUDA: a CUDA context cannot cross a fork, and each contender's is its own there.
 """
 
 from __future__ import annotations
@@ -108,6 +115,7 @@ import time
 import traceback
 from importlib.metadata import version
 from pathlib import Path
+from typing import NoReturn
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -318,6 +326,51 @@ def child(spec: dict) -> dict:
     return out
 
 
+def child_main(spec: dict) -> int:
+    """A contender's process (`--child SPEC`, or forked with `--fork`): `child(spec)`'s figures, or why it
+    failed, into spec["out"]; its exit status."""
+    try:
+        res, code = child(spec), 0
+    except Exception:  # whatever failed, the parent reads why
+        res, code = {"which": spec["which"], "compile": spec["compile"], "error": traceback.format_exc()}, 1
+    Path(spec["out"]).write_text(json.dumps(res))
+    return code
+
+
+def forked_child(spec: dict, env: dict) -> NoReturn:
+    """In a child forked from this script (`--fork`): what `python bench_gpu.py --child SPEC` does, with
+    `env` as its environment and the signals as a fresh Python has them; never returns to the parent's code
+    (its temporary folder and handlers stay the parent's)."""
+    code = 1
+    try:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        os.environ.clear()
+        os.environ.update(env)
+        sys.argv = [__file__, "--child", json.dumps(spec)]
+        code = child_main(spec)
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        for f in (sys.stdout, sys.stderr):
+            try:
+                f.flush()
+            except Exception:
+                pass
+        os._exit(code)
+
+
+def preimport() -> None:
+    """What every contender imports, imported once by the `--fork` parent before it forks them (no torch
+    op runs here: no thread pool is started that a fork would leave behind)."""
+    import torch  # noqa: F401
+    import torch._dynamo  # noqa: F401  (the first torch.optim.Optimizer imports it)
+
+    import benchproj  # noqa: F401
+    from tuitrain import Learner  # noqa: F401
+    from tuitrain.core import events, flops  # noqa: F401
+
+
 def child_env(device: str) -> dict:
     """The children's environment: this checkout and benchmarks/ importable (before what PYTHONPATH held:
     run.sh's wheels), malloc as bench_dashboard's runs, a terminal type for the dashboard (its image
@@ -331,6 +384,7 @@ def child_env(device: str) -> dict:
     return e
 
 
+FORK_ENV = "BENCH_GPU_FORK_ARGV"  # set when --fork has run this script again under child_env (its argv)
 LIVE: set[int] = set()  # the children running now (each leads its own session): killed with this script
 
 
@@ -349,11 +403,16 @@ def kill_group(pid: int) -> None:
         pass
 
 
-def in_terminal(cmd: list[str], env: dict, trained: Path, timeout: float) -> tuple[int | None, str, dict]:
+def in_terminal(
+    cmd: list[str], env: dict, trained: Path, timeout: float, fork: dict | None = None
+) -> tuple[int | None, str, dict]:
     """Runs `cmd` in a pseudo-terminal of COLS x ROWS, draining its output as a terminal would; once
     `trained` exists presses q, then y, q, ... every 2 s until it exits. (Its exit status, None when
     killed at `timeout`; the screen's last characters, escape sequences removed; {"bytes": drained,
-    "alternate_screen": whether it switched to the alternate screen, as a full-screen app does}.)"""
+    "alternate_screen": whether it switched to the alternate screen, as a full-screen app does}.)
+    With `fork` (a spec: `--fork`) the child runs `forked_child(fork, env)` in place of exec'ing `cmd`."""
+    sys.stdout.flush()
+    sys.stderr.flush()
     pid, fd = pty.fork()
     if pid == 0:  # the child: its own session, the terminal's slave side as stdin, stdout and stderr
         import fcntl
@@ -361,6 +420,8 @@ def in_terminal(cmd: list[str], env: dict, trained: Path, timeout: float) -> tup
 
         try:
             fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", ROWS, COLS, 0, 0))
+            if fork is not None:
+                forked_child(fork, env)
             os.execvpe(cmd[0], cmd, env)
         finally:
             os._exit(127)
@@ -402,8 +463,53 @@ def in_terminal(cmd: list[str], env: dict, trained: Path, timeout: float) -> tup
     return status, text[-1500:], drawn
 
 
-def run_child(spec: dict, env: dict, tmp: Path, timeout: float) -> dict:
-    """One child process for `spec`; its figures, with `seconds`, and `error` when it did not complete."""
+def in_pipe(spec: dict, env: dict, timeout: float) -> tuple[int | None, str]:
+    """`--fork`'s headless and hand-written contenders: `forked_child(spec, env)` in a child forked in a
+    session of its own, its stdout and stderr into a pipe, as `subprocess.Popen(..., start_new_session=True,
+    stdout=PIPE, stderr=STDOUT)` runs a fresh one. (Its exit status, None when killed at `timeout`; its
+    output.)"""
+    r, w = os.pipe()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setsid()
+            os.close(r)
+            os.dup2(w, 1)
+            os.dup2(w, 2)
+            os.close(w)
+            forked_child(spec, env)
+        finally:
+            os._exit(127)
+    os.close(w)
+    LIVE.add(pid)
+    deadline = time.monotonic() + timeout
+    chunks: list[bytes] = []
+    status = None
+    try:
+        while True:  # drain until the child closes its end (it exits), or the deadline
+            left = deadline - time.monotonic()
+            if left <= 0:
+                kill_group(pid)
+                break
+            if select.select([r], [], [], min(left, 1.0))[0]:
+                data = os.read(r, 65536)
+                if not data:
+                    break
+                chunks.append(data)
+        _, st = os.waitpid(pid, 0)
+        if left > 0:
+            status = os.waitstatus_to_exitcode(st)
+    finally:
+        os.close(r)
+        LIVE.discard(pid)
+    return status, b"".join(chunks).decode(errors="replace")
+
+
+def run_child(spec: dict, env: dict, tmp: Path, timeout: float, fork: bool = False) -> dict:
+    """One child process for `spec` (forked from this one with `fork`, else a fresh Python); its figures,
+    with `seconds`, and `error` when it did not complete."""
     here = Path(tempfile.mkdtemp(dir=tmp))
     out, trained = here / "result.json", here / "trained"
     spec = dict(spec, out=str(out), trained=str(trained) if spec["which"] == "dashboard" else "")
@@ -411,7 +517,9 @@ def run_child(spec: dict, env: dict, tmp: Path, timeout: float) -> dict:
     t0 = time.perf_counter()
     drawn = None
     if spec["which"] == "dashboard":
-        rc, tail, drawn = in_terminal(cmd, env, trained, timeout)
+        rc, tail, drawn = in_terminal(cmd, env, trained, timeout, spec if fork else None)
+    elif fork:
+        rc, tail = in_pipe(spec, env, timeout)
     else:
         proc = subprocess.Popen(
             cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
@@ -546,20 +654,26 @@ def main(argv=None) -> int:
     p.add_argument("--device", default="cuda")
     p.add_argument("--small", action="store_true", help="a tiny GPT (checks the script; no figure)")
     p.add_argument("--json", type=Path, help="write every figure and the goals here")
+    p.add_argument(
+        "--fork",
+        action="store_true",
+        help="a CPU only: the contenders forked from this process once it has imported torch, not fresh "
+        "Pythons (a check of the script: no figure)",
+    )
     p.add_argument("--child", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
-    if not a.child:
-        signal.signal(signal.SIGTERM, kill_live)
-        signal.signal(signal.SIGINT, kill_live)
     if a.child:
-        spec = json.loads(a.child)
-        try:
-            res, code = child(spec), 0
-        except Exception:  # whatever failed, the parent reads why
-            res, code = {"which": spec["which"], "compile": spec["compile"], "error": traceback.format_exc()}, 1
-        Path(spec["out"]).write_text(json.dumps(res))
-        return code
+        return child_main(json.loads(a.child))
     cuda = a.device.startswith("cuda")
+    if a.fork and cuda:
+        p.error("--fork is for a CPU only: on CUDA every contender is a fresh process (its own CUDA context)")
+    if a.fork and os.environ.pop(FORK_ENV, None) != json.dumps(sys.argv[1:]):
+        # once: this script again, under the environment a fresh child gets (malloc reads its thresholds
+        # when a process starts; a forked child keeps its parent's); its children get that environment
+        marked = {**child_env(a.device), FORK_ENV: json.dumps(sys.argv[1:])}
+        os.execve(sys.executable, [sys.executable, __file__, *sys.argv[1:]], marked)
+    signal.signal(signal.SIGTERM, kill_live)
+    signal.signal(signal.SIGINT, kill_live)
     a.repeats = a.repeats if a.repeats is not None else (1 if a.small else 4)
     a.steps = a.steps if a.steps is not None else (20 if a.small else 300)
     a.warmup = a.warmup if a.warmup is not None else (10 if a.small else 50)
@@ -595,7 +709,9 @@ def main(argv=None) -> int:
         f"steps, {a.compile_pairs} compile pairs, budget {a.budget:.0f} s",
         flush=True,
     )
-    env = child_env(a.device)
+    env = dict(os.environ) if a.fork else child_env(a.device)  # --fork: already child_env's (above)
+    if a.fork:
+        preimport()
     t_start = time.monotonic()
     took = {"plain": [], "compiled": []}  # seconds each child took, by kind
 
@@ -621,7 +737,7 @@ def main(argv=None) -> int:
                 print(f"triple {r + 1}: skipped (the budget)", flush=True)
                 continue
             for which in order:
-                res = run_child(dict(base, which=which, compile=False), env, Path(tmp), timeout("plain"))
+                res = run_child(dict(base, which=which, compile=False), env, Path(tmp), timeout("plain"), a.fork)
                 took["plain"].append(res["seconds"])
                 if which != "hand":
                     independent(res)
@@ -654,7 +770,7 @@ def main(argv=None) -> int:
                 if which == order[1] and not fits("compiled", 1):  # the first compile ran long
                     pair[which] = {"which": which, "compile": True, "error": "not run: the budget"}
                     continue
-                res = run_child(dict(base, which=which, compile=True), env, Path(tmp), timeout("compiled"))
+                res = run_child(dict(base, which=which, compile=True), env, Path(tmp), timeout("compiled"), a.fork)
                 took["compiled"].append(res["seconds"])
                 if which != "hand":
                     independent(res)

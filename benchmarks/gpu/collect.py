@@ -1,9 +1,12 @@
-"""run.sh --cpu's collections (issue 53): each `NAME ARGS...` group is `python -m pytest ARGS` (run.sh gives
-`--collect-only -m cuda tests/cuda` and `--collect-only -m device <files>`), a pytest session of its own
-in a process of its own, forked from this one once it has imported pytest, its plugins (the snapshot
+"""run.sh --cpu's side-by-side steps (issue 53): each `NAME ARGS...` group is `python -m pytest ARGS` (run.sh
+gives `--collect-only -m cuda tests/cuda` and `--collect-only -m device <files>`), a pytest session of its
+own in a process of its own, forked from this one once it has imported pytest, its plugins (the snapshot
 plugin imports textual), torch, torch._dynamo (the first torch.optim.Optimizer imports it) and
 hypothesis: what two fresh `python -m pytest` of these files each spent importing (~4-5 CPU seconds)
-is spent once. The groups run side by side.
+is spent once. A group whose ARGS start with a `.py` file is `python SCRIPT ARGS...` instead (run.sh's
+`checks`: benchmarks/gpu/checks.py), run as `python` runs a script (as `__main__`, its folder first on
+sys.path, sys.argv its own), forked likewise: its torch import is spent once too. The groups run side by
+side.
 
 What a child collects is what `python -m pytest ARGS` collects from the same working directory: the same
 arguments, the working directory first on sys.path (as `-m` puts it), a pytest session of its own that
@@ -13,12 +16,13 @@ child's output goes to DIR/NAME.log and "EXIT_STATUS MILLISECONDS" (since this s
 DIR/NAME.rc, what run.sh's step_bg writes for a step, so that wait_steps logs and records each as a step
 of its own. Exits 1 if any group failed.
 
-    python benchmarks/gpu/collect.py DIR NAME ARGS... [::: NAME ARGS...]
+    python benchmarks/gpu/collect.py DIR NAME ARGS... [::: NAME ARGS...]   # NAME SCRIPT.py ARGS...: a script
 """
 
 from __future__ import annotations
 
 import os
+import runpy
 import sys
 import time
 
@@ -74,6 +78,11 @@ def main(argv: list[str]) -> int:
             os.dup2(fd, 1)
             os.dup2(fd, 2)
             os.close(fd)
+            if args and args[0].endswith(".py"):  # `python SCRIPT ARGS...`
+                sys.argv = list(args)
+                sys.path[0] = os.path.dirname(os.path.abspath(args[0]))
+                runpy.run_path(args[0], run_name="__main__")
+                raise SystemExit(0)  # the script ended without sys.exit: as python, status 0
             sys.argv = [os.path.join(os.path.dirname(pytest.__file__), "__main__.py"), *quiet, *args]
             raise SystemExit(pytest.console_main())  # pytest/__main__.py's one line
         running[pid] = name

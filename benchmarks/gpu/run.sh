@@ -22,8 +22,9 @@ TMPD="$(mktemp -d)"  # the carried wheels' site, the background steps' output
 SITE="$TMPD/site"
 
 if [ $CPU = 1 ]; then
-    # a check of the script, no figure: the tiny GPT, one round of the contenders (1 + 20 steps), no compile
-    BENCH=(--device cpu --small --repeats 1 --warmup 1 --compile-pairs 0); DEV=cpu
+    # a check of the script, no figure: the tiny GPT, one round of the contenders (1 + 20 steps), no compile;
+    # the contenders forked from bench_gpu.py once it has imported torch, not three fresh Pythons (issue 53)
+    BENCH=(--device cpu --small --repeats 1 --warmup 1 --compile-pairs 0 --fork); DEV=cpu
     T_TESTS=120; T_BENCH=120
     THREADS=1  # the side-by-side steps' torch threads: 3 processes of 4 threads on 2 cores mostly spin-wait
 else
@@ -62,16 +63,18 @@ step_bg() {
     BG+=("$name")
 }
 # collect_bg TIMEOUT NAME PYTEST_ARGS... [::: NAME PYTEST_ARGS...]: each group `python -m pytest PYTEST_ARGS`
-# in the background, a step as step_bg's (its log, status and time), all forked from one Python that has
-# imported torch once (collect.py; on --cpu, where the tests are only collected); a group that has no exit
-# status when it ends (a timeout, collect.py failing before it) gets collect.py's, and its output if none
+# (or `python SCRIPT.py ARGS` where the group's ARGS start with a .py file) in the background, a step as
+# step_bg's (its log, status and time), all forked from one Python that has imported torch once (collect.py;
+# on --cpu, where the tests are only collected); a group that has no exit status when it ends (a timeout,
+# collect.py failing before it) gets collect.py's, and its output if none
 collect_bg() {
     local limit=$1; shift
-    local names=() group=() a
+    local names=() group=() a cmd
     for a in "$@" :::; do
         if [ "$a" != ::: ]; then group+=("$a"); continue; fi
         names+=("${group[0]}")
-        log "=== ${group[0]}: started in the background, forked by collect.py (timeout ${limit}s): $PY -m pytest ${group[*]:1}"
+        cmd="$PY -m pytest"; [[ "${group[1]:-}" == *.py ]] && cmd=$PY
+        log "=== ${group[0]}: started in the background, forked by collect.py (timeout ${limit}s): $cmd ${group[*]:1}"
         group=()
     done
     ( t0=$(date +%s%N); timeout -k 10 "$limit" $PY benchmarks/gpu/collect.py "$TMPD" "$@" > "$TMPD/collect.log" 2>&1; rc=$?
@@ -183,11 +186,13 @@ if [ "$HAVE_CUDA" = 1 ]; then
     $PY -c 'import xdist' 2>/dev/null && XDIST=(-n 4)
     step_bg pytest-cuda $T_TESTS "${PYTEST[@]}" -m cuda tests/cuda
     step_bg pytest-device $T_TESTS env TUITRAIN_TEST_DEVICE=cuda "${PYTEST[@]}" "${XDIST[@]}" -m device "${DEVICE_TESTS[@]}"
-else  # each `python -m pytest --collect-only ...` a step and a process of its own, forked by collect.py
+    step_bg checks $T_TESTS $PY benchmarks/gpu/checks.py --device $DEV --out "$OUT"
+else  # each `python -m pytest --collect-only ...` and `python checks.py ...` a step and a process of its own,
+      # forked by collect.py from one Python that imported torch (issue 53: not three imports of it)
     collect_bg $T_TESTS pytest-cuda-collect "${PYTEST[@]:3}" --collect-only -m cuda tests/cuda \
-        ::: pytest-device-collect "${PYTEST[@]:3}" --collect-only -m device "${DEVICE_TESTS[@]}"
+        ::: pytest-device-collect "${PYTEST[@]:3}" --collect-only -m device "${DEVICE_TESTS[@]}" \
+        ::: checks benchmarks/gpu/checks.py --device $DEV --out "$OUT"
 fi
-step_bg checks $T_TESTS $PY benchmarks/gpu/checks.py --device $DEV --out "$OUT"
 wait_steps
 unset OMP_NUM_THREADS MKL_NUM_THREADS
 [ "$HAVE_CUDA" = 1 ] || skip pytest-cuda "no CUDA"; [ "$HAVE_CUDA" = 1 ] || skip pytest-device "no CUDA"
