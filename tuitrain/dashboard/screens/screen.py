@@ -30,6 +30,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
+from textual.widget import Widget
 from textual.widgets import Static
 
 from tuitrain.core.text import safe_name, safe_text
@@ -158,6 +159,21 @@ class DashboardScreen(Screen):
             self.set_class(compact, "-compact", update=False)
             self.set_class(too_small, "-too-small", update=False)
             self.update_node_styles()
+
+    def _watch_maximized(self, previously_maximized: Widget | None, maximized: Widget | None) -> None:
+        """Enter (a chart alone) and back: Textual's watcher, but the screen's `-maximized-view` class restyles
+        the screen alone. Textual's set_class matched every widget's styles again (a third of a second of
+        a core on a large terminal, each way); the only rules that read the class are Textual's
+        `Screen.-maximized-view` (the screen's own) and `Screen.-maximized-view .-maximized` (the widget
+        shown alone, restyled below by its own class)."""
+        view = maximized is not None
+        if self.has_class("-maximized-view") != view:
+            self.set_class(view, "-maximized-view", update=False)
+            self.app.stylesheet.update_nodes([self], animate=True)
+        if previously_maximized is not None:
+            previously_maximized.remove_class("-maximized")
+        if maximized is not None:
+            maximized.add_class("-maximized")
 
     # --- the widgets, for the app ----------------------------------------------------------
 
