@@ -1,8 +1,11 @@
-"""The core never imports the dashboard: importing it must not load textual (nor, for --help, torch)."""
+"""The core never imports the dashboard: importing it must not load textual (nor, for --help, torch); and
+`import tuitrain` with its entry points loads no framework (Lightning, transformers)."""
 
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 
 def _modules_after(code: str) -> set[str]:
@@ -15,12 +18,28 @@ def _modules_after(code: str) -> set[str]:
     return set(out.split())
 
 
-def test_core_sinks_runner_import_without_textual():
-    mods = _modules_after(
-        "import tuitrain, tuitrain.core.learner, tuitrain.run.runner, tuitrain.sinks, tuitrain.config"
+@pytest.fixture(scope="module")
+def entry_points() -> set[str]:
+    """The modules a fresh Python holds after importing tuitrain's entry points: the package, its Learner and
+    Monitor, the CLI, the runner, the sinks, the config. One process for the checks below (a fresh Python
+    that imports torch costs ~3 CPU s); each check holds for any part of these imports as it does for all."""
+    return _modules_after(
+        "import tuitrain, tuitrain.cli, tuitrain.core.learner, tuitrain.run.monitor, tuitrain.run.runner, "
+        "tuitrain.sinks, tuitrain.config\nfrom tuitrain import Learner, Monitor"
     )
-    assert "torch" in mods  # the learner really was imported
-    assert not any(m == "textual" or m.startswith("textual.") for m in mods)
+
+
+def test_core_sinks_runner_import_without_textual(entry_points):
+    assert "torch" in entry_points and "tuitrain.core.learner" in entry_points  # the learner really was imported
+    assert not any(m == "textual" or m.startswith("textual.") for m in entry_points)
+
+
+def test_tuitrain_never_imports_a_framework(entry_points):
+    """`import tuitrain` (and its Monitor, Learner and CLI) loads neither Lightning nor transformers:
+    only `tuitrain.integrations.*`, which the user imports, does."""
+    assert "tuitrain.run.monitor" in entry_points and "tuitrain.cli" in entry_points
+    frameworks = ("lightning", "pytorch_lightning", "transformers", "accelerate")
+    assert sorted(m for m in frameworks if m in entry_points) == []
 
 
 def test_help_imports_neither_torch_nor_textual():

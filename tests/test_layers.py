@@ -161,22 +161,6 @@ def test_the_circle_check_can_fail():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
-def test_tuitrain_never_imports_a_framework():
-    """`import tuitrain` (and its Monitor, Learner and CLI) loads neither Lightning nor transformers:
-    only `tuitrain.integrations.*`, which the user imports, does."""
-    import subprocess
-    import sys
-
-    code = (
-        "import sys, tuitrain, tuitrain.cli, tuitrain.run.monitor, tuitrain.run.runner; "
-        "from tuitrain import Learner, Monitor; "
-        "print(sorted(m for m in ('lightning', 'pytorch_lightning', 'transformers', 'accelerate') "
-        "if m in sys.modules))"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "[]"
-
-
 def test_run_failed_is_made_in_one_place():
     """Whatever fails (the user's code, a full disk, a stall, a crashed rank, the screen), its RunFailed
     comes from core/lifecycle.py's run_failed: one line, one traceback, one cause, said alike."""
