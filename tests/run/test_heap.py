@@ -4,9 +4,11 @@ the kernel and faulted in again page by page (glibc on Linux)."""
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+from tests.conftest import cli_env, python_run
 from tuitrain.core import heap
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux") or heap._glibc() is None, reason="glibc's mallopt")
@@ -33,27 +35,36 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before, heap._kept)
 """
 
 
-def faults(mode: str, **env) -> tuple[int, bool]:
-    e = {k: v for k, v in os.environ.items() if k not in heap.USER_KNOBS}
-    out = subprocess.run(
-        [sys.executable, "-c", PROBE, mode], env={**e, **env}, capture_output=True, text=True, check=True
-    ).stdout.split()
+def faults(tmp_path: Path, mode: str, **glibc) -> tuple[int, bool]:
+    """The probe's page faults and whether tuitrain kept freed memory. With glibc's own knobs (`glibc`: read by
+    glibc as the process starts) a fresh `python`; without, a Python as the CLI's tests start it (the fork server's
+    child, torch imported before it: ~5 CPU-s less), which keeps no knob either."""
+    probe = tmp_path / "probe.py"
+    probe.write_text(PROBE)
+    if glibc:
+        e = {k: v for k, v in os.environ.items() if k not in heap.USER_KNOBS}
+        r = subprocess.run([sys.executable, probe, mode], env={**e, **glibc}, capture_output=True, text=True)
+    else:
+        e = {k: v for k, v in cli_env().items() if k not in heap.USER_KNOBS}
+        r = python_run([probe, mode], tmp_path, e, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = r.stdout.split()
     return int(out[0]), out[1] == "True"
 
 
-def test_after_fit_freed_blocks_stay_in_the_process():
-    n, kept = faults("keep")
+def test_after_fit_freed_blocks_stay_in_the_process(tmp_path):
+    n, kept = faults(tmp_path, "keep")
     assert kept and n < 50_000  # the first round's 24,576 pages, not each round's again
 
 
-def test_without_it_each_block_comes_back_from_the_kernel():
+def test_without_it_each_block_comes_back_from_the_kernel(tmp_path):
     # glibc's default mmap threshold, pinned: left to itself glibc raises it after the first large
     # free, by how much depends on what the process freed before (a fresh clone's CI run saw 55,305
     # faults here once, another 6,921), and the baseline would be luck
-    n, kept = faults("off", MALLOC_MMAP_THRESHOLD_="131072")
+    n, kept = faults(tmp_path, "off", MALLOC_MMAP_THRESHOLD_="131072")
     assert not kept and n > 4 * 24_576  # over and over again
 
 
-def test_the_users_own_glibc_settings_are_left_alone():
-    n, kept = faults("keep", MALLOC_TRIM_THRESHOLD_="131072")
+def test_the_users_own_glibc_settings_are_left_alone(tmp_path):
+    n, kept = faults(tmp_path, "keep", MALLOC_TRIM_THRESHOLD_="131072")
     assert not kept and n > 4 * 24_576  # over and over again
