@@ -1,28 +1,103 @@
-"""`Modal`: a modal screen that is dismissed once.
+"""`Modal`: a modal screen that is dismissed once, over a dimmed copy of the screen below drawn line by line.
 
 Keys reach a screen in bursts, as a terminal delivers them: several in one read (fast typing, key repeat,
 a paste, a busy app). Textual's `Screen.dismiss` pops whatever screen is on top, so a second key queued
 for a dialog before it is gone popped the screen under it: the dashboard itself, or the stack's last screen
 ("ScreenStackError: Can't pop screen"). A `Modal` answers once: the first dismissal pops it and calls its
 callback; any later one (a key or click that reached it while it closed) does nothing.
+
+The screen below shows through a dialog's translucent background, tinted. Textual draws it again whole
+(`BackgroundScreen`: every cell's colours blended with the tint, then Rich's line splitting) whenever any
+part of the screen below changes, and once for each dialog opened: a tenth of a second of a core on a
+large terminal, most of it for lines that did not change. `DimmedScreen` does the same work one line at
+a time, and keeps the lines it made: a line of the screen below that it has tinted before is not tinted
+again (the same steps on the same line give the same cells).
 """
 
 from __future__ import annotations
 
+from itertools import islice
 from typing import TypeVar
 
+from rich.console import Console, ConsoleOptions, RenderResult
+from rich.segment import Segment
+from rich.style import Style as RichStyle
 from textual.await_complete import AwaitComplete
-from textual.screen import ModalScreen
+from textual.color import Color
+from textual.css.styles import RulesMap
+from textual.renderables.background_screen import BackgroundScreen
+from textual.screen import ModalScreen, Screen
+from textual.strip import Strip
+from textual.style import Style
+from textual.visual import RenderOptions, RichVisual, Visual
 
 R = TypeVar("R")
+
+_NEW_LINE = Segment.line()
 
 
 async def _nothing() -> None:
     return None
 
 
+class _TintedLine:
+    """One line of the screen below as Textual's `BackgroundScreen` renders it: tinted by `color`."""
+
+    def __init__(self, strip: Strip, color: Color) -> None:
+        self.strip, self.color = strip, color
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        return BackgroundScreen.process_segments([*self.strip, _NEW_LINE], self.color)
+
+
+class DimmedScreen(Visual):
+    """The screen below a dialog, tinted (Textual's `BackgroundScreen` through its `RichVisual`), its lines
+    made one at a time by the same steps and kept (`lines`) for the next time the same line is drawn."""
+
+    #: (the line's cells, the tint, the base style, the link style, the width) -> the lines it renders to
+    lines: dict[tuple, list[Strip]] = {}
+    MAX_LINES = 4096  # a few large screens' worth; then it starts again
+
+    def __init__(self, widget: Screen, below: BackgroundScreen) -> None:
+        self.widget, self.below = widget, below
+
+    def render_strips(self, width: int, height: int | None, style: Style, options: RenderOptions) -> list[Strip]:
+        widget = self.widget
+        app = widget.app
+        console = app.console
+        console_options = app.console_options.update(highlight=False, width=width, height=height)
+        line_options = console_options.update_width(width)
+        rich_style = style.rich_style
+        link_style: RichStyle | None = widget.link_style if widget.auto_links else None
+        color = self.below.color
+        kept = self.lines
+        if len(kept) > self.MAX_LINES:
+            kept.clear()
+        out: list[Strip] = []
+        for strip in self.below.screen._compositor.render_strips():
+            key = (tuple(strip), color, rich_style, link_style, width)
+            lines = kept.get(key)
+            if lines is None:
+                segments = console.render(widget.post_render(_TintedLine(strip, color), rich_style), line_options)
+                lines = kept[key] = [
+                    Strip(line)
+                    for line in Segment.split_and_crop_lines(segments, width, include_new_lines=False, pad=False)
+                ]
+            out.extend(lines)
+            if height is not None and len(out) >= height:
+                break
+        return list(islice(out, None, height))
+
+    def get_optimal_width(self, rules: RulesMap, container_width: int) -> int:
+        return RichVisual(self.widget, self.below).get_optimal_width(rules, container_width)
+
+    def get_height(self, rules: RulesMap, width: int) -> int:
+        return RichVisual(self.widget, self.below).get_height(rules, width)
+
+
 class Modal(ModalScreen[R]):
-    """A `ModalScreen` whose `dismiss` acts once, and only while it is the screen on top."""
+    """A `ModalScreen` whose `dismiss` acts once, and only while it is the screen on top; the screen below
+    it drawn by `DimmedScreen`."""
 
     closing = False  # dismissed: it answers nothing more
 
@@ -32,5 +107,11 @@ class Modal(ModalScreen[R]):
         self.closing = True
         return super().dismiss(result)
 
+    def render(self):  # noqa: ANN201 (Textual's: a renderable or a Visual)
+        below = super().render()
+        if isinstance(below, BackgroundScreen):
+            return DimmedScreen(self, below)
+        return below
 
-__all__ = ["Modal"]
+
+__all__ = ["DimmedScreen", "Modal"]
