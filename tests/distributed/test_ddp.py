@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import psutil
 import pytest
 import torch
+
+from tests.conftest import python_run
 
 
 def cli_env() -> dict:  # as tests/conftest.py runs the CLI
@@ -300,9 +300,10 @@ def test_ranks_end_when_the_launcher_is_killed_while_they_start(tiny):
 
 
 def test_torchrun_rank_0_owns_the_run_dir(tiny):
-    r = subprocess.run(
+    # the launcher as the CLI's tests start a Python (the fork server's child, torch imported already); its ranks
+    # are its own fresh processes, as torchrun starts them
+    r = python_run(
         [
-            sys.executable,
             "-m",
             "torch.distributed.run",
             "--nproc-per-node",
@@ -316,10 +317,8 @@ def test_torchrun_rank_0_owns_the_run_dir(tiny):
             "--set",
             "data.batch_size=8",
         ],
-        cwd=tiny.root,
-        env=cli_env(),
-        capture_output=True,
-        text=True,
+        tiny.root,
+        cli_env(),
     )
     assert r.returncode == 0, r.stdout + r.stderr
     (run,) = tiny.run_dirs()  # rank 1 made no run directory of its own
