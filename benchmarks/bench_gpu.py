@@ -91,9 +91,10 @@ torch and torch._dynamo (~5 s each).
 `--fork` (a CPU only; run.sh --cpu, issue 53): each contender is not a fresh Python but forked from this
 one once it has imported torch, torch._dynamo and tuitrain's Learner (one import, not three): the child
 runs the same function a fresh contender runs (`child_main`, in its own session, its output to a pipe or
-to the pseudo-terminal as before). To give the children the environment a fresh one gets (glibc's malloc
-thresholds are read when a process starts), this script first runs itself again under `child_env`. Not
-on CUDA: a CUDA context cannot cross a fork, and each contender's is its own there.
+to the pseudo-terminal as before). Before it imports torch the parent takes what a fresh contender
+starts with (`fork_parent`: child_env's variables, glibc's malloc thresholds, one torch thread). run.sh
+--cpu runs this script itself forked (benchmarks/gpu/collect.py), from a Python that imported torch already.
+Not on CUDA: a CUDA context cannot cross a fork, and each contender's is its own there.
 """
 
 from __future__ import annotations
@@ -121,6 +122,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from bench_dashboard import allocator_env  # noqa: E402
+from tuitrain.core import heap  # noqa: E402
 
 SIZES = {
     "nanogpt": dict(layers=6, heads=6, width=384, context=256, vocab=65, batch=64, n=64 * 400),
@@ -360,11 +362,25 @@ def forked_child(spec: dict, env: dict) -> NoReturn:
         os._exit(code)
 
 
-def preimport() -> None:
-    """What every contender imports, imported once by the `--fork` parent before it forks them (no torch
-    op runs here: no thread pool is started that a fork would leave behind)."""
-    import torch  # noqa: F401
-    import torch._dynamo  # noqa: F401  (the first torch.optim.Optimizer imports it)
+def fork_parent(env: dict) -> None:
+    """`--fork`: this process made what a fresh contender starts as, before it forks them: `env` (child_env's)
+    its environment, glibc's malloc thresholds raised as `env`'s variables raise them at a process's start
+    (tuitrain.core.heap's values, allocator_env's), the checkout on sys.path as `env`'s PYTHONPATH puts it,
+    torch's threads as `env` says; then what every contender imports, imported once (torch, torch._dynamo:
+    the first torch.optim.Optimizer imports it, tuitrain's Learner). No torch op runs here: no thread pool
+    is started that a fork would leave behind."""
+    if all(os.environ.get(k) == env.get(k) for k in heap.USER_KNOBS):
+        pass  # this process started with them: glibc read them then
+    elif not heap.keep_freed_memory():  # mallopt, as the variables would have: before they are set below
+        print("--fork: glibc's thresholds not raised here (a malloc knob set, or no glibc)", flush=True)
+    os.environ.clear()
+    os.environ.update(env)
+    sys.path.insert(1, str(HERE.parent))
+    import torch
+
+    if "OMP_NUM_THREADS" in env:
+        torch.set_num_threads(int(env["OMP_NUM_THREADS"]))
+    import torch._dynamo  # noqa: F401
 
     import benchproj  # noqa: F401
     from tuitrain import Learner  # noqa: F401
@@ -384,7 +400,6 @@ def child_env(device: str) -> dict:
     return e
 
 
-FORK_ENV = "BENCH_GPU_FORK_ARGV"  # set when --fork has run this script again under child_env (its argv)
 LIVE: set[int] = set()  # the children running now (each leads its own session): killed with this script
 
 
@@ -667,11 +682,6 @@ def main(argv=None) -> int:
     cuda = a.device.startswith("cuda")
     if a.fork and cuda:
         p.error("--fork is for a CPU only: on CUDA every contender is a fresh process (its own CUDA context)")
-    if a.fork and os.environ.pop(FORK_ENV, None) != json.dumps(sys.argv[1:]):
-        # once: this script again, under the environment a fresh child gets (malloc reads its thresholds
-        # when a process starts; a forked child keeps its parent's); its children get that environment
-        marked = {**child_env(a.device), FORK_ENV: json.dumps(sys.argv[1:])}
-        os.execve(sys.executable, [sys.executable, __file__, *sys.argv[1:]], marked)
     signal.signal(signal.SIGTERM, kill_live)
     signal.signal(signal.SIGINT, kill_live)
     a.repeats = a.repeats if a.repeats is not None else (1 if a.small else 4)
@@ -709,9 +719,9 @@ def main(argv=None) -> int:
         f"steps, {a.compile_pairs} compile pairs, budget {a.budget:.0f} s",
         flush=True,
     )
-    env = dict(os.environ) if a.fork else child_env(a.device)  # --fork: already child_env's (above)
+    env = child_env(a.device)
     if a.fork:
-        preimport()
+        fork_parent(env)
     t_start = time.monotonic()
     took = {"plain": [], "compiled": []}  # seconds each child took, by kind
 

@@ -4,9 +4,10 @@ own in a process of its own, forked from this one once it has imported pytest, i
 plugin imports textual), torch, torch._dynamo (the first torch.optim.Optimizer imports it) and
 hypothesis: what two fresh `python -m pytest` of these files each spent importing (~4-5 CPU seconds)
 is spent once. A group whose ARGS start with a `.py` file is `python SCRIPT ARGS...` instead (run.sh's
-`checks`: benchmarks/gpu/checks.py), run as `python` runs a script (as `__main__`, its folder first on
-sys.path, sys.argv its own), forked likewise: its torch import is spent once too. The groups run side by
-side.
+`checks`, benchmarks/gpu/checks.py, and `bench-gpu`, benchmarks/bench_gpu.py --fork), run as `python` runs
+a script (as `__main__`, its folder first on sys.path, sys.argv its own), and one whose ARGS start with
+`-c` is `python -c CODE ARGS...` (run.sh's `imports`), each forked likewise: their torch imports are spent
+once too. The groups run side by side.
 
 What a child collects is what `python -m pytest ARGS` collects from the same working directory: the same
 arguments, the working directory first on sys.path (as `-m` puts it), a pytest session of its own that
@@ -16,7 +17,7 @@ child's output goes to DIR/NAME.log and "EXIT_STATUS MILLISECONDS" (since this s
 DIR/NAME.rc, what run.sh's step_bg writes for a step, so that wait_steps logs and records each as a step
 of its own. Exits 1 if any group failed.
 
-    python benchmarks/gpu/collect.py DIR NAME ARGS... [::: NAME ARGS...]   # NAME SCRIPT.py ARGS...: a script
+    python benchmarks/gpu/collect.py DIR NAME ARGS... [::: NAME ARGS...]   # pytest ARGS, SCRIPT.py ..., -c CODE
 """
 
 from __future__ import annotations
@@ -78,11 +79,16 @@ def main(argv: list[str]) -> int:
             os.dup2(fd, 1)
             os.dup2(fd, 2)
             os.close(fd)
+            if args and args[0] == "-c":  # `python -c CODE`
+                sys.argv = ["-c", *args[2:]]
+                sys.path[0] = ""
+                exec(compile(args[1], "<string>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
+                raise SystemExit(0)  # the code ended without sys.exit: as python, status 0
             if args and args[0].endswith(".py"):  # `python SCRIPT ARGS...`
                 sys.argv = list(args)
                 sys.path[0] = os.path.dirname(os.path.abspath(args[0]))
                 runpy.run_path(args[0], run_name="__main__")
-                raise SystemExit(0)  # the script ended without sys.exit: as python, status 0
+                raise SystemExit(0)
             sys.argv = [os.path.join(os.path.dirname(pytest.__file__), "__main__.py"), *quiet, *args]
             raise SystemExit(pytest.console_main())  # pytest/__main__.py's one line
         running[pid] = name

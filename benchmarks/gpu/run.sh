@@ -63,7 +63,7 @@ step_bg() {
     BG+=("$name")
 }
 # collect_bg TIMEOUT NAME PYTEST_ARGS... [::: NAME PYTEST_ARGS...]: each group `python -m pytest PYTEST_ARGS`
-# (or `python SCRIPT.py ARGS` where the group's ARGS start with a .py file) in the background, a step as
+# (`python SCRIPT.py ARGS` or `python -c CODE` where its ARGS start so) in the background, a step as
 # step_bg's (its log, status and time), all forked from one Python that has imported torch once (collect.py;
 # on --cpu, where the tests are only collected); a group that has no exit status when it ends (a timeout,
 # collect.py failing before it) gets collect.py's, and its output if none
@@ -73,7 +73,7 @@ collect_bg() {
     for a in "$@" :::; do
         if [ "$a" != ::: ]; then group+=("$a"); continue; fi
         names+=("${group[0]}")
-        cmd="$PY -m pytest"; [[ "${group[1]:-}" == *.py ]] && cmd=$PY
+        cmd="$PY -m pytest"; [[ "${group[1]:-}" == *.py || "${group[1]:-}" == -c ]] && cmd=$PY
         log "=== ${group[0]}: started in the background, forked by collect.py (timeout ${limit}s): $cmd ${group[*]:1}"
         group=()
     done
@@ -166,10 +166,14 @@ else
     rm -rf '$SITE' && $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target '$SITE' $WHEELS && ls '$SITE'"
 fi
 export PYTHONPATH="$SITE:$ROOT${PYTHONPATH:+:$PYTHONPATH}"
-step imports 30 $PY -c "
+IMPORTS="
 import textual, plotext, msgspec, rich, tuitrain.dashboard.live, tuitrain.core.learner
 from importlib.metadata import version as v
 print('textual', v('textual'), textual.__file__); print('plotext', v('plotext'), plotext.__file__); print('msgspec', v('msgspec'), msgspec.__file__); print('rich', v('rich'), rich.__file__)"
+# without CUDA (--cpu) the same `python -c "$IMPORTS"` is forked with the steps of 3. (its torch import saved)
+if [ "$HAVE_CUDA" = 1 ]; then
+    step imports 30 $PY -c "$IMPORTS"
+fi
 
 # --- 3. side by side: the CUDA tests, the CPU suite's device tests on cuda, the checks of checks.py
 # (on --cpu: the tests collected only, a check that they import and that the selection is not empty)
@@ -187,18 +191,24 @@ if [ "$HAVE_CUDA" = 1 ]; then
     step_bg pytest-cuda $T_TESTS "${PYTEST[@]}" -m cuda tests/cuda
     step_bg pytest-device $T_TESTS env TUITRAIN_TEST_DEVICE=cuda "${PYTEST[@]}" "${XDIST[@]}" -m device "${DEVICE_TESTS[@]}"
     step_bg checks $T_TESTS $PY benchmarks/gpu/checks.py --device $DEV --out "$OUT"
-else  # each `python -m pytest --collect-only ...` and `python checks.py ...` a step and a process of its own,
-      # forked by collect.py from one Python that imported torch (issue 53: not three imports of it)
-    collect_bg $T_TESTS pytest-cuda-collect "${PYTEST[@]:3}" --collect-only -m cuda tests/cuda \
+else  # no CUDA (--cpu): each step a process of its own, all forked by collect.py from one Python that imported
+      # torch once (issue 53: not five imports of it): the imports, the tests collected (`python -m pytest
+      # --collect-only ...`), checks.py, and the benchmark, beside them here (on a CPU its clock judges
+      # nothing), its contenders forked in turn (--fork); one timeout for all
+    collect_bg $((T_TESTS + T_BENCH)) imports -c "$IMPORTS" \
+        ::: pytest-cuda-collect "${PYTEST[@]:3}" --collect-only -m cuda tests/cuda \
         ::: pytest-device-collect "${PYTEST[@]:3}" --collect-only -m device "${DEVICE_TESTS[@]}" \
-        ::: checks benchmarks/gpu/checks.py --device $DEV --out "$OUT"
+        ::: checks benchmarks/gpu/checks.py --device $DEV --out "$OUT" \
+        ::: bench-gpu benchmarks/bench_gpu.py "${BENCH[@]}"
 fi
 wait_steps
 unset OMP_NUM_THREADS MKL_NUM_THREADS
 [ "$HAVE_CUDA" = 1 ] || skip pytest-cuda "no CUDA"; [ "$HAVE_CUDA" = 1 ] || skip pytest-device "no CUDA"
 
 # --- 4. alone, for its clock: hand-written / headless / dashboard rounds, compile, tflops/mfu, max_memory
-step bench-gpu $T_BENCH $PY benchmarks/bench_gpu.py "${BENCH[@]}"
+if [ "$HAVE_CUDA" = 1 ]; then  # (without CUDA it ran in 3.)
+    step bench-gpu $T_BENCH $PY benchmarks/bench_gpu.py "${BENCH[@]}"
+fi
 
 # --- the report
 TOTAL=$(( $(date +%s) - T0 ))
