@@ -95,7 +95,11 @@ def test_a_healthy_classifier_near_convergence_raises_no_alert(corpus):
 
 
 def test_a_batch_scaled_x10_is_caught_at_its_step_and_at_no_step_before(corpus):
-    code, _, alerts, _ = corpus("regression", f"scale_batch = {FAULT - 1}\nscale = 10.0")
+    # the run stops 100 steps after the fault: every step before it and the fault's own are judged as in the whole
+    # epoch (the same steps, the same losses), and the whole epoch raised nothing after the fault's step either
+    code, _, alerts, _ = corpus(
+        "regression", f"scale_batch = {FAULT - 1}\nscale = 10.0", f"train.max_steps={FAULT + 100}"
+    )
     assert code == 0
     assert alerts and min(a["step"] for a in alerts) == FAULT, [(a["rule"], a["step"]) for a in alerts]
     at_fault = [a for a in alerts if a["step"] == FAULT]
