@@ -24,38 +24,48 @@ from tuitrain.sources.polled import ForeignBlock, drain, split_name
 if importlib.util.find_spec("wandb") is None:  # (imported by the tests that run, not at collection: ~2 s)
     pytest.skip("wandb is not installed (pip install tuitrain[wandb])", allow_module_level=True)
 
+# one process writes the runs NAME:STEPS:SIZE in turn, as a script that trains twice does (wandb's import is most of
+# a writer's CPU); each run starts in a later second than the one before, so that their folders
+# (offline-run-YYYYMMDD_HHMMSS-ID) sort in the order they were written, as when each had a process of its own
 WRITE = """
 import json, math, sys, time
 import numpy as np
 import wandb
-name, steps, pause, big = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4] == "big"
-config = {"lr": 0.01, "layers": [64, 64], "optimizer": {"name": "adam", "betas": [0.9, 0.99]}}
-if big:
-    config["notes"] = "x" * 70000  # a run record longer than two 32 KiB blocks: FIRST, MIDDLE, LAST
-run = wandb.init(project="vision", name=name, config=config)
-logged = []
-for step in range(steps):
-    row = {"train/loss": 1.0 / (step + 1), "nested": {"grad_norm": step * 0.5}, "lr": 0.01 * 0.99 ** step}
-    if step % 5 == 4:
-        row["val/accuracy"] = step / 20
-    if step == 3:
-        row["nan_metric"] = float("nan")
-        row["hostile\\x1b[31m" + "n" * 300] = 7.5
-    if step == 2 and not big:
-        row["picture"] = wandb.Image(np.full((8, 12, 3), 200, dtype=np.uint8))
-        row["weights"] = wandb.Histogram(np.arange(100.0), num_bins=10)
-    wandb.log(row)
-    logged.append({k: v for k, v in row.items() if isinstance(v, (int, float, dict)) and not isinstance(v, bool)})
-    print(json.dumps({"step": step, "time": time.time()}), flush=True)
-    time.sleep(pause)
-run.finish()
-print(json.dumps({"logged": logged, "dir": run.dir}), flush=True)
+pause = float(sys.argv[1])
+for i, spec in enumerate(sys.argv[2:]):
+    name, steps, big = spec.split(":")
+    steps, big = int(steps), big == "big"
+    if i:
+        time.sleep(1.05 - time.time() % 1)
+    config = {"lr": 0.01, "layers": [64, 64], "optimizer": {"name": "adam", "betas": [0.9, 0.99]}}
+    if big:
+        config["notes"] = "x" * 70000  # a run record longer than two 32 KiB blocks: FIRST, MIDDLE, LAST
+    run = wandb.init(project="vision", name=name, config=config)
+    logged = []
+    for step in range(steps):
+        row = {"train/loss": 1.0 / (step + 1), "nested": {"grad_norm": step * 0.5}, "lr": 0.01 * 0.99 ** step}
+        if step % 5 == 4:
+            row["val/accuracy"] = step / 20
+        if step == 3:
+            row["nan_metric"] = float("nan")
+            row["hostile\\x1b[31m" + "n" * 300] = 7.5
+        if step == 2 and not big:
+            row["picture"] = wandb.Image(np.full((8, 12, 3), 200, dtype=np.uint8))
+            row["weights"] = wandb.Histogram(np.arange(100.0), num_bins=10)
+        wandb.log(row)
+        logged.append({k: v for k, v in row.items() if isinstance(v, (int, float, dict)) and not isinstance(v, bool)})
+        print(json.dumps({"step": step, "time": time.time()}), flush=True)
+        time.sleep(pause)
+    run.finish()
+    print(json.dumps({"name": name, "logged": logged, "dir": run.dir}), flush=True)
 """
 
 
-def _write(root: Path, name: str, steps: int, pause: float = 0.0, big: bool = False, out=subprocess.PIPE):
+def _write(root: Path, *runs: tuple[str, int, bool], pause: float = 0.0, out=subprocess.PIPE):
+    """wandb writing `runs` ((name, steps, big) each) in one process of its own, one after the other."""
     env = {**os.environ, "WANDB_MODE": "offline", "WANDB_DIR": str(root), "WANDB_SILENT": "true"}
-    args = [sys.executable, "-c", WRITE, name, str(steps), str(pause), "big" if big else "small"]
+    specs = [f"{name}:{steps}:{'big' if big else 'small'}" for name, steps, big in runs]
+    args = [sys.executable, "-c", WRITE, str(pause), *specs]
     return subprocess.Popen(args, env=env, cwd=root, stdout=out, stderr=subprocess.DEVNULL, text=True)
 
 
@@ -92,12 +102,13 @@ def _expected(logged: list[dict]) -> dict:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("wandb")
-    logged = {}
-    for name, big in (("small", False), ("big", True)):
-        writer = _write(root, name, 40 if not big else 1500, big=big)
-        out, _ = writer.communicate(timeout=300)
-        assert writer.returncode == 0
-        logged[name] = json.loads(out.strip().splitlines()[-1])["logged"]
+    # the big run: 600 steps, a .wandb file of ~12 blocks (the damage tests cut it in its 6th and 7th)
+    writer = _write(root, ("small", 40, False), ("big", 600, True))
+    out, _ = writer.communicate(timeout=300)
+    assert writer.returncode == 0
+    ended = [json.loads(line) for line in out.splitlines() if line.startswith('{"name"')]
+    logged = {run["name"]: run["logged"] for run in ended}
+    assert sorted(logged) == ["big", "small"]
     return root, logged
 
 
@@ -195,7 +206,7 @@ def _steps_in(path: Path) -> set[float]:
 def test_a_run_followed_live_within_two_seconds_of_its_flush(tmp_path):
     """wandb 0.31 writes its .wandb file a 32 KiB block at a time: each new block's values are handed on
     within 2 s of the block reaching the file, while the writer is still logging."""
-    writer = _write(tmp_path, "live", 900, pause=0.01, out=subprocess.DEVNULL)
+    writer = _write(tmp_path, ("live", 900, False), pause=0.01, out=subprocess.DEVNULL)
     try:
         t0 = time.monotonic()
         while not reader.find_runs(tmp_path) and time.monotonic() - t0 < 60:
