@@ -26,26 +26,30 @@ from tuitrain.sources.refs import RunRef
 if importlib.util.find_spec("trackio") is None:  # (trackio runs in the tests' subprocesses: not imported here)
     pytest.skip("trackio is not installed (pip install trackio: the test extra)", allow_module_level=True)
 
+# trackio writes the runs RUN:STEPS of a project in turn, in one process of its own (as a script that trains twice
+# does: trackio's import is most of a writer's CPU)
 WRITE = """
 import math, sys, time, trackio
-project, run, steps, pause = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
-trackio.init(project=project, name=run, config={"lr": 0.01, "layers": [64, 64], "optimizer": "adam"})
-for step in range(steps):
-    logged = {"train/loss": 1.0 / (step + 1), "nested": {"grad_norm": step * 0.5}}
-    if step % 5 == 4:
-        logged["val/accuracy"] = step / 20
-    if step == 3:
-        logged["nan_metric"] = float("nan")
-    trackio.log(logged)
-    print(step, time.time(), flush=True)
-    time.sleep(pause)
-trackio.finish()
+project, pause, runs = sys.argv[1], float(sys.argv[2]), [spec.split(":") for spec in sys.argv[3:]]
+for run, steps in runs:
+    trackio.init(project=project, name=run, config={"lr": 0.01, "layers": [64, 64], "optimizer": "adam"})
+    for step in range(int(steps)):
+        logged = {"train/loss": 1.0 / (step + 1), "nested": {"grad_norm": step * 0.5}}
+        if step % 5 == 4:
+            logged["val/accuracy"] = step / 20
+        if step == 3:
+            logged["nan_metric"] = float("nan")
+        trackio.log(logged)
+        print(step, time.time(), flush=True)
+        time.sleep(pause)
+    trackio.finish()
 """
 
+# then, in the same process once every run is finished, what trackio's own storage reads of each (its last line)
 LOGS = """
-import json, sys
+import json
 from trackio.sqlite_storage import SQLiteStorage
-print(json.dumps({run: SQLiteStorage.get_logs(sys.argv[1], run) for run in sys.argv[2:]}, default=str))
+print(json.dumps({run: SQLiteStorage.get_logs(project, run) for run, _ in runs}, default=str), flush=True)
 """
 
 
@@ -53,8 +57,11 @@ def _env(root: Path) -> dict:
     return {**os.environ, "TRACKIO_DIR": str(root), "TRACKIO_SHOW": "false", "GRADIO_ANALYTICS_ENABLED": "False"}
 
 
-def _write(root: Path, project: str, run: str, steps: int, pause: float = 0.0, **kw):
-    args = [sys.executable, "-c", WRITE, project, run, str(steps), str(pause)]
+def _write(root: Path, project: str, *runs: tuple[str, int], pause: float = 0.0, read_back: bool = False, **kw):
+    """trackio writing `runs` ((name, steps) each) one after the other in a process of its own; `read_back`: then
+    reading them with its own storage, printed as the last line."""
+    args = [sys.executable, "-c", WRITE + (LOGS if read_back else ""), project, str(pause)]
+    args += [f"{run}:{steps}" for run, steps in runs]
     return subprocess.Popen(args, env=_env(root), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, **kw)
 
 
@@ -70,28 +77,26 @@ def _series(events) -> dict:
 
 
 @pytest.fixture(scope="module")
-def project(tmp_path_factory) -> Path:
+def written(tmp_path_factory) -> tuple[Path, dict]:
+    """(the folder of a project of two runs trackio wrote, what trackio's own storage then read of each run)"""
     root = tmp_path_factory.mktemp("trackio")
-    for run in ("run-a", "run-b"):
-        assert _write(root, "vision", run, 20).wait(timeout=120) == 0
-    return root
+    writer = _write(root, "vision", ("run-a", 20), ("run-b", 20), read_back=True)
+    out, _ = writer.communicate(timeout=120)
+    assert writer.returncode == 0
+    return root, json.loads(out.strip().splitlines()[-1])
 
 
-def test_runs_read_as_trackio_reads_them(project):
+@pytest.fixture(scope="module")
+def project(written) -> Path:
+    return written[0]
+
+
+def test_runs_read_as_trackio_reads_them(written):
+    project, logs = written
     refs = reader.find_runs(project)
     assert [r.name for r in refs] == ["vision/run-a", "vision/run-b"]
     assert reader.find_runs(project / "vision.db") == refs
-    # what trackio's own storage reads of each run (one process for both: trackio's import is the cost)
-    logs = json.loads(
-        subprocess.run(
-            [sys.executable, "-c", LOGS, "vision", *(ref.key for ref in refs)],
-            env=_env(project),
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=True,
-        ).stdout
-    )
+    assert sorted(logs) == sorted(ref.key for ref in refs)
     for ref in refs:
         source = reader.open_source(ref, live=False)
         events = drain(source)
@@ -120,7 +125,7 @@ def test_runs_read_as_trackio_reads_them(project):
 
 
 def test_a_run_followed_live_within_two_seconds_of_its_flush(tmp_path):
-    writer = _write(tmp_path, "live", "running", 8, pause=0.6)
+    writer = _write(tmp_path, "live", ("running", 8), pause=0.6)
     try:
         t0 = time.monotonic()
         while not reader.find_runs(tmp_path) and time.monotonic() - t0 < 60:
