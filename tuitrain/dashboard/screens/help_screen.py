@@ -160,6 +160,10 @@ class HelpScreen(Modal[None]):
     #help-marks-title { text-style: bold; margin-top: 1; }
     """
 
+    #: the lines the full help takes, by (note, comparing, media, the box's inner width): measured once (Rich
+    #: renders it whole to count them, a tenth of what opening the dialog costs)
+    _full_rows: dict[tuple[str, bool, bool, int], int] = {}
+
     def __init__(self, note: str = "", comparing: bool = False, media: bool = False) -> None:
         super().__init__()
         self.note = note
@@ -172,11 +176,18 @@ class HelpScreen(Modal[None]):
         # shrink) the keys in fewer rows, each on one line, and the marks in three
         parts = self._parts(small=False)
         inner = min(112, width * 95 // 100) - 4  # the box's width less its border and padding
-        if width < COMPACT[0] or height < COMPACT[1] or _rows(parts, inner) > height * 95 // 100 - 2:
+        if width < COMPACT[0] or height < COMPACT[1] or self._rows_of(parts, inner) > height * 95 // 100 - 2:
             parts = self._parts(small=True)
         with Vertical(id="help-box"):
             for part_id, part in parts:
                 yield Static(part, id=part_id)
+
+    def _rows_of(self, parts: list[tuple[str, Any]], inner: int) -> int:
+        """`_rows(parts, inner)` of the full help (`parts`), kept for the next time the dialog opens."""
+        key = (self.note, self.comparing, self.media, inner)
+        if key not in self._full_rows:
+            self._full_rows[key] = _rows(parts, inner)
+        return self._full_rows[key]
 
     def _parts(self, small: bool) -> list[tuple[str, Any]]:
         """(id, renderable) of each line or table, top to bottom."""
