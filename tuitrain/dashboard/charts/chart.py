@@ -77,6 +77,7 @@ class Chart(Widget, can_focus=True):
         self._state: DashboardState | None = None
         self.pending: DashboardState | None = None  # to show once mounted
         self._version = 0  # bumped by each show(): frame() rebuilds the figure only then
+        self._widths: tuple[int, int] | None = None  # (width, outer width) as the last show() read them
         self._rendered: tuple | None = None
         self._lines: list[Strip] = []  # the frame of the render pass under way
         self.builds = 0  # figures built, for tests
@@ -109,6 +110,7 @@ class Chart(Widget, can_focus=True):
         self.border_subtitle = "inspect ←/→" if self.cursor is not None else ""
 
     def _replotted(self) -> None:
+        self._widths = (self.size.width, self.outer_size.width)
         if self.cursor is not None:
             self.cursor = self._snap(self.cursor)
         self._version += 1
@@ -308,9 +310,11 @@ class Chart(Widget, can_focus=True):
                 self.parent.fit_grid()
 
     def on_resize(self) -> None:
-        if self._state is not None:
-            self.show(self._state)  # the title's words and the epoch lines follow the width
-        self._rendered = None
+        # the title's words and the epoch lines follow the width: shown again where it changed since they were
+        # read. A new height alone is the same figure drawn at it (frame() builds for each size): the grid
+        # shares its height among its rows in a second layout pass, and each pass built every chart again
+        if self._state is not None and self._widths != (self.size.width, self.outer_size.width):
+            self.show(self._state)
         self.refresh()
 
 

@@ -105,10 +105,6 @@ class HistogramPlot(Chart):
         super().toggle_window()
         self._shown = None
 
-    def on_resize(self) -> None:
-        self._shown = None
-        super().on_resize()
-
     # --- drawing -----------------------------------------------------------------------------
 
     def lines(self) -> list[Line]:
