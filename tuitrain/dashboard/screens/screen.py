@@ -104,6 +104,11 @@ class DashboardScreen(Screen):
         self.composed = asyncio.Event()
 
     def compose(self) -> ComposeResult:
+        # the screen's classes for its runs and the terminal's size before its widgets are mounted: each widget
+        # then takes its styles once, as it mounts (set on the mounted screen, they matched every widget's
+        # styles again: a sixth of the screen's start on a compact terminal)
+        self.set_class(self.comparing, "-compare")
+        self.fit(self.app.size.width, self.app.size.height)
         yield Static(id="title-bar")
         with Horizontal(id="main"):
             with Vertical(id="plot-column"):
