@@ -684,6 +684,7 @@ FIRST = (
     "tests/dashboard/test_key_fuzz.py",  # ~90 s
     "tests/test_lint.py",  # ~65 s (mypy)
     "tests/system/test_gpu_script.py",  # ~60 s
+    "tests/integrations/test_lightning.py",  # with the rest of FRAMEWORKS: ~60 s
     "tests/run/test_notebook.py",  # ~40 s each below
     "tests/dashboard/test_app.py",
     "tests/dashboard/test_window_fails_alone.py",
@@ -694,6 +695,36 @@ FIRST = (
     "tests/run/test_heap.py",
 )
 
+# the files whose tests import Lightning, torchmetrics or transformers in the worker that runs them (~5 CPU s
+# of imports in each worker: torchmetrics imports transformers and scipy; FILE.imports of TUITRAIN_TEST_CPU
+# says which): one work unit, so one worker imports them, running these files one after the other, handed
+# out where the first of them stands in FIRST
+FRAMEWORKS = (
+    "tests/integrations/test_lightning.py",
+    "tests/sources/test_registry.py",
+    "tests/core/test_weights_and_torchmetrics.py",
+    "tests/sources/test_lightning_csv.py",
+    "tests/integrations/test_transformers.py",
+    "tests/system/test_real_models.py",
+    "tests/sources/test_tensorboard.py",
+)
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadfile` (pyproject's addopts), each file a work unit as xdist makes them, but FRAMEWORKS one
+    work unit together (xdist's LoadFileScheduling._split_scope, the method that names a test's unit: the
+    test extra pins pytest-xdist<4)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class FileScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return FRAMEWORKS[0] if path in FRAMEWORKS else path
+
+    return FileScheduling(config, log)
+
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
@@ -702,6 +733,7 @@ def pytest_collection_modifyitems(config, items):
         if "test_device" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.device)
     first = {path: i for i, path in enumerate(FIRST)}
+    first.update(dict.fromkeys(FRAMEWORKS, first.get(FRAMEWORKS[0], len(FIRST))))  # together, in FIRST's order
     items.sort(key=lambda item: first.get(item.nodeid.partition("::")[0], len(FIRST)))  # stable: the rest as collected
 
 
