@@ -413,6 +413,8 @@ class DashboardApp(SteeredApp):
 
     def on_run_list_changed(self, message: RunList.Changed) -> None:
         """The runs shown changed: the charts, their titles and the legend follow."""
+        if not self.is_running:  # shutting down (a key queued behind `q` `y`): the screen's widgets are going
+            return
         if message.note == "charts":
             self._back_to_charts()
             return
