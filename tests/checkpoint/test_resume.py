@@ -117,7 +117,17 @@ def make_learner(case: Case, folder, stop=None, device="cpu") -> tuple[CoreLearn
     return learner, rec
 
 
-def reference(case: Case, tmp_path, total_steps: int | None = None, device="cpu"):
+#: the uninterrupted runs already trained in this module, by (case, total_steps, device): several tests (and the
+#: parameters of one) compare their stops with the same run, which trains the same every time (the first test
+#: checks that two fresh runs agree); the tests only read what it returns
+_REFERENCES: dict[tuple, tuple] = {}
+
+
+def reference(case: Case, tmp_path, total_steps: int | None = None, device="cpu", fresh: bool = False):
+    """The uninterrupted run of `case` (its Recorder, its final weights); `fresh`: trained now, not reused."""
+    key = (case, total_steps, device)
+    if not fresh and key in _REFERENCES:
+        return _REFERENCES[key]
     learner, rec = make_learner(case, tmp_path / "ref-checkpoint", device=device)
     result = learner.fit(*datasets())
     assert result.status == "completed" and result.exit_code == 0, result.error
@@ -125,7 +135,8 @@ def reference(case: Case, tmp_path, total_steps: int | None = None, device="cpu"
     steps = [s for s, _ in rec.losses]
     total = case.total_steps if total_steps is None else total_steps
     assert steps == list(range(1, total + 1)), "log_every_n_steps=1 logs every step once"
-    return rec, {k: v.clone() for k, v in learner.raw_model.state_dict().items()}
+    _REFERENCES[key] = rec, {k: v.clone() for k, v in learner.raw_model.state_dict().items()}
+    return _REFERENCES[key]
 
 
 def interrupted(case: Case, tmp_path, stops: list, reason: str = "epochs", device="cpu"):
@@ -171,8 +182,8 @@ def random_steps(case: Case, count: int, salt: str) -> list:
 def test_uninterrupted_runs_are_reproducible(tmp_path, exact_device):
     """Two fresh runs with the same seed agree; without this nothing below means anything."""
     case = Case(epochs=2)
-    a, wa = reference(case, tmp_path / "a", device=exact_device)
-    b, wb = reference(case, tmp_path / "b", device=exact_device)
+    a, wa = reference(case, tmp_path / "a", device=exact_device, fresh=True)
+    b, wb = reference(case, tmp_path / "b", device=exact_device, fresh=True)
     assert a.losses == b.losses
     assert len(set(v for _, v in a.losses)) > 1
 
