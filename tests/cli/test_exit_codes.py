@@ -6,12 +6,14 @@ from __future__ import annotations
 import json
 import math
 import re
+import subprocess
 import sys
 import tomllib
 
 import pytest
 import torch
 
+from tests.conftest import cli_env
 from tuitrain.cli import main
 
 N_STEPS = 21  # 3 epochs x 7 steps (see conftest.TINY_CONFIG)
@@ -332,8 +334,22 @@ def test_run_dir_that_is_not_empty_exits_2(tiny, capsys, monkeypatch, forget_tin
     assert sorted(p.name for p in busy.iterdir()) == ["precious.txt"]
 
 
+def fresh_cli(tiny, *args) -> subprocess.CompletedProcess:
+    """`python -m tuitrain ARGS` as a fresh process, for a command refused before torch is imported (argparse's
+    errors, --help): ~0.2 CPU-s, where the fork server's child of a Python with torch costs ~1.3 (its exit walks
+    the heap it inherited)."""
+    return subprocess.run(
+        [sys.executable, "-m", "tuitrain", *map(str, args)],
+        cwd=tiny.root,
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
 def test_unknown_command_line_option_exits_2(tiny):
-    r = tiny.cli("run", tiny.config, "--epochs", "3")
+    r = fresh_cli(tiny, "run", tiny.config, "--epochs", "3")
     assert r.returncode == 2
     assert "--epochs" in r.stderr
     assert not tiny.runs.exists()
@@ -353,13 +369,11 @@ def test_help_is_fast_and_imports_no_torch(tiny):
         "heavy = [m for m in ('torch', 'textual') if m in sys.modules]\n"
         "assert not heavy, heavy\n"
     )
-    import subprocess
-
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tiny.root)
     assert r.returncode == 0, r.stderr
     for command in ("run", "watch", "stop", "checkpoint", "ls"):
         assert command in r.stdout
-    r = tiny.cli("run", "--help")
+    r = fresh_cli(tiny, "run", "--help")
     assert r.returncode == 0
     for option in ("--set", "--headless", "--resume", "--run-dir", "--theme"):
         assert option in r.stdout
