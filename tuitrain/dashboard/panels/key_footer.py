@@ -5,7 +5,9 @@ changed: a dialog opened or closed over the screen, the focus moved, a key enabl
 a core each time (a widget and two style updates a key), and most of those times the keys, their words and
 which are enabled are what they were: the footer then stays as it is. Keys the footer hides, and which
 action a shown key calls (the focus moved into the chart grid: its chart keys replace the screen's), change
-nothing it draws: its keys are then only told their new actions.
+nothing it draws: its keys are then only told their new actions. A screen opening tells the footer several
+times that its keys may have changed before the rebuild it asked for the first time begins: that one rebuild
+shows the keys as they are then (Textual's footer rebuilt itself once for each).
 
 When it is built, each key is given the footer's `compact` before it is mounted: Textual's keys start
 compact and are then bound to the footer's setting, two style updates of each key for nothing.
@@ -26,6 +28,7 @@ class KeyFooter(Footer):
     """The screen's keys along its bottom line; built again only when they change (see the module)."""
 
     _shown: tuple[Any, ...] | None = None  # the keys the footer was last built with
+    _rebuilding = False  # a rebuild asked for and not begun: it shows the keys as they are when it begins
 
     def _keys(self, screen: Screen[Any]) -> tuple[tuple[Any, ...], list[str]]:
         """Everything the footer shows of `screen`'s keys: each shown key, how it is written, its words and
@@ -59,7 +62,13 @@ class KeyFooter(Footer):
                 widget.set_class(self.compact, "-compact", update=False)
             yield widget
 
+    async def recompose(self) -> None:
+        self._rebuilding = False  # this one reads the keys: a change from now on asks again
+        await super().recompose()
+
     def bindings_changed(self, screen: Screen[Any]) -> None:
+        if self._rebuilding and self._bindings_ready and self.is_attached and screen is self.screen:
+            return  # the rebuild on its way shows the keys as they will be (a screen opening asks several times)
         if self._shown is not None and self.is_attached and screen is self.screen:
             shown, actions = self._keys(screen)
             if shown == self._shown:  # the footer shows these keys already: each calls its action now
@@ -67,6 +76,8 @@ class KeyFooter(Footer):
                     footer_key.action = action
                 return
         super().bindings_changed(screen)
+        # Footer's condition for the rebuild it asked for (`call_after_refresh(self.recompose)`)
+        self._rebuilding = screen.app.app_focus and self.is_attached and screen is self.screen
 
 
 __all__ = ["KeyFooter"]
