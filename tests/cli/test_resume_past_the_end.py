@@ -6,6 +6,8 @@ resumed as it was) the run ends at once, completed: tests/dashboard/test_resumed
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from tuitrain.cli import main
@@ -17,10 +19,15 @@ def snapshot(run_dir):
 
 @pytest.fixture(scope="module")
 def stopped(make_tiny):
-    """A run of 6 epochs (7 steps each) that ended at max_steps 10, in epoch 2."""
+    """A run of 6 epochs (7 steps each) that ended at max_steps 10, in epoch 2 (trained in this process, as
+    `tuitrain run` trains it: the tests resume it through the CLI)."""
+    from tuitrain.run.runner import prepare_run
+
     tiny = make_tiny("past")
-    r = tiny.cli("run", tiny.config, "--set", "train.epochs=6", "--set", "train.max_steps=10")
-    assert r.returncode == 0, r.stderr + r.stdout
+    try:
+        assert prepare_run(tiny.config, ["train.epochs=6", "train.max_steps=10"], headless=True).execute() == 0
+    finally:
+        sys.modules.pop("tinyproj", None)
     (run,) = tiny.run_dirs()
     return tiny, run
 
@@ -54,13 +61,14 @@ def test_past_the_configs_max_steps_is_refused(stopped, capsys, monkeypatch, for
     assert "step 10" in err and "train.max_steps = 8" in err and "--set train.max_steps=" in err
 
 
-def test_a_finished_run_resumed_as_it_was_ends_at_once_and_names_no_epoch_it_did_not_train(make_tiny):
+def test_a_finished_run_resumed_as_it_was_ends_at_once_and_names_no_epoch_it_did_not_train(
+    make_tiny, capsys, monkeypatch, forget_tinyproj
+):
     tiny = make_tiny("done")
-    r = tiny.cli("run", tiny.config)  # 3 epochs, completed
-    assert r.returncode == 0, r.stderr + r.stdout
+    monkeypatch.chdir(tiny.root)
+    assert main(["run", str(tiny.config), "--headless"]) == 0, capsys.readouterr()  # 3 epochs, completed
     (run,) = tiny.run_dirs()
-    r = tiny.cli("run", tiny.config, "--headless", "--resume", "latest")
-    assert r.returncode == 0, r.stderr + r.stdout
+    assert main(["run", str(tiny.config), "--headless", "--resume", "latest"]) == 0, capsys.readouterr()
     names = sorted(p.name for p in (run / "checkpoint").glob("*.pt"))
     assert names and all(n.startswith("epoch-0003-step-00000021") or "-0003-" not in n for n in names), names
     assert not [n for n in names if n.startswith("epoch-0004")]
