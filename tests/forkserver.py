@@ -22,6 +22,11 @@ What differs, and how it is kept out of what the tests check:
   everything when TUITRAIN_TEST_FORK=0; the second request in another environment starts a server of its own
   (up to MAX_SERVERS a test process: a library a test imports may set a variable in os.environ for good, and
   every later request then differs from the first server's);
+- what the server's imports made is frozen (gc.freeze, as Python's documentation has it for a process that
+  forks without exec): a child's garbage collections, its interpreter's end's above all, leave those objects
+  out, where a fresh process's go over them (a child's end cost ~1.1 CPU s of walking torch's objects, and
+  wrote to each page of them it shares with the server; ~0.4 CPU s frozen). They are never garbage; what
+  differs is the time a collection takes, not what it collects;
 - the random generators the interpreter seeds at start (`random`, numpy's) are seeded afresh in each child;
   torch's default generator is untouched in the server, so it starts at torch's fixed default seed as in a
   fresh process; str hashes share the server's seed (PYTHONHASHSEED is unset for every CLI test anyway).
@@ -46,6 +51,9 @@ from pathlib import Path
 SERVER = r"""
 import json, os, select, socket, sys
 import torch, torch._dynamo  # the 5 s a tuitrain process spends before its first line
+import gc
+gc.collect()
+gc.freeze()  # what the imports made, kept out of every child's collections (see the module's docstring)
 sock = socket.socket(fileno=int(sys.argv[1]))
 status = {}  # pid -> the write end of the pipe its exit status goes down
 
