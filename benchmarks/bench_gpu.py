@@ -100,6 +100,7 @@ Not on CUDA: a CUDA context cannot cross a fork, and each contender's is its own
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import math
 import os
@@ -385,6 +386,9 @@ def fork_parent(env: dict) -> None:
     import benchproj  # noqa: F401
     from tuitrain import Learner  # noqa: F401
     from tuitrain.core import events, flops  # noqa: F401
+
+    gc.collect()
+    gc.freeze()  # never garbage: left out of the forked contenders' collections, and of their ends'
 
 
 def child_env(device: str) -> dict:
