@@ -109,7 +109,9 @@ class Modal(ModalScreen[R]):
 
     def render(self):  # noqa: ANN201 (Textual's: a renderable or a Visual)
         below = super().render()
-        if isinstance(below, BackgroundScreen):
+        # DimmedScreen reads the compositor's lines of the screen below (Textual's `_compositor`, tested: 8.2);
+        # where a Textual has none, its own BackgroundScreen draws it
+        if isinstance(below, BackgroundScreen) and hasattr(below.screen, "_compositor"):
             return DimmedScreen(self, below)
         return below
 
