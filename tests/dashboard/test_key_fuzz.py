@@ -253,6 +253,37 @@ async def test_q_y_y_asks_for_one_stop_and_c_held_down_for_one_checkpoint(tmp_pa
 
 
 @sync
+async def test_keys_typed_with_the_one_that_opens_a_dialog_are_the_dialogs(tmp_path):
+    """Type-ahead: `q` `n` read together cancel the question they asked (the `n` used to be dropped: the
+    question stayed, and the user's next `q` answered it, seeming lost); `/loss` read together puts
+    `loss` in the filter. A `y` read with the `q` stops nothing (test above)."""
+    run = FakeRun(recorded_run(epochs=1, total_epochs=5, end="running"), wait_for_stop=True)
+    run.run_dir = str(tmp_path)
+    live = LiveRun(run)
+    app = LiveApp(live, None, clock=lambda: T0 + 60)
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: app.state.step == 20)
+            await burst(app, ["q", "n", "n"])  # the second n reaches the closing dialog, or the dashboard
+            await pilot.pause(0.2)
+            assert not isinstance(app.screen, ConfirmScreen) and app.is_running
+            await burst(app, ["q"])  # not lost: it asks again
+            await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+            await burst(app, ["escape"])
+            await until(pilot, lambda: not isinstance(app.screen, ConfirmScreen))
+            await burst(app, ["slash", "l", "o", "s", "s"])
+            await until(pilot, lambda: isinstance(app.screen, FilterScreen))
+            await until(pilot, lambda: app.screen.query_one("#filter-input").value == "loss")
+            await burst(app, ["enter"])
+            await until(pilot, lambda: not isinstance(app.screen, FilterScreen))
+            assert app.query_one(ChartGrid).filter_text == "loss"
+            assert not run.interrupter.stop_requested and app.is_running
+    finally:
+        run.interrupter.request_stop("test")
+        live.thread.join(10)
+
+
+@sync
 async def test_a_paste_of_2000_characters_into_the_filter(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     app = _watched(tmp_path)

@@ -22,6 +22,7 @@ from textual.screen import ModalScreen
 
 from tuitrain.core.control import Controller
 from tuitrain.dashboard.screens.confirm_screen import ConfirmScreen, stop_says
+from tuitrain.dashboard.screens.modal import Modal
 
 if TYPE_CHECKING:
     from tuitrain.dashboard.screens.screen import DashboardScreen
@@ -40,6 +41,9 @@ def restore_terminal_and_exit(app: App) -> None:
             os._exit(130)
     finally:
         os._exit(130)
+
+
+_READ_FOR = "tuitrain_read_for"  # the screen on top when a key was read (set on the key, for `_held_for_dialog`)
 
 
 class SteeredApp(App[int]):
@@ -88,7 +92,30 @@ class SteeredApp(App[int]):
         # there (ScreenStackError). check_action comes too late for it
         if isinstance(event, events.InputEvent) and not self.screen_stack:
             return
+        if isinstance(event, events.Key) and self._held_for_dialog(event):
+            return
         await super().on_event(event)
+
+    def _held_for_dialog(self, event: events.Key) -> bool:
+        """Type-ahead (`Modal`): a key read before the dialog on top was up waits for it, and goes to it.
+        Textual sends a key read from the terminal to the screen on top when it is read; the keys read
+        with `q` reach the dashboard screen, come back up to the app once the dialog is pushed, and find
+        only the dialog's bindings (a `n` for the stop dialog was dropped: the dialog stayed, and the
+        next key answered it). Ctrl+C is never held: it stops the run from anywhere."""
+        top = self.screen
+        if not event.is_forwarded:  # read from the terminal now: for the screen on top
+            if isinstance(top, Modal) and not top.ready and not top.closing and event.key != "ctrl+c":
+                top.hold(event, typed_ahead=False)
+                return True
+            setattr(event, _READ_FOR, top)
+            return False
+        # on its way back up to the app's bindings: read for a screen a dialog has since covered
+        read_for = getattr(event, _READ_FOR, top)
+        if read_for is top or not isinstance(top, Modal) or top.closing or read_for not in self.screen_stack:
+            return False
+        event.stop()
+        top.hold(event, typed_ahead=True)
+        return True
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Keys that steer leave the footer (and do nothing) once there is nothing to steer."""

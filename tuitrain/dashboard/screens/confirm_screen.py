@@ -1,7 +1,8 @@
 """`ConfirmScreen`: "stop training and leave?"; `y` confirms, any other key cancels.
 
 Dismissed with "stop" (y), "leave" (l, only when offered: watching a run in another process) or
-"cancel" (anything else). `stop_says` words what `y` does to the loop that runs: only what it does.
+"cancel" (anything else; typed with the `q`, before the question showed, too, except `y` and `l`, which
+must be typed once it shows). `stop_says` words what `y` does to the loop that runs: only what it does.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Static
 
-from tuitrain.dashboard.screens.modal import Modal
+from tuitrain.dashboard.screens.modal import Modal, is_typed_ahead
 
 
 def stop_says(loop: str, run_dir: bool = True) -> tuple[str, str]:
@@ -66,6 +67,8 @@ class ConfirmScreen(Modal[str]):
     def on_key(self, event: events.Key) -> None:
         event.stop()
         event.prevent_default()
+        if event.key in ("y", "l") and is_typed_ahead(event):
+            return  # typed with the q, before the question showed: it must be read first (any other key cancels)
         if event.key == "y":
             self.dismiss("stop")
         elif event.key == "l" and self.offer_leave:

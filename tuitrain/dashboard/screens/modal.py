@@ -6,6 +6,12 @@ for a dialog before it is gone popped the screen under it: the dashboard itself,
 ("ScreenStackError: Can't pop screen"). A `Modal` answers once: the first dismissal pops it and calls its
 callback; any later one (a key or click that reached it while it closed) does nothing.
 
+Keys read with the one that opened a dialog (`q` `n`, `/` `loss`, typed faster than the app reads) are
+the dialog's, in the order typed, as a terminal program's type-ahead is: the app holds them (`held`,
+filled by `SteeredApp`) until the dialog is up and its field focused, then hands them over marked
+`typed_ahead` (`is_typed_ahead`). A dialog may refuse such a key for an answer the user could not
+have read before typing it (`ConfirmScreen`: `y` stops nothing unless typed once the question shows).
+
 The screen below shows through a dialog's translucent background, tinted. Textual draws it again whole
 (`BackgroundScreen`: every cell's colours blended with the tint, then Rich's line splitting) whenever any
 part of the screen below changes, and once for each dialog opened: a tenth of a second of a core on a
@@ -22,6 +28,7 @@ from typing import TypeVar
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.segment import Segment
 from rich.style import Style as RichStyle
+from textual import events
 from textual.await_complete import AwaitComplete
 from textual.color import Color
 from textual.css.styles import RulesMap
@@ -95,11 +102,46 @@ class DimmedScreen(Visual):
         return RichVisual(self.widget, self.below).get_height(rules, width)
 
 
+TYPED_AHEAD = "typed_ahead"  # the attribute `Modal.hold` sets on a key it hands over
+
+
+def is_typed_ahead(event: events.Key) -> bool:
+    """A key typed before the dialog it reached was opened (read with the key that opened it)."""
+    return bool(getattr(event, TYPED_AHEAD, False))
+
+
 class Modal(ModalScreen[R]):
     """A `ModalScreen` whose `dismiss` acts once, and only while it is the screen on top; the screen below
     it drawn by `DimmedScreen`."""
 
     closing = False  # dismissed: it answers nothing more
+    ready = False  # up, its field focused: keys go to it as Textual sends them
+
+    def __init__(self, name: str | None = None, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(name, id, classes)
+        self.held: list[events.Key] = []  # keys read before it was up, for it, in order
+
+    def hold(self, key: events.Key, typed_ahead: bool) -> None:
+        """A key read before this dialog was up (`typed_ahead`: before it was even opened): handed to
+        it once it is up, after those held before it."""
+        copy = events.Key(key.key, key.character)
+        setattr(copy, TYPED_AHEAD, typed_ahead)
+        self.held.append(copy)
+        if self.ready:
+            self._hand_over()
+
+    def on_screen_resume(self) -> None:
+        # after Textual's own resume, which focuses the field (AUTO_FOCUS): the keys held go to it
+        if not self.ready:
+            self.call_after_refresh(self._hand_over)
+
+    def _hand_over(self) -> None:
+        self.ready = True
+        held, self.held = self.held, []
+        if self.closing:  # dismissed before it was up (Ctrl+C): what was typed for it goes with it
+            return
+        for key in held:  # the app reads them again, now for this screen: bindings, its field
+            self.app.post_message(key)
 
     def dismiss(self, result: R | None = None) -> AwaitComplete:
         if self.closing or not self.is_current:
@@ -116,4 +158,4 @@ class Modal(ModalScreen[R]):
         return below
 
 
-__all__ = ["DimmedScreen", "Modal"]
+__all__ = ["DimmedScreen", "Modal", "is_typed_ahead"]
