@@ -43,8 +43,9 @@ KEYS = [
     ("w", "window: full history, then the most recent steps only", "window: full history, recent steps"),
     (
         "/",
-        "show only the charts whose metric names match a regular expression (empty: all)",
-        "only the charts matching a regex (empty: all)",
+        "show only the charts whose metric names match a regular expression (empty: all); it shows the"
+        " hidden ones too: /device the device history, /band each metric's min/max band",
+        "only the charts matching a regex (empty: all; /device, /band)",
     ),
     (
         "[ / ]",
@@ -112,7 +113,7 @@ BRIEF = [
     ("Enter", "the focused chart alone; Enter or Esc: back"),
     ("l / s", "log scale / smoothing (EMA 0.6, 0.9, 0.99, off)"),
     ("x / w", "x axis: step, epoch, time, samples / window"),
-    ("/", "only the charts matching a regex (empty: all)"),
+    ("/", "only charts matching a regex (empty: all; /device, /band)"),
     ("[ / ]", "samples: a logged step older / newer"),
     ("i", "a cursor (←/→) and the values under it"),
     ("e", "export the screen and series: RUN_DIR/exports/"),
