@@ -43,8 +43,7 @@ KEYS = [
     ("w", "window: full history, then the most recent steps only", "window: full history, recent steps"),
     (
         "/",
-        "show only the charts whose metric names match a regular expression (empty: all); it shows the"
-        " hidden ones too: /device the device history, /band each metric's min/max band",
+        "only the charts whose names match a regular expression (empty: all; hidden ones too: /device, /band)",
         "only the charts matching a regex (empty: all; /device, /band)",
     ),
     (
