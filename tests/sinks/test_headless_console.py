@@ -98,6 +98,23 @@ def test_at_most_one_progress_line_per_interval():
     ]
 
 
+def test_a_loop_without_phases_names_each_metrics_split():
+    """Lightning and Monitor log at step scope with no PhaseStarted: a valid metric is "valid/loss" on the
+    progress line, as on the epoch line, never a bare "loss" that reads as training's."""
+    c, now, out, _ = console(interval=0.0)
+    c(RunStarted(run_dir="r", experiment="x", epochs=3, max_steps=24, steps_per_epoch=0, batch_size=8, time=0.0))
+    c(MetricsLogged(split="valid", epoch=1, step=8, metrics={"loss": 0.8374}, time=1.0))
+    c(MetricsLogged(split="train", epoch=2, step=9, metrics={"loss": 0.5, "lr": 0.1}, time=2.0))
+    c(MetricsLogged(split="", epoch=2, step=10, metrics={"throughput": 40.0}, time=3.0))
+    c(MetricsLogged(split="test", epoch=2, step=11, metrics={"throughput": 50.0}, time=4.0))
+    assert out.getvalue().splitlines()[1:] == [
+        "epoch 1/3 · step 8/24 · valid/loss 0.8374",
+        "epoch 2/3 · step 9/24 · loss 0.5000 · lr 0.1000",
+        "epoch 2/3 · step 10/24 · throughput 40.0 samples/s",
+        "epoch 2/3 · step 11/24 · test/throughput 50.0 samples/s",
+    ]
+
+
 def test_max_steps_shows_global_progress():
     c, now, out, _ = console()
     start(c, max_steps=150)

@@ -181,8 +181,11 @@ class HeadlessConsole:
             case MetricsLogged(scope="step"):
                 # a loop of one's own (Monitor, Lightning) says its epoch here alone, without EpochStarted
                 self.epoch = event.epoch or self.epoch
-                if event.split == self.split or not self.split:
+                if event.split == self.split:
                     self.metrics = dict(event.metrics)
+                elif not self.split:  # no phases: a split other than train is named, as "valid/loss"
+                    named = event.split not in ("", "train")
+                    self.metrics = {(f"{event.split}/{k}" if named else k): v for k, v in event.metrics.items()}
                 self.batches = event.batches or self.batches
                 self._advance(event.step, event.batch, event.time)
                 self._maybe_progress()
