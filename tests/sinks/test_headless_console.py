@@ -2,6 +2,7 @@ import io
 
 from sink_run import SUMMARY, run_events
 from tuitrain.core.events import (
+    AlertRaised,
     CheckpointFailed,
     ControlReceived,
     EpochStarted,
@@ -113,6 +114,22 @@ def test_a_loop_without_phases_names_each_metrics_split():
         "epoch 2/3 · step 10/24 · throughput 40.0 samples/s",
         "epoch 2/3 · step 11/24 · test/throughput 50.0 samples/s",
     ]
+
+
+def test_an_alert_line_holds_its_title_and_a_loop_without_epochs_says_none():
+    """`mon.alert("my alert", text=...)`: the title is on the headless line as on the dashboard and in
+    experiment.log (it was dropped); a Monitor loop without epochs is not "0 epochs"."""
+    c, now, out, err = console()
+    c(RunStarted(run_dir="r", experiment="gpt", epochs=0, max_steps=100, steps_per_epoch=0, batch_size=8))
+    c(RunStarted(run_dir="s", experiment="one", epochs=1, max_steps=0, steps_per_epoch=5, batch_size=8))
+    assert out.getvalue().splitlines()[:2] == [
+        "run r · experiment gpt · max_steps 100",
+        "run s · experiment one · 1 epoch × 5 steps",
+    ]
+    for title, text, level in [("my alert", "something odd", "warning"), ("just a title", "just a title", "info")]:
+        c(AlertRaised(rule="user", level=level, title=title, text=text, step=3))
+    assert err.getvalue().splitlines() == ["ALERT warning [user] my alert: something odd"]
+    assert out.getvalue().splitlines()[-1] == "info [user] just a title"
 
 
 def test_max_steps_shows_global_progress():

@@ -86,7 +86,7 @@ class UserAlerts:
                 self.odd_levels.add(said)
                 out.append(
                     OutputPrinted(
-                        text=f"[tuitrain] mon.alert: level {said[:40]!r} is not one of info, warning, error: "
+                        text=f"mon.alert: level {said[:40]!r} is not one of info, warning, error: "
                         "raised as a warning",
                         stream="tuitrain",
                     )

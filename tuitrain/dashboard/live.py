@@ -147,7 +147,7 @@ class LiveRun:
                 reader.work()
             except Exception as e:  # the past unreadable: this session is still shown
                 self._emit(
-                    OutputPrinted(text=f"[tuitrain] the run's past sessions could not be read: {e}", stream="tuitrain"),
+                    OutputPrinted(text=f"the run's past sessions could not be read: {e}", stream="tuitrain"),
                     None,
                 )
             self._emit(PastSessionsRead(), None)

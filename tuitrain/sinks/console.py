@@ -55,6 +55,13 @@ def plain(text: str) -> str:
     return safe_text(text)
 
 
+def alert_text(event: AlertRaised) -> str:
+    """An alert's title and text in one line, as the dashboard and experiment.log say it ("my alert:
+    what was seen"); the title once where the text is the title (`mon.alert("title")` alone)."""
+    title, text = safe_text(event.title, lines=False), safe_text(event.text, lines=False)
+    return f"{title}: {text}" if title and text != title else text or title
+
+
 def format_rate(rate: float) -> str:
     if rate >= 100:
         return f"{rate:.0f} it/s"
@@ -154,9 +161,11 @@ class HeadlessConsole:
                 metrics = (event.config or {}).get("metrics")
                 if isinstance(metrics, dict) and metrics.get("throughput_unit") in ("samples", "tokens"):
                     self.throughput_unit = metrics["throughput_unit"]
-                text = f"run {event.run_dir}{SEP}experiment {event.experiment}{SEP}{event.epochs} epochs"
-                if event.steps_per_epoch:
-                    text += f" × {event.steps_per_epoch} steps"
+                text = f"run {event.run_dir}{SEP}experiment {event.experiment}"
+                if event.epochs:  # a loop of one's own (Monitor) may have no epochs: none said
+                    text += f"{SEP}{event.epochs} epoch{'s' if event.epochs != 1 else ''}"
+                    if event.steps_per_epoch:
+                        text += f" × {event.steps_per_epoch} steps"
                 if event.max_steps:
                     text += f"{SEP}max_steps {event.max_steps}"
                 self._emit(text)
@@ -212,11 +221,11 @@ class HeadlessConsole:
             case OutputPrinted(text=text, stream=stream):
                 self._emit(text, self.err if stream == "stderr" else self.stream)
             case AlertRaised(level="info"):  # a script's note: a line of its own, not an alarm
-                self._emit(f"info [{safe_text(event.rule, lines=False)}] {safe_text(event.text, lines=False)}")
+                self._emit(f"info [{safe_text(event.rule, lines=False)}] {alert_text(event)}")
             case AlertRaised():  # one line of its own, on stderr: seen in a CI log, a `tee`, a mail from cron
                 self._emit(
                     f"ALERT {safe_text(event.level, lines=False)} [{safe_text(event.rule, lines=False)}] "
-                    f"{safe_text(event.text, lines=False)}",
+                    f"{alert_text(event)}",
                     self.err,
                 )
             case RolledBack():
