@@ -97,7 +97,7 @@ def _parser() -> argparse.ArgumentParser:
     c = sub.add_parser("checkpoint", help="ask a live run to write a checkpoint now")
     c.add_argument("run_dir", metavar="RUN_DIR")
     ls = sub.add_parser("ls", help="one line per run: name, started, status, epoch/step, best value")
-    ls.add_argument("dir", metavar="PATH", nargs="?", default="runs")
+    ls.add_argument("dir", metavar="PATH", nargs="?", default="runs", help="a folder of runs, or a CONFIG.toml")
     lr = sub.add_parser(
         "lr-find", help="learning-rate range test: a plot, the suggested lr and a CSV; nothing of the run is kept"
     )
@@ -367,7 +367,18 @@ def cmd_ls(args: argparse.Namespace) -> int:
     from .run.directories import format_runs, list_runs
 
     root = Path(args.dir)
-    if not root.exists():
+    if root.suffix == ".toml" and not root.is_dir():  # a config: its experiment's folder, as `run` makes it
+        from .config import ConfigError, load_config
+
+        try:
+            cfg = load_config(root)
+        except ConfigError as e:
+            return _error(str(e))
+        root = Path(cfg.experiment.dir) / cfg.experiment.name
+        if not root.exists():
+            print(f"no runs of {args.dir} yet: {root} does not exist")
+            return 0
+    elif not root.exists():
         return _error(f"{args.dir}: no such folder")
     rows = list_runs(root)  # tuitrain's runs and every other tool's (a file: an MLflow or trackio database)
     if not rows:

@@ -154,6 +154,8 @@ def test_ls_lists_the_run(good):
     assert f"tiny/{run.name}" in lines[0]
     assert "completed" in lines[0]
     assert str(N_STEPS) in lines[0]
+    by_config = tiny.cli("ls", tiny.config)  # SPEC: `ls CONFIG.toml` lists that config's experiment folder
+    assert by_config.returncode == 0 and by_config.stdout == r.stdout, by_config.stdout + by_config.stderr
 
 
 def test_stop_on_a_finished_run_exits_1(good):
@@ -389,3 +391,7 @@ def test_ls_with_no_runs(tiny):
 def test_ls_of_a_missing_folder_exits_2(tiny):
     r = tiny.cli("ls", "nowhere")
     assert r.returncode == 2 and "nowhere" in r.stderr
+    r = tiny.cli("ls", "nowhere.toml")  # a config that is not there: said as for `run`
+    assert r.returncode == 2 and "nowhere.toml: no such file" in r.stderr and not r.stdout
+    r = tiny.cli("ls", tiny.config)  # a config whose experiment has no runs yet
+    assert r.returncode == 0 and "no runs of" in r.stdout
