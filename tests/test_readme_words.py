@@ -61,3 +61,18 @@ def test_every_command_of_the_cli_is_in_the_readmes_list_and_every_page_it_links
             if "://" in target:
                 continue
             assert (page.parent / target).exists(), f"{page.relative_to(ROOT)} links to {target}, which is not there"
+
+
+def test_the_signature_docs_api_gives_for_fit_is_the_real_one():
+    """A newcomer called `fit(train=..., valid=...)` as docs/api.md named them: TypeError."""
+    import inspect
+
+    from tuitrain import Learner
+
+    doc = (ROOT / "docs" / "api.md").read_text(encoding="utf-8")
+    said = re.search(r"`fit\(([^`]*)\)`", doc).group(1)
+    names = [p.split("=")[0].strip() for p in said.split(",") if p.strip() not in ("*", "")]
+    real = inspect.signature(Learner.fit).parameters
+    assert names and all(n in real for n in names), (names, list(real))
+    for n in names:  # keyword-only where the docs put them after the *
+        assert (real[n].kind is inspect.Parameter.KEYWORD_ONLY) == (said.index(n) > said.find("*") >= 0), n
