@@ -254,6 +254,8 @@ def _frames(run_dir: Path, args: argparse.Namespace) -> int:
     return run_frames(run_dir, Path(args.frames), theme, (int(cols), int(rows)))
 
 
+#: a tuitrain run's own files: given one, `watch` and `serve` show its run
+RUN_FILES = ("events.jsonl", "run.json")
 #: the tools whose runs `watch`, `ls` and `serve` find, as an error names them
 TOOLS = "tuitrain, TensorBoard, Lightning CSVLogger, MLflow, trackio, W&B"
 
@@ -264,6 +266,8 @@ def _watched(paths: list[str]) -> tuple[list, str] | int:
     and a line naming the extras their readers miss ("" when none). A path with no run: one line, exit 2."""
     from .sources import registry
 
+    # a file of a tuitrain run (`watch RUN/events.jsonl`): that run
+    paths = [str(Path(p).parent) if Path(p).name in RUN_FILES and Path(p).is_file() else p for p in paths]
     found = registry.find(paths)
     for line in found.unreadable:
         print(f"tuitrain: {line}", file=sys.stderr)

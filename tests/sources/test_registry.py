@@ -212,6 +212,12 @@ def test_ls_lists_every_tool_s_runs_and_watch_says_a_bad_path_in_one_line(mixed)
         r = tiny.cli("watch", path)
         assert r.returncode == 2 and r.stderr.count("\n") == 1 and said in r.stderr, r.stderr
         assert r.stderr.startswith(f"tuitrain: error: {path}: ")
+    from tuitrain.cli import _watched  # a run's own file names that run (it was "not a run directory")
+
+    run = next(p for p in (tiny.runs / "tiny").iterdir() if (p / "events.jsonl").is_file())
+    for name in ("events.jsonl", "run.json"):
+        got = _watched([str(run / name)])
+        assert not isinstance(got, int) and [Path(r.path).resolve() for r in got[0]] == [run.resolve()], got
 
 
 @sync
