@@ -21,7 +21,7 @@ from tuitrain.core.events import RunStarted
 from tuitrain.core.lifecycle import run_failed
 from tuitrain.core.output import capture_output
 from tuitrain.run.directories import claim_run_dir, claimed_runs, find_runs, new_run_dir
-from tuitrain.run.preflight import preflight
+from tuitrain.run.preflight import preflight, resume_mismatch
 from tuitrain.run.session import RunSession
 from tuitrain.run.signals import StopOnSignals, carry_preemption
 
@@ -172,6 +172,14 @@ def prepare_run(
         except CheckpointError as e:
             raise UsageError(str(e)) from None
         left_to_train(ckpt_data, cfg, f"--resume {resume}: {ckpt_path}")
+        # a checkpoint this config's model cannot load is refused here, before the run directory is written
+        # (it used to fail in training: run.json failed at step 0, config.toml rewritten)
+        why = resume_mismatch(cfg, ckpt_data)
+        if why is not None:
+            raise UsageError(
+                f"--resume {resume}: {ckpt_path} does not fit this config: {why}; nothing was changed "
+                f"(resume with the config it was trained with: {rdir / 'config.toml'})"
+            )
         # `--resume auto --run-dir X` continues the newest run placed there (X, or X-2 ... once X held one)
         placed = [Path(run_dir), *(claimed_runs(run_dir) if resume_auto else [])] if run_dir else []
         if run_dir and rdir.resolve() not in {p.resolve() for p in placed}:
