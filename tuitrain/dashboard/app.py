@@ -348,8 +348,9 @@ class DashboardApp(SteeredApp):
 
     def on_chart_grid_export_requested(self, message: ChartGrid.ExportRequested) -> None:
         """e (a chart key, `ChartGrid`'s): the screen as SVG and every series as CSV in
-        RUN_DIR/exports/STAMP/; the path shown."""
-        run_dir = self.state.run_dir or str(getattr(self.source, "run_dir", "") or "")
+        RUN_DIR/exports/STAMP/; the path shown. RUN_DIR is the folder read (watched: as typed, wherever the
+        run was started or moved), the run_dir its events recorded only for a run in this process."""
+        run_dir = str(getattr(self.source, "run_dir", "") or "") or self.state.run_dir
         if not run_dir:
             self.notify("nothing to export into: this run has no run directory", severity="warning", timeout=4)
             return

@@ -3,8 +3,11 @@
 compared (`tuitrain watch A B`): the folder goes in the first run's directory, with a subfolder of
 CSVs for each run and the config keys that differ as config-differences.csv.
 
-A series holds every logged value up to its capacity (1024 points); past that, each bucket's
-minimum and maximum, each at its own step (the run's metric files hold everything). A run's logged
+The CSVs hold every logged value, live or not: a run of tuitrain's own is read back from its
+events.jsonl (`read_back`: the chart's series keep only each bucket's minimum and maximum past 1024
+points), each row's epoch, time and samples from that reading's own x axes; what the screen has
+that the file does not yet (the last fraction of a second of a live run) follows. A run read from
+another tool's log is written as the charts hold it. A run's logged
 media (`write_media`): each histogram as histogram-NAME.csv (a row a step kept: its min, max, mean,
 range and counts), and media.csv, the images and texts the dashboard holds (name, step, kind, the file
 in the run directory, a text's words); the images themselves are in RUN_DIR/media already. Must not
@@ -14,12 +17,20 @@ import textual.
 from __future__ import annotations
 
 import csv
+import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
+
+from tuitrain.core.events import Event
 from tuitrain.dashboard.state.compared import compared
 from tuitrain.dashboard.state.model import DashboardState
+from tuitrain.dashboard.state.series import Anchors, Series
 from tuitrain.sinks.metric_files import safe_stem
+from tuitrain.sources.events_file import EVENTS_FILE
+from tuitrain.sources.run_files import FileSource
 
 
 def export_folder(run_dir: str | Path, when: float) -> Path:
@@ -51,12 +62,16 @@ def write_view(state: DashboardState, folder: Path) -> str:
 
 def write_series(state: DashboardState, folder: Path) -> list[Path]:
     """One CSV a series, named SPLIT-SCOPE-METRIC.csv: step, then the other x axes the run has
-    (epoch, time in seconds since the start, samples seen), then the value."""
-    axes = [a for a in state.x_axes() if a != "step"]
+    (epoch, time in seconds since the start, samples seen), then the value; every logged value
+    where the run's events.jsonl is there to read back (`read_back`)."""
+    full = read_back(state)
+    source = full or state
+    axes = [a for a in source.x_axes() if a != "step"]
     written = []
-    for (split, scope, name), series in sorted(state.series.items()):
+    for key, series in sorted(_every_series(state, full).items()):
         if not series.count:
             continue
+        split, scope, name = key
         path = folder / f"{safe_stem(split)}-{safe_stem(scope)}-{safe_stem(name)}.csv"  # any name: one file each
         xs, ys = series.points()
         with open(path, "w", newline="", encoding="utf-8") as f:
@@ -64,10 +79,89 @@ def write_series(state: DashboardState, folder: Path) -> list[Path]:
             out.writerow(["step"] + axes + [name])
             for x, y in zip(xs, ys):
                 out.writerow(
-                    [int(x) if float(x).is_integer() else x] + [round(state.axes[a](x), 6) for a in axes] + [repr(y)]
+                    [int(x) if float(x).is_integer() else x] + [round(source.axes[a](x), 6) for a in axes] + [repr(y)]
                 )
         written.append(path)
     return written
+
+
+class Kept(Series):
+    """Every point given, in order, none left out (a NaN or inf too: it was logged): a series read back
+    for the export, where the chart's keeps each bucket's extremes."""
+
+    def __init__(self, capacity: int = 0, recent: int = 0) -> None:
+        super().__init__(4, 0)
+        self._xs: list[np.ndarray] = []
+        self._ys: list[np.ndarray] = []
+
+    def append(self, x: float, y: float) -> None:
+        self.extend([x], [y])
+
+    def extend(self, xs, ys) -> None:
+        x, y = np.asarray(xs, dtype=np.float64), np.asarray(ys, dtype=np.float64)
+        if y.size:
+            self._xs.append(x)
+            self._ys.append(y)
+            self.count += int(y.size)
+            self.last = (float(x[-1]), float(y[-1]))
+
+    def points(self, window: int | None = None) -> tuple[list[float], list[float]]:
+        if not self._xs:
+            return [], []
+        return np.concatenate(self._xs).tolist(), np.concatenate(self._ys).tolist()
+
+
+class ReadBack(DashboardState):
+    """A run's state as its events.jsonl gives it, every value kept (`Kept`), its x axes anchored at
+    every logged step (no thinning)."""
+
+    series_type = Kept
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        super().__init__(clock=clock)
+        self.axes = {a: Anchors(sys.maxsize) for a in self.axes}
+
+
+def read_back(state: DashboardState) -> ReadBack | None:
+    """`state`'s run read anew from its events.jsonl (in the folder its files are read from: the one
+    watched, or the live run's own), every value kept; None for a run read from another tool's log,
+    or without that file."""
+    where = state.files_dir or (Path(state.run_dir) if state.run_dir else None)
+    if state.tool or where is None:
+        return None
+    try:
+        size = (where / EVENTS_FILE).stat().st_size
+    except OSError:
+        return None
+    if not size:
+        return None
+    full = ReadBack(state.clock)
+    source = FileSource(where, until=size)  # what is there now; a live run goes on writing after it
+
+    def fold(event: Event, _state: object) -> None:
+        full.apply([event])
+
+    source.open(fold)
+    source.work()
+    return full if full.series else None
+
+
+def _every_series(state: DashboardState, full: ReadBack | None) -> dict[tuple[str, str, str], Series]:
+    """The series to write: those read back, each followed by what the screen holds past the file's
+    newest step (a live run's values not written yet); the screen's own where nothing was read back."""
+    if full is None:
+        return dict(state.series)
+    every: dict[tuple[str, str, str], Series] = dict(full.series)
+    for key, series in state.series.items():
+        kept = full.series.get(key)
+        if kept is None or kept.last is None:
+            every.setdefault(key, series)
+            continue
+        xs, ys = series.points(window=sys.maxsize)  # the newest points, exactly
+        after = [(x, y) for x, y in zip(xs, ys) if x > kept.last[0]]
+        if after:
+            kept.extend([x for x, _ in after], [y for _, y in after])
+    return every
 
 
 def write_media(state: DashboardState, folder: Path) -> list[Path]:

@@ -187,8 +187,9 @@ class Feed:
         screen.controls.set_paused(st.paused)
 
     def show_title(self) -> None:
-        """The title bar: the run, where it is (a watched run: its directory as given), live or ended."""
-        where = self.state.run_dir or (str(getattr(self.source, "run_dir", "") or "") if self.watching else "")
+        """The title bar: the run, where it is (a watched run: its directory as given, not the run_dir its
+        events recorded, which is relative to where it was started and stays so when it is moved), live or ended."""
+        where = (str(getattr(self.source, "run_dir", "") or "") if self.watching else "") or self.state.run_dir
         # "[watching]" only in `tuitrain watch`: a run in its own terminal (`Monitor`, Lightning) is "[live]"
         self.screen.show_title(self.state, where, self.watching_label)
 

@@ -88,6 +88,7 @@ class DashboardState:
 
     #: what the views ask in place of probing attributes: "run" (one run), "compare" (compare.py), "sweep"
     kind = "run"
+    series_type: type[Series] = Series  #: what holds a series (the export's read-back keeps every value)
 
     def __init__(self, clock: Callable[[], float] = time.time, capacity: int = 1024, recent: int = 400) -> None:
         self.clock = clock
@@ -133,7 +134,8 @@ class DashboardState:
         # the other x axes, as maps from the global step: seconds since the start, epochs, samples seen
         self.axes: dict[str, Anchors] = {"epoch": Anchors(), "time": Anchors(), "samples": Anchors()}
         self.mode = ""  # "min" or "max": the monitored metric's direction, from the config
-        self._samples = 0  # items of training steps seen (StepCompleted)
+        self._samples = 0  # items of training steps seen (StepCompleted) up to step `_samples_step`
+        self._samples_step = 0
         #: the recent training steps: items/s, steps/s (throughput.py)
         self.throughput = Throughput(lambda: self.batch_size)
         self._step_events = False  # live runs send StepCompleted; files only MetricsLogged
@@ -357,7 +359,8 @@ class DashboardState:
                 self.mode = str(checkpoint.get("mode", "") or "")
                 self.bell = _table(cfg, "alerts").get("bell", True) is not False
                 self.media.keep = keep_of(cfg)
-                self._samples = max(self._samples, event.start_step * (event.batch_size or 0))
+                if event.start_step * (event.batch_size or 0) > self._samples:  # a resumed run's items before it
+                    self._samples, self._samples_step = event.start_step * event.batch_size, event.start_step
                 every = _table(cfg, "train").get("validate_every", 1)
                 self.validate_every = every if isinstance(every, int) and every > 0 else 1
                 self.final, self.stopping, self.paused = "", False, False
@@ -517,7 +520,7 @@ class DashboardState:
         return {Plot, Progress}
 
     def _new_series(self, key: tuple[str, str, str]) -> Series:
-        series = self.series[key] = Series(self.capacity, self.recent)
+        series = self.series[key] = self.series_type(self.capacity, self.recent)
         name = key[2]
         if name not in self.metric_names:
             if name.startswith(DEVICE_PREFIX):
@@ -555,10 +558,8 @@ class DashboardState:
             if known.any():
                 part = np.minimum(batch[known], batches[known]) / batches[known]
                 self.axes["epoch"].extend(steps[known], epochs[known] - 1 + part)
-            if self._samples:
-                self.axes["samples"].extend(steps, np.full(steps.size, float(self._samples)))
-            elif self.batch_size and not self._step_events:
-                self.axes["samples"].extend(steps, steps * self.batch_size)
+            if self._samples or self.batch_size:
+                self.axes["samples"].extend(steps, self._samples_at(steps))
             if not self._step_events:
                 self.throughput.wait(steps, times)
         return changed
@@ -578,11 +579,16 @@ class DashboardState:
             self.axes["time"].add(event.step, event.time - self.origin)
         if event.batches and event.epoch:
             self.axes["epoch"].add(event.step, event.epoch - 1 + min(event.batch, event.batches) / event.batches)
-        if self._samples:
-            self.axes["samples"].add(event.step, self._samples)
-        elif self.batch_size and not self._step_events:
-            self.axes["samples"].add(event.step, event.step * self.batch_size)
+        if self._samples or self.batch_size:
+            self.axes["samples"].add(event.step, float(self._samples_at(event.step)))
+
+    def _samples_at(self, step: float | np.ndarray) -> np.ndarray:
+        """Items seen by `step` (a number or an array of steps): those counted up to `_samples_step` (step
+        events, a resumed run's start), on by the batch size a step. The sampled step events a live run's
+        screen gets come now and then, not at each logged step: the count alone lags behind it."""
+        return np.maximum(self._samples + (step - self._samples_step) * self.batch_size, 0)
 
     def _tick(self, t: float, step: int, items: int, steps: int = 1) -> None:
-        if self.throughput.tick(t, step, items, steps) and self._step_events:
-            self._samples += items
+        self.throughput.tick(t, step, items, steps)
+        if self._step_events and step > self._samples_step:  # (a step logged before its step event came: counted)
+            self._samples, self._samples_step = self._samples + items, step
