@@ -145,6 +145,42 @@ def test_unknown_metric_without_a_phase_of_ones_own_is_still_an_error(tmp_path):
     assert err.key == "metrics.train[1]" and "did you mean 'accuracy'" in err.message
 
 
+def test_a_metric_the_step_cannot_return_is_said_before_anything_trains(tmp_path):
+    """tuitrain's own step returns no named values: with a model class that has no train_step/valid_step,
+    a name that is not built in ("acc", "f1") is refused up front; it used to fail the run at its first
+    step (exit 1, a run directory), or after a whole epoch for a valid one."""
+    (tmp_path / "stepvalue_models.py").write_text(
+        textwrap.dedent("""
+        import torch
+
+        class Plain(torch.nn.Linear):
+            pass
+
+        class Own(torch.nn.Linear):
+            def train_step(self, batch):
+                return {"loss": self(batch[0]).sum(), "perplexity": 1.0}
+
+        def build(**kw):
+            return torch.nn.Linear(**kw)
+        """)
+    )
+
+    def config(model: str, train: str, valid: str = '["loss"]') -> Path:
+        path = tmp_path / "c.toml"
+        path.write_text(
+            f'[model]\ntarget = "stepvalue_models:{model}"\nin_features = 2\nout_features = 2\n[data]\ntarget = "stepvalue_models:build"\n'
+            f'[loss]\ntarget = "torch.nn:MSELoss"\n[metrics]\ntrain = {train}\nvalid = {valid}\n'
+        )
+        return path
+
+    err = error_of(config("Plain", '["loss", "acc"]'))
+    assert err.key == "metrics.train[1]" and "did you mean 'accuracy'" in err.message and "train_step" in err.message
+    err = error_of(config("Plain", '["loss"]', '["loss", "accuracy", "f1"]'))
+    assert err.key == "metrics.valid[2]" and "Plain has no valid_step" in err.message
+    for model, train in (("Own", '["loss", "perplexity"]'), ("build", '["loss", "perplexity"]')):
+        validate(load_config(config(model, train)))  # a step of its own, or a model not known before it is built
+
+
 def test_ddp_refuses_several_models(project):
     from tuitrain.run.launch import check_config
 

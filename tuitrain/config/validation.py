@@ -44,12 +44,45 @@ def validate(cfg: Config) -> None:
                     fn = resolve_target(item["target"], cfg.base_dir, f"{key}.target")
                     kwargs = {k: v for k, v in item.items() if k not in ("target", "name")}
                     check_kwargs(fn, kwargs, key, target=item["target"])
+        _validate_step_values(cfg)
         if target := cfg.log.samples.get("target"):
             fn = resolve_target(target, cfg.base_dir, "log.samples.target")
             if not callable(fn):
                 raise ConfigError(f"{target!r} is not a function (model, step)", key="log.samples.target")
         _validate_theme(cfg)
         _validate_init_from(cfg)
+
+
+def _validate_step_values(cfg: Config) -> None:
+    """A metric name that is not built in is a value the step returns by name; tuitrain's own step returns
+    none (the loss, the output, the target), so where the model is a class without train_step/valid_step
+    and no phase of the user's runs the split, such a name can only be a slip ("acc"): said now, not at
+    the first step of the run (or after a whole epoch of training, for a valid one)."""
+    from tuitrain.config.loading import BUILTIN_METRICS, TOPK_RE
+
+    models = named_parts(cfg.model, "model")
+    if len(models) != 1:  # several models train through a phase of the user's
+        return
+    cls = resolve_target(models[0][1].target, cfg.base_dir, "model.target")
+    if not inspect.isclass(cls):  # a function that builds the model: what it builds is not known here
+        return
+    for split, phase, method in (
+        ("train", cfg.train.phase, "train_step"),
+        ("valid", cfg.train.valid_phase, "valid_step"),
+    ):
+        if phase or hasattr(cls, method):
+            continue
+        for i, item in enumerate(getattr(cfg.metrics, split)):
+            if not isinstance(item, str) or item in BUILTIN_METRICS or TOPK_RE.match(item):
+                continue
+            near = [b for b in BUILTIN_METRICS if b.startswith(item)][:1]
+            hint = f" (did you mean '{near[0]}'?)" if near else suggest(item, BUILTIN_METRICS)
+            raise ConfigError(
+                f"unknown metric {item!r}{hint}: it is not built in ({', '.join(BUILTIN_METRICS)}, topK_accuracy), "
+                f"and {cls.__name__} has no {method} to return a value by that name; for another metric give a "
+                'table with a target (e.g. { target = "torchmetrics:F1Score", task = "binary" })',
+                key=f"metrics.{split}[{i}]",
+            )
 
 
 def _torch_classes(module: Any, base: type, exclude: tuple[str, ...]) -> dict[str, type]:
