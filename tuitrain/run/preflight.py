@@ -144,10 +144,10 @@ def resume_mismatch(cfg: Any, data: Mapping[str, Any]) -> str | None:
             mine = model.state_dict()
         except Exception:  # the run builds it for real and says what is wrong
             return None
-        why = _state_mismatch(saved, mine)
-        if why is not None:
-            return why
-        return _optimizer_mismatch(cfg, data, models, target)
+        try:
+            return _state_mismatch(saved, mine) or _optimizer_mismatch(cfg, data, models, target)
+        except Exception:  # a checkpoint of a shape not foreseen here: the run loads it and says
+            return None
 
 
 def _shape(value: Any) -> str:
@@ -160,11 +160,12 @@ def _state_mismatch(saved: Mapping[str, Any], mine: Mapping[str, Any]) -> str | 
     """The first of `mine`'s entries that `saved` lacks or holds in another shape, or the first `saved` has
     that `mine` lacks, as `load_state_dict(strict=True)` would refuse them; None when they fit."""
     import torch
+    from torch.nn.parameter import is_lazy
 
     differ = [
         k
         for k, v in mine.items()
-        if k in saved and isinstance(v, torch.Tensor) and isinstance(saved[k], torch.Tensor)
+        if k in saved and isinstance(v, torch.Tensor) and isinstance(saved[k], torch.Tensor) and not is_lazy(v)
         if v.shape != saved[k].shape
     ]
     missing = [k for k in mine if k not in saved]
