@@ -91,3 +91,16 @@ def test_past_the_end_a_run_s_folder_is_refused_as_latest_is(runs, capsys, monke
     by_latest = refused(tiny, capsys, "latest", "train.max_steps=5")
     assert "nothing is left to train" in by_path
     assert by_path.replace(f"--resume {done}:", "--resume latest:") == by_latest
+
+
+def test_at_the_end_a_run_s_folder_ends_at_once_as_latest_does(runs, capsys, monkeypatch, forget_tinyproj):
+    """A completed run resumed with its own config: by its folder as by `latest`, it ends at once, completed
+    (tests/cli/test_resume_past_the_end.py), and writes no checkpoint. Last here: it adds a session to the run."""
+    tiny, _, done = runs
+    monkeypatch.chdir(tiny.root)
+    checkpoints = sorted((done / "checkpoint").glob("*.pt"))
+    for spec in (done, "latest"):
+        assert resume(tiny, spec, "train.epochs=1") == 0, capsys.readouterr()
+        out = capsys.readouterr().out
+        assert "training completed: all 1 epochs done" in out and "epoch 1 · step 7" in out, out
+        assert sorted((done / "checkpoint").glob("*.pt")) == checkpoints
