@@ -450,3 +450,35 @@ def test_fit_freezes_the_heap_while_training_and_unfreezes_it_after():
     assert learner.fit(ds).exit_code == 0
     assert frozen_during and min(frozen_during) > max(before, 1000)  # the model, torch, ... at least
     assert gc.get_freeze_count() == 0
+
+
+def test_an_empty_validation_set_is_said_once_and_sections_may_be_dicts():
+    """An empty validation set ran no batch and said nothing (no valid metrics, so checkpoint.monitor and
+    early stopping never acted, in silence): now one line says so. `metrics={"valid": [...]}` as a dict is
+    the Metrics section (it raised AttributeError: 'dict' object has no attribute 'train')."""
+    from tuitrain.core.events import OutputPrinted
+
+    events = []
+    model = linear()
+    learner = CoreLearner(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        loss_fn=nn.MSELoss(),
+        callbacks=[lambda e, s: events.append(e)],
+        metrics={"valid": ["loss"]},
+        train={"epochs": 2, "device": "cpu"},
+    )
+    assert learner.fit(data(n=8), data(n=0)).exit_code == 0
+    said = [e.text for e in events if isinstance(e, OutputPrinted) and "validation ran on no batch" in e.text]
+    assert len(said) == 1 and "checkpoint.monitor" in said[0]
+    assert not [e for e in events if isinstance(e, MetricsLogged) and e.split == "valid"]
+    with pytest.raises(TypeError, match="Metrics has no field 'valdi'"):
+        CoreLearner(model, None, metrics={"valdi": ["loss"]})
+    with pytest.raises(TypeError, match="train= takes a Train or a dict of its fields, not int"):
+        CoreLearner(model, None, train=3)
+    said.clear()
+    events.clear()
+    sgd = torch.optim.SGD(model.parameters(), lr=0.1)
+    learner = CoreLearner(model, sgd, loss_fn=nn.MSELoss(), callbacks=[lambda e, s: events.append(e)], epochs=1)
+    assert learner.fit(data(n=8), data(n=4)).exit_code == 0  # a validation set with batches: nothing said
+    assert not [e for e in events if isinstance(e, OutputPrinted) and "validation ran" in e.text]

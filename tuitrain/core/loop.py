@@ -81,6 +81,7 @@ class Loop:
         self.phase: Phase | None = None  # the phase running now (set as it begins)
         self.valid_due = False  # validate_every_n_steps: a validation waits at the next boundary
         self.validating = False
+        self.said_no_valid = False  # an empty validation said (once a fit)
         self.checkpoint_due: Save | None = None  # a step checkpoint waits at the next boundary
         self.step_saves = False  # step checkpoints are saved: each step asks the policy
         self.epoch_batches = 0
@@ -474,6 +475,12 @@ class Loop:
             res = self.valid_epoch(self.valid_loader, state)
         self.record(p.valid_phase.split, res)
         state.valid_at = state.step
+        if not res and p.metric_sets[p.valid_phase.split].metrics and not self.said_no_valid:
+            self.said_no_valid = True  # an empty validation set: said once, not passed over in silence
+            text = "validation ran on no batch (the validation data is empty): no valid metrics, so what watches"
+            p.bus.emit(
+                OutputPrinted(text=text + " them (checkpoint.monitor, early stopping) never acts", stream="tuitrain")
+            )
 
     def validate_mid_epoch(self, state: TrainState) -> None:
         """`validate_every_n_steps`: validate inside the training phase, which then goes on as if

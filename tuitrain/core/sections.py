@@ -254,8 +254,9 @@ SECTIONS = {
 
 def with_shortcuts(sections: Mapping[str, Any], shortcuts: Mapping[str, Any]) -> dict[str, Any]:
     """`sections` (name -> a section or None) with the flat keywords applied over them: a TypeError for
-    a keyword that is not one (naming its section's field when it has one)."""
-    out = {name: sections.get(name) or cls() for name, cls in SECTIONS.items()}
+    a keyword that is not one (naming its section's field when it has one). A section may be given as a
+    dict of its fields (`metrics={"valid": ["loss", "accuracy"]}`)."""
+    out = {name: _section(name, cls, sections.get(name)) for name, cls in SECTIONS.items()}
     changes: dict[str, dict[str, Any]] = {}
     for key, value in shortcuts.items():
         where = SHORTCUTS.get(key)
@@ -265,6 +266,23 @@ def with_shortcuts(sections: Mapping[str, Any], shortcuts: Mapping[str, Any]) ->
     for name, values in changes.items():
         out[name] = dataclasses.replace(out[name], **values)
     return out
+
+
+def _section(name: str, cls: type, given: Any) -> Any:
+    """A section as given: its class, a dict of its fields, or None (the defaults); a TypeError otherwise."""
+    if given is None:
+        return cls()
+    if isinstance(given, Mapping):
+        fields = {f.name for f in dataclasses.fields(cls)}
+        for key in given:
+            if key not in fields:
+                raise TypeError(
+                    f"{name}={{...}}: {cls.__name__} has no field {key!r}; its fields: {', '.join(sorted(fields))}"
+                )
+        return cls(**given)
+    if not isinstance(given, cls):
+        raise TypeError(f"{name}= takes a {cls.__name__} or a dict of its fields, not {type(given).__name__}")
+    return given
 
 
 def _hint(key: str) -> str:
