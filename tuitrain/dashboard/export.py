@@ -74,15 +74,24 @@ def write_series(state: DashboardState, folder: Path) -> list[Path]:
         split, scope, name = key
         path = folder / f"{safe_stem(split)}-{safe_stem(scope)}-{safe_stem(name)}.csv"  # any name: one file each
         xs, ys = series.points()
+        steps = np.asarray(xs, dtype=np.float64)
+        columns = [[int(x) if x.is_integer() else x for x in map(float, xs)]]
+        columns += [np.round(_mapped(source.axes[a], steps), 6).tolist() for a in axes]
         with open(path, "w", newline="", encoding="utf-8") as f:
             out = csv.writer(f)
             out.writerow(["step"] + axes + [name])
-            for x, y in zip(xs, ys):
-                out.writerow(
-                    [int(x) if float(x).is_integer() else x] + [round(source.axes[a](x), 6) for a in axes] + [repr(y)]
-                )
+            out.writerows(zip(*columns, map(repr, map(float, ys))))
         written.append(path)
     return written
+
+
+def _mapped(axis: Anchors, steps: np.ndarray) -> np.ndarray:
+    """`axis(step)` of every step at once: interpolated between its anchors, the nearest slope outside."""
+    s, v = np.asarray(axis.steps, dtype=np.float64), np.asarray(axis.values, dtype=np.float64)
+    if s.size == 1:
+        return np.full(steps.shape, v[0])
+    i = np.clip(np.searchsorted(s, steps, side="left"), 1, s.size - 1)
+    return v[i - 1] + (v[i] - v[i - 1]) * (steps - s[i - 1]) / (s[i] - s[i - 1])
 
 
 class Kept(Series):
