@@ -279,6 +279,44 @@ def test_shown_runs_pinned_first_drawn_last():
     assert st.differences(["a", "c"]) == [] and st.differences(["a", "b"]) == [("x", ["1", "2"])]
 
 
+def test_config_differences_of_runs_without_a_config_toml_read_their_started_config():
+    """Other tools' runs (TensorBoard's add_hparams, MLflow's params, trackio's and W&B's configs) have no
+    config.toml: `d` said "the runs' configs are the same" while `R` filtered by the same values."""
+    from tuitrain.dashboard.state.compare import Tagged
+
+    st = CompareState(["tb1", "tb2"], {})
+    st.apply(
+        [
+            Tagged(
+                RunStarted(
+                    run_dir="a",
+                    experiment="a",
+                    epochs=0,
+                    max_steps=0,
+                    steps_per_epoch=0,
+                    batch_size=0,
+                    config={"lr": 0.1, "bs": 8},
+                ),
+                "tb1",
+            ),
+            Tagged(
+                RunStarted(
+                    run_dir="b",
+                    experiment="b",
+                    epochs=0,
+                    max_steps=0,
+                    steps_per_epoch=0,
+                    batch_size=0,
+                    config={"lr": 0.01, "bs": 8},
+                ),
+                "tb2",
+            ),
+        ]
+    )
+    assert st.differences() == [("lr", ["0.1", "0.01"])]
+    assert st.set_run_filter("lr=0.1") == "" and st.shown_runs() == ["tb1"]
+
+
 def test_snapshot_thirty_runs_filtered_with_one_pinned(snap_compare, many_runs):
     """The run list at 120x40 with run 3 pinned and `optimizer.lr=1e-3`: 11 runs drawn, 30 listed."""
     app = compare_app(many_runs, None)

@@ -400,7 +400,7 @@ class CompareState(DashboardState):
         """(dotted key, each run's value as text) for every config key whose values differ between
         `names` (default: every run)."""
         names = list(self.runs) if names is None else names
-        flat = {name: flatten(self.configs.get(name, {})) for name in names}
+        flat = {name: flatten(self.config_of(name)) for name in names}  # other tools: their started config
         keys = sorted({k for f in flat.values() for k in f})
         out = []
         for key in keys:
