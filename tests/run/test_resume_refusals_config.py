@@ -104,3 +104,23 @@ def test_at_the_end_a_run_s_folder_ends_at_once_as_latest_does(runs, capsys, mon
         out = capsys.readouterr().out
         assert "training completed: all 1 epochs done" in out and "epoch 1 · step 7" in out, out
         assert sorted((done / "checkpoint").glob("*.pt")) == checkpoints
+
+
+def test_in_a_run_a_checkpoint_that_does_not_fit_fails_with_one_line_naming_what_differs():
+    """Where no check before the run could tell (the Python API; a model the meta device cannot build), the
+    load says in one line what differs, not torch's list of every size mismatch."""
+    import torch
+    from torch import nn
+
+    from tuitrain.core.learner import CoreLearner
+
+    def learner(out, groups=1):
+        model = nn.Linear(4, out)
+        params = [{"params": [model.weight]}, {"params": [model.bias]}] if groups == 2 else model.parameters()
+        return CoreLearner(model, torch.optim.SGD(params, lr=0.1), loss_fn=nn.CrossEntropyLoss(), device="cpu")
+
+    saved = learner(2).state_dict()
+    with pytest.raises(ValueError, match=r"fit this run: weight is \[2, 4\] in the checkpoint and \[3, 4\] in this "):
+        learner(3).load_state_dict(saved)
+    with pytest.raises(ValueError, match="its optimizer has 1 parameter group, this run's has 2"):
+        learner(2, groups=2).load_state_dict(saved)

@@ -168,7 +168,10 @@ class CheckpointIO:
             from .strategies.sharded import load_shards
 
             load_shards(self.model, self.optimizers, data["sharded_dir"])
-        else:
+        else:  # one line that names what differs, not torch's list of every size mismatch
+            why = self.mismatch(data)
+            if why is not None:
+                raise ValueError(f"the checkpoint does not fit this run: {why}")
             self.model.load_state_dict(data["model"])
             self._load_named("optimizer", self.optimizers, data)
         # the schedules' lengths are this run's (a resume with more epochs stretches them), not the file's
@@ -210,6 +213,13 @@ class CheckpointIO:
             )
             s.epoch, s.batch, s.stage = s.epoch + 1, 0, "train"
         self.mark_saved()
+
+    def mismatch(self, data: Mapping[str, Any], here: str = "this run's") -> str | None:
+        """What keeps `data` (a checkpoint of one file) from loading into this run's model and optimizers, in
+        a few words (`here`: how they are named); None when it fits."""
+        return state_mismatch(data["model"], self.model.state_dict(), here) or optimizers_mismatch(
+            data, self.optimizers, here
+        )
 
     @staticmethod
     def _load_named(kind: str, mine: Mapping[str, Any], data: dict[str, Any]) -> None:
@@ -272,3 +282,57 @@ class CheckpointIO:
             "epoch": b.epoch,
             "step": b.step,
         }
+
+
+def _shape(value: Any) -> str:
+    return str(list(value.shape)) if isinstance(value, torch.Tensor) else type(value).__name__
+
+
+def state_mismatch(saved: Mapping[str, Any], mine: Mapping[str, Any], here: str = "this run's") -> str | None:
+    """The first of `mine`'s entries that `saved` lacks or holds in another shape, or the first `saved` holds
+    that `mine` lacks, as `load_state_dict(strict=True)` refuses them; None when they fit. A lazy module's
+    parameters are not compared: loading fills them."""
+    from torch.nn.parameter import is_lazy
+
+    differ = [
+        k
+        for k, v in mine.items()
+        if k in saved and isinstance(v, torch.Tensor) and isinstance(saved[k], torch.Tensor) and not is_lazy(v)
+        if v.shape != saved[k].shape
+    ]
+    missing = [k for k in mine if k not in saved]
+    unexpected = [k for k in saved if k not in mine]
+    more = len(differ) + len(missing) + len(unexpected) - 1
+    tail = f" (and {more} more parameter{'s' if more > 1 else ''} differ)" if more > 0 else ""
+    if differ:
+        k = differ[0]
+        return f"{k} is {_shape(saved[k])} in the checkpoint and {_shape(mine[k])} in {here} model{tail}"
+    if missing:
+        return f"{here} model has {missing[0]}, the checkpoint has not{tail}"
+    if unexpected:
+        return f"the checkpoint has {unexpected[0]}, {here} model has not{tail}"
+    return None
+
+
+def optimizers_mismatch(
+    data: Mapping[str, Any], optimizers: Mapping[str, torch.optim.Optimizer], here: str = "this run's"
+) -> str | None:
+    """The first of `optimizers` that the checkpoint `data` lacks or holds with other parameter groups (their
+    number, or the parameters in one), as `Optimizer.load_state_dict` refuses it; None when they fit. Matched
+    by name (older files: by position), as `CheckpointIO` loads them."""
+    saved = data.get("optimizers") or []
+    names = data.get("optimizer_names") or list(optimizers)[: len(saved)]
+    by_name = dict(zip(names, saved))
+    for name, opt in optimizers.items():
+        if name not in by_name:
+            return f"the checkpoint has no optimizer {name!r} (it has: {', '.join(names) or 'none'})"
+        there = [len(g["params"]) for g in by_name[name]["param_groups"]]
+        mine = [len(g["params"]) for g in opt.param_groups]
+        what = "optimizer" if name == "model" else f"optimizer {name!r}"
+        if len(mine) != len(there):
+            plural = "s" if len(there) != 1 else ""
+            return f"its {what} has {len(there)} parameter group{plural}, {here} has {len(mine)}"
+        for i, (a, b) in enumerate(zip(there, mine)):
+            if a != b:
+                return f"parameter group {i} of its {what} holds {a} parameters, {here} holds {b}"
+    return None

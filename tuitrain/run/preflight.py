@@ -125,6 +125,7 @@ def resume_mismatch(cfg: Any, data: Mapping[str, Any]) -> str | None:
     import torch
 
     from tuitrain.config import named_parts, resolve_target
+    from tuitrain.core.learner_checkpoint import state_mismatch
 
     target = lambda spec, key: resolve_target(spec, cfg.base_dir, key, file=cfg.source)  # noqa: E731
     quiet = io.StringIO()
@@ -145,75 +146,28 @@ def resume_mismatch(cfg: Any, data: Mapping[str, Any]) -> str | None:
         except Exception:  # the run builds it for real and says what is wrong
             return None
         try:
-            return _state_mismatch(saved, mine) or _optimizer_mismatch(cfg, data, models, target)
+            return state_mismatch(saved, mine, "this config's") or _optimizers_mismatch(cfg, data, models, target)
         except Exception:  # a checkpoint of a shape not foreseen here: the run loads it and says
             return None
 
 
-def _shape(value: Any) -> str:
+def _optimizers_mismatch(cfg: Any, data: Mapping[str, Any], models: dict, target: Any) -> str | None:
+    """`optimizers_mismatch` for the optimizers `cfg` builds on the meta `models`; None also when one of them
+    cannot be built there (the run builds it and says what is wrong)."""
     import torch
 
-    return str(list(value.shape)) if isinstance(value, torch.Tensor) else type(value).__name__
-
-
-def _state_mismatch(saved: Mapping[str, Any], mine: Mapping[str, Any]) -> str | None:
-    """The first of `mine`'s entries that `saved` lacks or holds in another shape, or the first `saved` has
-    that `mine` lacks, as `load_state_dict(strict=True)` would refuse them; None when they fit."""
-    import torch
-    from torch.nn.parameter import is_lazy
-
-    differ = [
-        k
-        for k, v in mine.items()
-        if k in saved and isinstance(v, torch.Tensor) and isinstance(saved[k], torch.Tensor) and not is_lazy(v)
-        if v.shape != saved[k].shape
-    ]
-    missing = [k for k in mine if k not in saved]
-    unexpected = [k for k in saved if k not in mine]
-    more = len(differ) + len(missing) + len(unexpected) - 1
-    tail = f" (and {more} more parameter{'s' if more > 1 else ''} differ)" if more > 0 else ""
-    if differ:
-        k = differ[0]
-        return f"{k} is {_shape(saved[k])} in the checkpoint and {_shape(mine[k])} in this config's model{tail}"
-    if missing:
-        return f"this config's model has {missing[0]}, the checkpoint has not{tail}"
-    if unexpected:
-        return f"the checkpoint has {unexpected[0]}, this config's model has not{tail}"
-    return None
-
-
-def _optimizer_mismatch(cfg: Any, data: Mapping[str, Any], models: dict, target: Any) -> str | None:
-    """The first optimizer of `cfg` that the checkpoint lacks or holds with other parameter groups (their
-    number, or the parameters in one), as `Optimizer.load_state_dict` would refuse it; None when they fit or
-    when this config's optimizer cannot be built on the meta model."""
-    import torch
-
+    from tuitrain.core.learner_checkpoint import optimizers_mismatch
     from tuitrain.run.build import build_optimizer
 
-    saved = data.get("optimizers") or []
     tables = dict(cfg.optimizer.named) or dict.fromkeys(models, cfg.optimizer)
-    names = data.get("optimizer_names") or list(tables)[: len(saved)]
-    by_name = dict(zip(names, saved))
+    optimizers = {}
     for name, table in tables.items():
         if name not in models:  # the config's own check says so
             continue
-        if name not in by_name:
-            return f"the checkpoint has no optimizer {name!r} (it has: {', '.join(names) or 'none'})"
         key = f"optimizer.{name}" if cfg.optimizer.named else "optimizer"
         try:
             opt_cls = target(table.target, f"{key}.target") if table.target else getattr(torch.optim, table.name)
-            groups = build_optimizer(opt_cls, models[name], dict(table.kwargs), table, key, cfg).param_groups
-            there = [len(g["params"]) for g in by_name[name]["param_groups"]]
-        except Exception:  # the run builds it for real and says what is wrong
-            continue
-        here = [len(g["params"]) for g in groups]
-        what = "optimizer" if name == "model" else f"optimizer {name!r}"
-        if len(here) != len(there):
-            return (
-                f"its {what} has {len(there)} parameter group{'s' if len(there) != 1 else ''}, "
-                f"this config's has {len(here)}"
-            )
-        for i, (a, b) in enumerate(zip(there, here)):
-            if a != b:
-                return f"parameter group {i} of its {what} holds {a} parameters, this config's holds {b}"
-    return None
+            optimizers[name] = build_optimizer(opt_cls, models[name], dict(table.kwargs), table, key, cfg)
+        except Exception:
+            return None
+    return optimizers_mismatch(data, optimizers, "this config's")
