@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import importlib.util
+import os
 import threading
 import time
 from pathlib import Path
@@ -150,6 +151,7 @@ def test_live_the_writer_appending_and_rewriting_its_header(tmp_path):
     assert lightning_csv.is_live(ref)
     source = lightning_csv.open_source(ref)
     assert source.live
+    source.recheck_live = 0.05  # (5 s by default)
     seen: list = []
     source.open(lambda e, s=None: seen.append(e))
     thread = threading.Thread(target=source.work, daemon=True)
@@ -175,6 +177,14 @@ def test_live_the_writer_appending_and_rewriting_its_header(tmp_path):
         writer.log_metrics({"train_loss": 0.125, "epoch": 1}, step=3)
         writer.save()
         assert wait_for(("train", "step", "loss"), 3.0) < 2.0
+        assert not any(isinstance(e, RunFinished) for e in seen)
+        # the writer gone quiet (its file last written 2 minutes ago): the log's end is said, not live for good
+        old = time.time() - 120
+        os.utime(run / lightning_csv.METRICS, (old, old))
+        t0 = time.monotonic()
+        while not any(isinstance(e, RunFinished) for e in seen) and time.monotonic() - t0 < 10:
+            time.sleep(0.05)
+        assert not source.live and [e.step for e in seen if isinstance(e, RunFinished)] == [3]
     finally:
         source.close()
         thread.join(timeout=5)

@@ -171,6 +171,9 @@ class LightningSource(PolledSource):
         self._last_size = -1
         self._epoch = 0
 
+    def still_live(self) -> bool:
+        return is_live(self.ref)
+
     def describe(self) -> str:
         return str(self.csv)
 

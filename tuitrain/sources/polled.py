@@ -271,6 +271,8 @@ class PolledSource:
     #: whether the tool's log records its run's end (MLflow's status, W&B's exit record): then the reader says
     #: it; a log that does not (Lightning's CSV, trackio) ends where its values do once its writer is gone
     records_its_end = False
+    #: seconds between looks, while live, at whether the writer still writes (`still_live`)
+    recheck_live = 5.0
 
     def __init__(self, live: bool) -> None:
         self.live = live
@@ -309,11 +311,21 @@ class PolledSource:
     def release(self) -> None:
         """Let go of what `read` holds open (a database connection)."""
 
+    def still_live(self) -> bool:
+        """Whether the run's writer still writes (a reader whose log does not record its end says how it
+        knows); looked at again every `recheck_live` seconds while live, so a run that ends while it is
+        watched is said to have ended ("log ended"), not live for good."""
+        return True
+
     def work(self) -> int | None:
         assert self._emit is not None, "open() first"
         emit = self._emit
+        recheck = time.monotonic() + self.recheck_live
         try:
             while not self._stop.is_set():
+                if self.live and not self.records_its_end and time.monotonic() >= recheck:
+                    recheck = time.monotonic() + self.recheck_live
+                    self.live = self.still_live()  # gone quiet: this read is the last, then the log's end
                 try:
                     events = list(self.read())
                 except Exception as e:  # a file no reader foresaw: one line, never a traceback

@@ -141,6 +141,9 @@ class TrackioSource(PolledSource):
         self._damaged = 0
         self._first_damaged = 0
 
+    def still_live(self) -> bool:
+        return is_live(self.ref)
+
     def describe(self) -> str:
         return f"{self.ref.path} (run {self.ref.key})"
 
