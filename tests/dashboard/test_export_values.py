@@ -79,3 +79,24 @@ async def test_a_live_export_holds_every_logged_value_and_its_true_axes(tmp_path
     assert [float(r["samples"]) for r in rows] == [s * BATCH for s in range(1, 2501)]
     assert [float(r["time"]) for r in rows[:2490]] == pytest.approx(range(1, 2491))
     assert [float(r["epoch"]) for r in rows[:2490]] == pytest.approx([s / 100 for s in range(1, 2491)])
+
+
+def test_a_resumed_run_read_from_its_file_counts_samples_on_past_the_resume():
+    """Read from events.jsonl (no step events): the second session's steps are step x batch too, not the
+    first session's count held flat."""
+    from tuitrain.dashboard.state.model import DashboardState
+
+    def session(start: int, end: int) -> list:
+        started = RunStarted(
+            run_dir="r", experiment="e", epochs=0, max_steps=0, steps_per_epoch=100, batch_size=BATCH,
+            start_step=start, resumed_from="r/checkpoint/x.pt" if start else "", time=T0 + start,
+        )  # fmt: skip
+        logged = [
+            MetricsLogged(split="train", epoch=1, step=s, batch=s, batches=100, metrics={"loss": 1.0}, time=T0 + s)
+            for s in range(start + 1, end + 1)
+        ]
+        return [started, *logged]
+
+    state = DashboardState()
+    state.apply(session(0, 10) + session(10, 20))
+    assert [state.axes["samples"](s) for s in range(1, 21)] == [s * BATCH for s in range(1, 21)]
