@@ -317,6 +317,25 @@ def test_config_differences_of_runs_without_a_config_toml_read_their_started_con
     assert st.set_run_filter("lr=0.1") == "" and st.shown_runs() == ["tb1"]
 
 
+@sync
+async def test_the_run_list_s_status_head_stays_whole_when_every_run_is_live():
+    """Every run live: the status column was as wide as "live", so its head read "statumonitored"."""
+    from textual.app import App
+
+    class Host(App):
+        def compose(self):
+            yield RunList()
+
+    app = Host()
+    async with app.run_test(size=(120, 20)) as pilot:
+        runs = app.query_one(RunList)
+        runs.show(CompareState(["a", "b"], {}))
+        await pilot.pause()
+        heads = {str(c.key.value): (str(c.label), c.width) for c in runs.columns.values()}
+        assert heads["status"][0] == "status" and heads["status"][1] >= len("status") + 1, heads
+        assert [r.status for r in runs.runs] == ["live", "live"]
+
+
 def test_snapshot_thirty_runs_filtered_with_one_pinned(snap_compare, many_runs):
     """The run list at 120x40 with run 3 pinned and `optimizer.lr=1e-3`: 11 runs drawn, 30 listed."""
     app = compare_app(many_runs, None)

@@ -138,7 +138,7 @@ class RunList(DataTable):
         value_w = 9
         if len(monitor) > value_w - 1:  # valid/loss: "loss" (the border's subtitle names it in full when focused)
             monitor = monitor.rpartition("/")[2]
-        status_w = max((len(r.status) for r in self.runs), default=9) + 1
+        status_w = max([len("status")] + [len(r.status) for r in self.runs]) + 1  # its head whole ("live" is shorter)
         number_w = len(str(max((r.number for r in self.runs), default=1))) + 2  # "━12 "
         room = width - (2 + number_w) - status_w - value_w
         if heads:  # a sweep: each searched value in a column of its own, in place of the name
@@ -296,6 +296,7 @@ _STATUS_SIGN = {
     "running": "▶",
     "paused": "‖",
     "pruned": "–",
+    "log ended": "□",  # another tool's log, its writer gone
 }
 _STATUS_STYLE = {
     "failed": "bold red",
