@@ -37,7 +37,7 @@ from typing import TextIO
 from tuitrain.core.control import PRUNED, FileControl
 from tuitrain.core.events import MetricsLogged, RunStarted, parse_line
 from tuitrain.run.signals import die_with_parent
-from tuitrain.run.sweep_optuna import grid_size, journal, pruner, sampler
+from tuitrain.run.sweep_optuna import grid_size, journal, pruner, sampler, worker_number, worker_seed
 from tuitrain.run.sweep_spec import SweepSpec, set_item
 from tuitrain.run.trial_launcher import LaunchedTrial, Launcher
 from tuitrain.sinks.run_status import live_status, pid_alive, read_run
@@ -103,11 +103,18 @@ class Sweep:
             storage = optuna.storages.RDBStorage(spec.storage) if "://" in spec.storage else journal(spec.storage)
         else:
             storage = journal(self.folder / "study.journal")
+        seed = spec.seed
+        if seed is not None:  # a later command on the study, or a second worker, draws values of its own
+            try:
+                held = storage.get_n_trials(storage.get_study_id_from_name(spec.name))
+            except KeyError:  # a fresh study
+                held = 0
+            seed = worker_seed(seed, held, worker_number(storage, spec.name, self.worker))
         self.study = optuna.create_study(
             study_name=spec.name,
             storage=storage,
             direction=spec.direction,
-            sampler=sampler(spec),
+            sampler=sampler(spec, seed),
             pruner=pruner(spec),
             load_if_exists=True,
         )
@@ -432,10 +439,14 @@ class Sweep:
         """The best trials of the whole study (every worker's), as a table."""
         from optuna.trial import TrialState
 
-        done = [t for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))]
+        trials = self.study.get_trials(deepcopy=False)
+        done = [t for t in trials if t.state == TrialState.COMPLETE]
+        # a trial stopped (or lost with its worker) is failed in the study only to be queued again: "stopped"
+        retried = {t.user_attrs.get("resume_of") for t in trials} - {None}
         counts: dict[str, int] = {}
-        for t in self.study.get_trials(deepcopy=False):
-            counts[t.state.name.lower()] = counts.get(t.state.name.lower(), 0) + 1
+        for t in trials:
+            state = "stopped" if t.state == TrialState.FAIL and t.number in retried else t.state.name.lower()
+            counts[state] = counts.get(state, 0) + 1
         self.say(f"study {self.spec.name}: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
         if not done:
             return
