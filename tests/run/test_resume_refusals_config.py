@@ -14,7 +14,8 @@ from tuitrain.cli import main
 
 
 def files(folder):
-    return {p.relative_to(folder): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+    """Every file's bytes and every folder (as None) under `folder`."""
+    return {p.relative_to(folder): p.read_bytes() if p.is_file() else None for p in sorted(folder.rglob("*"))}
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +75,29 @@ def test_a_model_that_does_not_fit_the_checkpoint_is_refused_and_nothing_changes
         assert str(run / "config.toml") in err, err
     # `--resume auto` continues the unfinished run placed in --run-dir: refused alike
     err = refused(tiny, capsys, "auto", "model.hidden=8", run_dir=interrupted)
-    assert "net.0.weight is [16, 4]" in err and str(interrupted) in err, err
+    assert err.startswith("tuitrain: error: --resume auto: ") and str(interrupted) in err, err
+    assert "net.0.weight is [16, 4]" in err, err
+
+
+def test_a_model_the_meta_device_cannot_build_is_refused_once_built_and_nothing_changes(
+    runs, capsys, monkeypatch, forget_tinyproj
+):
+    """Where the check before the run cannot build the model (on the meta device), the run checks the model it
+    built, before training: refused alike, the run directory as it was (config.toml put back)."""
+    import tuitrain.run.runner as runner
+
+    tiny, _, done = runs
+    monkeypatch.chdir(tiny.root)
+    monkeypatch.setattr(runner, "resume_mismatch", lambda cfg, data: None)
+    # what the model prints as it is built goes to the run's events and log: cut back with the rest
+    (tiny.root / "loud.py").write_text(
+        "import tinyproj\n\ndef Net(**kw):\n    print('building')\n    return tinyproj.Net(**kw)\n"
+    )
+    try:
+        err = refused(tiny, capsys, "latest", "model.hidden=8", "model.target=loud:Net")
+    finally:
+        sys.modules.pop("loud", None)
+    assert "--resume latest: " in err and "net.0.weight is [16, 4] in the checkpoint and [8, 4]" in err, err
 
 
 def test_an_optimizer_whose_parameter_groups_differ_is_refused(runs, capsys, monkeypatch, forget_tinyproj):

@@ -125,6 +125,14 @@ def left_to_train(data: dict, cfg: Config, what: str) -> None:
         raise UsageError(f"{at}, past train.max_steps = {max_steps}: nothing is left to train ({how})")
 
 
+def misfit_line(spec: str, checkpoint: Path | None, run_dir: Path, why: str) -> str:
+    """The one line that refuses `--resume spec` whose `checkpoint` this config's model cannot load."""
+    return (
+        f"--resume {spec}: {checkpoint} does not fit this config: {why}; nothing was changed "
+        f"(resume with the config it was trained with: {run_dir / 'config.toml'})"
+    )
+
+
 def prepare_run(
     config_path: str | os.PathLike,
     overrides=(),
@@ -150,6 +158,7 @@ def prepare_run(
     ckpt_data = None
     ckpt_path = None
     resume_auto = resume == "auto"
+    spec = resume or ""  # as given: `auto` becomes the checkpoint it found
     if resume_auto:
         from tuitrain.core.strategies import quiet_rank
 
@@ -176,10 +185,7 @@ def prepare_run(
         # (it used to fail in training: run.json failed at step 0, config.toml rewritten)
         why = resume_mismatch(cfg, ckpt_data)
         if why is not None:
-            raise UsageError(
-                f"--resume {resume}: {ckpt_path} does not fit this config: {why}; nothing was changed "
-                f"(resume with the config it was trained with: {rdir / 'config.toml'})"
-            )
+            raise UsageError(misfit_line(spec, ckpt_path, rdir, why))
         # `--resume auto --run-dir X` continues the newest run placed there (X, or X-2 ... once X held one)
         placed = [Path(run_dir), *(claimed_runs(run_dir) if resume_auto else [])] if run_dir else []
         if run_dir and rdir.resolve() not in {p.resolve() for p in placed}:
@@ -201,6 +207,7 @@ def prepare_run(
             raise UsageError(f"--run-dir {path}: folder exists and is not empty (use --resume {path} to continue it)")
     run = Run(cfg, path, headless=headless, resume_data=ckpt_data, resume_path=ckpt_path)
     run.resume_auto = resume_auto
+    run.resume_spec = spec
     run.notes = notes
     return run
 
@@ -224,6 +231,7 @@ class Run:
         self.resume_path = resume_path
         self.interrupter = Interrupter()
         self.resume_auto = False  # `--resume auto`: under torchrun, rank 0's choice is every rank's
+        self.resume_spec = ""  # `--resume`'s value as given (latest, auto, a path), for the lines that name it
         self.notes: list[str] = []  # lines for the run's log once it starts ("this run goes to ...")
         self._callbacks: list[tuple[Callable, bool | None]] = []
         self.result = None
@@ -304,12 +312,29 @@ class Run:
             except Exception as e:  # the user's constructors failed: a failed run, with its traceback
                 self._build_failed(bus, e)
                 return 1
+            why = self._misfit(learner) if dist is None else None
+            if why is not None:  # a model the check before the run could not build (see resume_mismatch)
+                self.config_error = ConfigError(why)
+                return 2
             carry_preemption(self.interrupter, learner)
             result = learner.fit(train, valid, resume=self.resume_data, resumed_from=self.resume_path)
             self.result = result
             return result.exit_code
         finally:  # a config error leaves no run directory behind
             session.close(discard=self.config_error is not None)
+
+    def _misfit(self, learner) -> str | None:
+        """The line that refuses a resume whose checkpoint the built model or optimizers cannot load; None when
+        it loads (or is sharded: its shards say)."""
+        data = self.resume_data
+        if data is None or not isinstance(data.get("model"), dict):
+            return None
+        why = learner.ckpt_io.mismatch(data, "this config's")
+        return (
+            None
+            if why is None
+            else misfit_line(self.resume_spec or str(self.resume_path), self.resume_path, self.run_dir, why)
+        )
 
     def agree_on_resume(self, dist) -> None:
         """`--resume auto` under torchrun: rank 0's choice (a checkpoint, or a new run) reaches every rank

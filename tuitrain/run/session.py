@@ -80,6 +80,15 @@ def remove_made(made: list[Path]) -> None:
             break
 
 
+def top_files(folder: Path) -> dict[str, int]:
+    """The plain files right in `folder` (not in its subfolders), with their sizes."""
+    try:
+        with os.scandir(folder) as entries:
+            return {e.name: e.stat().st_size for e in entries if e.is_file(follow_symlinks=False)}
+    except OSError:
+        return {}
+
+
 def _read_bytes(path: Path) -> bytes | None:
     try:
         return path.read_bytes()
@@ -154,8 +163,12 @@ class RunSession:
 
         self._made = missing_folders(self.run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        # a resumed run's config as it was: put back if this session is discarded (a config error)
-        self._config_before = {name: _read_bytes(self.run_dir / name) for name in ("config.toml", "config.json")}
+        # a resumed run's config and run.json as they were, and the sizes of the files its sinks append to
+        # (events.jsonl, experiment.log: what the user's code printed while it was built): put back if this
+        # session is discarded (a config error, a checkpoint that does not fit the model)
+        kept = ("config.toml", "config.json", "run.json")
+        self._config_before = {name: _read_bytes(self.run_dir / name) for name in kept}
+        self._sizes_before = {} if self._made else top_files(self.run_dir)
         write_config(self.run_dir, self.config)
         bus = self.bus
         if self.interrupter.fail not in bus.on_write_failure:
@@ -205,15 +218,30 @@ class RunSession:
             self._stack.close()  # ... before a SIGTERM may end the process again (torchrun ending a job)
             if discard:
                 remove_made(self._made)
-                if not self._made:  # the folder was there before (a resume): its config as it was
-                    for name, data in self._config_before.items():
-                        try:
-                            if data is None:
-                                (self.run_dir / name).unlink(missing_ok=True)
-                            else:
-                                atomic_write_bytes(self.run_dir / name, data)
-                        except OSError:
-                            pass
+                if not self._made:  # the folder was there before (a resume): its files as they were
+                    self._put_back()
+
+    def _put_back(self) -> None:
+        """A resumed run's folder as this session found it: config and run.json, appended files cut back."""
+        for name, size in top_files(self.run_dir).items():
+            if name in self._config_before:
+                continue
+            before = self._sizes_before.get(name)
+            try:
+                if before is None:  # made by this session
+                    (self.run_dir / name).unlink(missing_ok=True)
+                elif size > before:  # appended to by this session
+                    os.truncate(self.run_dir / name, before)
+            except OSError:
+                pass
+        for name, data in self._config_before.items():
+            try:
+                if data is None:
+                    (self.run_dir / name).unlink(missing_ok=True)
+                elif _read_bytes(self.run_dir / name) != data:
+                    atomic_write_bytes(self.run_dir / name, data)
+            except OSError:
+                pass
 
     def __enter__(self) -> RunSession:
         return self.open()
