@@ -216,10 +216,13 @@ class CheckpointIO:
 
     def mismatch(self, data: Mapping[str, Any], here: str = "this run's") -> str | None:
         """What keeps `data` (a checkpoint of one file) from loading into this run's model and optimizers, in
-        a few words (`here`: how they are named); None when it fits."""
-        return state_mismatch(data["model"], self.model.state_dict(), here) or optimizers_mismatch(
-            data, self.optimizers, here
-        )
+        a few words (`here`: how they are named); None when it fits, or when `data` is of a shape not foreseen
+        here (loading it says what is wrong)."""
+        try:
+            mine = self.model.state_dict()
+            return state_mismatch(data["model"], mine, here) or optimizers_mismatch(data, self.optimizers, here)
+        except (KeyError, TypeError, AttributeError):
+            return None
 
     @staticmethod
     def _load_named(kind: str, mine: Mapping[str, Any], data: dict[str, Any]) -> None:
