@@ -86,8 +86,7 @@ class UserAlerts:
                 self.odd_levels.add(said)
                 out.append(
                     OutputPrinted(
-                        text=f"mon.alert: level {said[:40]!r} is not one of info, warning, error: "
-                        "raised as a warning",
+                        text=f"mon.alert: level {said[:40]!r} is not one of info, warning, error: raised as a warning",
                         stream="tuitrain",
                     )
                 )
