@@ -55,6 +55,8 @@ async def test_every_chart_overlays_the_runs_and_d_shows_the_lr_difference(two_r
         legend = str(app.query_one("#title-bar").render())
         assert names[0] in legend and names[1] in legend
         assert "━1" in loss.title_text and "━2" in loss.title_text
+        # the numbers say what they are (each run's latest train value; ★ its best valid one where there is room)
+        assert loss.title_text.startswith("loss train"), loss.title_text
         # the two learning rates trained differently
         first, second = (loss.points[f"train/{n}"][1][-1] for n in names)
         assert first != second

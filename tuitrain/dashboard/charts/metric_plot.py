@@ -45,7 +45,8 @@ FORMS = [
     (False, True, " ", 4),
     (False, True, " ", 3),
 ]
-COMPARED_FORMS = [("long", 4), ("short", 4), ("tight", 4), ("tight", 3)]
+#: (form, digits, labelled: the numbers' kind said after the name) of a compared chart's title, longest first
+COMPARED_FORMS = [("long", 4, True), ("short", 4, True), ("tight", 4, True), ("tight", 4, False), ("tight", 3, False)]
 
 # kept for older importers: the thinning lives in tuitrain/dashboard/charts/plan.py (benchmarks import it from
 # here), the drawing in tuitrain/dashboard/charts/drawing.py
@@ -192,8 +193,10 @@ class MetricPlot(Chart):
         if state.kind != "run":  # compared runs: each one's latest train value and best valid value, in its colour
             from tuitrain.dashboard.state.compare import color_indexes, run_color
 
-            form, digits = form
+            form, digits, labelled = form
             title = Text(safe_name(self.chart or "metrics", self._name_width), style="bold")
+            if labelled:  # what the numbers are: each run's latest train value (★ its best valid one)
+                title.append(" train" + (" · ★ best valid" if form == "long" else ""), style="dim")
             name = self.metric
             runs = compared(state).runs
             numbers = color_indexes(state, runs)
