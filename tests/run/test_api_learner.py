@@ -60,6 +60,25 @@ def test_fit_with_dashboard_true_demands_a_terminal(capsys):
         learner.fit(_data(), dashboard="yes")
 
 
+def test_fit_refuses_a_checkpoint_its_model_cannot_take_before_writing_anything(tmp_path):
+    """As `tuitrain run --resume` does: fit(resume=...) with a model of other shapes is a ValueError naming the
+    first parameter that differs, and the run directory is left as it was (it failed in training after
+    run.json had become 'failed')."""
+    run = tmp_path / "run"
+    assert _learner(epochs=1, run_dir=run).fit(_data(), dashboard=False).status == "completed"
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    wide = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 2))
+    other = tuitrain.Learner(
+        wide, torch.optim.SGD(wide.parameters(), lr=0.1), loss_fn=nn.CrossEntropyLoss(), run_dir=run
+    )
+    checkpoint = sorted((run / "checkpoint").glob("*.pt"))[-1]
+    with pytest.raises(
+        ValueError, match=r"0\.weight is \[8, 4\] in the checkpoint and \[16, 4\] in this Learner's model"
+    ):
+        other.fit(_data(), resume=checkpoint, dashboard=False)
+    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
+
+
 def test_experiment_of_an_api_run_is_its_folder_name(tmp_path):
     _learner(epochs=1, run_dir=tmp_path / "my-exp").fit(_data(), dashboard=False)
     assert json.loads((tmp_path / "my-exp" / "run.json").read_text())["experiment"] == "my-exp"

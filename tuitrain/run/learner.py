@@ -200,6 +200,8 @@ class Learner(CoreLearner):
             from tuitrain.dashboard.themes import resolve_theme
 
             theme_file = resolve_theme(str(theme or "dark"), Path.cwd())  # ThemeError is a ValueError
+        if resume is not None:  # a checkpoint this model cannot take is refused before the run directory is written
+            resume, resumed_from = self._fitting(resume, resumed_from)
         # with a run directory the session writes it and `tuitrain stop/checkpoint RUN_DIR` reach this run
         session = view = None
         note = self._claim_run_dir(resume)
@@ -251,6 +253,20 @@ class Learner(CoreLearner):
                 view.close()
             if note in self.notes:
                 self.notes.remove(note)
+
+    def _fitting(self, resume, resumed_from) -> tuple[Any, Any]:
+        """`resume` loaded (a path: once, here) and checked against this learner's model and optimizers: a
+        ValueError naming what differs, before anything is written (as `tuitrain run --resume` refuses it)."""
+        from tuitrain.core import checkpoint as ckpt
+
+        data = resume if isinstance(resume, dict) else ckpt.load_checkpoint(resume)
+        where = resumed_from or ("" if isinstance(resume, dict) else resume)
+        misfit = self.ckpt_io.mismatch(data, "this Learner's")
+        if misfit:
+            raise ValueError(
+                f"fit(resume={str(where or 'a checkpoint')!r}): it does not fit: {misfit}; nothing was changed"
+            )
+        return data, where
 
     def _claim_run_dir(self, resume) -> str | None:
         """One run per folder: a first fit (no resume) whose run_dir holds a run already goes to the next
