@@ -222,7 +222,7 @@ def cmd_control(args: argparse.Namespace, command: str) -> int:
     deadline = time.monotonic() + ACK_TIMEOUT
     while sent.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
-    what = "stop gracefully (it saves a checkpoint first)" if command == "stop" else "write a checkpoint"
+    what = _stop_says(d) if command == "stop" else "write a checkpoint"
     if sent.exists():
         try:
             sent.unlink()  # withdrawn: the run's watcher claims a file by renaming it, so only one wins
@@ -236,6 +236,38 @@ def cmd_control(args: argparse.Namespace, command: str) -> int:
             )
     print(f"{d}: the run took the request to {what}")
     return 0
+
+
+def _stop_says(run_dir: Path) -> str:
+    """What a stop does to the run, by its loop (RunStarted's `loop`, the first line of events.jsonl), as
+    the dashboard's `q` dialog says it: only tuitrain's own loop saves a checkpoint whatever the code
+    does; a Hugging Face Trainer's saves none when the run's config says save_strategy is "no"."""
+    import json
+
+    try:
+        with open(run_dir / "events.jsonl", encoding="utf-8") as f:
+            started = json.loads(f.readline())
+    except (OSError, ValueError):
+        started = None
+    if not isinstance(started, dict) or started.get("event") != "RunStarted":
+        return "stop gracefully"
+    loop = started.get("loop", "")
+    if loop == "":
+        return "stop gracefully (it saves a checkpoint first)"
+    if loop == "monitor":
+        return "stop (once the loop reads stop_requested; it saves a checkpoint if it checks checkpoint_requested)"
+    if loop == "lightning":
+        return "stop after this step (trainer.should_stop; a checkpoint first, unless save_on_stop=False)"
+    if loop == "transformers":
+        config = started.get("config")
+        trainer = config.get("trainer") if isinstance(config, dict) else None
+        strategy = trainer.get("save_strategy") if isinstance(trainer, dict) else None
+        if strategy == "no":
+            return 'stop after this step (should_training_stop; no checkpoint: its save_strategy is "no")'
+        if isinstance(strategy, str):
+            return "stop after this step (should_training_stop; the Trainer saves a checkpoint first)"
+        return 'stop after this step (should_training_stop; a checkpoint unless save_strategy is "no")'
+    return "stop"
 
 
 def _frames(run_dir: Path, args: argparse.Namespace) -> int:

@@ -173,12 +173,19 @@ class TuitrainCallback(MediaCalls, TrainerCallback):
             self._active = False
             atexit.unregister(self._end_unfinished)
             self._bars_back()
+            self._at_global_step(state)
             self.monitor.finish()
 
     def _bars_back(self) -> None:
         if getattr(self, "_bars_were_on", False):
             self._bars_were_on = False
             hf_logging.enable_progress_bar()
+
+    def _at_global_step(self, state) -> None:
+        """The run ends at the Trainer's global step: the steps after its last log (every `logging_steps`)
+        were trained all the same, and a stop ends the loop between two logs."""
+        step = int(getattr(state, "global_step", 0) or 0)
+        self.monitor.step = max(self.monitor.step, step)
 
     def _end_unfinished(self) -> None:
         """A train() that never reached on_train_end was ended by an exception; the Monitor alone, at
@@ -188,6 +195,7 @@ class TuitrainCallback(MediaCalls, TrainerCallback):
         self._active = False
         atexit.unregister(self._end_unfinished)
         self._bars_back()
+        self._at_global_step(self._state)
         # the exception itself when it ended the script (the Monitor's excepthook keeps it)
         error = self.monitor.error or RuntimeError("trainer.train() ended by an exception")
         self.monitor.finish(error)
