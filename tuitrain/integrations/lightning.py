@@ -27,6 +27,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tuitrain.core.events import MetricsLogged
+from tuitrain.core.verdicts import number_of
 from tuitrain.integrations.media import MediaCalls
 from tuitrain.run.monitor import Monitor
 
@@ -61,6 +63,17 @@ def split_name(key: str, default: str = "train") -> tuple[str, str]:
     if m:
         return _SPLITS[m.group(2).lower()], m.group(1) + loader
     return default, key + loader
+
+
+def _scoped(key: str) -> tuple[str, str]:
+    """A logged name without Lightning's `_step`/`_epoch` suffix, and its scope ("step" or "epoch"):
+    `train_loss_epoch` is the epoch's value of `train_loss`, as tuitrain reads Lightning's CSV logs."""
+    m = _LOADER.match(key)
+    base, loader = (m.group(1), m.group(2)) if m else (key, "")
+    for suffix in ("_step", "_epoch"):
+        if base.endswith(suffix) and len(base) > len(suffix):
+            return base[: -len(suffix)] + loader, suffix[1:]
+    return key, "step"
 
 
 def _forked_duplicate(key: str, keys) -> bool:
@@ -138,7 +151,8 @@ class TuitrainCallback(MediaCalls):
 
     Train metrics are read at the steps Lightning logs at (`log_every_n_steps`), with the optimizers'
     lr; epoch-level ones (`on_epoch=True`) once each epoch's are in; valid metrics at the end of each
-    validation. `x_step` is `x`; the epoch mean of a value also logged on steps is `x_epoch`.
+    validation. `x_step` and `x_epoch` are the step and epoch values of `x` (one chart, as tuitrain reads
+    Lightning's CSV logs): what `self.log("train_loss", on_step=True, on_epoch=True)` gives is `loss`.
     """
 
     @staticmethod
@@ -285,7 +299,7 @@ class TuitrainCallback(MediaCalls):
             now = dict(trainer.callback_metrics)
             fresh = _changed(now, self._before)
             values = self._split(fresh, now, "train", drop_forked=True)
-            train = values.setdefault("train", {})
+            train = values.setdefault(("train", "step"), {})
             for i, optimizer in enumerate(trainer.optimizers):
                 name = "lr" if i == 0 else f"lr_{i}"
                 if name not in train and optimizer.param_groups:
@@ -312,8 +326,8 @@ class TuitrainCallback(MediaCalls):
         now = dict(trainer.callback_metrics)
         fresh = _changed(now, self._epoch_before)
         self._epoch_before = None
-        # `x` and `x_epoch` both hold the epoch's mean of a value logged on steps too: keep `x_epoch`,
-        # so that it does not join the per-step series of `x`
+        # `x` and `x_epoch` both hold the epoch's mean of a value logged on steps too: keep `x_epoch`, the
+        # epoch scope of `x`, so that it does not join the per-step series of `x`
         fresh = {
             k: v for k, v in fresh.items() if k + "_epoch" not in fresh and not (k.endswith("_step") and k[:-5] in now)
         }
@@ -332,20 +346,36 @@ class TuitrainCallback(MediaCalls):
         self._log(self.monitor, trainer.global_step, self._split(fresh, now, "valid", drop_forked=True))
 
     @staticmethod
-    def _split(fresh: dict, now: dict, default: str, drop_forked: bool) -> dict[str, dict]:
-        out: dict[str, dict] = {}
+    def _split(fresh: dict, now: dict, default: str, drop_forked: bool) -> dict[tuple[str, str], dict]:
+        """The values by (split, scope)."""
+        out: dict[tuple[str, str], dict] = {}
         for key, value in fresh.items():
             if drop_forked and _forked_duplicate(key, now):
                 continue
-            split, name = split_name(key, default)
-            out.setdefault(split, {})[name] = value
+            base, scope = _scoped(key)
+            split, name = split_name(base, default)
+            out.setdefault((split, scope), {})[name] = value
         return out
 
     @staticmethod
-    def _log(mon: Monitor, step: int, values: dict[str, dict]) -> None:
-        for split, metrics in values.items():
-            if metrics:
+    def _log(mon: Monitor, step: int, values: dict[tuple[str, str], dict]) -> None:
+        # the step values first: an epoch's value is said after what was logged at its step
+        for (split, scope), metrics in sorted(values.items(), key=lambda kv: kv[0][1] == "epoch"):
+            if not metrics:
+                continue
+            if scope == "step":
                 mon.log(step, split=split, **metrics)
+            elif mon.owner and mon.bus is not None:  # an epoch's value: its own series of the name's chart
+                numbers = {}
+                for name, value in metrics.items():
+                    try:
+                        numbers[name] = number_of(value)
+                    except (TypeError, ValueError, RuntimeError):
+                        continue  # not a number: left out, as `Monitor.log` leaves it out
+                mon.step = max(mon.step, step)
+                if numbers:
+                    mon._pump.flush()  # the values logged before it come first (as `Monitor.alert` has them)
+                    mon.bus.emit(MetricsLogged(split=split, epoch=mon.epoch, step=step, metrics=numbers, scope="epoch"))
 
     # --- controls --------------------------------------------------------------------------------
 
