@@ -222,7 +222,7 @@ def cmd_control(args: argparse.Namespace, command: str) -> int:
     deadline = time.monotonic() + ACK_TIMEOUT
     while sent.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
-    what = _stop_says(d) if command == "stop" else "write a checkpoint"
+    what = _stop_says(d) if command == "stop" else _checkpoint_says(d)
     if sent.exists():
         try:
             sent.unlink()  # withdrawn: the run's watcher claims a file by renaming it, so only one wins
@@ -242,14 +242,8 @@ def _stop_says(run_dir: Path) -> str:
     """What a stop does to the run, by its loop (RunStarted's `loop`, the first line of events.jsonl), as
     the dashboard's `q` dialog says it: only tuitrain's own loop saves a checkpoint whatever the code
     does; a Hugging Face Trainer's saves none when the run's config says save_strategy is "no"."""
-    import json
-
-    try:
-        with open(run_dir / "events.jsonl", encoding="utf-8") as f:
-            started = json.loads(f.readline())
-    except (OSError, ValueError):
-        started = None
-    if not isinstance(started, dict) or started.get("event") != "RunStarted":
+    started = _run_started(run_dir)
+    if started is None:
         return "stop gracefully"
     loop = started.get("loop", "")
     if loop == "":
@@ -268,6 +262,27 @@ def _stop_says(run_dir: Path) -> str:
             return "stop after this step (should_training_stop; the Trainer saves a checkpoint first)"
         return 'stop after this step (should_training_stop; a checkpoint unless save_strategy is "no")'
     return "stop"
+
+
+def _checkpoint_says(run_dir: Path) -> str:
+    """What `tuitrain checkpoint` has the run do: a loop of the user's own (a `Monitor`) writes one only
+    if it checks checkpoint_requested; the others write one at the next step."""
+    started = _run_started(run_dir)
+    if started is not None and started.get("loop") == "monitor":
+        return "write a checkpoint (if the loop checks checkpoint_requested)"
+    return "write a checkpoint"
+
+
+def _run_started(run_dir: Path) -> dict | None:
+    """The run's RunStarted event (the first line of its events.jsonl), None when it cannot be read."""
+    import json
+
+    try:
+        with open(run_dir / "events.jsonl", encoding="utf-8") as f:
+            started = json.loads(f.readline())
+    except (OSError, ValueError):
+        return None
+    return started if isinstance(started, dict) and started.get("event") == "RunStarted" else None
 
 
 def _frames(run_dir: Path, args: argparse.Namespace) -> int:

@@ -92,7 +92,12 @@ def _started(run_dir: Path, loop: str, config: dict | None = None) -> Path:
     ],
 )
 def test_stop_says_what_the_runs_loop_does(tmp_path, loop, config, says):
-    """The line `tuitrain stop` prints, by the loop RunStarted names (the dashboard's q dialog words it alike)."""
-    from tuitrain.cli import _stop_says
+    """The line `tuitrain stop` prints, by the loop RunStarted names (the dashboard's q dialog words it alike);
+    `tuitrain checkpoint` promises a loop of one's own's checkpoint only if it checks for the request."""
+    from tuitrain.cli import _checkpoint_says, _stop_says
 
-    assert says in _stop_says(_started(tmp_path / "run", loop, config))
+    run_dir = _started(tmp_path / "run", loop, config)
+    assert says in _stop_says(run_dir)
+    checkpoint = _checkpoint_says(run_dir)
+    assert checkpoint.startswith("write a checkpoint") and ("checkpoint_requested" in checkpoint) == (loop == "monitor")
+    assert _stop_says(tmp_path) == "stop gracefully" and _checkpoint_says(tmp_path) == "write a checkpoint"  # no run
