@@ -273,3 +273,17 @@ async def test_a_monitor_run_in_its_own_terminal_is_live_and_tuitrain_watch_is_w
         async with app.run_test(size=(120, 40)) as pilot:
             await until(pilot, lambda: app.state.step == 40 and says in title_bar(app))
             assert ("watching" in title_bar(app)) is not owned, title_bar(app)
+
+
+def test_the_notice_gives_way_by_its_parts_then_by_words_never_mid_word():
+    """At 80x24 a notice was cut mid-phrase ("… keys that steer are"): its last " · " parts go first."""
+    from tuitrain.dashboard.screens.screen import notice_text
+
+    said = "comparing 3 runs: R run list · d config differences · keys that steer are off"
+    assert [notice_text(said, room=room).plain for room in (0, 80, 60, 30, 12)] == [
+        said,
+        said,
+        "comparing 3 runs: R run list · d config differences",
+        "comparing 3 runs: R run list",
+        "comparing 3…",
+    ]

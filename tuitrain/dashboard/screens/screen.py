@@ -24,6 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 from collections.abc import Callable
 
+from rich.cells import cell_len
 from rich.text import Text
 from textual import events
 from textual.app import ComposeResult
@@ -34,7 +35,7 @@ from textual.widget import Widget
 from textual.widgets import Static
 
 from tuitrain.core.text import safe_name, safe_text
-from tuitrain.dashboard.fitting import footer_bindings, title_line
+from tuitrain.dashboard.fitting import footer_bindings, title_line, words_within
 from tuitrain.dashboard.state.foreign import READING
 from tuitrain.dashboard.layout import COMPACT, TOO_SMALL
 from tuitrain.dashboard.charts.chart_grid import ChartGrid
@@ -58,13 +59,34 @@ def run_state(state) -> str:
     return "paused" if state.paused else "live"
 
 
-def notice_text(text: str, skipped: int = 0) -> Text:
-    """The bottom bar's line: `text` as typed (never markup), after the count of damaged lines skipped."""
+def notice_text(text: str, skipped: int = 0, room: int = 0) -> Text:
+    """The bottom bar's line: `text` as typed (never markup), after the count of damaged lines skipped; in
+    `room` cells (0: any), its last " · " parts left out first, then its last words (never cut mid-word)."""
     if skipped:  # one notice for every damaged line skipped, however many
         text = f"{skipped} damaged line{'s' if skipped != 1 else ''} of events.jsonl skipped" + (
             f" · {text}" if text else ""
         )
-    return Text(safe_text(text, lines=False), no_wrap=True, overflow="ellipsis")
+    text = safe_text(text, lines=False)
+    parts = text.split(" · ")
+    while room and len(parts) > 1 and cell_len(text) > room:
+        parts.pop()
+        text = " · ".join(parts)
+    return Text(words_within(text, room) if room else text, no_wrap=True, overflow="ellipsis")
+
+
+class Notice(Static):
+    """The bottom bar's line (`notice_text`) in the words that fit the bar's width as it is now."""
+
+    def __init__(self, text: str, skipped: int = 0, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.said = (text, skipped)
+
+    def say(self, text: str, skipped: int) -> None:
+        self.said = (text, skipped)
+        self.refresh()
+
+    def render(self) -> Text:
+        return notice_text(*self.said, room=self.content_region.width)
 
 
 class DashboardScreen(Screen):
@@ -125,7 +147,7 @@ class DashboardScreen(Screen):
                 yield CheckpointList(clock=self.clock, id="checkpoints", classes="panel")
         with Horizontal(id="bottom-bar"):
             yield ControlBar(id="controls")
-            yield Static(notice_text(self._notice, self._skipped), id="notice")
+            yield Notice(self._notice, self._skipped, id="notice")
         yield Static(
             "The terminal is too small for the dashboard: make it larger (at least 50x12).\n"
             "Training goes on; q leaves.",
@@ -242,7 +264,7 @@ class DashboardScreen(Screen):
             self._notice = text
         if skipped is not None:
             self._skipped = skipped
-        self.query_one("#notice", Static).update(notice_text(self._notice, self._skipped))
+        self.query_one("#notice", Notice).say(self._notice, self._skipped)
 
     def show_chart_note(self, state=None) -> None:
         """The chart area's note (`ChartNote`): before the first chart, what the run is doing (`state`:
