@@ -43,7 +43,7 @@ BEST = (240, 160, 48)  # the best trial, over everything
 DONE_COLOR = (60, 155, 232)  # the completed trials
 GOING_COLOR = (80, 200, 120)  # the running ones
 #: (mark, what it stands for) as the legend writes them
-MARKS = [("★", "best"), ("•", "completed"), ("○", "running"), ("·", "pruned, stopped or failed")]
+MARKS = [("★", "best"), ("•", "completed"), ("○", "running"), ("·", "ended early (pruned, stopped, failed)")]
 
 
 def palette_of(widget: Widget) -> Palette:
@@ -202,11 +202,11 @@ class ParamsScreen(Modal[None]):
         self.axes = param_axes(list(self.state.sweep.params), points, self.declared)
         with Vertical(id="params-box"):
             yield Static(id="params-title")
-            legend = "   ".join(f"{mark} {what}" for mark, what in MARKS)
+            legend = "  ".join(f"{mark} {what}" for mark, what in MARKS)
             metric = self.state.sweep.metric or "the metric"
-            yield Static(
+            yield Static(  # what y is first: a narrow screen cuts the marks' last words, not it
                 Text(
-                    f"{legend}    y: each trial's best {metric} ({self.state.sweep.mode})",
+                    f"y: each trial's best {metric} ({self.state.sweep.mode})  {legend}",
                     no_wrap=True,
                     overflow="ellipsis",
                 ),
