@@ -3,8 +3,8 @@
 A run directory is `<experiment.dir>/<experiment.name>/<YYYYmmdd-HHMMSS>`, or a folder the user names
 (`--run-dir`, `run_dir=`): one run per folder, a named folder that holds a run already gets a sibling
 (`claim_run_dir`). Listing reads run.json with plain json (`tuitrain.sinks.run_status`), so `ls` stays
-fast; other tools' runs are found by their readers (`tuitrain.sources.registry`). Must not import torch or
-textual.
+fast; other tools' runs are found by their readers (`tuitrain.sources.registry`) and summed up from their
+logs' ends (`registry.summary`). Must not import torch or textual.
 """
 
 from __future__ import annotations
@@ -118,11 +118,16 @@ def _row(run_dir: Path, root: Path) -> dict:
     }
 
 
-def _foreign_row(ref: RunRef) -> dict:
-    """Another tool's run as `ls` lists it: named by its reader, with the tool's name after it; running
-    while its writer writes, else "log ended" (tuitrain cannot tell how another tool's training ended; its
-    epoch, step and best are the dashboard's to show)."""
-    started = ref.info.get("started")
+def _foreign_row(ref: RunRef, name: str) -> dict:
+    """Another tool's run as `ls` lists it: `name` (registry.shown_names: a W&B run's display name, as the
+    run list has it) with the tool's name after it; its start, status, epoch and step as its reader reads
+    them cheaply (registry.summary: the tool's recorded start and end, the last step from a file's end or
+    one query; "-" where the log cannot say it cheaply), the status as `watch` says it; its start, where
+    the log records none, its files' time."""
+    info = registry.summary(ref)
+    started = info.get("started")
+    if not isinstance(started, (int, float)) or isinstance(started, bool):
+        started = ref.info.get("started")
     if not isinstance(started, (int, float)) or isinstance(started, bool):
         try:
             started = Path(ref.path).stat().st_mtime
@@ -130,12 +135,12 @@ def _foreign_row(ref: RunRef) -> dict:
             started = 0.0
     return {
         "path": Path(ref.path),
-        "name": f"{ref.name} ({registry.label(ref.tool)})",
+        "name": f"{name} ({registry.label(ref.tool)})",
         "started": float(started),
-        "status": "running" if registry.is_live(ref) else "log ended",
+        "status": info.get("status") or "log ended",
         "exit_code": None,
-        "epoch": None,
-        "step": None,
+        "epoch": info.get("epoch"),
+        "step": info.get("step"),
         "best": {},
     }
 
@@ -153,7 +158,8 @@ def list_runs(root: Path = Path("runs"), others: bool = True) -> list[dict]:
         dirs = {p.parent for p in root.rglob("run.json") if p.is_file()}
         rows = [_row(d, root) for d in dirs]
     if others and root.exists():
-        rows += [_foreign_row(ref) for ref in registry.find([root]).runs if not registry.is_own(ref)]
+        refs = [ref for ref in registry.find([root]).runs if not registry.is_own(ref)]
+        rows += [_foreign_row(ref, name) for ref, name in zip(refs, registry.shown_names(refs))]
     rows.sort(key=lambda r: (r["started"], str(r["path"])), reverse=True)
     return rows
 

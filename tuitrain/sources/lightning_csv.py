@@ -27,7 +27,8 @@ import numpy as np
 
 from tuitrain.core.events import Event, RunStarted
 from tuitrain.sources.polled import Item, Columns, PolledSource, simple_yaml, split_name, written_within
-from tuitrain.sources.refs import RunRef
+from tuitrain.sources.peek import first_line, last_line
+from tuitrain.sources.refs import RunRef, Summary
 
 TOOL = "lightning"
 EXTRA = None  # the standard library's csv; PyYAML for hparams.yaml where installed (a simple reading else)
@@ -85,6 +86,40 @@ def _own_name(run: Path) -> str:
 
 def is_live(ref: RunRef) -> bool:
     return written_within([ref.path / METRICS])
+
+
+def summary(ref: RunRef) -> Summary:
+    """What `tuitrain ls` shows of the run: its epoch (from 1, as the dashboard counts) and step from the
+    last line of metrics.csv, read from the file's end, their columns from its header. The files record no
+    time: its start is the time of the older of metrics.csv and hparams.yaml (a copy's: when copied)."""
+    path = Path(ref.path)
+    out: Summary = {}
+    times = []
+    for name in (METRICS, HPARAMS):
+        try:
+            times.append(os.stat(path / name).st_mtime)
+        except OSError:
+            continue
+    if times:
+        out["started"] = min(times)
+    try:
+        names = next(csv.reader([first_line(path / METRICS).decode("utf-8", "replace")]), [])
+        cells = next(csv.reader([last_line(path / METRICS).decode("utf-8", "replace")]), [])
+    except csv.Error:
+        return out
+    if len(cells) != len(names) or cells == names:
+        return out
+    step, epoch = (_whole(cells[names.index(n)]) if n in names else None for n in ("step", "epoch"))
+    out["step"] = step
+    out["epoch"] = None if epoch is None else epoch + 1
+    return out
+
+
+def _whole(cell: str) -> int | None:
+    try:
+        return int(float(cell))
+    except (ValueError, OverflowError):
+        return None
 
 
 def open_source(ref: RunRef, live: bool | None = None) -> LightningSource:
@@ -346,4 +381,4 @@ class LightningSource(PolledSource):
         )
 
 
-__all__ = ["EXTRA", "TOOL", "LightningSource", "find_runs", "is_live", "open_source", "read_hparams"]
+__all__ = ["EXTRA", "TOOL", "LightningSource", "find_runs", "is_live", "open_source", "read_hparams", "summary"]

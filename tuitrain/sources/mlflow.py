@@ -27,7 +27,8 @@ import numpy as np
 
 from tuitrain.core.events import Event, RunFinished, RunStarted
 from tuitrain.sources.polled import Item, LIVE_WITHIN, Columns, PolledSource, as_number, simple_yaml, split_name
-from tuitrain.sources.refs import RunRef
+from tuitrain.sources.refs import RunRef, Summary
+from tuitrain.sources.peek import last_line
 from tuitrain.sources.sqlite_ro import Database, Unreadable, is_sqlite, say_read, say_unreadable
 
 TOOL = "mlflow"
@@ -161,6 +162,39 @@ def is_live(ref: RunRef) -> bool:
             except OSError:
                 continue
     return False
+
+
+#: MLflow's final statuses as the dashboard says them (_Run._end)
+ENDED = {"FINISHED": "completed", "FAILED": "failed", "KILLED": "interrupted"}
+
+
+def summary(ref: RunRef) -> Summary:
+    """The run's start and end as MLflow records them (meta.yaml, the `runs` table) and its last step: the
+    largest of each metrics file's last line (read from its end), or one query of `latest_metrics`."""
+    if ref.key:
+        db = Database(ref.path)
+        try:
+            runs, _ = db.rows("SELECT status, start_time FROM runs WHERE run_uuid = ?", (ref.key,))
+            top, _ = db.rows("SELECT max(step) FROM latest_metrics WHERE run_uuid = ?", (ref.key,))
+        except Unreadable:
+            return {}
+        finally:
+            db.close()
+        status, start = runs[0] if runs else (None, None)
+        step = top[0][0] if top else None
+    else:
+        meta = _meta(ref.path / "meta.yaml")
+        status, start, step = _status(meta.get("status")), meta.get("start_time"), None
+        for folder, _, files in os.walk(ref.path / "metrics"):
+            for name in files:
+                parts = last_line(os.path.join(folder, name)).split()
+                if len(parts) == 3 and parts[2].lstrip(b"-").isdigit():
+                    step = max(step if step is not None else -1, int(parts[2]))
+    return {
+        "started": start / 1000 if isinstance(start, (int, float)) and start else None,
+        "status": ENDED.get(str(status)),
+        "step": step if isinstance(step, int) else None,
+    }
 
 
 def open_source(ref: RunRef, live: bool | None = None) -> PolledSource:
@@ -432,4 +466,4 @@ class MlflowSqlSource(_Run):
         self.db.close()
 
 
-__all__ = ["EXTRA", "TOOL", "MlflowFileSource", "MlflowSqlSource", "find_runs", "is_live", "open_source"]
+__all__ = ["EXTRA", "TOOL", "MlflowFileSource", "MlflowSqlSource", "find_runs", "is_live", "open_source", "summary"]

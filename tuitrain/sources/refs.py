@@ -12,7 +12,10 @@ A reader module (`tuitrain/sources/tensorboard.py`, `lightning_csv.py`, `mlflow.
   run_files.py: `open(emit)`, `work()`, `close()`, `live`), said as tuitrain's own events (`RunStarted`
   with the run's config, `MetricsLogged` or `MetricsBlock`s, `MediaLogged`, `HistogramLogged`); `live`
   None means "decide from the files";
-- `is_live(ref) -> bool`: whether its writer is still writing.
+- `is_live(ref) -> bool`: whether its writer is still writing;
+- `summary(ref) -> Summary` (optional): what `tuitrain ls` shows of the run, read cheaply (a record's
+  start, the tool's own word on the run's end, the last step by seeking from a file's end or one query),
+  never every value: a field the log cannot give cheaply is None (registry.summary).
 
 A source also has `problems: list[str]`: what it skipped as damaged, one line each, naming the file and
 where ("events.out.tfevents.1.host: a torn last record at byte 10,240 skipped"); the dashboard says them.
@@ -23,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 
 @dataclass(frozen=True)
@@ -35,3 +38,13 @@ class RunRef:
     name: str  # shown in the run list and `ls`: the run's path under the folder asked for, or its own name
     key: str = ""  # the run's id inside `path` where one file holds many (an MLflow run id, a trackio run)
     info: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)  # what find_runs learnt on the way
+
+
+class Summary(TypedDict, total=False):
+    """A run as `tuitrain ls` lists it (a reader's `summary`): each field None where the log does not say
+    it cheaply."""
+
+    started: float | None  # seconds since the epoch: the run's recorded start
+    status: str | None  # the tool's own word on the run's end ("completed", "failed", "interrupted"); None: none
+    epoch: int | None  # as the dashboard counts it (from 1)
+    step: int | None  # the last step logged

@@ -24,7 +24,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from tuitrain.sources.refs import RunRef
+from tuitrain.sources.refs import RunRef, Summary
 
 
 @dataclass(frozen=True)
@@ -168,6 +168,26 @@ def is_live(ref: RunRef) -> bool:
         return False
 
 
+def summary(ref: RunRef) -> Summary:
+    """What `tuitrain ls` shows of another tool's run, its reader's `summary` (refs.py) filled in: every
+    field there (None where the log does not say it cheaply), the status the tool's own word on the run's
+    end where it records one (as the dashboard says it), else "running" while the writer writes and "log
+    ended" after."""
+    _, mod = _reader_of(ref.tool)
+    got: Summary = {}
+    read = getattr(mod, "summary", None)
+    if read is not None:
+        try:
+            got = read(ref)
+        except Exception:  # a reader's failure on odd files: the row says what the names say, ls goes on
+            got = {}
+    out: Summary = {"started": None, "status": None, "epoch": None, "step": None}
+    out.update(got)
+    if out.get("status") is None:
+        out["status"] = "running" if is_live(ref) else "log ended"
+    return out
+
+
 def is_own(ref: RunRef) -> bool:
     """A run tuitrain wrote (its keys may steer it while it is live); every other tool's is read only."""
     return ref.tool == "tuitrain"
@@ -179,18 +199,32 @@ def own(path: str | os.PathLike[str]) -> RunRef:
     return RunRef("tuitrain", p, p.name or str(p))
 
 
+def shown_names(refs: list[RunRef]) -> list[str]:
+    """Each run's name as its tool shows it: the display name its reader found (`info["display_name"]`: a
+    W&B run's, as `watch` shows it alone) with its id after it where two runs of one tool share it ("alpha
+    (1ob1nmxu)"), else the reader's name for it (`RunRef.name`)."""
+    base = [str(r.info.get("display_name") or r.name) for r in refs]
+    out = list(base)
+    for i, r in enumerate(refs):
+        twins = sum(1 for j, other in enumerate(refs) if other.tool == r.tool and base[j] == base[i])
+        if r.info.get("display_name") and twins > 1:
+            out[i] = f"{base[i]} ({r.info.get('run_id') or Path(r.path).name})"
+    return out
+
+
 def names(refs: list[RunRef]) -> list[str]:
     """How the run list and the legend name each run, all different: tuitrain's runs by their folder's
-    name (with its parent's where two share one, as always), another tool's by its reader's name for it;
+    name (with its parent's where two share one, as always), another tool's as `shown_names` says;
     a name two tools' runs share gets its tool's after it ("base (lightning)")."""
     folders = [Path(r.path).name for r in refs if is_own(r)]
+    shown = shown_names(refs)
     out = []
-    for r in refs:
+    for r, name in zip(refs, shown):
         if is_own(r):
             p = Path(r.path)
             out.append(f"{p.parent.name}/{p.name}" if folders.count(p.name) > 1 else p.name)
         else:
-            out.append(r.name)
+            out.append(name)
     shared = {name for name in out if out.count(name) > 1}
     out = [f"{n} ({r.tool})" if n in shared and not is_own(r) else n for n, r in zip(out, refs)]
     n = 1
@@ -215,4 +249,6 @@ __all__ = [
     "open_source",
     "own",
     "readers",
+    "shown_names",
+    "summary",
 ]

@@ -32,9 +32,9 @@ import numpy as np
 
 from tuitrain.core.events import Event, RunFinished, RunStarted
 from tuitrain.core.text import safe_text
-from tuitrain.sources import tfrecord
+from tuitrain.sources import tb_ends, tfrecord
 from tuitrain.sources.tb_live import LIVE_SECONDS, TIMESTAMP, writing
-from tuitrain.sources.refs import RunRef
+from tuitrain.sources.refs import RunRef, Summary
 from tuitrain.sources.run_files import Emit, MetricsBlock
 
 if TYPE_CHECKING:
@@ -116,6 +116,11 @@ def open_source(ref: RunRef, live: bool | None = None) -> TensorBoardSource:
 def is_live(ref: RunRef) -> bool:
     """Whether the run's writer is still writing (the module's docstring says the rule: tb_live.py)."""
     return writing(event_files(ref.path))
+
+
+def summary(ref: RunRef) -> Summary:
+    """What `tuitrain ls` shows of the run: its start and last step, from its files' ends (tb_ends.py)."""
+    return tb_ends.summary(event_files(Path(ref.path)))
 
 
 def split_of(tag: str) -> tuple[str, str, str]:

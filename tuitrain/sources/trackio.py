@@ -27,7 +27,7 @@ try:  # a typed JSON decoder: a batch of rows at once (a dependency; without it 
 except ImportError:  # pragma: no cover
     msgspec = None  # type: ignore[assignment]
 from tuitrain.sources.polled import LIVE_WITHIN, Columns, Item, PolledSource, split_name
-from tuitrain.sources.refs import RunRef
+from tuitrain.sources.refs import RunRef, Summary
 from tuitrain.sources.sqlite_ro import Database, Unreadable, is_sqlite, say_read, say_unreadable
 
 TOOL = "trackio"
@@ -105,6 +105,41 @@ def is_live(ref: RunRef) -> bool:
         db.close()
     newest = _seconds(rows[0][0]) if rows else None
     return newest is not None and time.time() - newest < LIVE_WITHIN
+
+
+def summary(ref: RunRef) -> Summary:
+    """What `tuitrain ls` shows of the run: its start (its config's "_Created") and its last step, in two
+    queries (the largest step of each of the run's ids, by trackio's index of (run_id, step); a database
+    from before run ids: of the run's rows)."""
+    db = Database(ref.path)
+    try:
+        configs, _ = db.rows("SELECT config FROM configs WHERE run_name = ?", (ref.key,))
+        tops: list[Any] | None = None
+        if configs:
+            try:
+                tops, _ = db.rows(
+                    "SELECT (SELECT max(step) FROM metrics m WHERE m.run_id = c.run_id) FROM configs c "
+                    "WHERE c.run_name = ?",
+                    (ref.key,),
+                )
+            except Unreadable:  # no run_id columns (an older trackio's)
+                tops = None
+        if tops is None:  # (or a run with no config row: its rows, each looked at)
+            tops, _ = db.rows("SELECT max(step) FROM metrics WHERE run_name = ?", (ref.key,))
+    except Unreadable:
+        return {}
+    finally:
+        db.close()
+    started = None
+    for (raw,) in configs:
+        try:
+            got = json.loads(_text(raw))
+        except (ValueError, RecursionError):
+            continue
+        if isinstance(got, dict):
+            started = _seconds(got.get("_Created")) or started
+    steps = [top for (top,) in tops if isinstance(top, int)]
+    return {"started": started, "step": max(steps) if steps else None}
 
 
 def open_source(ref: RunRef, live: bool | None = None) -> TrackioSource:
@@ -256,4 +291,14 @@ class TrackioSource(PolledSource):
         self.db.close()
 
 
-__all__ = ["EXTRA", "TOOL", "TrackioSource", "default_dir", "find_runs", "flat_numbers", "is_live", "open_source"]
+__all__ = [
+    "EXTRA",
+    "TOOL",
+    "TrackioSource",
+    "default_dir",
+    "find_runs",
+    "flat_numbers",
+    "is_live",
+    "open_source",
+    "summary",
+]

@@ -15,6 +15,11 @@ whose names begin with "_" are W&B's own), `exit` (the run's end and exit code).
 is a W&B image file (`{"_type": "image-file", "path": ...}`) is shown from the run's files/ folder where
 it is; a histogram (`{"_type": "histogram"}`) as one; other media are left out. `latest-run` is a link
 to the newest run beside it, not a run of its own.
+
+Finding runs and `tuitrain ls` read only a file's ends, with a small reader of protobuf's wire format of
+their own (no wandb needed, nor its second of import): the run record near the file's start (its display
+name, id and start: `RunRef.info`, the names the run list and `ls` show), and from the last 32 KiB blocks
+the exit record and the last history record's step (`summary`).
 """
 
 from __future__ import annotations
@@ -33,7 +38,8 @@ import numpy as np
 
 from tuitrain.core.events import HistogramLogged, MediaLogged, RunFinished, RunStarted
 from tuitrain.sources.polled import Columns, Item, PolledSource, split_name, written_within
-from tuitrain.sources.refs import RunRef
+from tuitrain.sources.peek import signed, wire_fields
+from tuitrain.sources.refs import RunRef, Summary
 
 TOOL = "wandb"
 EXTRA = "wandb"  # wandb's record classes (protobuf)
@@ -62,9 +68,121 @@ def _run_file(folder: Path) -> Path | None:
     return found[-1] if found else None
 
 
+HEAD_LIMIT = 8 * BLOCK  # bytes of a file's start looked through for its run record
+TAIL_BLOCKS = 8  # blocks of a file's end looked through for its last history record
+# the field numbers of wandb_internal.proto read here (tests check them against wandb's own classes)
+RECORD_HISTORY, RECORD_RUN, RECORD_EXIT = 2, 17, 18
+RUN_ID, RUN_DISPLAY_NAME, RUN_START_TIME = 1, 8, 17
+EXIT_CODE = 1
+HISTORY_ITEM, HISTORY_STEP = 1, 2
+ITEM_KEY, ITEM_NESTED_KEY, ITEM_VALUE_JSON = 1, 2, 16
+
+
+def _text_of(fields: dict[int, list[Any]], number: int) -> str:
+    got = fields.get(number)
+    return got[-1].decode("utf-8", "replace") if got and isinstance(got[-1], bytes) else ""
+
+
+def head(run_file: Path) -> dict[str, Any]:
+    """The run record's display name, id and start ("display_name", "run_id", "started"), read from the
+    file's first blocks; {} when none is there yet (or the file is not a W&B run file)."""
+    chunks = Chunks(run_file.name)
+    try:
+        with open(run_file, "rb") as f:
+            while chunks.pos + len(chunks.pending) < HEAD_LIMIT:
+                data = f.read(BLOCK)
+                if not data:
+                    return {}
+                for _, raw in chunks.feed(data):
+                    run = wire_fields(raw).get(RECORD_RUN)
+                    if run and isinstance(run[0], bytes):
+                        return _run_info(wire_fields(run[0]))
+                if chunks.header_ok is False:
+                    return {}
+    except OSError:
+        return {}
+    return {}
+
+
+def _run_info(run: dict[int, list[Any]]) -> dict[str, Any]:
+    info: dict[str, Any] = {"display_name": _text_of(run, RUN_DISPLAY_NAME), "run_id": _text_of(run, RUN_ID)}
+    start = run.get(RUN_START_TIME)
+    if start and isinstance(start[0], bytes):
+        stamp = wire_fields(start[0])
+        seconds, nanos = stamp.get(1, [0])[0], stamp.get(2, [0])[0]
+        if isinstance(seconds, int) and isinstance(nanos, int) and seconds:
+            info["started"] = seconds + nanos / 1e9
+    return {k: v for k, v in info.items() if v}
+
+
+def _step_of(history: dict[int, list[Any]]) -> int | None:
+    step = history.get(HISTORY_STEP)
+    if step and isinstance(step[0], bytes):
+        num = wire_fields(step[0]).get(1)
+        return signed(num[0]) if num and isinstance(num[0], int) else 0  # num 0 is not written
+    for item in history.get(HISTORY_ITEM, []):  # an older file: the "_step" item
+        fields = wire_fields(item) if isinstance(item, bytes) else {}
+        if _text_of(fields, ITEM_KEY) == "_step" or _text_of(fields, ITEM_NESTED_KEY) == "_step":
+            value = _value(_text_of(fields, ITEM_VALUE_JSON))
+            return int(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
+    return None
+
+
+def summary(ref: RunRef) -> Summary:
+    """The run's start (its run record), its end (the exit record: "completed", or "failed" with a code
+    that is not 0, as the dashboard says it) and its last step (the last history record's), read from the
+    file's first and last blocks; the step None when no history record is in the last TAIL_BLOCKS blocks."""
+    run_file = _run_file(Path(ref.path))
+    if run_file is None:
+        return {}
+    started = ref.info.get("started")
+    out: Summary = {"started": started if isinstance(started, float) else head(run_file).get("started")}
+    try:
+        with open(run_file, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            last = max(0, (size - 1) // BLOCK)
+            for back in range(1, TAIL_BLOCKS + 1):
+                first = max(0, last - back + 1)
+                f.seek(first * BLOCK)
+                chunks = Chunks(run_file.name)
+                if first:  # a block's start is a chunk's: read from there (a record begun before it left out)
+                    chunks.header_ok, chunks.pos = True, first * BLOCK
+                step, code = None, None
+                for _, raw in chunks.feed(f.read()):
+                    record = wire_fields(raw)
+                    if record.get(RECORD_HISTORY) and isinstance(record[RECORD_HISTORY][0], bytes):
+                        step = _step_of(wire_fields(record[RECORD_HISTORY][0]))
+                    elif record.get(RECORD_EXIT) and isinstance(record[RECORD_EXIT][0], bytes):
+                        exit_code = wire_fields(record[RECORD_EXIT][0]).get(EXIT_CODE, [0])[0]
+                        code = signed(exit_code) if isinstance(exit_code, int) else 0
+                if code is not None:
+                    out["status"] = "failed" if code else "completed"
+                if step is not None or first == 0:
+                    out["step"] = step
+                    break
+    except OSError:
+        return out
+    return out
+
+
+def _named(refs: list[RunRef]) -> list[RunRef]:
+    """The refs with what each run record says (`head`) in their info."""
+    out = []
+    for ref in refs:
+        run_file = _run_file(Path(ref.path))
+        got = head(run_file) if run_file is not None else {}
+        out.append(RunRef(ref.tool, ref.path, ref.name, ref.key, {**ref.info, **got}))
+    return out
+
+
 def find_runs(path: Path | str) -> list[RunRef]:
     """The W&B runs `path` is or holds: each folder with a `run-<id>.wandb` file (`latest-run` is a link
-    to one of them, never a second run; asked for itself, it is the run it links to)."""
+    to one of them, never a second run; asked for itself, it is the run it links to), named by its folder;
+    its run record's display name, id and start in its info (registry.names shows the display name)."""
+    return _named(_find_runs(path))
+
+
+def _find_runs(path: Path | str) -> list[RunRef]:
     path = Path(path)
     if path.is_file():
         if path.suffix == ".wandb":
@@ -430,4 +548,15 @@ class WandbSource(PolledSource):
         ]
 
 
-__all__ = ["EXTRA", "HEADER", "MISSING", "TOOL", "Chunks", "WandbSource", "find_runs", "is_live", "open_source"]
+__all__ = [
+    "EXTRA",
+    "HEADER",
+    "MISSING",
+    "TOOL",
+    "Chunks",
+    "WandbSource",
+    "find_runs",
+    "is_live",
+    "open_source",
+    "summary",
+]
