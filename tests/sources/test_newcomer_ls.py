@@ -219,7 +219,7 @@ def test_lightning_csv_runs_epoch_and_step_from_the_last_line(tmp_path):
 # trackio: a project's database in trackio's schema (tests/sources/test_trackio.py reads trackio's own)
 
 
-def test_trackio_runs_start_and_step_in_two_queries(tmp_path):
+def test_trackio_runs_found_by_their_ids_and_summed_up_in_two_queries(tmp_path):
     db = sqlite3.connect(tmp_path / "proj.db")
     db.executescript(
         "CREATE TABLE metrics (id INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT NOT NULL, timestamp TEXT NOT NULL,"
@@ -236,10 +236,16 @@ def test_trackio_runs_start_and_step_in_two_queries(tmp_path):
             "INSERT INTO metrics VALUES (NULL, ?, ?, ?, ?, ?, NULL, NULL)",
             [(run_id, created, name, s, json.dumps({"loss": 1.0})) for s in range(30 if name == "first" else 70)],
         )
+    db.execute(  # a run with rows and no config row: listed too, after those with one
+        "INSERT INTO metrics VALUES (NULL, 'id0', ?, 'rows only', 4, '{}', NULL, NULL)", (created,)
+    )
     db.commit()
     db.close()
+    refs = registry.find([tmp_path]).runs
+    assert [r.name for r in refs] == ["proj/first", "proj/second", "proj/rows only"]
     rows = _rows(tmp_path)
     assert (rows["proj/first (trackio)"]["step"], rows["proj/second (trackio)"]["step"]) == (29, 69)
+    assert rows["proj/rows only (trackio)"]["step"] == 4
     assert rows["proj/first (trackio)"]["started"] == pytest.approx(START)
     assert rows["proj/first (trackio)"]["status"] == "log ended"
 

@@ -52,13 +52,39 @@ def _is_project(path: Path) -> bool:
     return {"metrics", "configs"} <= tables and "runs" not in tables  # (MLflow's has `runs` and `metrics`)
 
 
+#: the run ids of `metrics`, each found by a seek in trackio's index of (run_id, step) (a skip scan: never
+#: its rows, a million of them taking a second)
+_RUN_IDS = (
+    "WITH RECURSIVE ids(x) AS (SELECT min(run_id) FROM metrics UNION ALL "
+    "SELECT (SELECT min(run_id) FROM metrics WHERE run_id > ids.x) FROM ids WHERE ids.x IS NOT NULL) "
+    "SELECT x FROM ids WHERE x IS NOT NULL"
+)
+
+
 def _runs(path: Path) -> list[RunRef]:
+    """The project's runs, in the order they began: those with a config row by it, then those with rows
+    only by their first row."""
     db = Database(path)
     try:
-        rows, _ = db.rows(
-            "SELECT run_name, min(id) FROM (SELECT run_name, id FROM metrics UNION ALL "
-            "SELECT run_name, -1000000000 + id FROM configs) GROUP BY run_name ORDER BY min(id)"
-        )
+        try:
+            ids, _ = db.rows(_RUN_IDS)
+            configs, _ = db.rows("SELECT run_name, run_id, -1000000000 + id FROM configs")
+        except Unreadable:  # a database from before run ids: each row looked at
+            rows, _ = db.rows(
+                "SELECT run_name, min(id) FROM (SELECT run_name, id FROM metrics UNION ALL "
+                "SELECT run_name, -1000000000 + id FROM configs) GROUP BY run_name ORDER BY min(id)"
+            )
+        else:
+            known = {run_id for _, run_id, _ in configs}
+            first: dict[Any, Any] = {name: at for name, _, at in configs}
+            for (run_id,) in ids:
+                if run_id not in known:
+                    got, _ = db.rows(
+                        "SELECT run_name, id FROM metrics WHERE run_id = ? ORDER BY step LIMIT 1", (run_id,)
+                    )
+                    for name, at in got:
+                        first[name] = min(at, first.get(name, at))
+            rows = sorted(first.items(), key=lambda item: item[1])
     except Unreadable:
         return []
     finally:
