@@ -247,6 +247,26 @@ async def test_another_tool_s_run_alone_is_read_only_and_exports_into_the_curren
     assert sorted(p.name for p in folder.iterdir()) == before  # nothing written into TensorBoard's folder
 
 
+@sync
+async def test_a_log_without_times_shows_no_clock_or_speed(mixed):
+    """Lightning's CSV records no times: the progress panel said "Speed warming up" and a ticking Time while
+    read, then "Time 0:00:00 ETA 0:00:00"; it says they are not in this log."""
+    from tests.dashboard.test_app import shown
+    from tuitrain.dashboard.entry import watch_app
+    from tuitrain.dashboard.panels.progress_panel import ProgressPanel
+
+    tiny, _ = mixed
+    (ref,) = registry.find([tiny.runs / "lit" / "version_0"]).runs
+    app = watch_app(ref, None)
+    async with app.run_test(size=SIZE) as pilot:
+        panel = app.query_one(ProgressPanel)
+        await until(pilot, lambda: app.state.step == STEPS and "Step  120" in shown(panel), timeout=20)
+        await pilot.pause()
+        text = shown(panel)
+        assert "Speed not in this log" in text and "Time  not in this log" in text, text
+        await pilot.press("q")
+
+
 def test_the_notebook_s_picture_of_a_tensorboard_folder(mixed, tmp_path):
     """`tuitrain watch PATH --frames FILE` (what a notebook's NotebookView runs) draws another tool's run too,
     and leaves once the run has ended (its writer stopped: the file untouched for minutes)."""

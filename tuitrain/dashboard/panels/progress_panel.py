@@ -14,6 +14,7 @@ from textual.widgets import Static
 
 from tuitrain.core.text import safe_name
 from tuitrain.dashboard.fmt import format_duration, format_rate
+from tuitrain.dashboard.state.foreign import tool_of_loop
 from tuitrain.dashboard.state.model import DashboardState
 
 # which theme colour each state is drawn in
@@ -118,7 +119,12 @@ class ProgressPanel(Static):
         else:
             grid.add_row("Step", step_text)
         items, steps = state.rates()
-        if items is None and not state.ended:
+        # another tool's log that records no times (Lightning's CSV): no speed, no clock, rather than a clock
+        # that ticks while it reads and 0:00:00 once it has
+        untimed = bool(tool_of_loop(state.loop)) and not state.axes["time"]
+        if untimed:
+            speed = "not in this log"
+        elif items is None and not state.ended:
             speed = "warming up"
         else:
             rates = []
@@ -140,7 +146,7 @@ class ProgressPanel(Static):
             )
         eta = state.eta()
         eta_text = format_duration(eta) if eta is not None else "-"
-        time_text = f"{format_duration(state.elapsed())}  ETA {eta_text}"
+        time_text = "not in this log" if untimed else f"{format_duration(state.elapsed())}  ETA {eta_text}"
         grid.add_row("Time", time_text)
         # a layout pass re-arranges the whole screen: only when this panel's height changes (a bar that
         # has no room beside its numbers takes a line of its own)
