@@ -707,6 +707,8 @@ FRAMEWORKS = (
     "tests/integrations/test_transformers.py",
     "tests/system/test_real_models.py",
     "tests/sources/test_tensorboard.py",
+    "tests/integrations/test_newcomer_lightning.py",
+    "tests/integrations/test_newcomer_transformers.py",
 )
 
 

@@ -183,12 +183,15 @@ def test_fit_writes_the_run_and_takes_a_checkpoint_request(tmp_path):
     assert (run_dir / "media/note/16.txt").read_text() == "epoch 1"
     assert (run_dir / "media/samples/8.png").read_bytes()[:4] == b"\x89PNG"
     logged = metrics_by_split(run_dir)
-    step_rows = [(s, m) for s, m in logged["train"] if "loss" in m]
+    train = [e for e in read_events(run_dir) if e["event"] == "MetricsLogged" and e["split"] == "train"]
+    step_rows = [(e["step"], e["metrics"]) for e in train if e["scope"] == "step" and "loss" in e["metrics"]]
     assert [s for s, _ in step_rows] == list(range(2, 17, 2))  # log_every_n_steps=2
     assert all(set(m) == {"loss", "lr"} and m["lr"] == 0.05 for _, m in step_rows)
-    epoch_rows = [(s, m) for s, m in logged["train"] if "loss" not in m]  # on_epoch=True values, per epoch
-    assert [(s, set(m)) for s, m in epoch_rows] == [(8, {"acc", "loss_epoch"}), (16, {"acc", "loss_epoch"})]
-    assert epoch_rows[-1][1]["loss_epoch"] == pytest.approx(float(t.callback_metrics["train_loss_epoch"]))
+    # on_epoch=True values, per epoch: `train/acc` (no suffix: a step value, as the CSV reader reads it) and
+    # `train_loss_epoch`, the epoch scope of `loss`
+    epoch_rows = [(e["scope"], e["step"], set(e["metrics"])) for e in train if "lr" not in e["metrics"]]
+    assert epoch_rows == [("step", 8, {"acc"}), ("epoch", 8, {"loss"}), ("step", 16, {"acc"}), ("epoch", 16, {"loss"})]
+    assert train[-1]["metrics"]["loss"] == pytest.approx(float(t.callback_metrics["train_loss_epoch"]))
     assert [(s, set(m)) for s, m in logged["valid"]] == [(8, {"loss", "acc"}), (16, {"loss", "acc"})]
     assert logged["valid"][-1][1]["loss"] == pytest.approx(float(t.callback_metrics["val_loss"]))
 
