@@ -12,7 +12,9 @@ a "valid" metric named by the rest ("loss/val", "val/loss", "val_loss", "loss_va
 one ("train_loss" -> train "loss"); any other tag is a "train" metric under its own name ("test/acc").
 Where two tags would take one name ("train/loss" and "loss"), the later keeps its whole tag ("loss (2)"
 if that is taken too). tuitrain's own TensorBoard sink writes "train/epoch_loss" for a phase's aggregate:
-read back as scope "epoch".
+read back as scope "epoch". A tag without "/" ending in "_step" or "_epoch" (Lightning's on_step/on_epoch
+pair, "train_loss_step" and "train_loss_epoch") is that scope of the rest, as the Lightning CSV reader
+and the Lightning callback name them; Lightning's "epoch" scalar is the run's epoch, not a chart.
 
 Live: while a process of this machine writes a file of the run (or, for a file written elsewhere, while
 it changed in the last 150 s): tb_live.py. A live source reads what its files gained every `poll` s.
@@ -135,9 +137,14 @@ def split_of(tag: str) -> tuple[str, str, str]:
                 return split, "epoch", rest[6:]
             return split, "step", rest
     if len(parts) == 1:
+        scope = "step"
+        for suffix in ("_step", "_epoch"):  # Lightning's on_step/on_epoch pair ("train_loss_epoch"), as its CSV reader
+            if tag.endswith(suffix) and len(tag) > len(suffix):
+                tag, scope = tag[: -len(suffix)], suffix[1:]
         m = _PREFIXED.match(tag) or _SUFFIXED.match(tag)
         if m:
-            return ("valid" if m.group("word").lower() in _VALID else "train"), "step", m.group("rest")
+            return ("valid" if m.group("word").lower() in _VALID else "train"), scope, m.group("rest")
+        return "train", scope, tag
     return "train", "step", tag
 
 
@@ -528,6 +535,8 @@ def _block(
     groups.sort(key=lambda g: g[2])  # names in the order they first came
     train = None
     for tag_id, part, _ in groups:
+        if tags[tag_id] == "epoch":  # Lightning's epoch counter: the run's epoch (below), not a chart
+            continue
         key = name(tags[tag_id])
         block.series[key] = (fsteps[part], values[part])
         block.latest[f"{key[0]}/{key[2]}"] = float(values[part[-1]])
