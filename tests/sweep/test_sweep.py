@@ -209,6 +209,10 @@ def test_bad_sweep_settings_are_exit_2_too(tmp_path, monkeypatch, capsys):
     assert main(["sweep", "sweep.toml", "--set", "sweep.metric=valid/f1"]) == 2
     err = capsys.readouterr().err
     assert "sweep.metric: 'valid/f1' is not a metric this config logs" in err and "Traceback" not in err, err
+    # a seed Optuna's samplers cannot take: it was a numpy traceback once the study began
+    assert main(["sweep", "sweep.toml", "--set", "sweep.seed=-1"]) == 2
+    err = capsys.readouterr().err
+    assert "sweep.seed: expected an integer from 0 to 4294967295, got -1" in err and "Traceback" not in err, err
     assert not (tmp_path / "runs").exists()
 
 

@@ -127,6 +127,8 @@ def read_spec(cfg, source: str, overrides=(), check: Callable[[Any], None] | Non
     seed = table.get("seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise fail("seed", f"expected an integer, got {seed!r}")
+    if seed is not None and not 0 <= seed < 2**32:  # what Optuna's samplers take (numpy's generator)
+        raise fail("seed", f"expected an integer from 0 to 4294967295, got {seed}")
     raw = table.get("params")
     if not isinstance(raw, dict) or not raw:
         raise fail(
