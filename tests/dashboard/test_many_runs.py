@@ -285,34 +285,10 @@ def test_config_differences_of_runs_without_a_config_toml_read_their_started_con
     from tuitrain.dashboard.state.compare import Tagged
 
     st = CompareState(["tb1", "tb2"], {})
-    st.apply(
-        [
-            Tagged(
-                RunStarted(
-                    run_dir="a",
-                    experiment="a",
-                    epochs=0,
-                    max_steps=0,
-                    steps_per_epoch=0,
-                    batch_size=0,
-                    config={"lr": 0.1, "bs": 8},
-                ),
-                "tb1",
-            ),
-            Tagged(
-                RunStarted(
-                    run_dir="b",
-                    experiment="b",
-                    epochs=0,
-                    max_steps=0,
-                    steps_per_epoch=0,
-                    batch_size=0,
-                    config={"lr": 0.01, "bs": 8},
-                ),
-                "tb2",
-            ),
-        ]
+    started = lambda lr: RunStarted(  # noqa: E731
+        run_dir="a", experiment="a", epochs=0, max_steps=0, steps_per_epoch=0, batch_size=0, config={"lr": lr, "bs": 8}
     )
+    st.apply([Tagged(started(0.1), "tb1"), Tagged(started(0.01), "tb2")])
     assert st.differences() == [("lr", ["0.1", "0.01"])]
     assert st.set_run_filter("lr=0.1") == "" and st.shown_runs() == ["tb1"]
 
