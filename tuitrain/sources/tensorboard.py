@@ -537,6 +537,8 @@ def _block(
     for tag_id, part, _ in groups:
         if tags[tag_id] == "epoch":  # Lightning's epoch counter: the run's epoch (below), not a chart
             continue
+        if tags[tag_id] == "hp_metric" and (values[part] == -1).all():  # Lightning's placeholder, never set
+            continue
         key = name(tags[tag_id])
         block.series[key] = (fsteps[part], values[part])
         block.latest[f"{key[0]}/{key[2]}"] = float(values[part[-1]])
