@@ -310,6 +310,10 @@ async def test_the_run_list_s_status_head_stays_whole_when_every_run_is_live():
         heads = {str(c.key.value): (str(c.label), c.width) for c in runs.columns.values()}
         assert heads["status"][0] == "status" and heads["status"][1] >= len("status") + 1, heads
         assert [r.status for r in runs.runs] == ["live", "live"]
+    from tuitrain.dashboard.panels.run_list import LEGEND, legend_for
+
+    # the marks' legend in the border: whole at 80x24's 36-cell list (it was cut to "· f…"), in full where it fits
+    assert legend_for(36) == "●shown ◆pinned ○hidden ·out" and legend_for(48) == LEGEND
 
 
 def test_snapshot_thirty_runs_filtered_with_one_pinned(snap_compare, many_runs):

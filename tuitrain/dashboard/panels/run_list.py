@@ -25,6 +25,13 @@ from tuitrain.dashboard.fmt import format_value
 
 SHOWN, HIDDEN, PINNED, FILTERED = "●", "○", "◆", "·"
 LEGEND = f"{SHOWN} shown {PINNED} pinned {HIDDEN} hidden {FILTERED} filtered out"
+LEGEND_SHORT = f"{SHOWN}shown {PINNED}pinned {HIDDEN}hidden {FILTERED}out"  # a narrow list (80x24): whole words
+
+
+def legend_for(width: int) -> str:
+    """The marks' legend in the bottom border of a list `width` cells wide (its corners and a cell each side
+    less, as Textual draws it): the short form where the long one would be cut."""
+    return LEGEND if len(LEGEND) <= width - 6 else LEGEND_SHORT
 
 
 @dataclass
@@ -119,7 +126,7 @@ class RunList(DataTable):
         flt = state.run_filter.text
         title = f"{state.noun} {shown}/{len(rows)} shown" + (f" · {flt}" if flt else "") + f" · {state.monitor_name()}"
         self.border_title = Text(safe_text(title, lines=False))
-        self.border_subtitle = LEGEND if self.has_focus else "R: the run list's keys"
+        self.border_subtitle = legend_for(self.outer_size.width) if self.has_focus else "R: the run list's keys"
         self._render_rows(state.monitor_name(), tuple(state.value_columns()))
 
     def on_resize(self) -> None:
@@ -128,7 +135,7 @@ class RunList(DataTable):
             self.show(self._state)
 
     def on_focus(self) -> None:
-        self.border_subtitle = LEGEND
+        self.border_subtitle = legend_for(self.outer_size.width)
 
     def on_blur(self) -> None:
         self.border_subtitle = "R: the run list's keys"
