@@ -39,5 +39,6 @@ def test_a_stopped_trial_is_counted_stopped_not_failed(tmp_path, monkeypatch):
     assert sweep.run() == EXIT_STOPPED
     said = out.getvalue()
     assert "trial 0 stopped (it continues when the sweep runs again)" in said, said
-    assert "study xg: 1 stopped, 1 waiting\n" in said, said
+    # its queued continuation is that trial, not another one "waiting"
+    assert "study xg: 1 stopped (a stopped trial goes on from its checkpoint when the sweep runs again)\n" in said, said
     assert "fail" not in said, said

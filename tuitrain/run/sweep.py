@@ -445,9 +445,14 @@ class Sweep:
         retried = {t.user_attrs.get("resume_of") for t in trials} - {None}
         counts: dict[str, int] = {}
         for t in trials:
+            if t.state == TrialState.WAITING and t.user_attrs.get("resume_of") is not None:
+                continue  # a stopped trial's own continuation, queued: counted as that trial, "stopped"
             state = "stopped" if t.state == TrialState.FAIL and t.number in retried else t.state.name.lower()
             counts[state] = counts.get(state, 0) + 1
-        self.say(f"study {self.spec.name}: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
+        line = f"study {self.spec.name}: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
+        if counts.get("stopped"):
+            line += " (a stopped trial goes on from its checkpoint when the sweep runs again)"
+        self.say(line)
         if not done:
             return
         done.sort(key=lambda t: t.value, reverse=self.spec.mode == "max")
