@@ -287,3 +287,4 @@ def test_the_notice_gives_way_by_its_parts_then_by_words_never_mid_word():
         "comparing 3 runs: R run list",
         "comparing 3…",
     ]
+    assert notice_text("x" * 300, room=40).plain == "x" * 300  # one word wider than the bar: Rich cuts it, never blank

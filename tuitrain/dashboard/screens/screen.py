@@ -61,7 +61,8 @@ def run_state(state) -> str:
 
 def notice_text(text: str, skipped: int = 0, room: int = 0) -> Text:
     """The bottom bar's line: `text` as typed (never markup), after the count of damaged lines skipped; in
-    `room` cells (0: any), its last " · " parts left out first, then its last words (never cut mid-word)."""
+    `room` cells (0: any), its last " · " parts left out first, then its last words (cut mid-word only where its
+    first word alone is wider)."""
     if skipped:  # one notice for every damaged line skipped, however many
         text = f"{skipped} damaged line{'s' if skipped != 1 else ''} of events.jsonl skipped" + (
             f" · {text}" if text else ""
@@ -71,7 +72,8 @@ def notice_text(text: str, skipped: int = 0, room: int = 0) -> Text:
     while room and len(parts) > 1 and cell_len(text) > room:
         parts.pop()
         text = " · ".join(parts)
-    return Text(words_within(text, room) if room else text, no_wrap=True, overflow="ellipsis")
+    # a first word longer than the bar (a path) is cut by Rich, rather than the notice going blank
+    return Text((words_within(text, room) if room else "") or text, no_wrap=True, overflow="ellipsis")
 
 
 class Notice(Static):
