@@ -138,4 +138,12 @@ def safe_name(name: object, width: int = NAME_WIDTH) -> str:
     return shorten_middle(safe_text(name, lines=False), width)
 
 
-__all__ = ["NAME_WIDTH", "cell_width", "collapse_redraws", "safe_name", "safe_text", "shorten_middle"]
+def alert_line(title: object, text: object) -> str:
+    """An alert's title and text in one line ("my alert: what was seen"), each made safe (`safe_text`); the
+    title once where the text is the title (`mon.alert("title")` alone). The headless line, experiment.log
+    and the dashboard's output panel say an alert so."""
+    title, text = safe_text(title, lines=False), safe_text(text, lines=False)
+    return f"{title}: {text}" if title and text != title else text or title
+
+
+__all__ = ["NAME_WIDTH", "alert_line", "cell_width", "collapse_redraws", "safe_name", "safe_text", "shorten_middle"]

@@ -40,7 +40,7 @@ from tuitrain.core.events import (
     StepCompleted,
     StepStarted,
 )
-from tuitrain.core.text import safe_text
+from tuitrain.core.text import alert_line, safe_text
 from tuitrain.sinks.summary import format_duration, format_metric, format_summary_table, format_value
 
 SEP = " · "
@@ -53,13 +53,6 @@ def plain(text: str) -> str:
     """Text as a log file should hold it: escapes and controls removed, each line what a terminal
     would show (tuitrain.core.text.safe_text)."""
     return safe_text(text)
-
-
-def alert_text(event: AlertRaised) -> str:
-    """An alert's title and text in one line, as the dashboard and experiment.log say it ("my alert:
-    what was seen"); the title once where the text is the title (`mon.alert("title")` alone)."""
-    title, text = safe_text(event.title, lines=False), safe_text(event.text, lines=False)
-    return f"{title}: {text}" if title and text != title else text or title
 
 
 def format_rate(rate: float) -> str:
@@ -221,11 +214,11 @@ class HeadlessConsole:
             case OutputPrinted(text=text, stream=stream):
                 self._emit(text, self.err if stream == "stderr" else self.stream)
             case AlertRaised(level="info"):  # a script's note: a line of its own, not an alarm
-                self._emit(f"info [{safe_text(event.rule, lines=False)}] {alert_text(event)}")
+                self._emit(f"info [{safe_text(event.rule, lines=False)}] {alert_line(event.title, event.text)}")
             case AlertRaised():  # one line of its own, on stderr: seen in a CI log, a `tee`, a mail from cron
                 self._emit(
                     f"ALERT {safe_text(event.level, lines=False)} [{safe_text(event.rule, lines=False)}] "
-                    f"{alert_text(event)}",
+                    f"{alert_line(event.title, event.text)}",
                     self.err,
                 )
             case RolledBack():

@@ -33,7 +33,7 @@ from tuitrain.core.events import (
     RunResumed,
     RunStarted,
 )
-from tuitrain.core.text import safe_text
+from tuitrain.core.text import alert_line, safe_text
 from tuitrain.sinks.summary import format_bytes, format_duration, format_metric, format_summary_table, format_value
 
 FILENAME = "experiment.log"
@@ -127,7 +127,7 @@ class ExperimentLog:
                     self.write(f"[{stream}] {line}", level=level, t=t)
             case AlertRaised():
                 self.write(
-                    f"alert [{event.rule}] {event.title}: {event.text}",
+                    f"alert [{event.rule}] {alert_line(event.title, event.text)}",
                     level={"error": "ERROR", "info": "INFO"}.get(event.level, "WARN"),
                     t=t,
                 )

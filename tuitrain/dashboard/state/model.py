@@ -49,6 +49,7 @@ from tuitrain.core.events import (
     StepCompleted,
     StepStarted,
 )
+from tuitrain.core.text import alert_line
 from tuitrain.sources.lookup import StepLookup
 from tuitrain.dashboard.state.changes import (
     Alerts,
@@ -446,7 +447,7 @@ class DashboardState:
                 return self.media.add(event)
             case AlertRaised(level="info"):  # said in the output panel and the header; no mark, no bell
                 self.infos.append(event)
-                self._log("tuitrain", f"[info] step {event.step}: {event.title}: {event.text}")
+                self._log("tuitrain", f"[info] step {event.step}: {alert_line(event.title, event.text)}")
                 return {Log, Progress}
             case AlertRaised():
                 self.alerts.append(event)
