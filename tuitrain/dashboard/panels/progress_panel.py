@@ -14,7 +14,6 @@ from textual.widgets import Static
 
 from tuitrain.core.text import safe_name
 from tuitrain.dashboard.fmt import format_duration, format_rate
-from tuitrain.dashboard.state.foreign import tool_of_loop
 from tuitrain.dashboard.state.model import DashboardState
 
 # which theme colour each state is drawn in
@@ -121,7 +120,7 @@ class ProgressPanel(Static):
         items, steps = state.rates()
         # another tool's log that records no times (Lightning's CSV): no speed, no clock, rather than a clock
         # that ticks while it reads and 0:00:00 once it has
-        untimed = bool(tool_of_loop(state.loop)) and not state.axes["time"]
+        untimed = bool(state.tool) and not state.axes["time"]
         if untimed:
             speed = "not in this log"
         elif items is None and not state.ended:
