@@ -31,6 +31,7 @@ from tuitrain.core.events import MetricsLogged
 from tuitrain.core.verdicts import number_of
 from tuitrain.integrations.media import MediaCalls
 from tuitrain.run.monitor import Monitor
+from tuitrain.sources.polled import scope_suffix
 
 __all__ = ["TuitrainCallback"]
 
@@ -70,10 +71,8 @@ def _scoped(key: str) -> tuple[str, str]:
     `train_loss_epoch` is the epoch's value of `train_loss`, as tuitrain reads Lightning's CSV logs."""
     m = _LOADER.match(key)
     base, loader = (m.group(1), m.group(2)) if m else (key, "")
-    for suffix in ("_step", "_epoch"):
-        if base.endswith(suffix) and len(base) > len(suffix):
-            return base[: -len(suffix)] + loader, suffix[1:]
-    return key, "step"
+    stem, scope = scope_suffix(base)
+    return (stem + loader, scope) if scope else (key, "step")
 
 
 def _forked_duplicate(key: str, keys) -> bool:

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from tuitrain.core.events import Event, RunStarted
-from tuitrain.sources.polled import Item, Columns, PolledSource, simple_yaml, split_name, written_within
+from tuitrain.sources.polled import Item, Columns, PolledSource, scope_suffix, simple_yaml, split_name, written_within
 from tuitrain.sources.peek import first_line, last_line
 from tuitrain.sources.refs import RunRef, Summary
 
@@ -298,10 +298,7 @@ class LightningSource(PolledSource):
             if i in (self._step_at, self._epoch_at):
                 columns.append(None)
                 continue
-            base, scope = name, ""
-            for suffix in ("_step", "_epoch"):
-                if name.endswith(suffix) and len(name) > len(suffix):
-                    base, scope = name[: -len(suffix)], suffix[1:]
+            base, scope = scope_suffix(name)
             split, short = split_name(base)
             columns.append((split, scope or ("epoch" if split == "valid" else "step"), short))
         self._columns = columns

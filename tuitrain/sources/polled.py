@@ -40,6 +40,16 @@ def split_name(name: str) -> tuple[str, str]:
     return "train", name
 
 
+def scope_suffix(name: str) -> tuple[str, str]:
+    """(name without it, "step" or "epoch") of a name ending in Lightning's `_step` or `_epoch` (the two forms
+    of one `self.log(on_step=True, on_epoch=True)`: "train_loss_epoch" -> ("train_loss", "epoch")); (name, "")
+    for any other. The Lightning CSV and TensorBoard readers and the Lightning callback name values so."""
+    for suffix in ("_step", "_epoch"):
+        if name.endswith(suffix) and len(name) > len(suffix):
+            return name[: -len(suffix)], suffix[1:]
+    return name, ""
+
+
 def written_within(paths: Iterable[os.PathLike[str] | str], seconds: float = LIVE_WITHIN) -> bool:
     """Whether any of `paths` was modified in the last `seconds` (a missing one was not)."""
     now = time.time()

@@ -38,6 +38,7 @@ from tuitrain.sources import tb_ends, tfrecord
 from tuitrain.sources.tb_live import LIVE_SECONDS, TIMESTAMP, writing
 from tuitrain.sources.refs import RunRef, Summary
 from tuitrain.sources.run_files import Emit, MetricsBlock
+from tuitrain.sources.polled import scope_suffix
 
 if TYPE_CHECKING:
     from tuitrain.sources.tb_summary import Found
@@ -137,10 +138,8 @@ def split_of(tag: str) -> tuple[str, str, str]:
                 return split, "epoch", rest[6:]
             return split, "step", rest
     if len(parts) == 1:
-        scope = "step"
-        for suffix in ("_step", "_epoch"):  # Lightning's on_step/on_epoch pair ("train_loss_epoch"), as its CSV reader
-            if tag.endswith(suffix) and len(tag) > len(suffix):
-                tag, scope = tag[: -len(suffix)], suffix[1:]
+        tag, scope = scope_suffix(tag)  # Lightning's on_step/on_epoch pair ("train_loss_epoch"), as its CSV reader
+        scope = scope or "step"
         m = _PREFIXED.match(tag) or _SUFFIXED.match(tag)
         if m:
             return ("valid" if m.group("word").lower() in _VALID else "train"), scope, m.group("rest")
