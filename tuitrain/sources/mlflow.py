@@ -259,7 +259,7 @@ class _Run(PolledSource):
 
     def _end(self, status: str, start_ms: Any, end_ms: Any) -> list[Event]:
         """RunFinished or RunFailed once the status is final (FINISHED, KILLED, FAILED)."""
-        if self._ended or status not in ("FINISHED", "KILLED", "FAILED"):
+        if self._ended or status not in ENDED:
             return []
         self._ended, self.live = True, False
         ok = isinstance(start_ms, (int, float)) and isinstance(end_ms, (int, float))
@@ -270,10 +270,10 @@ class _Run(PolledSource):
 
             failed = run_failed("the MLflow run's status is FAILED", step=self._top, duration=duration)
             return [dataclasses.replace(failed, time=at)]
-        interrupted = status == "KILLED"
+        interrupted = ENDED[status] == "interrupted"
         return [
             RunFinished(
-                status="interrupted" if interrupted else "completed",
+                status=ENDED[status],
                 exit_code=1 if interrupted else 0,
                 epoch=0,
                 step=self._top,
